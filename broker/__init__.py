@@ -1,0 +1,1 @@
+"""The broker: store, processors, HA."""

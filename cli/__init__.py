@@ -1,0 +1,1 @@
+"""The rmq command-line tool."""

@@ -1,0 +1,1 @@
+"""The nameserver: broker liveness and topic routes."""

@@ -1,0 +1,1 @@
+"""PySpark data source and sink for trio-rmq topics (needs the `spark` extra)."""
