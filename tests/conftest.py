@@ -1,0 +1,147 @@
+"""Fixtures shared by the whole suite: free loopback ports and a real `rmq up` cluster.
+
+Integration and interop tests run real processes on 127.0.0.1. They pick ports that are free
+right now, start `rmq up` in a temporary directory, wait for its `ready` line and, whatever
+happens, stop it by pid (SIGTERM, then SIGKILL after a bound) so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(width: int = 10, *, start: int = 20000, stop: int = 60000) -> int:
+    """A base port B such that B-2 .. B+width-1 are all free (a broker needs B-2, B, B+1).
+
+    Blocks are drawn at random so concurrent test runs rarely collide; each candidate is
+    checked by binding every port of the block.
+    """
+    import random
+
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(500):
+        base = rng.randrange(start, stop - width, 10)
+        if all(_port_free(p) for p in range(base - 2, base + width)):
+            return base
+    raise RuntimeError("no free block of loopback ports found")
+
+
+@attrs.define(eq=False)
+class LocalCluster:
+    """A running `rmq up` process and what it printed."""
+
+    proc: subprocess.Popen[str]
+    data_dir: Path
+    namesrv_port: int
+    broker_port: int
+    lines: list[str] = attrs.Factory(list)
+    # set by the reader thread when `ready` was printed
+    ready: threading.Event = attrs.Factory(threading.Event)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _pump(cluster: LocalCluster) -> None:
+    assert cluster.proc.stdout is not None
+    for line in cluster.proc.stdout:
+        line = line.rstrip("\n")
+        cluster.lines.append(line)
+        if line.strip() == "ready":
+            cluster.ready.set()
+
+
+def stop_process(proc: subprocess.Popen[str], *, grace: float = 10.0) -> None:
+    """SIGTERM by pid, wait up to `grace`, then SIGKILL. Only for processes we started."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def run_local_cluster(
+    data_dir: Path, *extra_args: str, ready_timeout: float = 30.0
+) -> Iterator[LocalCluster]:
+    base = free_port_block(40)
+    namesrv_port = base + 30
+    broker_port = base
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--namesrv-port",
+        str(namesrv_port),
+        "--broker-port",
+        str(broker_port),
+        *extra_args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    cluster = LocalCluster(proc, data_dir, namesrv_port, broker_port)
+    threading.Thread(target=_pump, args=(cluster,), daemon=True).start()
+    try:
+        if not cluster.ready.wait(ready_timeout):
+            raise AssertionError(
+                f"`rmq up` did not print ready within {ready_timeout}s; output:\n{cluster.output()}"
+            )
+        yield cluster
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture
+def local_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with run_local_cluster(tmp_path / "rmq") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One `rmq up` shared by the tests of a module (they use distinct topics and groups)."""
+    with run_local_cluster(tmp_path_factory.mktemp("rmq")) as cluster:
+        yield cluster

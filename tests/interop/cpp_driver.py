@@ -1,0 +1,145 @@
+"""Drive the official RocketMQ C++ client (PyPI `rocketmq==0.4.4`) from the command line.
+
+The interop tests run this file as a subprocess with HOME set to a scratch directory (the
+client writes its logs under $HOME/logs) so a crash or hang inside librocketmq can never take
+the test runner with it. Every event is one JSON line on stdout; the test parses them.
+
+    produce --namesrv A --topic T --group G --count N [--tags-cycle a,b] [--prefix P]
+    consume --namesrv A --topic T --group G --expect N --timeout S [--fail-first-every K]
+            [--stop-after N]
+
+Importing the client is not optional: if it is missing this exits non-zero with the import
+error, and the test fails (an interop test that skips proves nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+
+def emit(**event: object) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _quiet(handle_setter: str, handle: object) -> None:
+    # FATAL keeps librocketmq from writing log files into the scratch HOME.
+    from rocketmq import ffi
+
+    getattr(ffi.dll, handle_setter)(handle, ffi._CLogLevel.FATAL)
+
+
+def produce(args: argparse.Namespace) -> int:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer(args.group, timeout=args.send_timeout_ms)
+    _quiet("SetProducerLogLevel", producer._handle)
+    producer.set_namesrv_addr(args.namesrv)
+    producer.start()
+    tags = args.tags_cycle.split(",") if args.tags_cycle else [""]
+    failures = 0
+    try:
+        for i in range(args.count):
+            msg = Message(args.topic)
+            tag = tags[i % len(tags)]
+            if tag:
+                msg.set_tags(tag)
+            msg.set_keys(f"{args.prefix}key-{i}")
+            msg.set_body(f"{args.prefix}body-{i}")
+            msg.set_property("seq", str(i))
+            try:
+                result = producer.send_sync(msg)
+            except Exception as exc:  # reported, counted, and the test decides
+                failures += 1
+                emit(event="send_error", i=i, error=repr(exc))
+                continue
+            emit(
+                event="sent",
+                i=i,
+                status=int(result.status),
+                msg_id=result.msg_id,
+                offset=result.offset,
+            )
+    finally:
+        producer.shutdown()
+    emit(event="done", failures=failures)
+    return 0
+
+
+def consume(args: argparse.Namespace) -> int:
+    from rocketmq.client import PushConsumer
+
+    consumer = PushConsumer(args.group)
+    _quiet("SetPushConsumerLogLevel", consumer._handle)
+    consumer.set_namesrv_addr(args.namesrv)
+    consumer.set_thread_count(2)
+    lock = threading.Lock()
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def on_message(msg: object) -> None:
+        body = msg.body.decode()
+        seq = int(msg.get_property("seq") or -1)
+        fail = (
+            args.fail_first_every and seq % args.fail_first_every == 0 and msg.reconsume_times == 0
+        )
+        emit(
+            event="fail" if fail else "recv",
+            body=body,
+            tags=msg.tags.decode() if isinstance(msg.tags, bytes) else msg.tags,
+            keys=msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys,
+            id=msg.id,
+            topic=msg.topic,
+            queue_id=msg.queue_id,
+            queue_offset=msg.queue_offset,
+            reconsume_times=msg.reconsume_times,
+            seq=seq,
+        )
+        if fail:
+            raise RuntimeError("asked to fail this message once")
+        with lock:
+            seen.add(body)
+            if len(seen) >= args.expect:
+                done.set()
+
+    consumer.subscribe(args.topic, on_message, args.expression)
+    consumer.start()
+    emit(event="started")
+    finished = done.wait(args.timeout)
+    # Let in-flight acks land so the offset committed at shutdown covers what we saw.
+    time.sleep(args.linger)
+    consumer.shutdown()
+    emit(event="done", complete=finished, unique=len(seen))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--namesrv", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", default="interop-producer")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--tags-cycle", default="")
+    p.add_argument("--prefix", default="")
+    p.add_argument("--send-timeout-ms", type=int, default=5000)
+    c = sub.add_parser("consume")
+    c.add_argument("--namesrv", required=True)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--group", required=True)
+    c.add_argument("--expression", default="*")
+    c.add_argument("--expect", type=int, required=True)
+    c.add_argument("--timeout", type=float, default=60.0)
+    c.add_argument("--linger", type=float, default=1.0)
+    c.add_argument("--fail-first-every", type=int, default=0)
+    args = parser.parse_args()
+    return produce(args) if args.cmd == "produce" else consume(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
