@@ -1,0 +1,280 @@
+"""Broker configuration (RocketMQ ``BrokerConfig`` + the broker-facing half of ``MessageStoreConfig``).
+
+Theory of operation
+-------------------
+``BrokerConfig`` is a frozen attrs value: a running broker never sees its configuration change
+under it.  Times are seconds (floats) like everything on the Trio clock; the RocketMQ property
+names that carry milliseconds are converted when parsed.
+
+``BrokerConfig.from_properties(text)`` reads a RocketMQ ``broker.conf`` (Java properties syntax:
+``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comments).  Each known property name
+maps to one field either of the broker config or of the nested ``MessageStoreConfig``; RocketMQ's
+historic misspellings (``mapedFileSizeCommitLog``) are accepted next to the fixed ones.  Unknown
+names are ignored with a warning (a real broker.conf carries many knobs we do not implement);
+a value that does not parse raises ``ValueError`` naming the property, so a typo never silently
+turns into a default.
+
+Like ``BrokerStartup``: a master always has brokerId 0 and a SLAVE must have brokerId > 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from broker.store.config import MessageStoreConfig, parse_delay_levels
+
+log = logging.getLogger(__name__)
+
+MASTER_ID = 0
+
+
+def _parse_bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    raise ValueError(f"expected true or false, got {v!r}")
+
+
+def _parse_int(v: str) -> int:
+    return int(v.strip())
+
+
+def _parse_ms(v: str) -> float:
+    """A RocketMQ millisecond property -> seconds."""
+    return int(v.strip()) / 1000.0
+
+
+def _parse_str(v: str) -> str:
+    return v.strip()
+
+
+def _parse_delay_levels(v: str) -> str:
+    parse_delay_levels(v.strip())  # raises ValueError for a bad token
+    return v.strip()
+
+
+def _parse_role(v: str) -> str:
+    role = v.strip().upper()
+    if role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise ValueError(f"expected ASYNC_MASTER, SYNC_MASTER or SLAVE, got {v!r}")
+    return role
+
+
+def _parse_flush(v: str) -> str:
+    kind = v.strip().upper()
+    if kind not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        raise ValueError(f"expected ASYNC_FLUSH or SYNC_FLUSH, got {v!r}")
+    return kind
+
+
+@attrs.frozen
+class BrokerConfig:
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = MASTER_ID
+    broker_ip1: str = "127.0.0.1"
+    # Advertised HA address host (RocketMQ brokerIP2); defaults to broker_ip1.
+    broker_ip2: str | None = None
+    # Host to bind; RocketMQ binds 0.0.0.0, tests and `rmq up` use loopback.
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    namesrv_addr: str | None = None
+    store: MessageStoreConfig = attrs.field(
+        factory=lambda: MessageStoreConfig(store_path_root_dir="store")
+    )
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = 8
+    auto_create_subscription_group: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    trace_topic_enable: bool = False
+    register_name_server_period: float = 30.0
+    register_broker_timeout: float = 6.0
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    broker_permission: int = 6
+    long_polling_enable: bool = True
+    short_polling_time: float = 1.0
+    # Cap on how long one PULL may be held, whatever suspendTimeoutMillis the client asks for.
+    max_pull_suspend: float = 15.0
+    slave_read_enable: bool = False
+    offset_check_in_slave: bool = False
+    flush_consumer_offset_interval: float = 5.0
+    channel_expired_timeout: float = 120.0
+    client_scan_interval: float = 10.0
+    rebalance_lock_max_live_time: float = 60.0
+    # Whether the VIP ("fast") channel on listen_port - 2 is opened.
+    fast_channel_enable: bool = True
+
+    @property
+    def broker_role(self) -> str:
+        return self.store.broker_role
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store.broker_role == "SLAVE"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        if not self.namesrv_addr:
+            return []
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def ha_port(self) -> int:
+        """RocketMQ forces haListenPort = listenPort + 1 (0 stays ephemeral)."""
+        return self.listen_port + 1 if self.listen_port else 0
+
+    @property
+    def vip_port(self) -> int:
+        return self.listen_port - 2 if self.listen_port else 0
+
+    @classmethod
+    def from_properties(cls, text: str, **overrides: Any) -> BrokerConfig:
+        """Build from broker.conf text; ``overrides`` (field names) win over the file."""
+        props = parse_properties(text)
+        broker_kw: dict[str, Any] = {}
+        store_kw: dict[str, Any] = {}
+        store_fields = {f.name for f in attrs.fields(MessageStoreConfig)}
+        for name, raw in props.items():
+            spec = _PROPERTIES.get(name)
+            if spec is None:
+                log.warning("broker.conf: ignoring unknown property %s", name)
+                continue
+            target, field, parse = spec
+            try:
+                value = parse(raw)
+            except ValueError as exc:
+                raise ValueError(f"broker.conf: bad value for {name}: {exc}") from None
+            if target == "store":
+                if field in store_fields:
+                    store_kw[field] = value
+                else:
+                    log.warning("broker.conf: %s is not supported by this store; ignored", name)
+            else:
+                broker_kw[field] = value
+        store_over = overrides.pop("store", None)
+        if store_over is not None:
+            store = attrs.evolve(store_over, **store_kw) if store_kw else store_over
+        else:
+            store_kw.setdefault("store_path_root_dir", "store")
+            store = MessageStoreConfig(**store_kw)
+        broker_kw.update(overrides)
+        return cls(store=store, **broker_kw).validated()
+
+    def validated(self) -> BrokerConfig:
+        """Apply BrokerStartup's role rules; raises ValueError for an impossible combination."""
+        if self.is_slave:
+            if self.broker_id <= MASTER_ID:
+                raise ValueError("brokerId must be > 0 for a SLAVE broker")
+            return self
+        if self.broker_id != MASTER_ID:
+            log.warning(
+                "brokerRole %s forces brokerId 0 (was %d)", self.broker_role, self.broker_id
+            )
+            return attrs.evolve(self, broker_id=MASTER_ID)
+        return self
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties, the subset broker.conf files use (no line continuations/escapes)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = len(line)
+        for i, ch in enumerate(line):
+            if ch in "=:" or ch.isspace():
+                cut = i
+                break
+        key = line[:cut].strip()
+        rest = line[cut:].lstrip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        out[key] = rest.strip()
+    return out
+
+
+_Spec = tuple[str, str, Callable[[str], Any]]
+
+# property name -> (which config, field name, parser)
+_PROPERTIES: dict[str, _Spec] = {
+    "brokerClusterName": ("broker", "broker_cluster_name", _parse_str),
+    "brokerName": ("broker", "broker_name", _parse_str),
+    "brokerId": ("broker", "broker_id", _parse_int),
+    "brokerIP1": ("broker", "broker_ip1", _parse_str),
+    "brokerIP2": ("broker", "broker_ip2", _parse_str),
+    "listenPort": ("broker", "listen_port", _parse_int),
+    "namesrvAddr": ("broker", "namesrv_addr", _parse_str),
+    "autoCreateTopicEnable": ("broker", "auto_create_topic_enable", _parse_bool),
+    "defaultTopicQueueNums": ("broker", "default_topic_queue_nums", _parse_int),
+    "autoCreateSubscriptionGroup": ("broker", "auto_create_subscription_group", _parse_bool),
+    "clusterTopicEnable": ("broker", "cluster_topic_enable", _parse_bool),
+    "brokerTopicEnable": ("broker", "broker_topic_enable", _parse_bool),
+    "traceTopicEnable": ("broker", "trace_topic_enable", _parse_bool),
+    "registerNameServerPeriod": ("broker", "register_name_server_period", _parse_ms),
+    "registerBrokerTimeoutMills": ("broker", "register_broker_timeout", _parse_ms),
+    "regionId": ("broker", "region_id", _parse_str),
+    "traceOn": ("broker", "trace_on", _parse_bool),
+    "brokerPermission": ("broker", "broker_permission", _parse_int),
+    "longPollingEnable": ("broker", "long_polling_enable", _parse_bool),
+    "shortPollingTimeMills": ("broker", "short_polling_time", _parse_ms),
+    "slaveReadEnable": ("broker", "slave_read_enable", _parse_bool),
+    "offsetCheckInSlave": ("broker", "offset_check_in_slave", _parse_bool),
+    "flushConsumerOffsetInterval": ("broker", "flush_consumer_offset_interval", _parse_ms),
+    "fastChannelEnable": ("broker", "fast_channel_enable", _parse_bool),
+    # MessageStoreConfig
+    "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
+    "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),
+    "mapedFileSizeCommitLog": ("store", "mapped_file_size_commit_log", _parse_int),
+    "mappedFileSizeCommitLog": ("store", "mapped_file_size_commit_log", _parse_int),
+    "mapedFileSizeConsumeQueue": ("store", "mapped_file_size_consume_queue", _parse_int),
+    "mappedFileSizeConsumeQueue": ("store", "mapped_file_size_consume_queue", _parse_int),
+    "flushDiskType": ("store", "flush_disk_type", _parse_flush),
+    "brokerRole": ("store", "broker_role", _parse_role),
+    "deleteWhen": ("store", "delete_when", _parse_str),
+    "fileReservedTime": ("store", "file_reserved_time", _parse_int),
+    "maxMessageSize": ("store", "max_message_size", _parse_int),
+    "messageDelayLevel": ("store", "message_delay_level", _parse_delay_levels),
+    "syncFlushTimeout": ("store", "sync_flush_timeout", _parse_ms),
+    "slaveTimeout": ("store", "slave_timeout", _parse_ms),
+    "flushIntervalCommitLog": ("store", "flush_interval_commit_log", _parse_ms),
+    "accessMessageInMemoryMaxRatio": ("store", "access_message_in_memory_max_ratio", _parse_int),
+    "haMasterAddress": ("store", "ha_master_address", _parse_str),
+    "haSendHeartbeatInterval": ("store", "ha_send_heartbeat_interval", _parse_ms),
+    "haHousekeepingInterval": ("store", "ha_housekeeping_interval", _parse_ms),
+    "haTransferBatchSize": ("store", "ha_transfer_batch_size", _parse_int),
+    "haSlaveFallbehindMax": ("store", "ha_slave_fallbehind_max", _parse_int),
+    "defaultQueryMaxNum": ("store", "default_query_max_num", _parse_int),
+    "maxTransferBytesOnMessageInMemory": (
+        "store",
+        "max_transfer_bytes_on_message_in_memory",
+        _parse_int,
+    ),
+    "maxTransferCountOnMessageInMemory": (
+        "store",
+        "max_transfer_count_on_message_in_memory",
+        _parse_int,
+    ),
+    "maxTransferBytesOnMessageInDisk": (
+        "store",
+        "max_transfer_bytes_on_message_in_disk",
+        _parse_int,
+    ),
+    "maxTransferCountOnMessageInDisk": (
+        "store",
+        "max_transfer_count_on_message_in_disk",
+        _parse_int,
+    ),
+    "enableDLegerCommitLog": ("store", "enable_dleger_commit_log", _parse_bool),
+    "dLegerGroup": ("store", "dleger_group", _parse_str),
+    "dLegerPeers": ("store", "dleger_peers", _parse_str),
+    "dLegerSelfId": ("store", "dleger_self_id", _parse_str),
+}

@@ -1,0 +1,159 @@
+"""Consumer offsets and small JSON config files (RocketMQ ``ConsumerOffsetManager``, ``ConfigManager``).
+
+Theory of operation
+-------------------
+The broker keeps, per ``topic@group`` key, the next logical queue offset each consumer group
+committed for each queue (facts §3.6).  Commits come from UPDATE_CONSUMER_OFFSET and from the
+COMMIT_OFFSET flag of PULL_MESSAGE; reads from QUERY_CONSUMER_OFFSET.  The table lives in memory
+and is written to ``<storeRoot>/config/consumerOffset.json`` every few seconds and at shutdown
+by the broker service; a crash loses at most that interval, exactly as in RocketMQ (clients
+re-commit on their own 5 s cadence).
+
+``atomic_write`` is the one way config files reach the disk: write a temp file in the same
+directory, fsync it, rename it over the old one.  A reader (or a broker restarting after a
+crash) sees either the old or the new file, never a torn one.  Loading tolerates fastjson's
+unquoted integer keys so files written by a Java broker can be read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from common import serde
+
+log = logging.getLogger(__name__)
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json_file(path: Path) -> Any | None:
+    """The parsed JSON of ``path``, None if it does not exist; ValueError if it is corrupt."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data.strip():
+        return None
+    try:
+        return serde.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def config_dir(store_root: str | os.PathLike[str]) -> Path:
+    return Path(store_root) / "config"
+
+
+@attrs.define(eq=False)
+class ConsumerOffsetManager:
+    # "topic@group" -> {queueId: next offset}; offsets are >= 0 (negative commits are ignored)
+    _table: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    # set when the table changed since the last persist (skip rewriting an unchanged file)
+    _dirty: bool = attrs.field(default=False, init=False)
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if offset < 0:
+            # The C++ client sends commitOffset "-1" on pulls when it has nothing to commit.
+            return
+        queues = self._table.setdefault(self.key(topic, group), {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self._dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, -1 when the group never committed for that queue."""
+        return self._table.get(self.key(topic, group), {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self._table.get(self.key(topic, group), {}))
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for k in self._table:
+            t, _, g = k.partition(TOPIC_GROUP_SEPARATOR)
+            if t == topic:
+                out.add(g)
+        return out
+
+    def topics_of_group(self, group: str) -> set[str]:
+        out = set()
+        for k in self._table:
+            t, _, g = k.rpartition(TOPIC_GROUP_SEPARATOR)
+            if g == group:
+                out.add(t)
+        return out
+
+    def remove_topics(self, topics: Iterable[str]) -> None:
+        gone = set(topics)
+        for k in list(self._table):
+            if k.partition(TOPIC_GROUP_SEPARATOR)[0] in gone:
+                del self._table[k]
+                self._dirty = True
+
+    def put_all(self, table: dict[str, dict[int, int]]) -> None:
+        """Slave sync: adopt the master's offsets (RocketMQ ``offsetTable.putAll``)."""
+        for k, queues in table.items():
+            self._table[k] = dict(queues)
+        self._dirty = True
+
+    # --- JSON -------------------------------------------------------------------------------
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "offsetTable": {
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in self._table.items()
+            }
+        }
+
+    def encode(self) -> bytes:
+        return serde.dumps(self.to_wire())
+
+    @staticmethod
+    def parse_table(obj: Any) -> dict[str, dict[int, int]]:
+        """``{"offsetTable": {"t@g": {0: 12}}}`` -> table; ValueError on a wrong shape."""
+        if not isinstance(obj, dict):
+            raise ValueError("consumer offsets: expected a JSON object")
+        raw = obj.get("offsetTable") or {}
+        if not isinstance(raw, dict):
+            raise ValueError("consumer offsets: offsetTable is not an object")
+        table: dict[str, dict[int, int]] = {}
+        for k, queues in raw.items():
+            if not isinstance(queues, dict):
+                raise ValueError(f"consumer offsets: entry {k!r} is not an object")
+            table[str(k)] = {int(q): int(o) for q, o in queues.items()}
+        return table
+
+    def load(self, path: Path) -> None:
+        obj = read_json_file(path)
+        if obj is None:
+            return
+        self._table = self.parse_table(obj)
+        self._dirty = False
+
+    def persist(self, path: Path, *, force: bool = False) -> bool:
+        """Write the file if anything changed (or ``force``); True when it was written."""
+        if not (self._dirty or force):
+            return False
+        atomic_write(path, self.encode())
+        self._dirty = False
+        return True
