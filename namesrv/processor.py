@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from common import model
 from common.errors import RequestError
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.serde import dumps, loads
+from common.serde import loads, to_json
 from namesrv.config import NamesrvConfig, format_properties, parse_properties
 from namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from namesrv.register_body import (
     RegisterBodyError,
+    data_version_from,
     data_version_json,
-    data_version_key,
     decode_register_body,
 )
 from namesrv.routeinfo import BrokerData, QueueData, RouteInfoManager, TopicRoute
@@ -55,45 +56,39 @@ def crc32_matches(body: bytes, expected: int) -> bool:
     return expected in (crc & 0x7FFFFFFF, signed, crc)
 
 
-def queue_data_json(qd: QueueData) -> dict[str, Any]:
-    return {
-        "brokerName": qd.broker_name,
-        "perm": qd.perm,
-        "readQueueNums": qd.read_queue_nums,
-        "topicSynFlag": qd.topic_sys_flag,
-        "topicSysFlag": qd.topic_sys_flag,
-        "writeQueueNums": qd.write_queue_nums,
-    }
+def _queue_data(qd: QueueData) -> model.QueueData:
+    return model.QueueData(
+        brokerName=qd.broker_name,
+        readQueueNums=qd.read_queue_nums,
+        writeQueueNums=qd.write_queue_nums,
+        perm=qd.perm,
+        topicSysFlag=qd.topic_sys_flag,
+    )
 
 
-def broker_data_json(bd: BrokerData) -> dict[str, Any]:
-    return {
-        "brokerAddrs": {str(bid): addr for bid, addr in sorted(bd.broker_addrs.items())},
-        "brokerName": bd.broker_name,
-        "cluster": bd.cluster,
-    }
+def _broker_data(bd: BrokerData) -> model.BrokerData:
+    return model.BrokerData(
+        cluster=bd.cluster, brokerName=bd.broker_name, brokerAddrs=dict(bd.broker_addrs)
+    )
 
 
 def topic_route_json(route: TopicRoute, order_topic_conf: str | None = None) -> bytes:
-    obj: dict[str, Any] = {
-        "brokerDatas": [broker_data_json(b) for b in route.broker_datas],
-        "filterServerTable": route.filter_server_table,
-        "queueDatas": [queue_data_json(q) for q in route.queue_datas],
-    }
-    if order_topic_conf is not None:
-        obj["orderTopicConf"] = order_topic_conf
-    return dumps(obj)
+    return to_json(
+        model.TopicRouteData(
+            queueDatas=[_queue_data(q) for q in route.queue_datas],
+            brokerDatas=[_broker_data(b) for b in route.broker_datas],
+            filterServerTable=route.filter_server_table,
+            orderTopicConf=order_topic_conf,
+        )
+    )
 
 
 def topic_list_json(topics: list[str], broker_addr: str | None = None) -> bytes:
-    obj: dict[str, Any] = {"topicList": topics}
-    if broker_addr is not None:
-        obj["brokerAddr"] = broker_addr
-    return dumps(obj)
+    return to_json(model.TopicList(topicList=topics, brokerAddr=broker_addr))
 
 
 def kv_table_json(table: dict[str, str]) -> bytes:
-    return dumps({"table": table})
+    return to_json(model.KVTable(table=table))
 
 
 @attrs.define(eq=False)
@@ -222,7 +217,7 @@ class NamesrvProcessor:
         broker_addr = cmd.get_str("brokerAddr")
         body = cmd.body_bytes()
         try:
-            version = data_version_key(loads(body)) if body else data_version_key(None)
+            version = data_version_from(loads(body)) if body else data_version_from(None)
         except ValueError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {exc}")
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
@@ -268,15 +263,11 @@ class NamesrvProcessor:
         self, cmd: RemotingCommand, channel: Channel
     ) -> RemotingCommand:
         info = self.routes.get_all_cluster_info()
-        body = dumps(
-            {
-                "brokerAddrTable": {
-                    n: broker_data_json(b) for n, b in info.broker_addr_table.items()
-                },
-                "clusterAddrTable": info.cluster_addr_table,
-            }
+        body = model.ClusterInfo(
+            brokerAddrTable={n: _broker_data(b) for n, b in info.broker_addr_table.items()},
+            clusterAddrTable=info.cluster_addr_table,
         )
-        return cmd.response(body=body)
+        return cmd.response(body=to_json(body))
 
     async def get_all_topic_list(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         return cmd.response(body=topic_list_json(self.routes.get_all_topic_list()))

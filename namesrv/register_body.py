@@ -12,8 +12,8 @@ A broker announces its topics in one of three shapes (facts §2.1, §3.2):
   array of filter servers. topicSysFlag and order do not travel in this form (they read as 0).
 * Brokers older than V3_0_11 (request version < 37) send a bare TopicConfigSerializeWrapper.
 
-Only what routing needs is kept: the DataVersion as a `(timestamp, counter)` pair (equality is
-all the nameserver ever asks of it), and per topic the queue counts, perm and topicSysFlag.
+Only what routing needs is kept: the DataVersion (equality is all the nameserver ever asks of
+it), and per topic the queue counts, perm and topicSysFlag.
 Anything malformed raises `RegisterBodyError`; the processor answers it with SYSTEM_ERROR.
 """
 
@@ -27,15 +27,15 @@ from typing import Any
 
 import attrs
 
-from common.serde import loads
+from common.model import DataVersion
+from common.serde import loads, to_json
 from namesrv.routeinfo import TopicQueueConfig
 
 V3_0_11 = 37  # MQVersion ordinal from which brokers send RegisterBrokerBody
 # Bound on the inflated size of a compressed body: a hostile stream cannot balloon in memory.
 MAX_INFLATED_SIZE = 64 * 1024 * 1024
 
-DataVersionKey = tuple[int, int]  # (timestamp, counter)
-ZERO_VERSION: DataVersionKey = (0, 0)
+ZERO_VERSION = DataVersion(timestamp=0, counter=0)
 
 
 class RegisterBodyError(ValueError):
@@ -44,26 +44,28 @@ class RegisterBodyError(ValueError):
 
 @attrs.frozen
 class RegisterBody:
-    data_version: DataVersionKey
+    data_version: DataVersion
     topic_configs: dict[str, TopicQueueConfig]
     filter_server_list: list[str]
 
 
-def data_version_key(obj: Any) -> DataVersionKey:
-    """(timestamp, counter) of a DataVersion JSON object; missing fields read as 0 (fastjson)."""
+def data_version_from(obj: Any) -> DataVersion:
+    """The DataVersion of a parsed JSON object; missing fields read as 0 (as fastjson does).
+    Fields we do not know (5.x `stateVersion`) are ignored."""
     if obj is None:
         return ZERO_VERSION
     if not isinstance(obj, Mapping):
         raise RegisterBodyError(f"dataVersion is not an object: {obj!r}")
     try:
-        return int(obj.get("timestamp") or 0), int(obj.get("counter") or 0)
+        return DataVersion(
+            timestamp=int(obj.get("timestamp") or 0), counter=int(obj.get("counter") or 0)
+        )
     except (TypeError, ValueError) as exc:
         raise RegisterBodyError(f"bad dataVersion {obj!r}") from exc
 
 
-def data_version_json(key: DataVersionKey) -> bytes:
-    timestamp, counter = key
-    return json.dumps({"counter": counter, "timestamp": timestamp}, separators=(",", ":")).encode()
+def data_version_json(version: DataVersion) -> bytes:
+    return to_json(version)
 
 
 def decode_register_body(body: bytes, *, compressed: bool, version: int) -> RegisterBody:
@@ -120,7 +122,7 @@ def _from_wrapper(wrapper: Any, filters: list[str]) -> RegisterBody:
             )
         except (TypeError, ValueError) as exc:
             raise RegisterBodyError(f"bad topic config for {name!r}: {exc}") from exc
-    return RegisterBody(data_version_key(wrapper.get("dataVersion")), configs, filters)
+    return RegisterBody(data_version_from(wrapper.get("dataVersion")), configs, filters)
 
 
 class _Reader:
@@ -158,7 +160,7 @@ def _inflate(body: bytes) -> bytes:
 def _decode_compressed(body: bytes) -> RegisterBody:
     r = _Reader(_inflate(body))
     try:
-        version = data_version_key(json.loads(r.chunk()))
+        version = data_version_from(json.loads(r.chunk()))
         count = r.int32()
         if count < 0:
             raise RegisterBodyError("negative topic count")
@@ -189,7 +191,7 @@ def _decode_topic_config(s: str) -> TopicQueueConfig:
 
 
 def encode_compressed_register_body(
-    data_version: DataVersionKey,
+    data_version: DataVersion,
     topics: Iterable[TopicQueueConfig],
     filter_server_list: list[str] | None = None,
     *,

@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from common.errors import RequestError
+from common.model import DataVersion
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from namesrv.config import NamesrvConfig, parse_properties
@@ -232,7 +233,7 @@ async def test_crc_mismatch_and_accepted_forms(ns):
 
 
 async def test_compressed_register(ns):
-    body = encode_compressed_register_body((5, 1), [TopicQueueConfig("Zipped", 2, 3, 6)])
+    body = encode_compressed_register_body(DataVersion(5, 1), [TopicQueueConfig("Zipped", 2, 3, 6)])
     ext = {
         "brokerName": "b",
         "brokerAddr": "1.1.1.1:1",

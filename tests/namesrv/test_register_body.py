@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.model import DataVersion
 from namesrv.register_body import (
     MAX_INFLATED_SIZE,
     RegisterBodyError,
@@ -30,7 +31,7 @@ JAVA_BODY = (
 
 def test_json_body_as_java_sends_it():
     reg = decode_register_body(JAVA_BODY, compressed=False, version=407)
-    assert reg.data_version == (1690000000000, 3)
+    assert reg.data_version == DataVersion(1690000000000, 3)
     assert reg.filter_server_list == []
     assert reg.topic_configs["TopicTest"] == TopicQueueConfig("TopicTest", 4, 8, 6, 1)
     assert reg.topic_configs["TBW102"] == TopicQueueConfig("TBW102", 8, 8, 7, 0)
@@ -39,20 +40,24 @@ def test_json_body_as_java_sends_it():
 def test_fastjson_lenient_body_and_missing_fields():
     body = b"{topicConfigSerializeWrapper:{'topicConfigTable':{'T':{'topicName':'T'}}},filterServerList:['f:1']}"
     reg = decode_register_body(body, compressed=False, version=407)
-    assert reg.data_version == (0, 0)
+    assert reg.data_version == DataVersion(0, 0)
     assert reg.topic_configs["T"] == TopicQueueConfig("T", 16, 16, 6, 0)
     assert reg.filter_server_list == ["f:1"]
 
 
 def test_empty_body_is_version_zero_no_topics():
     reg = decode_register_body(b"", compressed=False, version=407)
-    assert (reg.data_version, reg.topic_configs, reg.filter_server_list) == ((0, 0), {}, [])
+    assert (reg.data_version, reg.topic_configs, reg.filter_server_list) == (
+        DataVersion(0, 0),
+        {},
+        [],
+    )
 
 
 def test_legacy_body_is_a_bare_wrapper():
     wrapper = json.loads(JAVA_BODY)["topicConfigSerializeWrapper"]
     reg = decode_register_body(json.dumps(wrapper).encode(), compressed=False, version=36)
-    assert reg.data_version == (1690000000000, 3)
+    assert reg.data_version == DataVersion(1690000000000, 3)
     assert set(reg.topic_configs) == {"TopicTest", "TBW102"}
 
 
@@ -72,7 +77,7 @@ def test_compressed_body_layout():
         b'["fs:1"]',
     )
     reg = decode_register_body(body, compressed=True, version=407)
-    assert reg.data_version == (42, 5)
+    assert reg.data_version == DataVersion(42, 5)
     assert reg.topic_configs == {
         "TopicTest": TopicQueueConfig("TopicTest", 4, 4, 6),
         "Other": TopicQueueConfig("Other", 2, 1, 4),
@@ -81,7 +86,7 @@ def test_compressed_body_layout():
 
 
 @given(
-    st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)),
+    st.builds(DataVersion, st.integers(0, 2**62), st.integers(0, 2**62)),
     st.lists(
         st.builds(
             TopicQueueConfig,
@@ -137,4 +142,4 @@ def test_compressed_bomb_is_refused():
 
 
 def test_data_version_json_shape():
-    assert json.loads(data_version_json((7, 3))) == {"counter": 3, "timestamp": 7}
+    assert json.loads(data_version_json(DataVersion(7, 3))) == {"counter": 3, "timestamp": 7}
