@@ -1,0 +1,561 @@
+"""The `rmq` command: run a local cluster, servers, and talk to them.
+
+Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to
+`cli/render.py`. Imports of trio, the servers and the client happen inside the commands, so
+`python -m cli.main namesrv|broker` (what `rmq up` spawns) starts fast.
+
+Errors a user can cause (connection refused, unknown topic, bad config, port in use) print ONE
+line on stderr and exit with status 1; no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def _examples(*lines: str) -> str:
+    # "\b" stops click from re-wrapping the block, so each example stays on its own line
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+app = typer.Typer(
+    name="rmq",
+    help="trio-rmq: a RocketMQ 4.x compatible nameserver, broker and client.",
+    epilog=_examples(
+        "rmq up                                  # local cluster on 9876 / 10911",
+        "rmq topic create TopicTest --queues 4",
+        "echo hello | rmq produce --topic TopicTest",
+        "rmq consume --topic TopicTest --from-beginning --count 1",
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+topic_app = typer.Typer(
+    help="Create, list and inspect topics.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=_examples("rmq topic create T --queues 8", "rmq topic list", "rmq topic route T"),
+)
+app.add_typer(topic_app, name="topic")
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line on stderr, exit status 1."""
+
+
+def _namesrv(ctx: typer.Context) -> str:
+    obj = ctx.find_root().obj or {}
+    return obj.get("namesrv", DEFAULT_NAMESRV)
+
+
+def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+    """trio.run with the CLI's error policy: known errors -> one stderr line, exit 1."""
+    import trio
+
+    from cli import render
+    from common.errors import RmqError, unwrap_group
+
+    try:
+        return trio.run(async_fn, *args)
+    except BaseException as exc:  # classified below, re-raised when unknown
+        inner = unwrap_group(exc)
+        if isinstance(inner, KeyboardInterrupt):
+            raise typer.Exit(130) from None
+        if isinstance(inner, CliError | RmqError | ValueError):
+            render.error(_describe(inner))
+            raise typer.Exit(1) from None
+        if isinstance(inner, OSError):
+            render.error(_describe_os_error(inner))
+            raise typer.Exit(1) from None
+        raise
+
+
+def _describe(exc: BaseException) -> str:
+    from common.errors import RemotingConnectError, TopicNotExistError
+
+    if isinstance(exc, RemotingConnectError):
+        return f"cannot connect: {exc} (is the nameserver/broker running? see `rmq up`)"
+    if isinstance(exc, TopicNotExistError):
+        return f"topic does not exist: {exc.remark or exc}"
+    return str(exc) or type(exc).__name__
+
+
+def _describe_os_error(exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return f"address already in use: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    namesrv: Annotated[
+        str,
+        typer.Option(
+            "--namesrv",
+            "-n",
+            envvar="RMQ_NAMESRV",
+            help="Nameserver address(es), 'host:port[;host:port]'.",
+        ),
+    ] = DEFAULT_NAMESRV,
+) -> None:
+    ctx.obj = {"namesrv": namesrv}
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog=_examples("rmq namesrv", "rmq namesrv --port 9877 --data-dir /tmp/ns"),
+)
+def namesrv(
+    port: Annotated[int, typer.Option("--port", "-p", help="Listen port.")] = 9876,
+    host: Annotated[str, typer.Option("--host", help="Listen address.")] = "127.0.0.1",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Directory for kvConfig.json (default ~/namesrv)."),
+    ] = None,
+    watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
+) -> None:
+    """Run a nameserver until Ctrl-C or SIGTERM."""
+    from cli import render
+
+    kwargs: dict[str, Any] = {"listen_port": port, "host": host}
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        kwargs["kv_config_path"] = str(data_dir / "kvConfig.json")
+
+    async def main() -> None:
+        from cli.serve import serve_until_stopped
+        from namesrv.config import NamesrvConfig
+        from namesrv.service import run_namesrv
+
+        config = NamesrvConfig(**kwargs)
+        await serve_until_stopped(
+            run_namesrv,
+            config,
+            on_started=lambda h: render.listening("namesrv", f"{host}:{h.port}"),
+            watch_stdin=watch_stdin,
+        )
+
+    _run(main)
+
+
+# Flags of `rmq broker` and the broker.conf property each one overrides.
+BROKER_FLAG_PROPERTIES = {
+    "name": "brokerName",
+    "cluster": "brokerClusterName",
+    "broker_id": "brokerId",
+    "host": "brokerIP1",
+    "port": "listenPort",
+    "namesrv": "namesrvAddr",
+    "data_dir": "storePathRootDir",
+    "flush": "flushDiskType",
+    "role": "brokerRole",
+}
+
+
+def broker_properties(conf_text: str | None, overrides: dict[str, Any]) -> dict[str, str]:
+    """broker.conf properties with the given flags applied on top (flags win)."""
+    from namesrv.config import parse_properties
+
+    props = parse_properties(conf_text or "")
+    for flag, value in overrides.items():
+        if value is not None:
+            props[BROKER_FLAG_PROPERTIES[flag]] = str(value)
+    return props
+
+
+def properties_text(props: dict[str, str]) -> str:
+    """Java properties text that parses back to exactly `props` (backslashes escaped)."""
+
+    def esc(s: str, *, key: bool) -> str:
+        s = s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        if key:
+            for ch in "=: ":
+                s = s.replace(ch, "\\" + ch)
+        elif s.startswith(" "):
+            s = "\\" + s
+        return s
+
+    return "".join(f"{esc(k, key=True)}={esc(v, key=False)}\n" for k, v in props.items())
+
+
+@app.command(
+    epilog=_examples(
+        "rmq broker",
+        "rmq broker -c conf/broker.conf",
+        "rmq broker --name broker-b --port 10921 --namesrv 127.0.0.1:9876 --data-dir /tmp/b",
+        "rmq broker --name broker-a --id 1 --role SLAVE --port 10931",
+    ),
+)
+def broker(
+    ctx: typer.Context,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", exists=True, dir_okay=False, help="RocketMQ broker.conf."),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="brokerName (default broker-a).")
+    ] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="brokerClusterName.")] = None,
+    broker_id: Annotated[
+        int | None, typer.Option("--id", help="brokerId: 0 master, >0 slave.")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="brokerIP1 (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="listenPort (default 10911).")
+    ] = None,
+    namesrv: Annotated[
+        str | None, typer.Option("--namesrv", help="namesrvAddr (default: the global --namesrv).")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="storePathRootDir.")] = None,
+    flush: Annotated[str | None, typer.Option("--flush", help="SYNC_FLUSH or ASYNC_FLUSH.")] = None,
+    role: Annotated[
+        str | None, typer.Option("--role", help="ASYNC_MASTER, SYNC_MASTER or SLAVE.")
+    ] = None,
+    watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
+) -> None:
+    """Run a broker until Ctrl-C or SIGTERM. Flags override the config file."""
+    from cli import render
+
+    if flush is not None and flush.upper() not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        raise typer.BadParameter("must be SYNC_FLUSH or ASYNC_FLUSH", param_hint="--flush")
+    if role is not None and role.upper() not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise typer.BadParameter("must be ASYNC_MASTER, SYNC_MASTER or SLAVE", param_hint="--role")
+    conf_text = config_file.read_text() if config_file else None
+    overrides = {
+        "name": name,
+        "cluster": cluster,
+        "broker_id": broker_id,
+        "host": host,
+        "port": port,
+        "namesrv": namesrv,
+        "data_dir": data_dir,
+        "flush": flush.upper() if flush else None,
+        "role": role.upper() if role else None,
+    }
+    props = broker_properties(conf_text, overrides)
+    props.setdefault("namesrvAddr", _namesrv(ctx))
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def main() -> None:
+        from broker.config import BrokerConfig
+        from broker.service import run_broker
+        from cli.serve import serve_until_stopped
+
+        config = BrokerConfig.from_properties(properties_text(props))
+        await serve_until_stopped(
+            run_broker,
+            config,
+            on_started=lambda h: render.listening(
+                f"broker {config.broker_name}", f"{config.broker_ip1}:{h.port}"
+            ),
+            watch_stdin=watch_stdin,
+        )
+
+    _run(main)
+
+
+@app.command(
+    epilog=_examples(
+        "rmq up",
+        "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
+        "rmq up --masters 2 --slaves 1      # broker-a/b on 10911/10921, slaves on 10931/10941",
+    ),
+)
+def up(
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="Data and logs of every node.")
+    ] = Path(".rmq"),
+    namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="Nameserver port.")] = 9876,
+    broker_port: Annotated[
+        int, typer.Option("--broker-port", help="First broker port; next nodes take +10, +20, ...")
+    ] = 10911,
+    masters: Annotated[
+        int, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...).")
+    ] = 1,
+    slaves: Annotated[int, typer.Option("--slaves", min=0, help="Slaves per master.")] = 0,
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
+    sync_master: Annotated[
+        bool, typer.Option("--sync-master", help="Masters are SYNC_MASTER.")
+    ] = False,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", help="Seconds to wait for ready.")
+    ] = 30.0,
+) -> None:
+    """Run a local cluster: a nameserver and a master broker, each its own process.
+
+    Prints every node's address, then `ready` once all of them serve; runs until Ctrl-C or
+    SIGTERM, then stops every node.
+    """
+    from cli import render
+    from cli.up import PlanError, busy_ports, plan_cluster
+
+    try:
+        plan = plan_cluster(
+            namesrv_port=namesrv_port,
+            broker_port=broker_port,
+            masters=masters,
+            slaves=slaves,
+            cluster=cluster,
+            master_role="SYNC_MASTER" if sync_master else "ASYNC_MASTER",
+        )
+    except PlanError as exc:
+        render.error(str(exc))
+        raise typer.Exit(1) from None
+    busy = busy_ports(plan)
+    if busy:
+        node, port = busy[0]
+        render.error(f"port {port} ({node.name}) is already in use; is another `rmq up` running?")
+        raise typer.Exit(1)
+
+    async def main() -> None:
+        import signal
+
+        import trio
+
+        from cli.up import run_up
+
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    lambda: run_up(
+                        plan, data_dir, report=render.up_event, ready_timeout=ready_timeout
+                    )
+                )
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        _run(main)
+    except typer.Exit:
+        raise
+    render.up_stopped()
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+
+@topic_app.command(
+    "create",
+    epilog=_examples(
+        "rmq topic create TopicTest",
+        "rmq topic create Orders --queues 4 --cluster DefaultCluster",
+        "rmq topic create Orders --broker 127.0.0.1:10911",
+    ),
+)
+def topic_create(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    queues: Annotated[
+        int, typer.Option("--queues", "-q", min=1, help="Read and write queue count.")
+    ] = 8,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Create on every master of it.")
+    ] = None,
+    broker_addr: Annotated[
+        str | None, typer.Option("--broker", help="Create on this broker only.")
+    ] = None,
+    perm: Annotated[
+        int, typer.Option("--perm", help="Permission: 6 read+write, 4 read, 2 write.")
+    ] = 6,
+) -> None:
+    """Create (or update) a topic on the masters of a cluster or on one broker."""
+    from cli import render
+
+    async def main() -> list[str]:
+        from rmq import Admin
+
+        async with Admin(_namesrv(ctx)) as admin:
+            return await admin.create_topic(
+                topic, queues=queues, cluster=cluster, broker_addr=broker_addr, perm=perm
+            )
+
+    render.topic_created(topic, _run(main))
+
+
+@topic_app.command("list", epilog=_examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list"))
+def topic_list(ctx: typer.Context) -> None:
+    """List every topic the nameserver knows."""
+    from cli import render
+
+    async def main() -> list[str]:
+        from rmq import Admin
+
+        async with Admin(_namesrv(ctx)) as admin:
+            return await admin.topic_list()
+
+    render.topic_list(_run(main))
+
+
+@topic_app.command("route", epilog=_examples("rmq topic route TopicTest"))
+def topic_route(ctx: typer.Context, topic: str = typer.Argument(..., help="Topic name.")) -> None:
+    """Show the brokers and queues of a topic."""
+    from cli import render
+
+    async def main():
+        from rmq import Admin
+
+        async with Admin(_namesrv(ctx)) as admin:
+            return await admin.topic_route(topic)
+
+    render.topic_route(topic, _run(main))
+
+
+@app.command("cluster", epilog=_examples("rmq cluster"))
+def cluster_list(ctx: typer.Context) -> None:
+    """List clusters, brokers and their addresses."""
+    from cli import render
+
+    async def main():
+        from rmq import Admin
+
+        async with Admin(_namesrv(ctx)) as admin:
+            return await admin.cluster_info()
+
+    render.cluster_info(_run(main))
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+@app.command(
+    epilog=_examples(
+        "rmq produce --topic TopicTest hello world       # two messages",
+        "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
+        "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
+    ),
+)
+def produce(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic.")],
+    tags: Annotated[str | None, typer.Option("--tags", help="Message tag.")] = None,
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="Message keys (space separated).")
+    ] = None,
+    group: Annotated[
+        str, typer.Option("--group", "-g", help="Producer group.")
+    ] = "rmq-cli-producer",
+    delay_level: Annotated[
+        int, typer.Option("--delay-level", min=0, max=18, help="1..18, 0 = none.")
+    ] = 0,
+    prop: Annotated[
+        list[str] | None, typer.Option("--property", "-P", help="User property K=V (repeatable).")
+    ] = None,
+    bodies: Annotated[
+        list[str] | None,
+        typer.Argument(help="Message bodies; without any, one message per stdin line."),
+    ] = None,
+) -> None:
+    """Send messages (arguments, or stdin lines) and print each SendResult."""
+    from cli import render
+
+    properties: dict[str, str] = {}
+    for item in prop or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
+        properties[key] = value
+    if bodies:
+        payloads = list(bodies)
+    else:
+        payloads = [line.rstrip("\r\n") for line in sys.stdin]
+        payloads = [p for p in payloads if p]
+    if not payloads:
+        render.error("nothing to send: give BODY arguments or lines on stdin")
+        raise typer.Exit(1)
+
+    async def main() -> None:
+        from rmq import Message, Producer
+
+        async with Producer(group, _namesrv(ctx)) as producer:
+            for body in payloads:
+                msg = Message(
+                    topic,
+                    body,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    delay_level=delay_level,
+                )
+                render.send_result(await producer.send(msg))
+
+    _run(main)
+
+
+@app.command(
+    epilog=_examples(
+        "rmq consume --topic TopicTest                      # new messages, until Ctrl-C",
+        "rmq consume --topic TopicTest --from-beginning --count 10",
+        "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v",
+    ),
+)
+def consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic.")],
+    group: Annotated[
+        str, typer.Option("--group", "-g", help="Consumer group.")
+    ] = "rmq-cli-consumer",
+    from_beginning: Annotated[
+        bool,
+        typer.Option(
+            "--from-beginning", help="Start at the oldest message, not the group's offset."
+        ),
+    ] = False,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")
+    ] = None,
+    tags: Annotated[str, typer.Option("--tags", help="Tag expression: '*' or 'A||B'.")] = "*",
+    idle_timeout: Annotated[
+        float | None,
+        typer.Option("--idle-timeout", help="Stop after this many seconds without a message."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show queue, offset, ids, tags.")
+    ] = False,
+) -> None:
+    """Pull messages from every queue of a topic and print them (one line each)."""
+    from cli import render
+
+    async def main() -> None:
+        from cli.consume import consume_topic
+
+        await consume_topic(
+            _namesrv(ctx),
+            topic,
+            group=group,
+            from_beginning=from_beginning,
+            count=count,
+            tags=tags,
+            idle_timeout=idle_timeout,
+            on_message=lambda m: render.message(m, verbose=verbose),
+        )
+
+    _run(main)
+
+
+def main() -> None:
+    """Console-script entry point (`rmq`)."""
+    # Tests and `rmq up` children run with the repo as cwd; nothing to set up here beyond typer.
+    app(prog_name=os.path.basename(sys.argv[0]) if sys.argv[0].endswith("rmq") else "rmq")
+
+
+if __name__ == "__main__":
+    main()

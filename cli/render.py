@@ -1,0 +1,140 @@
+"""Everything the `rmq` command prints: one function per kind of result.
+
+Commands hand plain models here; nothing in this module talks to the network. Consoles are
+made per call so typer's CliRunner (which swaps sys.stdout/sys.stderr) captures the output.
+Lines that scripts read (`ready`, message bodies, send results) are printed plainly, without
+markup or wrapping, so they stay the same whether stdout is a terminal or a pipe.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cli.up import UpEvent
+    from common.message import MessageExt
+    from common.model import ClusterInfo, TopicRouteData
+    from rmq.producer import SendResult
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False, soft_wrap=True)
+
+
+def _line(text: str) -> None:
+    print(text, flush=True)
+
+
+def error(text: str) -> None:
+    """One line on stderr; the caller exits non-zero."""
+    print(f"error: {text}", file=sys.stderr, flush=True)
+
+
+def listening(what: str, addr: str) -> None:
+    _line(f"{what} listening on {addr}")
+
+
+# --- rmq up ----------------------------------------------------------------------------------
+
+
+def up_event(event: UpEvent) -> None:
+    node = event.node
+    if event.kind == "spawned" and node is not None:
+        if node.kind == "namesrv":
+            detail = "nameserver"
+        else:
+            role = "master" if node.broker_id == 0 else f"slave {node.broker_id}"
+            detail = (
+                f"{node.broker_name} {role} ({node.role}), cluster {node.cluster}, "
+                f"ha {node.ha_port}, vip {node.vip_port}"
+            )
+        _line(f"{node.name:<14} {node.addr:<21} pid {event.pid:<7} {detail}  log {event.log_path}")
+    elif event.kind == "ready":
+        _line("ready")
+    elif event.kind == "stopping":
+        _line("stopping")
+    elif event.kind == "stopped" and node is not None:
+        _line(f"{node.name:<14} stopped (exit code {event.returncode})")
+
+
+def up_stopped() -> None:
+    _line("stopped")
+
+
+# --- topics / cluster ------------------------------------------------------------------------
+
+
+def topic_created(topic: str, broker_addrs: list[str]) -> None:
+    for addr in broker_addrs:
+        _line(f"created topic {topic} on {addr}")
+
+
+def topic_list(topics: list[str]) -> None:
+    for topic in sorted(topics):
+        _line(topic)
+
+
+def topic_route(topic: str, route: TopicRouteData) -> None:
+    from rich.table import Table
+
+    from common.model import PermName
+
+    brokers = Table(title=f"brokers of {topic}")
+    for col in ("broker", "cluster", "id", "address"):
+        brokers.add_column(col)
+    for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+        for bid, addr in sorted(bd.brokerAddrs.items()):
+            brokers.add_row(bd.brokerName, bd.cluster, str(bid), addr)
+    queues = Table(title=f"queues of {topic}")
+    for col in ("broker", "read", "write", "perm"):
+        queues.add_column(col)
+    for qd in sorted(route.queueDatas, key=lambda q: q.brokerName):
+        queues.add_row(
+            qd.brokerName,
+            str(qd.readQueueNums),
+            str(qd.writeQueueNums),
+            PermName.to_string(qd.perm),
+        )
+    console = _console()
+    console.print(brokers)
+    console.print(queues)
+
+
+def cluster_info(info: ClusterInfo) -> None:
+    from rich.table import Table
+
+    table = Table(title="clusters")
+    for col in ("cluster", "broker", "id", "address"):
+        table.add_column(col)
+    for cluster, names in sorted(info.clusterAddrTable.items()):
+        for name in sorted(names):
+            bd = info.brokerAddrTable.get(name)
+            for bid, addr in sorted(bd.brokerAddrs.items()) if bd else []:
+                table.add_row(cluster, name, str(bid), addr)
+    _console().print(table)
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+def send_result(result: SendResult) -> None:
+    mq = result.message_queue
+    _line(
+        f"{result.status.name} msgId={result.msg_id} offsetMsgId={result.offset_msg_id} "
+        f"queue={mq.brokerName}:{mq.queueId} queueOffset={result.queue_offset}"
+    )
+
+
+def message(msg: MessageExt, *, verbose: bool = False) -> None:
+    body = msg.body.decode("utf-8", errors="replace")
+    if not verbose:
+        _line(body)
+        return
+    _line(
+        f"[{msg.topic} {msg.store_host[0]}:{msg.store_host[1]} q{msg.queue_id} "
+        f"@{msg.queue_offset}] msgId={msg.uniq_key or msg.msg_id} tags={msg.tags or ''} "
+        f"keys={msg.keys or ''} body={body}"
+    )

@@ -1,0 +1,356 @@
+"""`rmq up`: a local cluster, one OS process per node, supervised from a Trio nursery.
+
+Theory of operation:
+
+* The port plan (`plan_cluster`) is pure. The nameserver gets one port (9876). Every broker gets
+  a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
+  port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
+  10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
+* `run_up` spawns `python -m cli.main namesrv|broker ... --watch-stdin` for each node, with
+  stdout+stderr going to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
+  the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
+  child stops by itself, so no orphan outlives `rmq up`. Children run in their own session,
+  so a terminal Ctrl-C reaches only the supervisor, which then stops them in order.
+* Readiness is probed over the wire, not guessed from logs: the nameserver must answer
+  GET_BROKER_CLUSTER_INFO with every planned broker registered at its planned address, and
+  every broker must answer a request on its listen port. Only then the `ready` event fires.
+* A child that exits on its own is a failure of the whole cluster: the supervisor raises
+  `NodeFailed` and stops the others. Shutdown (on cancellation or failure) is shielded and
+  bounded: SIGTERM to slaves, then masters (so they unregister while the nameserver still
+  runs), then the nameserver; SIGKILL after `stop_timeout`; every child is reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import string
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+NAMESRV_PORT = 9876
+BROKER_PORT = 10911
+PORT_BLOCK = 10  # ports reserved per broker node: P-2 (VIP), P (listen), P+1 (HA)
+
+
+class PlanError(ValueError):
+    """A cluster plan that cannot work (ports out of range or overlapping)."""
+
+
+class NodeFailed(Exception):
+    """A node exited on its own, could not start, or never became ready."""
+
+
+@attrs.frozen
+class NodeSpec:
+    name: str  # unique node name, also its log and data directory name
+    kind: str  # "namesrv" | "broker"
+    host: str
+    port: int
+    cluster: str = "DefaultCluster"
+    broker_name: str | None = None
+    broker_id: int = 0
+    role: str | None = None  # ASYNC_MASTER | SYNC_MASTER | SLAVE for brokers
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ha_port(self) -> int | None:
+        return self.port + 1 if self.kind == "broker" else None
+
+    @property
+    def vip_port(self) -> int | None:
+        return self.port - 2 if self.kind == "broker" else None
+
+    def ports(self) -> list[int]:
+        if self.kind == "broker":
+            return [self.port - 2, self.port, self.port + 1]
+        return [self.port]
+
+
+@attrs.frozen
+class ClusterPlan:
+    namesrv: NodeSpec
+    brokers: tuple[NodeSpec, ...]
+
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        return (self.namesrv, *self.brokers)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.addr
+
+
+def broker_name_for(index: int) -> str:
+    """broker-a, broker-b, ..., broker-z, then broker-26, broker-27, ..."""
+    if index < 26:
+        return f"broker-{string.ascii_lowercase[index]}"
+    return f"broker-{index}"
+
+
+def plan_cluster(
+    *,
+    host: str = "127.0.0.1",
+    namesrv_port: int = NAMESRV_PORT,
+    broker_port: int = BROKER_PORT,
+    masters: int = 1,
+    slaves: int = 0,
+    cluster: str = "DefaultCluster",
+    master_role: str = "ASYNC_MASTER",
+) -> ClusterPlan:
+    """The nodes of a local cluster: `masters` broker names, each with `slaves` slaves."""
+    if masters < 1:
+        raise PlanError("a cluster needs at least one master")
+    if slaves < 0:
+        raise PlanError("slaves must be >= 0")
+    if master_role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+        raise PlanError(f"master role must be ASYNC_MASTER or SYNC_MASTER, not {master_role}")
+    namesrv = NodeSpec("namesrv", "namesrv", host, namesrv_port, cluster=cluster)
+    brokers: list[NodeSpec] = []
+    block = 0
+    for m in range(masters):
+        name = broker_name_for(m)
+        brokers.append(
+            NodeSpec(
+                name,
+                "broker",
+                host,
+                broker_port + PORT_BLOCK * block,
+                cluster,
+                name,
+                0,
+                master_role,
+            )
+        )
+        block += 1
+    for s in range(1, slaves + 1):
+        for m in range(masters):
+            name = broker_name_for(m)
+            port = broker_port + PORT_BLOCK * block
+            brokers.append(
+                NodeSpec(f"{name}-s{s}", "broker", host, port, cluster, name, s, "SLAVE")
+            )
+            block += 1
+    plan = ClusterPlan(namesrv, tuple(brokers))
+    _check_ports(plan)
+    return plan
+
+
+def _check_ports(plan: ClusterPlan) -> None:
+    seen: dict[int, str] = {}
+    for node in plan.nodes:
+        for port in node.ports():
+            if not 1 <= port <= 65535:
+                raise PlanError(f"{node.name}: port {port} is outside 1..65535")
+            if port in seen:
+                raise PlanError(f"{node.name} and {seen[port]} both need port {port}")
+            seen[port] = node.name
+
+
+def busy_ports(plan: ClusterPlan) -> list[tuple[NodeSpec, int]]:
+    """Planned ports another process already listens on (checked before spawning anything)."""
+    busy = []
+    for node in plan.nodes:
+        for port in node.ports():
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((node.host, port))
+                except OSError:
+                    busy.append((node, port))
+    return busy
+
+
+def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
+    """The child command line; `python -m cli.main` keeps the child's imports lean."""
+    base = [sys.executable, "-m", "cli.main"]
+    node_dir = str(data_dir / node.name)
+    if node.kind == "namesrv":
+        return [*base, "namesrv", "--host", node.host, "--port", str(node.port),
+                "--data-dir", node_dir, "--watch-stdin"]  # fmt: skip
+    return [
+        *base, "broker",
+        "--name", node.broker_name or node.name,
+        "--cluster", node.cluster,
+        "--id", str(node.broker_id),
+        "--role", node.role or "ASYNC_MASTER",
+        "--host", node.host,
+        "--port", str(node.port),
+        "--namesrv", plan.namesrv_addr,
+        "--data-dir", node_dir,
+        "--watch-stdin",
+    ]  # fmt: skip
+
+
+@attrs.frozen
+class UpEvent:
+    kind: str  # "spawned" | "ready" | "stopping" | "stopped"
+    node: NodeSpec | None = None
+    pid: int | None = None
+    returncode: int | None = None
+    log_path: Path | None = None
+
+
+Probe = Callable[[ClusterPlan], Awaitable[bool]]
+CommandFor = Callable[[NodeSpec, ClusterPlan, Path], list[str]]
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@attrs.define(eq=False)
+class _Child:
+    node: NodeSpec
+    process: trio.Process
+    log_path: Path
+    # set once the supervisor itself asked this child to stop; an exit before that is a failure
+    stopping: bool = False
+
+
+async def run_up(
+    plan: ClusterPlan,
+    data_dir: Path,
+    *,
+    report: Callable[[UpEvent], None] = lambda e: None,
+    probe: Probe | None = None,
+    command_for: CommandFor = node_command,
+    ready_timeout: float = 30.0,
+    stop_timeout: float = 10.0,
+    poll_interval: float = 0.05,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Spawn every node, report `ready` once all serve, run until cancelled, then stop all."""
+    probe = probe or probe_cluster
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    children: list[_Child] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        async with trio.open_nursery() as nursery:
+            for node in plan.nodes:
+                log_path = log_dir / f"{node.name}.log"
+                log_fd = _open_log(log_path)
+                try:
+                    process = await trio.lowlevel.open_process(
+                        command_for(node, plan, data_dir),
+                        stdin=subprocess.PIPE,
+                        stdout=log_fd,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        env=env,
+                    )
+                finally:
+                    os.close(log_fd)  # the child holds its own copy
+                child = _Child(node, process, log_path)
+                children.append(child)
+                nursery.start_soon(_watch, child)
+                report(UpEvent("spawned", node, process.pid, log_path=log_path))
+            with trio.move_on_after(ready_timeout) as ready_scope:
+                while True:
+                    if await _probe_quietly(probe, plan):
+                        break
+                    await trio.sleep(poll_interval)
+            if ready_scope.cancelled_caught:
+                raise NodeFailed(
+                    f"cluster not ready after {ready_timeout:g} s; logs are in {log_dir}"
+                )
+            report(UpEvent("ready"))
+            task_status.started()
+            await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            if children:
+                report(UpEvent("stopping"))
+            await _stop_all(children, stop_timeout, report)
+
+
+def _open_log(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+async def _probe_quietly(probe: Probe, plan: ClusterPlan) -> bool:
+    try:
+        return await probe(plan)
+    except (OSError, trio.BrokenResourceError):
+        return False
+    except Exception as exc:  # a node that answers garbage is "not ready yet", not a crash
+        from common.errors import RmqError
+
+        if isinstance(exc, RmqError):
+            return False
+        raise
+
+
+async def _watch(child: _Child) -> None:
+    code = await child.process.wait()
+    if not child.stopping:
+        tail = log_tail(child.log_path)
+        raise NodeFailed(
+            f"{child.node.name} exited with code {code}; log {child.log_path}"
+            + (f":\n{tail}" if tail else "")
+        )
+
+
+async def _stop_all(children: list[_Child], timeout: float, report) -> None:
+    # Slaves first, then masters, then the nameserver: each broker unregisters while the
+    # nameserver still listens.
+    def rank(c: _Child) -> int:
+        if c.node.kind == "namesrv":
+            return 2
+        return 0 if c.node.broker_id else 1
+
+    for r in (0, 1, 2):
+        group = [c for c in children if rank(c) == r]
+        for c in group:
+            c.stopping = True
+            if c.process.returncode is None:
+                try:
+                    c.process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        with trio.move_on_after(timeout):
+            for c in group:
+                await c.process.wait()
+        for c in group:
+            if c.process.returncode is None:
+                c.process.kill()
+                await c.process.wait()
+            if c.process.stdin is not None:
+                await c.process.stdin.aclose()
+            report(UpEvent("stopped", c.node, c.process.pid, c.process.returncode))
+
+
+async def probe_cluster(plan: ClusterPlan, *, timeout: float = 1.0) -> bool:
+    """True once the nameserver lists every planned broker and every broker answers."""
+    from common.remoting.client import open_remoting_client
+    from common.remoting.codes import RequestCode
+    from common.remoting.command import RemotingCommand
+    from rmq.client_api import ClientAPI
+
+    async with open_remoting_client(connect_timeout=timeout) as remoting:
+        api = ClientAPI(remoting)
+        info = await api.get_cluster_info(plan.namesrv_addr, timeout=timeout)
+        for node in plan.brokers:
+            brokers = info.brokerAddrTable.get(node.broker_name or "")
+            if brokers is None or brokers.brokerAddrs.get(node.broker_id) != node.addr:
+                return False
+        for node in plan.brokers:
+            # any answer proves the broker serves; the code itself does not matter
+            await remoting.invoke(
+                node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout
+            )
+    return True

@@ -1,0 +1,39 @@
+"""Errors the client raises itself (the server's codes map to `common.errors` classes).
+
+By cause, like `common/errors.py`: a caller tells "no broker serves this topic" from "the
+broker refused" from "the network failed" by class, never by message text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from common.errors import RmqError
+
+
+class ClientError(RmqError):
+    """The client cannot do what was asked with what it knows (Java MQClientException)."""
+
+
+class NoRouteInfoError(ClientError):
+    """The nameserver has no route for the topic, and none for the auto-create topic TBW102."""
+
+    def __init__(self, topic: str, detail: str = "") -> None:
+        super().__init__(
+            f"No route info of this topic: {topic}" + (f" ({detail})" if detail else "")
+        )
+        self.topic = topic
+
+
+class BrokerNotFoundError(ClientError):
+    """A route names a broker whose (master) address is unknown or gone."""
+
+    retriable: ClassVar[bool] = True
+
+    def __init__(self, broker_name: str) -> None:
+        super().__init__(f"The broker[{broker_name}] not exist")
+        self.broker_name = broker_name
+
+
+class InvalidMessageError(ClientError, ValueError):
+    """A message no broker would accept (what MESSAGE_ILLEGAL would say), caught before sending."""

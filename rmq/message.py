@@ -1,0 +1,216 @@
+"""What a producer sends: `Message`, and the client-side unique id (`UNIQ_KEY`).
+
+Theory of operation: a `Message` is a plain user value (topic, body, tags, keys, user
+properties, delay level). Nothing about it is wire-specific until `wire_properties` turns it
+into the property map RocketMQ stores (facts §4.5): TAGS, KEYS (space-joined), DELAY, WAIT and
+the user's own keys. The producer adds UNIQ_KEY right before sending, so a re-sent or retried
+message keeps the id it got on its first attempt only if the caller put one there.
+
+`UniqueIdGenerator` is MessageClientIDSetter (facts §4.4): 32 upper-case hex characters =
+a 10-byte fixed prefix (IPv4 address, 2-byte pid, 4-byte per-process "class loader hash") and a
+6-byte suffix (milliseconds since the start of the current month as a signed int, and a 2-byte
+wrapping counter). Brokers only store and index it; real clients show it as `msgId`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import os
+import random
+import socket
+import struct
+import time
+from collections.abc import Iterable
+
+import attrs
+
+from rmq.errors import InvalidMessageError
+
+# Property keys (facts §4.5). Kept local so `rmq` stays importable without the store codec.
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+
+# Keys a user may not set through `properties=`: the client or the broker owns them.
+RESERVED_PROPERTIES = frozenset(
+    {
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_WAIT_STORE_MSG_OK,
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MSG_REGION",
+        "TRACE_ON",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "RETRY_TOPIC",
+        "CLUSTER",
+    }
+)
+
+MAX_DELAY_LEVEL = 18  # "1s 5s ... 2h": the broker's default messageDelayLevel has 18 levels
+
+
+def _body_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return bytes(body)
+
+
+def _keys_str(keys: str | Iterable[str] | None) -> str | None:
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return keys or None
+    joined = " ".join(k for k in keys if k)
+    return joined or None
+
+
+@attrs.define(eq=True)
+class Message:
+    """A message to send. `body` may be bytes or str (UTF-8); `keys` a str or a list of str."""
+
+    topic: str
+    body: bytes = attrs.field(converter=_body_bytes)
+    tags: str | None = None
+    keys: str | None = attrs.field(default=None, converter=_keys_str)
+    properties: dict[str, str] = attrs.field(factory=dict, converter=dict)
+    delay_level: int = 0
+    flag: int = 0
+    # WAIT=true asks the broker to answer only after the store is done (RocketMQ default).
+    wait_store_ok: bool = True
+
+    def validate(self) -> None:
+        """Raise InvalidMessageError for what no broker would accept (facts §2.2 msgCheck)."""
+        if not self.topic:
+            raise InvalidMessageError("topic is empty")
+        if len(self.topic) > 127:
+            raise InvalidMessageError(f"topic is longer than 127 characters: {self.topic[:40]}...")
+        if not all(c.isascii() and (c.isalnum() or c in "%|_-") for c in self.topic):
+            raise InvalidMessageError(
+                f"topic {self.topic!r} has characters outside [%|a-zA-Z0-9_-]"
+            )
+        if not self.body:
+            raise InvalidMessageError("message body is empty")
+        if not 0 <= self.delay_level <= MAX_DELAY_LEVEL:
+            raise InvalidMessageError(f"delay_level must be 0..{MAX_DELAY_LEVEL}")
+        for key, value in self.properties.items():
+            if key in RESERVED_PROPERTIES:
+                raise InvalidMessageError(f"property {key!r} is reserved")
+            for part in (key, value):
+                if "\x01" in part or "\x02" in part:
+                    raise InvalidMessageError(f"property {key!r} contains \\x01 or \\x02")
+
+    def wire_properties(self) -> dict[str, str]:
+        """The property map sent in header `i` (without UNIQ_KEY unless the user set one)."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_ok else "false"
+        return props
+
+
+def _local_ipv4() -> bytes:
+    """The address the Java client would pick; loopback when the host has no routable one."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            # connect() on UDP sends nothing; it only asks the kernel for a source address.
+            s.connect(("10.255.255.255", 1))
+            return socket.inet_aton(s.getsockname()[0])
+    except OSError:
+        return socket.inet_aton("127.0.0.1")
+
+
+def _month_start_ms(now_ms: int) -> int:
+    now = datetime.datetime.fromtimestamp(now_ms / 1000)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return int(start.timestamp() * 1000)
+
+
+@attrs.define(eq=False)
+class UniqueIdGenerator:
+    """MessageClientIDSetter: one per process is enough (the counter makes ids unique)."""
+
+    ip: bytes = attrs.field(factory=_local_ipv4)
+    pid: int = attrs.field(factory=os.getpid)
+    # Java uses the class loader's identity hash; any per-process random int plays that role.
+    loader_hash: int = attrs.field(factory=lambda: random.getrandbits(31))
+    # (month_start_ms, next_month_start_ms): ids carry ms since month start, as a signed int.
+    _window: tuple[int, int] = attrs.field(default=(0, 0), init=False)
+    # counter wraps at 2**16 like the Java short; it only disambiguates ids of one millisecond.
+    _counter: itertools.count = attrs.field(factory=itertools.count, init=False)
+    # hex of ip + pid + loader_hash: the same for every id of this generator
+    _prefix: str = attrs.field(default="", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._prefix = (self.ip + struct.pack(">hi", _signed16(self.pid), self.loader_hash)).hex()
+
+    def create(self, now_ms: int | None = None) -> str:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        start, end = self._window
+        if not start <= now_ms < end:
+            start = _month_start_ms(now_ms)
+            end = _month_start_ms(start + 32 * 86_400_000)
+            self._window = (start, end)
+        counter = _signed16(next(self._counter))
+        suffix = struct.pack(">ih", _signed32(now_ms - start), counter)
+        return (self._prefix + suffix.hex()).upper()
+
+
+def _signed16(n: int) -> int:
+    n &= 0xFFFF
+    return n - 0x10000 if n >= 0x8000 else n
+
+
+def _signed32(n: int) -> int:
+    n &= 0xFFFFFFFF
+    return n - 0x100000000 if n >= 0x80000000 else n
+
+
+@attrs.frozen
+class UniqueIdInfo:
+    """What an IPv4 UNIQ_KEY tells (MessageClientIDSetter.getIPStrFromID / ...NearlyTime...)."""
+
+    ip: str
+    pid: int
+    ms_since_month_start: int
+    counter: int
+
+
+def parse_unique_id(uid: str) -> UniqueIdInfo:
+    raw = bytes.fromhex(uid)
+    if len(raw) != 16:
+        raise ValueError(f"not an IPv4 UNIQ_KEY: {uid!r}")
+    pid, _hash, ms, counter = struct.unpack(">HiiH", raw[4:])
+    return UniqueIdInfo(socket.inet_ntoa(raw[:4]), pid, ms, counter)
+
+
+_default_generator: UniqueIdGenerator | None = None
+
+
+def create_unique_id() -> str:
+    """A fresh UNIQ_KEY from the process-wide generator."""
+    global _default_generator
+    if _default_generator is None:
+        _default_generator = UniqueIdGenerator()
+    return _default_generator.create()
