@@ -1,1 +1,32 @@
+"""The broker's message store: CommitLog, ConsumeQueues, index (see docs/internal-apis.md).
 
+Import the public API from here: ``from broker.store import MessageStoreConfig, run_memory_store``.
+"""
+
+from broker.store.config import MessageStoreConfig, parse_delay_levels
+from broker.store.memory_store import MemoryMessageStore, run_memory_store
+from broker.store.results import (
+    AppendMessageResult,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+from broker.store.store_util import SCHEDULE_TOPIC
+
+__all__ = [
+    "SCHEDULE_TOPIC",
+    "AppendMessageResult",
+    "GetMessageResult",
+    "GetMessageStatus",
+    "MemoryMessageStore",
+    "MessageFilter",
+    "MessageStoreConfig",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "QueryMessageResult",
+    "parse_delay_levels",
+    "run_memory_store",
+]

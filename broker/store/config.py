@@ -1,0 +1,92 @@
+"""MessageStoreConfig: the store half of RocketMQ's broker configuration.
+
+Theory of operation
+-------------------
+A frozen attrs value handed to ``run_message_store`` / ``run_memory_store``.  Sizes are bytes,
+times are seconds (floats, read on Trio's clock); the broker's ``broker.conf`` parser converts
+RocketMQ's millisecond properties.  Defaults are RocketMQ 4.9's (facts §4.3, §5.1).  The HA
+fields live here, as in RocketMQ, so the HA service reads them from the same object.
+
+``delay_level_millis`` parses ``message_delay_level`` ("1s 5s ... 2h") into milliseconds per
+level (level 1 is index 0), the table ScheduleMessageService uses to compute deliver times.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import attrs
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@functools.lru_cache(maxsize=16)
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """ "1s 5s 10m 2h" -> (1000, 5000, 600000, 7200000); raises ValueError on a bad token."""
+    out = []
+    for tok in text.split():
+        unit = tok[-1:]
+        if unit not in _UNIT_MS or not tok[:-1].isdigit():
+            raise ValueError(f"bad delay level {tok!r} in {text!r}")
+        out.append(int(tok[:-1]) * _UNIT_MS[unit])
+    if not out:
+        raise ValueError("message_delay_level defines no level")
+    return tuple(out)
+
+
+@attrs.frozen
+class MessageStoreConfig:
+    store_path_root_dir: str = attrs.field(converter=os.fspath)
+    # None -> <root>/commitlog
+    store_path_commit_log: str | None = None
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_disk_type: str = "ASYNC_FLUSH"  # or "SYNC_FLUSH"
+    sync_flush_timeout: float = 5.0
+    flush_interval_commit_log: float = 0.5
+    flush_interval_consume_queue: float = 1.0
+    # Checkpoint file rewrite period (RocketMQ flushes it with the consume queues).
+    checkpoint_interval: float = 1.0
+    max_message_size: int = 4 * 1024 * 1024
+    broker_role: str = "ASYNC_MASTER"  # "SYNC_MASTER", "SLAVE"
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    access_message_in_memory_max_ratio: int = 40
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    default_query_max_num: int = 32
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    # Recovery checks each record's body CRC (RocketMQ checkCRCOnRecover, default true).
+    check_crc_on_recover: bool = True
+    # Release page-cache pages of the CommitLog once flushed (see mapped_file.py).
+    release_flushed_pages: bool = True
+    delete_when: str = "04"
+    file_reserved_time: int = 72
+    # HA (read by broker/ha)
+    slave_timeout: float = 3.0
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: float = 5.0
+    ha_housekeeping_interval: float = 20.0
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # DLedger (read by broker/dledger)
+    enable_dleger_commit_log: bool = False
+    dleger_group: str = ""
+    dleger_peers: str = ""
+    dleger_self_id: str = ""
+
+    @property
+    def commit_log_dir(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def delay_level_millis(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_level_millis)

@@ -1,0 +1,495 @@
+"""MemoryMessageStore: the MessageStore API with no files (tests, conformance reference).
+
+Theory of operation
+-------------------
+A deliberately simple second implementation of the store facade.  It keeps the CommitLog as a
+list of "files" (bytearrays that grow up to ``mapped_file_size_commit_log``) and applies the
+same BLANK-filler rollover as the file store, so physical offsets, msgIds and HA data are
+byte-for-byte what the file store produces for the same puts.  ConsumeQueues are bytearrays of
+20-byte units per (topic, queueId); the index is a dict from "topic#key" to (phys, storeTime).
+
+Dispatch (CQ + index + arrival listeners) runs synchronously right after each append, so a put
+is visible to ``get_message`` when ``put_message`` returns.  Bytes appended by HA are dispatched
+the same way, from the raw records, waiting for the rest of a record split across HA chunks.
+
+Readers get ``bytes`` copies (never views of the growing bytearrays, which could then not grow).
+The get-path rules are ``store_util.select_messages``, shared with the file store.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+import time
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from broker.store.config import MessageStoreConfig
+from broker.store.results import (
+    AppendMessageResult,
+    GetMessageResult,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+from broker.store.store_util import (
+    BLANK,
+    CQ_UNIT,
+    CQ_UNIT_SIZE,
+    PARTIAL,
+    DispatchRequest,
+    StoreStats,
+    apply_delay,
+    check_message,
+    delay_level_of,
+    dispatch_tags_code,
+    index_keys,
+    is_prepared_or_rollback,
+    parse_record,
+    search_offset_by_time,
+    select_messages,
+)
+from common.message import (
+    BLANK_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    MessageExt,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    RecordDecodeError,
+    create_offset_msg_id,
+    decode_record,
+    encode_record,
+    store_timestamp_position,
+)
+
+log = logging.getLogger(__name__)
+
+ArrivalListener = Callable[[str, int, int, int], None]
+_Q = struct.Struct(">q")
+_BLANK_HEAD = struct.Struct(">ii")
+
+
+@attrs.define(eq=False)
+class _MemQueue:
+    base: int = 0  # logical offset of units[0:20]
+    units: bytearray = attrs.Factory(bytearray)
+
+    @property
+    def max_offset(self) -> int:
+        return self.base + len(self.units) // CQ_UNIT_SIZE
+
+
+@attrs.define(eq=False)
+class MemoryMessageStore:
+    config: MessageStoreConfig
+    # commit log "files": starts[i] is the physical offset of files[i]; files are contiguous
+    _starts: list[int] = attrs.Factory(list)
+    _files: list[bytearray] = attrs.Factory(list)
+    # (topic, queueId) -> next logical offset to assign (put path; prepared/rollback excluded)
+    _topic_queue_table: dict[tuple[str, int], int] = attrs.Factory(dict)
+    _queues: dict[tuple[str, int], _MemQueue] = attrs.Factory(dict)
+    # "topic#key" -> [(phys, storeTimestamp)] in dispatch order
+    _index: dict[str, list[tuple[int, int]]] = attrs.Factory(dict)
+    _index_last_ts: int = 0
+    _index_last_phy: int = 0
+    # physical offset up to which records were dispatched (<= max_phy_offset)
+    _reput_from: int = 0
+    _listeners: list[ArrivalListener] = attrs.Factory(list)
+    _stats: StoreStats = attrs.Factory(StoreStats)
+    _last_store_ts: int = 0
+    shutdown: bool = False
+    # wall clock in ms for store timestamps; tests replace it
+    clock: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+
+    # ------------------------------------------------------------------ commit log bytes
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.get_max_phy_offset() - self._reput_from
+
+    def get_max_phy_offset(self) -> int:
+        if not self._files:
+            return 0
+        return self._starts[-1] + len(self._files[-1])
+
+    def get_min_phy_offset(self) -> int:
+        return self._starts[0] if self._starts else 0
+
+    def _locate(self, phys: int) -> tuple[bytearray, int] | None:
+        i = bisect.bisect_right(self._starts, phys) - 1
+        if i < 0:
+            return None
+        pos = phys - self._starts[i]
+        f = self._files[i]
+        if pos >= len(f):
+            return None
+        return f, pos
+
+    def _roll_next_file(self, phys: int) -> int:
+        size = self.config.mapped_file_size_commit_log
+        return phys + size - phys % size
+
+    def _now_ms(self) -> int:
+        # store timestamps never go backwards within one store (by-time search relies on order)
+        ts = max(self.clock(), self._last_store_ts)
+        self._last_store_ts = ts
+        return ts
+
+    def _reserve(self, length: int) -> int:
+        """Physical offset where ``length`` bytes go, writing a BLANK filler if needed."""
+        size = self.config.mapped_file_size_commit_log
+        if not self._files:
+            self._starts.append(0)
+            self._files.append(bytearray())
+        f = self._files[-1]
+        remaining = size - len(f)
+        if length + 8 > remaining:
+            if remaining >= 8:
+                f += _BLANK_HEAD.pack(remaining, BLANK_MAGIC_CODE) + bytes(remaining - 8)
+            self._starts.append(self._starts[-1] + size)
+            self._files.append(bytearray())
+        return self._starts[-1] + len(self._files[-1])
+
+    # ------------------------------------------------------------------ put path
+
+    def _too_big(self, length: int) -> bool:
+        return (
+            length > self.config.max_message_size
+            or length + 8 > self.config.mapped_file_size_commit_log
+        )
+
+    async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        result = self._put_sync([msg], batch=False)
+        await trio.lowlevel.checkpoint()
+        return result
+
+    async def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        result = self._put_sync(msgs, batch=True)
+        await trio.lowlevel.checkpoint()
+        return result
+
+    def _fail(self, status: PutMessageStatus, remark: str) -> PutMessageResult:
+        self._stats.put_failed += 1
+        return PutMessageResult(status, None, remark)
+
+    def _put_sync(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
+        if self.shutdown:
+            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
+        if not msgs:
+            return self._fail(PutMessageStatus.MESSAGE_ILLEGAL, "empty batch")
+        for m in msgs:
+            bad = check_message(m, self.config)
+            if bad is not None:
+                return self._fail(bad, f"store rejected the message: {bad.name}")
+            if batch and (
+                delay_level_of(m.properties) > 0
+                or MessageSysFlag.transaction_value(m.sys_flag) != 0
+            ):
+                return self._fail(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    "batch messages cannot be delayed or transactional",
+                )
+        if not batch:
+            apply_delay(msgs[0], self.config)
+        store_ts = self._now_ms()
+        # encode with the queue offsets they will get; physical offsets patched once placed
+        table = self._topic_queue_table
+        next_q: dict[tuple[str, int], int] = {}
+        recs: list[bytearray] = []
+        qoffs: list[int] = []
+        for m in msgs:
+            m.store_timestamp = store_ts
+            key = (m.topic, m.queue_id)
+            if is_prepared_or_rollback(m.sys_flag):
+                q = 0
+            else:
+                q = next_q.get(key, table.get(key, 0))
+                next_q[key] = q + 1
+            qoffs.append(q)
+            recs.append(bytearray(encode_record(m, q, 0, store_ts)))
+        total = sum(len(r) for r in recs)
+        if self._too_big(total):
+            return self._fail(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"message size {total} exceeds the limit {self.config.max_message_size}",
+            )
+        phys = self._reserve(total)
+        first = phys
+        ids = []
+        for m, r in zip(msgs, recs, strict=True):
+            _Q.pack_into(r, PHYSICAL_OFFSET_POSITION, phys)
+            ids.append(create_offset_msg_id(m.store_host, phys))
+            phys += len(r)
+        self._files[-1] += b"".join(recs)
+        table.update(next_q)
+        self._stats.on_put(len(msgs), total)
+        self._dispatch_new()
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(
+                wrote_offset=first,
+                wrote_bytes=total,
+                msg_id=",".join(ids),
+                store_timestamp=store_ts,
+                logics_offset=qoffs[0],
+                msg_num=len(msgs),
+            ),
+        )
+
+    # ------------------------------------------------------------------ dispatch (reput)
+
+    def _dispatch_new(self) -> None:
+        end = self.get_max_phy_offset()
+        delays = self.config.delay_level_millis
+        while self._reput_from < end:
+            loc = self._locate(self._reput_from)
+            if loc is None:
+                break
+            f, pos = loc
+            try:
+                what, size = parse_record(f, pos, len(f), delays, check_crc=False)
+            except RecordDecodeError as exc:
+                log.error("reput stopped at %d: %s", self._reput_from, exc)
+                break
+            if what == PARTIAL:
+                break
+            if what == BLANK:
+                self._reput_from = self._roll_next_file(self._reput_from)
+                continue
+            self._dispatch(what)
+            self._reput_from += size
+
+    def _dispatch(self, req: DispatchRequest) -> None:
+        tran_rollback_or_prepared = is_prepared_or_rollback(req.sys_flag)
+        if not tran_rollback_or_prepared:
+            key = (req.topic, req.queue_id)
+            q = self._queues.get(key)
+            if q is None:
+                q = self._queues[key] = _MemQueue(base=req.consume_queue_offset)
+            if req.consume_queue_offset == q.max_offset:
+                q.units += CQ_UNIT.pack(req.commit_log_offset, req.msg_size, req.tags_code)
+                # a slave learns the next offset from the replicated records
+                if self._topic_queue_table.get(key, 0) <= req.consume_queue_offset:
+                    self._topic_queue_table[key] = req.consume_queue_offset + 1
+                for fn in list(self._listeners):
+                    fn(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code)
+            elif req.consume_queue_offset > q.max_offset:
+                log.error(
+                    "consume queue %s gap: unit %d after %d",
+                    key,
+                    req.consume_queue_offset,
+                    q.max_offset,
+                )
+        if self.config.message_index_enable and (
+            MessageSysFlag.transaction_value(req.sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK
+        ):
+            for k in req.keys:
+                self._index.setdefault(k, []).append((req.commit_log_offset, req.store_timestamp))
+            if req.keys:
+                self._index_last_ts = req.store_timestamp
+                self._index_last_phy = req.commit_log_offset
+
+    def add_arrival_listener(self, fn: ArrivalListener) -> None:
+        self._listeners.append(fn)
+
+    # ------------------------------------------------------------------ get path
+
+    def _read(self, phys: int, size: int) -> bytes | None:
+        loc = self._locate(phys)
+        if loc is None:
+            return None
+        f, pos = loc
+        if pos + size > len(f):
+            return None
+        return bytes(f[pos : pos + size])
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult:
+        q = self._queues.get((topic, queue_id))
+        upf = self.config.mapped_file_size_consume_queue // CQ_UNIT_SIZE
+
+        def read_units(off: int, max_bytes: int) -> bytes | None:
+            assert q is not None
+            file_end = (off // upf + 1) * upf
+            a = (off - q.base) * CQ_UNIT_SIZE
+            b = min(file_end - q.base, q.max_offset - q.base) * CQ_UNIT_SIZE
+            return bytes(q.units[a : min(b, a + max_bytes)])
+
+        result = select_messages(
+            self.config,
+            offset,
+            max_msg_nums,
+            message_filter,
+            min_offset=None if q is None else q.base,
+            max_offset=0 if q is None else q.max_offset,
+            read_units=read_units,
+            cq_roll_next_file=lambda off: (off // upf + 1) * upf,
+            read_record=self._read,
+            commit_log_roll_next_file=self._roll_next_file,
+            max_phy_offset=self.get_max_phy_offset(),
+        )
+        self._stats.on_get(result)
+        return result
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        q = self._queues.get((topic, queue_id))
+        return 0 if q is None else q.max_offset
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        q = self._queues.get((topic, queue_id))
+        return 0 if q is None else q.base
+
+    def _unit(self, q: _MemQueue, off: int) -> tuple[int, int, int] | None:
+        if not q.base <= off < q.max_offset:
+            return None
+        return CQ_UNIT.unpack_from(q.units, (off - q.base) * CQ_UNIT_SIZE)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        q = self._queues.get((topic, queue_id))
+        u = None if q is None else self._unit(q, cq_offset)
+        return 0 if u is None else u[0]
+
+    def _store_time(self, phys: int, size: int) -> int:
+        rec = self._read(phys, size)
+        if rec is None:
+            return -1
+        sys_flag = struct.unpack_from(">i", rec, 36)[0]
+        return _Q.unpack_from(rec, store_timestamp_position(sys_flag))[0]
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            return 0
+
+        def ts_at(off: int) -> int:
+            phys, size, _ = self._unit(q, off)
+            return self._store_time(phys, size)
+
+        return search_offset_by_time(q.base, q.max_offset, timestamp_ms, ts_at)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        q = self._queues.get((topic, queue_id))
+        if q is None or q.max_offset == q.base:
+            return -1
+        phys, size, _ = self._unit(q, q.base)
+        return self._store_time(phys, size)
+
+    def select_one_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> bytes | None:
+        if size is None:
+            head = self._read(phys_offset, 4)
+            if head is None:
+                return None
+            size = struct.unpack(">i", head)[0]
+            if size <= 0:
+                return None
+        return self._read(phys_offset, size)
+
+    def look_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> MessageExt | None:
+        rec = self.select_one_message_by_offset(phys_offset, size)
+        if rec is None:
+            return None
+        try:
+            return decode_record(rec)
+        except RecordDecodeError:
+            return None
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    ) -> QueryMessageResult:
+        hits = self._index.get(f"{topic}#{key}", [])
+        found = [p for p, ts in reversed(hits) if begin_ts <= ts <= end_ts][: max(max_num, 0)]
+        found.sort()
+        bufs = [b for b in (self.select_one_message_by_offset(p) for p in found) if b is not None]
+        return QueryMessageResult(bufs, self._index_last_ts, self._index_last_phy)
+
+    # ------------------------------------------------------------------ HA
+
+    def get_commit_log_data(self, offset: int) -> memoryview | None:
+        loc = self._locate(offset)
+        if loc is None:
+            return None
+        f, pos = loc
+        return memoryview(bytes(f[pos:]))
+
+    def append_to_commit_log(self, start_offset: int, data) -> bool:
+        size = self.config.mapped_file_size_commit_log
+        data = bytes(data)
+        if not self._files:
+            if start_offset % size:
+                log.error("HA append at %d is not at a file start", start_offset)
+                return False
+            self._starts.append(start_offset)
+            self._files.append(bytearray())
+            self._reput_from = start_offset
+        if start_offset != self.get_max_phy_offset():
+            return False
+        if len(self._files[-1]) == size:
+            self._starts.append(self._starts[-1] + size)
+            self._files.append(bytearray())
+        if len(self._files[-1]) + len(data) > size:
+            log.error("HA append at %d of %d bytes crosses a file end", start_offset, len(data))
+            return False
+        self._files[-1] += data
+        self._dispatch_new()
+        return True
+
+    # ------------------------------------------------------------------ admin
+
+    def topic_queues(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, qid in self._queues:
+            out.setdefault(topic, []).append(qid)
+        return {t: sorted(q) for t, q in out.items()}
+
+    def delete_topics(self, topics) -> None:
+        topics = set(topics)
+        for key in [k for k in self._queues if k[0] in topics]:
+            del self._queues[key]
+        for key in [k for k in self._topic_queue_table if k[0] in topics]:
+            del self._topic_queue_table[key]
+
+    def runtime_info(self) -> dict[str, str]:
+        info = self._stats.runtime_info()
+        info.update(
+            {
+                "commitLogMinOffset": str(self.get_min_phy_offset()),
+                "commitLogMaxOffset": str(self.get_max_phy_offset()),
+                "dispatchBehindBytes": str(self.dispatch_behind_bytes),
+                "remainHowManyDataToFlush": "0 B",
+                "remainHowManyDataToCommit": "0 B",
+                "commitLogDirCapacity": "memory",
+                "commitLogDiskRatio": "0.0",
+                "consumeQueueDiskRatio": "0.0",
+            }
+        )
+        return info
+
+
+async def run_memory_store(
+    config: MessageStoreConfig, *, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    """Start an in-memory store; it lives until this task is cancelled."""
+    store = MemoryMessageStore(config)
+    try:
+        task_status.started(store)
+        await trio.sleep_forever()
+    finally:
+        store.shutdown = True
+
+
+__all__ = ["MemoryMessageStore", "dispatch_tags_code", "index_keys", "run_memory_store"]

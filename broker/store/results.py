@@ -1,0 +1,92 @@
+"""Outcomes of store operations: status enums and result values (RocketMQ store results).
+
+Expected outcomes (an offset out of range, a flush that timed out) are statuses, not exceptions;
+the broker maps them to response codes (facts §2.2).  ``GetMessageResult.buffers`` hold raw
+CommitLog records (memoryviews into the mapped files for the file store), ready to be
+concatenated into a PULL body.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import attrs
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@attrs.frozen
+class AppendMessageResult:
+    wrote_offset: int  # physical offset of the (first) record
+    wrote_bytes: int  # total bytes of the record(s)
+    msg_id: str  # offset msgId; comma-joined for a batch
+    store_timestamp: int
+    logics_offset: int  # queue offset of the (first) message
+    msg_num: int = 1
+
+
+@attrs.frozen
+class PutMessageResult:
+    status: PutMessageStatus
+    append: AppendMessageResult | None = None
+    # Why it failed (for the response remark); None when PUT_OK.
+    remark: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@attrs.frozen
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list = attrs.field(factory=list)  # list[memoryview | bytes]: raw records
+    message_count: int = 0
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+    # Queue offsets of the returned records (same order as buffers).
+    queue_offsets: list[int] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class QueryMessageResult:
+    buffers: list = attrs.field(factory=list)  # raw records, ascending physical offset
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+
+class MessageFilter(Protocol):
+    """Consume-queue level filter (the broker builds one from the subscription's tag codes)."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...

@@ -1,0 +1,413 @@
+"""Store rules shared by the file-backed and in-memory stores (DefaultMessageStore's logic).
+
+Theory of operation
+-------------------
+Both store implementations keep the same shapes: a CommitLog addressed by physical offset, one
+ConsumeQueue of 20-byte units per (topic, queueId), and a key index.  What they share is the
+*rules*, kept here as pure functions so both behave identically and the conformance suite can
+hold them to RocketMQ's answers:
+
+* ``check_message`` / ``apply_delay``: the put-path checks and the delay rewrite to
+  ``SCHEDULE_TOPIC_XXXX`` (``DefaultMessageStore.checkMessage``, ``CommitLog.asyncPutMessage``).
+* ``dispatch_tags_code`` / ``index_keys``: what the reput dispatcher writes for a record
+  (``CommitLog.checkMessageAndReturnSize``, ``IndexService.buildIndex``).
+* ``select_messages``: ``DefaultMessageStore.getMessage``: status and next-offset rules, the CQ
+  scan (which never crosses a CQ file), tag filtering that skips units, and the batch limits
+  (``isTheBatchFull``).  The caller supplies the CQ/CommitLog readers.
+* ``search_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime``'s "closest unit" answer.
+* ``StoreStats``: counters behind ``runtime_info`` (``StoreStatsService``), read on Trio's clock.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Callable
+
+import attrs
+
+from broker.store.config import MessageStoreConfig
+from broker.store.results import GetMessageResult, GetMessageStatus, MessageFilter, PutMessageStatus
+from common.message import (
+    BLANK_MAGIC_CODE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    MESSAGE_MAGIC_CODE,
+    MessageConst,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    RecordDecodeError,
+    decode_record,
+    encode_properties,
+    tags_code,
+)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+CQ_UNIT_SIZE = 20
+CQ_UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
+
+try:
+    TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+    TOTAL_PHYSICAL_MEMORY = 8 * 1024**3
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: 20-digit zero-padded start offset."""
+    return f"{offset:020d}"
+
+
+# ------------------------------------------------------------------------------------ put path
+
+
+def check_message(
+    msg: MessageExtBrokerInner, config: MessageStoreConfig
+) -> PutMessageStatus | None:
+    """Store-level checks (role, topic and properties length); None when the message may go in."""
+    if config.broker_role == "SLAVE":
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if len(msg.topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+        return PutMessageStatus.MESSAGE_ILLEGAL
+    if len(msg.stored_properties_string().encode("utf-8")) > MAX_PROPERTIES_BYTES:
+        return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    return None
+
+
+def is_prepared_or_rollback(sys_flag: int) -> bool:
+    t = MessageSysFlag.transaction_value(sys_flag)
+    return t in (MessageSysFlag.TRANSACTION_PREPARED, MessageSysFlag.TRANSACTION_ROLLBACK)
+
+
+def delay_level_of(props: dict[str, str]) -> int:
+    v = props.get(MessageConst.DELAY)
+    if not v:
+        return 0
+    try:
+        return int(v)
+    except ValueError:
+        return 0
+
+
+def apply_delay(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
+    """Rewrite a DELAY>0 message to SCHEDULE_TOPIC_XXXX / queue level-1 (in place).
+
+    Only non-transactional and commit messages are delayed; the level is clamped to the max
+    level; REAL_TOPIC / REAL_QID keep the destination for the schedule service.
+    """
+    t = MessageSysFlag.transaction_value(msg.sys_flag)
+    if t not in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT):
+        return
+    level = delay_level_of(msg.properties)
+    if level <= 0:
+        return
+    level = min(level, config.max_delay_level)
+    props = msg.properties
+    props[MessageConst.DELAY] = str(level)
+    props[MessageConst.REAL_TOPIC] = msg.topic
+    props[MessageConst.REAL_QID] = str(msg.queue_id)
+    if msg.properties_string is not None:
+        # Keep the broker's stored-string choices (e.g. no WAIT) while adding the new keys.
+        stored = {k: v for k, v in props.items() if k != MessageConst.WAIT}
+        msg.properties_string = encode_properties(stored)
+    msg.topic = SCHEDULE_TOPIC
+    msg.queue_id = level - 1
+
+
+def dispatch_tags_code(
+    topic: str, props: dict[str, str], store_timestamp: int, delay_millis: tuple[int, ...]
+) -> int:
+    """CQ tagsCode: tags hash, or the deliver timestamp for a delayed message."""
+    if topic == SCHEDULE_TOPIC:
+        level = delay_level_of(props)
+        if level > 0:
+            level = min(level, len(delay_millis))
+            return store_timestamp + delay_millis[level - 1]
+    return tags_code(props.get(MessageConst.TAGS))
+
+
+def index_keys(topic: str, props: dict[str, str]) -> list[str]:
+    """Index keys "topic#key" for UNIQ_KEY and every KEYS token."""
+    out = []
+    uniq = props.get(MessageConst.UNIQ_KEY)
+    if uniq:
+        out.append(f"{topic}#{uniq}")
+    keys = props.get(MessageConst.KEYS)
+    if keys:
+        for k in keys.split(MessageConst.KEY_SEPARATOR):
+            if k:
+                out.append(f"{topic}#{k}")
+    return out
+
+
+# ------------------------------------------------------------------------------------ dispatch
+
+_HEAD2 = struct.Struct(">ii")
+
+
+@attrs.frozen
+class DispatchRequest:
+    """What the reput dispatcher needs from one record (CommitLog.checkMessageAndReturnSize)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    sys_flag: int
+    keys: tuple[str, ...]  # index keys, "topic#key"
+
+
+# parse_record outcomes besides a DispatchRequest
+PARTIAL = "partial"  # not enough bytes yet (HA chunk boundary, or torn tail)
+BLANK = "blank"  # end-of-file filler: continue at the next file
+
+
+def parse_record(buf, pos: int, end: int, delay_millis: tuple[int, ...], *, check_crc: bool):
+    """Classify the bytes at ``buf[pos:end]``.
+
+    Returns ``(PARTIAL, 0)``, ``(BLANK, size)``, ``(DispatchRequest, size)``; raises
+    RecordDecodeError for bytes that can never become a valid record (bad magic, size or CRC).
+    """
+    if end - pos < 8:
+        return PARTIAL, 0
+    size, magic = _HEAD2.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if size < 8:
+            raise RecordDecodeError(f"BLANK filler with size {size}")
+        return BLANK, size
+    if magic != MESSAGE_MAGIC_CODE:
+        raise RecordDecodeError(f"bad magic {magic:#x}")
+    if size <= 0:
+        raise RecordDecodeError(f"bad record size {size}")
+    if end - pos < size:
+        return PARTIAL, 0
+    m = decode_record(buf[pos : pos + size], check_crc=check_crc)
+    props = m.properties
+    req = DispatchRequest(
+        topic=m.topic,
+        queue_id=m.queue_id,
+        commit_log_offset=m.commit_log_offset,
+        msg_size=size,
+        tags_code=dispatch_tags_code(m.topic, props, m.store_timestamp, delay_millis),
+        store_timestamp=m.store_timestamp,
+        consume_queue_offset=m.queue_offset,
+        sys_flag=m.sys_flag,
+        keys=tuple(index_keys(m.topic, props)),
+    )
+    return req, size
+
+
+# ------------------------------------------------------------------------------------ get path
+
+
+def _next_offset_correction(config: MessageStoreConfig, old: int, new: int) -> int:
+    # RocketMQ keeps the consumer's offset on a slave (offsetCheckInSlave defaults to false).
+    return old if config.broker_role == "SLAVE" else new
+
+
+def select_messages(
+    config: MessageStoreConfig,
+    offset: int,
+    max_msg_nums: int,
+    message_filter: MessageFilter | None,
+    *,
+    min_offset: int | None,
+    max_offset: int,
+    read_units: Callable[[int, int], memoryview | bytes | None],
+    cq_roll_next_file: Callable[[int], int],
+    read_record: Callable[[int, int], memoryview | bytes | None],
+    commit_log_roll_next_file: Callable[[int], int],
+    max_phy_offset: int,
+) -> GetMessageResult:
+    """DefaultMessageStore.getMessage over abstract readers.
+
+    ``min_offset`` None means the queue does not exist.  ``read_units(offset, max_bytes)`` returns the CQ
+    units from ``offset`` to the end of the written part of that CQ file (or None if that file
+    is gone), at most ``max_bytes`` of them; ``read_record(phys, size)`` the raw record or None if the CommitLog file is gone.
+    """
+    if min_offset is None or max_offset == 0:
+        # RocketMQ creates the queue object on lookup, so an unknown queue answers like an empty one.
+        return GetMessageResult(
+            GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+            _next_offset_correction(config, offset, 0),
+            0 if min_offset is None else min_offset,
+            max_offset,
+        )
+    if offset < min_offset:
+        return GetMessageResult(
+            GetMessageStatus.OFFSET_TOO_SMALL,
+            _next_offset_correction(config, offset, min_offset),
+            min_offset,
+            max_offset,
+        )
+    if offset == max_offset:
+        return GetMessageResult(
+            GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset
+        )
+    if offset > max_offset:
+        target = min_offset if min_offset == 0 else max_offset
+        return GetMessageResult(
+            GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+            _next_offset_correction(config, offset, target),
+            min_offset,
+            max_offset,
+        )
+    max_filter_bytes = max(16000, max_msg_nums * CQ_UNIT_SIZE)
+    units = read_units(offset, max_filter_bytes)
+    if units is None:
+        return GetMessageResult(
+            GetMessageStatus.OFFSET_FOUND_NULL,
+            _next_offset_correction(config, offset, cq_roll_next_file(offset)),
+            min_offset,
+            max_offset,
+        )
+    status = GetMessageStatus.NO_MATCHED_MESSAGE
+    buffers: list = []
+    qoffs: list[int] = []
+    total = 0
+    count = 0
+    next_phy_file_start = -1
+    max_phy_pulling = 0
+    memory = TOTAL_PHYSICAL_MEMORY * config.access_message_in_memory_max_ratio // 100
+    limit = min(len(units), max_filter_bytes)
+    limit -= limit % CQ_UNIT_SIZE
+    i = 0
+    unpack = CQ_UNIT.unpack_from
+    while i < limit:
+        phys, size, tcode = unpack(units, i)
+        max_phy_pulling = phys
+        if next_phy_file_start != -1 and phys < next_phy_file_start:
+            i += CQ_UNIT_SIZE
+            continue
+        in_disk = (max_phy_offset - phys) > memory
+        if total and count:  # isTheBatchFull
+            if max_msg_nums <= count:
+                break
+            if in_disk:
+                if total + size > config.max_transfer_bytes_on_message_in_disk:
+                    break
+                if count > config.max_transfer_count_on_message_in_disk - 1:
+                    break
+            else:
+                if total + size > config.max_transfer_bytes_on_message_in_memory:
+                    break
+                if count > config.max_transfer_count_on_message_in_memory - 1:
+                    break
+        if message_filter is not None and not message_filter.is_matched_by_consume_queue(tcode):
+            i += CQ_UNIT_SIZE
+            continue
+        rec = read_record(phys, size)
+        if rec is None:
+            if total == 0:
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = commit_log_roll_next_file(phys)
+            i += CQ_UNIT_SIZE
+            continue
+        buffers.append(rec)
+        qoffs.append(offset + i // CQ_UNIT_SIZE)
+        total += size
+        count += 1
+        status = GetMessageStatus.FOUND
+        next_phy_file_start = -1
+        i += CQ_UNIT_SIZE
+    return GetMessageResult(
+        status,
+        offset + i // CQ_UNIT_SIZE,
+        min_offset,
+        max_offset,
+        buffers,
+        count,
+        total,
+        (max_phy_offset - max_phy_pulling) > memory,
+        qoffs,
+    )
+
+
+def search_offset_by_time(
+    lo: int, hi: int, timestamp: int, store_time_at: Callable[[int], int]
+) -> int:
+    """Queue offset in [lo, hi) whose store time equals ``timestamp`` or is closest to it.
+
+    Ties between the unit before and after go to the earlier one; past the end gives the last
+    unit, before the start the first (``ConsumeQueue.getOffsetInQueueByTime``).  An empty
+    range gives 0.  ``store_time_at`` returning < 0 (unreadable) also gives 0.
+    """
+    if hi <= lo:
+        return 0
+    a, b = lo, hi - 1
+    left = right = -1
+    left_v = right_v = -1
+    while a <= b:
+        mid = (a + b) // 2
+        t = store_time_at(mid)
+        if t < 0:
+            return 0
+        if t == timestamp:
+            # walk back to the first of equal timestamps (stable answer for duplicates)
+            while mid > lo and store_time_at(mid - 1) == timestamp:
+                mid -= 1
+            return mid
+        if t > timestamp:
+            b = mid - 1
+            right, right_v = mid, t
+        else:
+            a = mid + 1
+            left, left_v = mid, t
+    if left_v == -1:
+        return right
+    if right_v == -1:
+        return left
+    return right if abs(timestamp - left_v) > abs(timestamp - right_v) else left
+
+
+# ------------------------------------------------------------------------------------ stats
+
+
+class StoreStats:
+    """Counters for runtime_info (StoreStatsService); TPS over the whole uptime."""
+
+    def __init__(self) -> None:
+        self.boot_ms = int(time.time() * 1000)
+        self.boot_mono = time.monotonic()
+        self.put_times = 0
+        self.put_size = 0
+        self.put_failed = 0
+        self.get_found = 0
+        self.get_miss = 0
+        self.get_transferred = 0
+
+    def on_put(self, n: int, size: int) -> None:
+        self.put_times += n
+        self.put_size += size
+
+    def on_get(self, result: GetMessageResult) -> None:
+        if result.status is GetMessageStatus.FOUND:
+            self.get_found += 1
+            self.get_transferred += result.message_count
+        else:
+            self.get_miss += 1
+
+    def runtime_info(self) -> dict[str, str]:
+        up = max(time.monotonic() - self.boot_mono, 1e-3)
+        avg = self.put_size / self.put_times if self.put_times else 0.0
+        return {
+            "bootTimestamp": str(self.boot_ms),
+            "runtime": f"[ {int(up)} seconds ]",
+            "putMessageTimesTotal": str(self.put_times),
+            "putMessageSizeTotal": str(self.put_size),
+            "putMessageFailedTimes": str(self.put_failed),
+            "putMessageAverageSize": f"{avg:.2f}",
+            "putMessageEntireTimeMax": "0",
+            "putMessageDistributeTime": "",
+            "getMessageEntireTimeMax": "0",
+            "putTps": f"{self.put_times / up:.4f}",
+            "getFoundTps": f"{self.get_found / up:.4f}",
+            "getMissTps": f"{self.get_miss / up:.4f}",
+            "getTotalTps": f"{(self.get_found + self.get_miss) / up:.4f}",
+            "getTransferedTps": f"{self.get_transferred / up:.4f}",
+            "pageCacheLockTimeMills": "0",
+            "dispatchMaxBuffer": "0",
+        }

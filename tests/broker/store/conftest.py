@@ -1,0 +1,55 @@
+"""Fixtures for the store tests: one ``open_store`` per implementation (conformance suite)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import attrs
+import pytest
+import trio
+
+from broker.store import MessageStoreConfig, run_memory_store
+
+IMPLS = ["memory"]
+try:  # the file store joins the suite once it exists
+    from broker.store import run_message_store
+
+    IMPLS.append("file")
+except ImportError:  # pragma: no cover
+    run_message_store = None
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    return request.param
+
+
+@pytest.fixture
+def open_store(impl, tmp_path):
+    """``async with open_store(**config) as store``: a running store of the current impl."""
+
+    @contextlib.asynccontextmanager
+    async def _open(root=None, **kw):
+        cfg = MessageStoreConfig(store_path_root_dir=str(root or tmp_path / "store"), **kw)
+        runner = run_memory_store if impl == "memory" else run_message_store
+        async with trio.open_nursery() as nursery:
+            store = await nursery.start(runner, cfg)
+            try:
+                yield store
+            finally:
+                nursery.cancel_scope.cancel()
+
+    return _open
+
+
+@attrs.frozen
+class TagsFilter:
+    codes: frozenset[int]
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return tags_code in self.codes
+
+
+@pytest.fixture
+def tags_filter():
+    return lambda *codes: TagsFilter(frozenset(codes))
