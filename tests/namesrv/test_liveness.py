@@ -177,3 +177,21 @@ async def test_connection_close_drops_its_brokers_at_once(tmp_path, nursery):
     )
     assert json.loads(route.body_bytes())["brokerDatas"][0]["brokerAddrs"] == {"1": "s:1"}
     nursery.cancel_scope.cancel()
+
+
+async def test_expiry_closes_the_real_connection(tmp_path, autojump_clock, nursery):
+    p = _processor(tmp_path)
+    dispatcher = RequestDispatcher()
+    p.register(dispatcher)
+    client_end, server_end = trio.testing.memory_stream_pair()
+    nursery.start_soon(handle_stream, server_end, dispatcher)
+    nursery.start_soon(scan_not_active_broker_task, p)
+    conn = MemoryConnection(client_end)
+    start = trio.current_time()
+    assert (await conn.invoke(_register_cmd("m:1", 0))).code == ResponseCode.SUCCESS
+    # Silent broker: at the first scan past 120 s the namesrv drops it and hangs up on it.
+    with trio.fail_after(200):
+        assert await client_end.receive_some() == b""
+    assert 120 < trio.current_time() - start <= 130
+    assert p.routes.live_broker_addrs() == []
+    nursery.cancel_scope.cancel()
