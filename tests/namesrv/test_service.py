@@ -8,9 +8,11 @@ import zlib
 import pytest
 import trio
 
+from common.model import ClusterInfo, TopicRouteData
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.serde import from_json
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigError
 from namesrv.service import run_namesrv
@@ -70,6 +72,16 @@ async def test_over_tcp_register_route_errors_and_close(tmp_path, nursery):
                 "1": "127.0.0.1:20911",
             }
             assert data["queueDatas"][0]["topicSynFlag"] == 0
+            # and clients read it back through the shared models
+            typed = from_json(route.body_bytes(), TopicRouteData)
+            assert typed.brokerDatas[0].brokerAddrs == {0: "127.0.0.1:10911", 1: "127.0.0.1:20911"}
+            assert typed.queueDatas[0].writeQueueNums == 4
+            r = await reader.invoke(
+                addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            )
+            info = from_json(r.body_bytes(), ClusterInfo)
+            assert info.clusterAddrTable == {"DefaultCluster": ["broker-a"]}
+            assert info.brokerAddrTable["broker-a"].brokerAddrs[0] == "127.0.0.1:10911"
 
             r = await reader.invoke(addr, RemotingCommand.request(9999))
             assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
