@@ -1,1 +1,31 @@
+"""trio-rmq client SDK: `from rmq import Producer, PullConsumer, Admin, Message`.
 
+Async on Trio (`async with Producer(...) as p: await p.send(msg)`); the same shapes for
+synchronous code live in `rmq.sync`.
+"""
+
+from common.message import MessageExt
+from common.model import MessageQueue
+from rmq.admin import Admin, QueueOffsets
+from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
+from rmq.message import Message
+from rmq.producer import Producer, SendResult, SendStatus
+from rmq.pull_consumer import PullConsumer, PullResult, PullStatus
+
+__all__ = [
+    "Admin",
+    "BrokerNotFoundError",
+    "ClientError",
+    "InvalidMessageError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "NoRouteInfoError",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "QueueOffsets",
+    "SendResult",
+    "SendStatus",
+]

@@ -1,0 +1,269 @@
+"""Producer: send, send_batch, send_oneway (DefaultMQProducerImpl.sendDefaultImpl).
+
+Theory of operation:
+
+* Route: the topic's publish queues come from the nameserver route (cached up to 30 s, see
+  `client_instance`). If the nameserver has no route for the topic, the producer takes the
+  route of TBW102 (`create_topic_key`) with each broker's queue count capped at
+  `default_topic_queue_nums` (4) and sends there: the broker creates the topic on the first
+  message (autoCreateTopicEnable), exactly as the Java and C++ clients do.
+* Sync send is at most 1 + `retry_times` attempts within ONE time budget `timeout` (the
+  Java sendMsgTimeout: the deadline covers all attempts). An attempt that fails with a
+  retriable error (transport errors, and response codes 17, 14, 1, 16, 204, 205, see
+  `common.errors`) is repeated on a queue of another broker if there is one, and the topic's
+  route is dropped so the next send asks the nameserver again. Any other error is raised at
+  once. The four "stored" codes (0, 10, 12, 11) become a SendResult with that SendStatus.
+* The message id users see is the client-made UNIQ_KEY (`msg_id`); the broker's offset
+  msgId is `offset_msg_id`. A UNIQ_KEY already in `msg.properties` is kept, so a caller can
+  re-send a message under the same id.
+* Batches go in one SEND_BATCH_MESSAGE (header m=true) with the body of facts §4.6; every
+  message gets its own UNIQ_KEY and the result's `msg_id` joins them with commas, like Java.
+* Oneway is a single attempt with no answer; only local errors (no route, connection
+  refused) can surface.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable
+
+import attrs
+import trio
+
+from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
+from common.message import encode_batch_body
+from common.model import MessageQueue
+from common.remoting.codes import ResponseCode
+from rmq.client_api import ClientAPI, SendResponse
+from rmq.client_instance import ClientBase
+from rmq.errors import InvalidMessageError, NoRouteInfoError
+from rmq.message import PROPERTY_UNIQ_KEY, PROPERTY_WAIT_STORE_MSG_OK, Message, create_unique_id
+from rmq.topic_publish_info import (
+    TopicPublishInfo,
+    default_publish_info,
+    publish_info_from_route,
+)
+
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+@attrs.frozen
+class SendResult:
+    status: SendStatus
+    msg_id: str  # UNIQ_KEY (comma-joined for a batch)
+    offset_msg_id: str  # broker's offset msgId (comma-joined for a batch)
+    message_queue: MessageQueue
+    queue_offset: int  # logical offset in the queue (first one for a batch)
+    region_id: str = "DefaultRegion"
+    transaction_id: str | None = None
+
+
+class Producer(ClientBase):
+    """`async with Producer("pg", "127.0.0.1:9876") as p: await p.send(Message(...))`."""
+
+    def __init__(
+        self,
+        group: str = "DEFAULT_PRODUCER",
+        namesrv: str | list[str] = "127.0.0.1:9876",
+        *,
+        remoting=None,
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        default_topic_queue_nums: int = 4,
+        create_topic_key: str = "TBW102",
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        route_max_age: float = 30.0,
+    ) -> None:
+        super().__init__(
+            namesrv, remoting=remoting, timeout=send_timeout, route_max_age=route_max_age
+        )
+        if not group:
+            raise InvalidMessageError("producer group is empty")
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.create_topic_key = create_topic_key
+        self.max_message_size = max_message_size
+        # topic -> publish info; replaced when the client's cached route is refetched
+        self._publish: dict[str, TopicPublishInfo] = {}
+
+    async def __aenter__(self) -> Producer:
+        await super().__aenter__()
+        return self
+
+    # --- routes ----------------------------------------------------------------------------
+
+    async def publish_info(self, topic: str) -> TopicPublishInfo:
+        """Writable queues of `topic`, falling back to the auto-create topic's route."""
+        client = self.client
+        old = self._publish.get(topic)
+        if old is not None and client.cached_route(topic) is not None:
+            return old
+        if old is not None and old.from_default and client.cached_route(self.create_topic_key):
+            return old
+        try:
+            route = await client.fetch_route(topic)
+            info = publish_info_from_route(topic, route)
+        except TopicNotExistError:
+            info = None
+        if info is None or not info.ok:
+            try:
+                default_route = await client.fetch_route(self.create_topic_key)
+            except TopicNotExistError:
+                raise NoRouteInfoError(topic, "and no auto-create route") from None
+            info = default_publish_info(topic, default_route, self.default_topic_queue_nums)
+            if not info.ok:
+                raise NoRouteInfoError(topic, "no writable master queue")
+        self._publish[topic] = info.adopt_cursor(old)
+        return info
+
+    # --- sending ---------------------------------------------------------------------------
+
+    async def send(
+        self, msg: Message, *, timeout: float | None = None, queue: MessageQueue | None = None
+    ) -> SendResult:
+        """Send and wait for the broker's answer; retries on another broker when retriable.
+
+        With `queue`, the message goes to exactly that queue (one attempt, as Java's
+        send(msg, mq)).
+        """
+        props = self._prepare(msg)
+        uniq = props[PROPERTY_UNIQ_KEY]
+
+        def build(mq: MessageQueue) -> tuple[dict[str, object], bytes]:
+            return self._header(mq, props, msg.flag, batch=False), msg.body
+
+        return await self._send(msg.topic, build, uniq, timeout, queue)
+
+    async def send_batch(
+        self,
+        msgs: Iterable[Message],
+        *,
+        timeout: float | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send messages of one topic in one request; they get consecutive queue offsets."""
+        msgs = list(msgs)
+        if not msgs:
+            raise InvalidMessageError("batch is empty")
+        topic = msgs[0].topic
+        items = []
+        for m in msgs:
+            if m.topic != topic:
+                raise InvalidMessageError("all messages of a batch must have the same topic")
+            if m.delay_level:
+                raise InvalidMessageError("delayed messages cannot be sent in a batch")
+            if not m.wait_store_ok:
+                raise InvalidMessageError("batch messages must wait for the store (WAIT=true)")
+            props = self._prepare(m, check_size=False)
+            items.append((m.flag, m.body, props))
+        body = encode_batch_body(items)
+        self._check_size(len(body))
+        uniq = ",".join(props[PROPERTY_UNIQ_KEY] for _, _, props in items)
+        # Batch-level properties are appended to every stored message by the broker, so they
+        # carry only WAIT, never a UNIQ_KEY that would shadow each message's own.
+        batch_props = {PROPERTY_WAIT_STORE_MSG_OK: "true"}
+
+        def build(mq: MessageQueue) -> tuple[dict[str, object], bytes]:
+            return self._header(mq, batch_props, 0, batch=True), body
+
+        return await self._send(topic, build, uniq, timeout, queue)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Fire and forget: one attempt, no answer."""
+        props = self._prepare(msg)
+        mq = queue or (await self.publish_info(msg.topic)).select_queue()
+        addr = await self.client.master_addr(mq.brokerName, msg.topic)
+        header = self._header(mq, props, msg.flag, batch=False)
+        await self.client.api.send_message_oneway(addr, header, msg.body)
+
+    def _prepare(self, msg: Message, *, check_size: bool = True) -> dict[str, str]:
+        msg.validate()
+        if check_size:
+            self._check_size(len(msg.body))
+        props = msg.wire_properties()
+        if not props.get(PROPERTY_UNIQ_KEY):
+            props[PROPERTY_UNIQ_KEY] = create_unique_id()
+        return props
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_message_size:
+            raise InvalidMessageError(
+                f"message body size {size} exceeds the maximum {self.max_message_size}"
+            )
+
+    def _header(self, mq: MessageQueue, props, flag: int, *, batch: bool) -> dict[str, object]:
+        return ClientAPI.send_header(
+            group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queueId,
+            properties=props,
+            born_timestamp=int(time.time() * 1000),
+            flag=flag,
+            default_topic=self.create_topic_key,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            batch=batch,
+            broker_name=mq.brokerName,
+        )
+
+    async def _send(self, topic, build, uniq: str, timeout, queue) -> SendResult:
+        timeout = self.send_timeout if timeout is None else timeout
+        deadline = trio.current_time() + timeout
+        client = self.client
+        if queue is not None:
+            if queue.topic != topic:
+                raise InvalidMessageError(f"queue {queue} is not of topic {topic}")
+            return await self._attempt(queue, build, uniq, deadline - trio.current_time())
+        info = await self.publish_info(topic)
+        attempts = 1 + max(0, self.retry_times)
+        last_broker: str | None = None
+        last_error: RmqError | None = None
+        for _ in range(attempts):
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            mq = info.select_queue(last_broker)
+            try:
+                return await self._attempt(mq, build, uniq, remaining)
+            except RmqError as exc:
+                if not exc.retriable:
+                    raise
+                last_error, last_broker = exc, mq.brokerName
+                client.invalidate(topic)
+        if last_error is not None and trio.current_time() < deadline:
+            raise last_error
+        detail = f"; last error: {last_error}" if last_error else ""
+        raise RemotingTimeoutError(f"send to topic {topic} timed out after {timeout:g} s{detail}")
+
+    async def _attempt(self, mq: MessageQueue, build, uniq: str, remaining: float) -> SendResult:
+        addr = await self.client.master_addr(mq.brokerName, mq.topic)
+        header, body = build(mq)
+        resp: SendResponse = await self.client.api.send_message(
+            addr, header, body, timeout=remaining
+        )
+        return SendResult(
+            status=_STATUS_BY_CODE[ResponseCode(resp.code)],
+            msg_id=uniq,
+            offset_msg_id=resp.msg_id,
+            message_queue=MessageQueue(mq.topic, mq.brokerName, resp.queue_id),
+            queue_offset=resp.queue_offset,
+            region_id=resp.region_id,
+            transaction_id=resp.transaction_id,
+        )

@@ -1,0 +1,349 @@
+"""An in-memory nameserver + brokers that speak the client's requests (for tests).
+
+Theory of operation: `FakeCluster` holds fake brokers (name, id, address, topics, queues of
+encoded CommitLog records, consumer offsets) and answers the requests the client sends, the
+way a 4.9 nameserver/broker would (facts §2): routes from the brokers' topic tables, TBW102
+auto-create, SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, PULL_MESSAGE with offset outcomes 19/21 and
+tag-hash filtering, offsets, UPDATE_AND_CREATE_TOPIC.
+
+`FakeRemoting` plays the RemotingClient: `invoke(addr, cmd, timeout)` passes the request and
+the answer through the real frame codec (so only what survives the wire reaches either side),
+raises RemotingConnectError for an address that is down, and for a broker told to hang, sleeps
+out the timeout and raises RemotingTimeoutError. Failures are injected per broker:
+`fail_next_sends` (response codes to answer the next sends with), `down`, `hang`.
+
+This is test support, kept in the package so tests of several directories can share it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from common.errors import RemotingConnectError, RemotingTimeoutError
+from common.message import (
+    MessageConst,
+    MessageExtBrokerInner,
+    create_offset_msg_id,
+    decode_batch_body,
+    decode_properties,
+    encode_record,
+    java_string_hash,
+    tags_code,
+)
+from common.model import (
+    BrokerData,
+    ClusterInfo,
+    PermName,
+    QueueData,
+    TopicList,
+    TopicRouteData,
+)
+from common.remoting.codec import FrameDecoder, encode
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.serde import to_json
+
+AUTO_CREATE_TOPIC = "TBW102"
+
+
+def wire_roundtrip(cmd: RemotingCommand) -> RemotingCommand:
+    """What the peer decodes from `cmd`: encode a frame, decode it back."""
+    [out] = FrameDecoder().feed(encode(cmd))
+    return out
+
+
+@attrs.define(eq=False)
+class FakeTopic:
+    read: int
+    write: int
+    perm: int = PermName.READ | PermName.WRITE
+
+
+@attrs.define(eq=False)
+class FakeBroker:
+    name: str
+    addr: str
+    broker_id: int = 0
+    cluster: str = "DefaultCluster"
+    topics: dict[str, FakeTopic] = attrs.Factory(dict)
+    # (topic, queue_id) -> encoded records; the list index is the logical queue offset
+    queues: dict[tuple[str, int], list[tuple[bytes, int]]] = attrs.Factory(dict)
+    offsets: dict[tuple[str, str, int], int] = attrs.Factory(dict)
+    fail_next_sends: list[int] = attrs.Factory(list)
+    down: bool = False
+    hang: bool = False
+    requests: list[RemotingCommand] = attrs.Factory(list)
+    # next commitlog offset; increases by each record's size like a real CommitLog
+    phys_offset: int = 0
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.addr.rpartition(":")
+        return host, int(port)
+
+    def append(self, topic: str, queue_id: int, flag: int, body: bytes, props, born_ts: int):
+        q = self.queues.setdefault((topic, queue_id), [])
+        inner = MessageExtBrokerInner(
+            topic=topic,
+            queue_id=queue_id,
+            flag=flag,
+            body=body,
+            properties=dict(props),
+            born_timestamp=born_ts,
+            born_host=("127.0.0.1", 50000),
+            store_host=self.host_port,
+        )
+        record = encode_record(inner, len(q), self.phys_offset, int(time.time() * 1000))
+        q.append((record, tags_code(props.get(MessageConst.TAGS))))
+        msg_id = create_offset_msg_id(self.host_port, self.phys_offset)
+        self.phys_offset += len(record)
+        return msg_id, len(q) - 1
+
+    def messages(self, topic: str, queue_id: int) -> list[bytes]:
+        return [r for r, _ in self.queues.get((topic, queue_id), [])]
+
+
+@attrs.define(eq=False)
+class FakeCluster:
+    namesrv_addrs: list[str] = attrs.Factory(lambda: ["127.0.0.1:9876"])
+    brokers: list[FakeBroker] = attrs.Factory(list)
+    auto_create: bool = True
+    namesrv_down: set[str] = attrs.Factory(set)
+    namesrv_requests: list[RemotingCommand] = attrs.Factory(list)
+    # called with (broker, request, response) before a broker answer leaves; may edit it
+    response_hook: Callable[[FakeBroker, RemotingCommand, RemotingCommand], None] | None = None
+
+    def add_broker(self, name: str, addr: str, broker_id: int = 0, **kw) -> FakeBroker:
+        broker = FakeBroker(name, addr, broker_id, **kw)
+        if self.auto_create and broker_id == 0:
+            broker.topics[AUTO_CREATE_TOPIC] = FakeTopic(8, 8, 7)
+        self.brokers.append(broker)
+        return broker
+
+    def broker(self, addr: str) -> FakeBroker | None:
+        return next((b for b in self.brokers if b.addr == addr), None)
+
+    def create_topic(self, topic: str, queues: int = 4, *, brokers=None, perm: int = 6) -> None:
+        for b in brokers or [b for b in self.brokers if b.broker_id == 0]:
+            b.topics[topic] = FakeTopic(queues, queues, perm)
+
+    # --- nameserver ------------------------------------------------------------------------
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        masters = [b for b in self.brokers if b.broker_id == 0 and topic in b.topics]
+        if not masters:
+            return None
+        names = {b.name for b in masters}
+        qds = [
+            QueueData(b.name, b.topics[topic].read, b.topics[topic].write, b.topics[topic].perm)
+            for b in masters
+        ]
+        bds = []
+        for name in sorted(names):
+            # a broker that is `down` stays in the route: the nameserver has not noticed yet
+            nodes = [b for b in self.brokers if b.name == name]
+            bds.append(BrokerData(nodes[0].cluster, name, {b.broker_id: b.addr for b in nodes}))
+        return TopicRouteData(queueDatas=qds, brokerDatas=bds)
+
+    def handle_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
+        self.namesrv_requests.append(cmd)
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            topic = cmd.get_str("topic")
+            route = self.route(topic)
+            if route is None:
+                return cmd.response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"No topic route info in name server for the topic: {topic}",
+                )
+            return cmd.response(body=to_json(route))
+        if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+            info = ClusterInfo()
+            for b in self.brokers:
+                if b.down:
+                    continue
+                bd = info.brokerAddrTable.setdefault(b.name, BrokerData(b.cluster, b.name, {}))
+                bd.brokerAddrs[b.broker_id] = b.addr
+                names = info.clusterAddrTable.setdefault(b.cluster, [])
+                if b.name not in names:
+                    names.append(b.name)
+            return cmd.response(body=to_json(info))
+        if cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+            topics = sorted({t for b in self.brokers for t in b.topics})
+            return cmd.response(body=to_json(TopicList(topics)))
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"code {cmd.code}")
+
+    # --- broker ----------------------------------------------------------------------------
+
+    def handle_broker(self, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand | None:
+        b.requests.append(cmd)
+        handler = _BROKER_HANDLERS.get(cmd.code)
+        if handler is None:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"code {cmd.code}")
+        resp = handler(self, b, cmd)
+        if self.response_hook is not None:
+            self.response_hook(b, cmd, resp)
+        return resp
+
+
+def _send(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    if b.fail_next_sends:
+        code = b.fail_next_sends.pop(0)
+        return cmd.response(code, f"injected failure {code}")
+    if b.broker_id != 0:
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now")
+    topic = cmd.get_str("b")
+    cfg = b.topics.get(topic)
+    if cfg is None:
+        default = b.topics.get(cmd.get_str("c"))
+        if default is None or not PermName.is_inherited(default.perm):
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        n = min(cmd.get_int("d"), default.write)
+        cfg = b.topics[topic] = FakeTopic(n, n)
+    queue_id = cmd.get_int("e")
+    if queue_id >= max(cfg.read, cfg.write):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} out of range")
+    born = cmd.get_int("g")
+    props = decode_properties(cmd.ext_fields.get("i", ""))
+    if cmd.get_bool("m", False):
+        items = decode_batch_body(cmd.body_bytes())
+        results = [
+            b.append(topic, queue_id, flag, body, {**p, **props}, born) for flag, body, p in items
+        ]
+        msg_id = ",".join(r[0] for r in results)
+        offset = results[0][1]
+    else:
+        msg_id, offset = b.append(topic, queue_id, cmd.get_int("h"), cmd.body_bytes(), props, born)
+    return cmd.response(
+        ext_fields={
+            "msgId": msg_id,
+            "queueId": queue_id,
+            "queueOffset": offset,
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+    )
+
+
+def _pull(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.get_str("topic")
+    if topic not in b.topics and not any(t == topic for t, _ in b.queues):
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    queue_id = cmd.get_int("queueId")
+    offset = cmd.get_int("queueOffset")
+    max_nums = cmd.get_int("maxMsgNums")
+    q = b.queues.get((topic, queue_id), [])
+    sub = cmd.ext_fields.get("subscription", "*").strip()
+    codes = None if sub in ("", "*") else {java_string_hash(t.strip()) for t in sub.split("||")}
+    ext = {"minOffset": 0, "maxOffset": len(q), "suggestWhichBrokerId": 0}
+    if offset > len(q):
+        return cmd.response(
+            ResponseCode.PULL_OFFSET_MOVED,
+            "OFFSET_OVERFLOW_BADLY",
+            {**ext, "nextBeginOffset": len(q)},
+        )
+    if offset == len(q):
+        return cmd.response(
+            ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", {**ext, "nextBeginOffset": offset}
+        )
+    found, pos = [], offset
+    while pos < len(q) and len(found) < max_nums:
+        record, code = q[pos]
+        pos += 1
+        if codes is None or code in codes:
+            found.append(record)
+    if not found:
+        return cmd.response(
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            "NO_MATCHED_MESSAGE",
+            {**ext, "nextBeginOffset": pos},
+        )
+    return cmd.response(body=b"".join(found), ext_fields={**ext, "nextBeginOffset": pos})
+
+
+def _query_offset(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    key = (cmd.get_str("consumerGroup"), cmd.get_str("topic"), cmd.get_int("queueId"))
+    if key not in b.offsets:
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe...")
+    return cmd.response(ext_fields={"offset": b.offsets[key]})
+
+
+def _update_offset(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    key = (cmd.get_str("consumerGroup"), cmd.get_str("topic"), cmd.get_int("queueId"))
+    b.offsets[key] = cmd.get_int("commitOffset")
+    return cmd.response()
+
+
+def _max_offset(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    q = b.queues.get((cmd.get_str("topic"), cmd.get_int("queueId")), [])
+    return cmd.response(ext_fields={"offset": len(q)})
+
+
+def _min_offset(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(ext_fields={"offset": 0})
+
+
+def _create_topic(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    b.topics[cmd.get_str("topic")] = FakeTopic(
+        cmd.get_int("readQueueNums"), cmd.get_int("writeQueueNums"), cmd.get_int("perm")
+    )
+    return cmd.response()
+
+
+def _runtime_info(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(body=b'{"table":{}}')
+
+
+_BROKER_HANDLERS: dict[int, Callable] = {
+    RequestCode.SEND_MESSAGE_V2: _send,
+    RequestCode.SEND_BATCH_MESSAGE: _send,
+    RequestCode.PULL_MESSAGE: _pull,
+    RequestCode.QUERY_CONSUMER_OFFSET: _query_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _update_offset,
+    RequestCode.GET_MAX_OFFSET: _max_offset,
+    RequestCode.GET_MIN_OFFSET: _min_offset,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: _create_topic,
+    RequestCode.GET_BROKER_RUNTIME_INFO: _runtime_info,
+}
+
+
+@attrs.define(eq=False)
+class FakeRemoting:
+    """Stands in for common.remoting.client.RemotingClient over a FakeCluster."""
+
+    cluster: FakeCluster
+    # every (addr, request) in order, oneway ones included
+    sent: list[tuple[str, RemotingCommand]] = attrs.Factory(list)
+
+    def _handle(self, addr: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        if addr in self.cluster.namesrv_addrs:
+            if addr in self.cluster.namesrv_down:
+                raise RemotingConnectError(f"connect to {addr} failed: connection refused")
+            return self.cluster.handle_namesrv(cmd)
+        broker = self.cluster.broker(addr)
+        if broker is None or broker.down:
+            raise RemotingConnectError(f"connect to {addr} failed: connection refused")
+        if broker.hang:
+            broker.requests.append(cmd)
+            return None
+        return self.cluster.handle_broker(broker, cmd)
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0):
+        await trio.lowlevel.checkpoint()
+        req = wire_roundtrip(cmd)
+        self.sent.append((addr, req))
+        resp = self._handle(addr, req)
+        if resp is None:
+            await trio.sleep(timeout)
+            raise RemotingTimeoutError(f"wait response on {addr} timeout {timeout} s")
+        return wire_roundtrip(resp)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await trio.lowlevel.checkpoint()
+        req = wire_roundtrip(cmd)
+        assert req.is_oneway
+        self.sent.append((addr, req))
+        self._handle(addr, req)

@@ -1,0 +1,285 @@
+"""Producer against an in-memory nameserver + brokers (rmq.testing): routes, retries, batches."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from common.errors import (
+    MessageIllegalError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    TopicNotExistError,
+)
+from common.message import decode_properties, decode_records
+from common.model import MessageQueue
+from common.remoting.codes import RequestCode, ResponseCode
+from rmq import Message, Producer, SendStatus
+from rmq.errors import InvalidMessageError, NoRouteInfoError
+from rmq.message import parse_unique_id
+from rmq.testing import FakeCluster, FakeRemoting
+
+NS = "127.0.0.1:9876"
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    c = FakeCluster()
+    c.add_broker("broker-a", "127.0.0.1:10911")
+    c.add_broker("broker-b", "127.0.0.1:10921")
+    return c
+
+
+def producer(cluster: FakeCluster, **kw) -> Producer:
+    return Producer("pg", NS, remoting=FakeRemoting(cluster), **kw)
+
+
+def sends(cluster: FakeCluster):
+    return [
+        (b.name, r)
+        for b in cluster.brokers
+        for r in b.requests
+        if r.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    ]
+
+
+async def test_send_uses_v2_short_header_and_uniq_key(cluster):
+    cluster.create_topic("T", 4)
+    async with producer(cluster) as p:
+        result = await p.send(Message("T", b"hello", tags="TagA", keys="k1"))
+    assert result.status is SendStatus.SEND_OK
+    [(name, req)] = sends(cluster)
+    assert req.code == RequestCode.SEND_MESSAGE_V2
+    h = req.ext_fields
+    assert (h["a"], h["b"], h["c"], h["d"], h["m"], h["n"]) == (
+        "pg",
+        "T",
+        "TBW102",
+        "4",
+        "false",
+        name,
+    )
+    assert int(h["e"]) == result.message_queue.queueId
+    props = decode_properties(h["i"])
+    assert props["TAGS"] == "TagA" and props["KEYS"] == "k1" and props["WAIT"] == "true"
+    assert props["UNIQ_KEY"] == result.msg_id
+    parse_unique_id(result.msg_id)  # well-formed
+    assert req.body_bytes() == b"hello"
+    # offset msgId is the broker's: store host + commitlog offset
+    assert len(result.offset_msg_id) == 32 and result.offset_msg_id != result.msg_id
+    assert result.queue_offset == 0
+    # what the broker stored decodes to the same message
+    broker = next(b for b in cluster.brokers if b.name == name)
+    [stored] = decode_records(b"".join(broker.messages("T", result.message_queue.queueId)))
+    assert stored.body == b"hello" and stored.uniq_key == result.msg_id
+
+
+async def test_round_robin_spreads_over_both_brokers(cluster):
+    cluster.create_topic("T", 2)
+    async with producer(cluster) as p:
+        results = [await p.send(Message("T", str(i))) for i in range(8)]
+    queues = {(r.message_queue.brokerName, r.message_queue.queueId) for r in results}
+    assert len(queues) == 4
+    assert [r.queue_offset for r in results].count(1) == 4  # each queue got 2 messages
+
+
+@pytest.mark.parametrize("code", [17, 14, 1, 16, 204, 205])
+async def test_retriable_code_retries_on_the_other_broker(cluster, code):
+    cluster.create_topic("T", 2)
+    a, b = cluster.brokers
+    a.fail_next_sends = [code] * 5
+    b.fail_next_sends = [code] * 5
+    async with producer(cluster) as p:
+        # make the failing broker be picked first: fail both once, then only the first one
+        a.fail_next_sends, b.fail_next_sends = [code], []
+        for _ in range(4):
+            result = await p.send(Message("T", b"x"))
+            assert result.message_queue.brokerName == "broker-b"
+            a.fail_next_sends = [code]
+    failed = [name for name, _ in sends(cluster)]
+    assert "broker-a" in failed  # it was tried, and every time the retry went to broker-b
+
+
+async def test_non_retriable_code_raises_at_once(cluster):
+    cluster.create_topic("T", 2)
+    for b in cluster.brokers:
+        b.fail_next_sends = [ResponseCode.MESSAGE_ILLEGAL]
+    async with producer(cluster) as p:
+        with pytest.raises(MessageIllegalError) as info:
+            await p.send(Message("T", b"x"))
+    assert info.value.code == 13 and not info.value.retriable
+    assert len(sends(cluster)) == 1
+
+
+async def test_gives_up_after_retry_times_and_raises_last_error(cluster):
+    cluster.create_topic("T", 2)
+    for b in cluster.brokers:
+        b.fail_next_sends = [ResponseCode.SYSTEM_BUSY + 12] * 10  # 14 SERVICE_NOT_AVAILABLE
+    remoting = FakeRemoting(cluster)
+    async with Producer("pg", NS, remoting=remoting, retry_times=2) as p:
+        with pytest.raises(Exception) as info:
+            await p.send(Message("T", b"x"))
+    assert getattr(info.value, "code", None) == 14
+    names = [r.ext_fields["n"] for _, r in remoting.sent if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert len(names) == 3
+    assert names[0] != names[1] and names[1] != names[2]  # alternates brokers
+
+
+async def test_stored_but_not_flushed_codes_map_to_status(cluster):
+    cluster.create_topic("T", 1, brokers=[cluster.brokers[0]])
+    cases = {10: "FLUSH_DISK_TIMEOUT", 12: "FLUSH_SLAVE_TIMEOUT", 11: "SLAVE_NOT_AVAILABLE"}
+    async with producer(cluster) as p:
+        for code, status in cases.items():
+            cluster.brokers[0].fail_next_sends = [code]
+            # fake answers the injected code without headers: still a result, not a retry
+            result = await p.send(Message("T", b"x"))
+            assert result.status.name == status
+    assert len(sends(cluster)) == 3
+
+
+async def test_connection_refused_retries_elsewhere_then_refreshes_route(cluster):
+    cluster.create_topic("T", 1)
+    cluster.brokers[0].down = True
+    async with producer(cluster) as p:
+        for _ in range(3):
+            assert (await p.send(Message("T", b"x"))).message_queue.brokerName == "broker-b"
+    # each failure dropped the cached route, so the nameserver was asked again
+    routes = [r for r in cluster.namesrv_requests if r.code == RequestCode.GET_ROUTEINFO_BY_TOPIC]
+    assert len(routes) >= 2
+
+
+async def test_every_broker_down_raises_connect_error(cluster):
+    cluster.create_topic("T", 1)
+    for b in cluster.brokers:
+        b.down = True
+    async with producer(cluster) as p:
+        with pytest.raises(RemotingConnectError):
+            await p.send(Message("T", b"x"))
+
+
+async def test_timeout_budget_covers_all_attempts(cluster, autojump_clock):
+    cluster.create_topic("T", 1)
+    for b in cluster.brokers:
+        b.hang = True
+    async with producer(cluster) as p:
+        start = trio.current_time()
+        with pytest.raises(RemotingTimeoutError):
+            await p.send(Message("T", b"x"), timeout=2.0)
+        assert trio.current_time() - start == pytest.approx(2.0)
+    assert len(sends(cluster)) == 1  # the only attempt used up the whole budget
+
+
+async def test_unknown_topic_goes_through_tbw102_and_is_auto_created(cluster):
+    async with producer(cluster) as p:
+        result = await p.send(Message("NewTopic", b"x"))
+    assert result.status is SendStatus.SEND_OK
+    topics = [r.ext_fields["topic"] for r in cluster.namesrv_requests]
+    assert topics[:2] == ["NewTopic", "TBW102"]
+    broker = next(b for b in cluster.brokers if b.name == result.message_queue.brokerName)
+    assert broker.topics["NewTopic"].write == 4  # min(defaultTopicQueueNums=4, TBW102's 8)
+    assert result.message_queue.queueId < 4
+
+
+async def test_no_route_and_no_auto_create_raises_no_route_info():
+    cluster = FakeCluster(auto_create=False)
+    cluster.add_broker("broker-a", "127.0.0.1:10911")
+    async with producer(cluster) as p:
+        with pytest.raises(NoRouteInfoError, match="NewTopic"):
+            await p.send(Message("NewTopic", b"x"))
+
+
+async def test_route_is_cached_then_refetched_after_30s(cluster, autojump_clock):
+    cluster.create_topic("T", 1)
+    async with producer(cluster) as p:
+        await p.send(Message("T", b"1"))
+        await p.send(Message("T", b"2"))
+        assert len(cluster.namesrv_requests) == 1
+        await trio.sleep(31)
+        await p.send(Message("T", b"3"))
+        assert len(cluster.namesrv_requests) == 2
+
+
+async def test_namesrv_failover_on_connection_refused(cluster):
+    cluster.namesrv_addrs = ["127.0.0.1:9877", NS]
+    cluster.namesrv_down = {"127.0.0.1:9877"}
+    cluster.create_topic("T", 1)
+    async with Producer("pg", "127.0.0.1:9877;" + NS, remoting=FakeRemoting(cluster)) as p:
+        assert (await p.send(Message("T", b"x"))).status is SendStatus.SEND_OK
+
+
+async def test_send_to_explicit_queue(cluster):
+    cluster.create_topic("T", 4)
+    mq = MessageQueue("T", "broker-b", 3)
+    async with producer(cluster) as p:
+        result = await p.send(Message("T", b"x"), queue=mq)
+    assert result.message_queue == mq
+
+
+async def test_batch_one_request_consecutive_offsets_own_uniq_keys(cluster):
+    cluster.create_topic("T", 1, brokers=[cluster.brokers[0]])
+    msgs = [Message("T", f"m{i}", tags="A", keys=f"k{i}") for i in range(3)]
+    async with producer(cluster) as p:
+        result = await p.send_batch(msgs)
+        again = await p.send_batch(msgs[:1])
+    [(_, req), _second] = sends(cluster)
+    assert req.code == RequestCode.SEND_BATCH_MESSAGE and req.ext_fields["m"] == "true"
+    assert decode_properties(req.ext_fields["i"]) == {"WAIT": "true"}
+    uniq = result.msg_id.split(",")
+    assert len(set(uniq)) == 3
+    assert result.queue_offset == 0 and again.queue_offset == 3
+    assert len(result.offset_msg_id.split(",")) == 3
+    stored = decode_records(b"".join(cluster.brokers[0].messages("T", 0)))
+    assert [m.body for m in stored[:3]] == [b"m0", b"m1", b"m2"]
+    assert [m.uniq_key for m in stored[:3]] == uniq
+    assert [m.keys for m in stored[:3]] == ["k0", "k1", "k2"]
+
+
+async def test_batch_rejects_mixed_topics_and_delay(cluster):
+    async with producer(cluster) as p:
+        with pytest.raises(InvalidMessageError, match="same topic"):
+            await p.send_batch([Message("A", b"x"), Message("B", b"y")])
+        with pytest.raises(InvalidMessageError, match="delay"):
+            await p.send_batch([Message("A", b"x", delay_level=2)])
+        with pytest.raises(InvalidMessageError, match="empty"):
+            await p.send_batch([])
+    assert sends(cluster) == []
+
+
+async def test_oversized_message_is_refused_locally(cluster):
+    async with producer(cluster, max_message_size=10) as p:
+        with pytest.raises(InvalidMessageError, match="exceeds"):
+            await p.send(Message("T", b"x" * 11))
+
+
+async def test_oneway_sends_flagged_request_without_waiting(cluster):
+    cluster.create_topic("T", 1)
+    remoting = FakeRemoting(cluster)
+    async with Producer("pg", NS, remoting=remoting) as p:
+        await p.send_oneway(Message("T", b"x"))
+    [(addr, req)] = [(a, r) for a, r in remoting.sent if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert req.is_oneway
+    assert sum(len(b.messages("T", 0)) for b in cluster.brokers) == 1
+
+
+async def test_user_uniq_key_is_kept(cluster):
+    cluster.create_topic("T", 1)
+    async with producer(cluster) as p:
+        result = await p.send(Message("T", b"x", properties={"UNIQ_KEY": "ABC"}))
+    assert result.msg_id == "ABC"
+
+
+async def test_topic_not_exist_from_broker_without_auto_create_is_raised_after_retries():
+    cluster = FakeCluster()
+    a = cluster.add_broker("broker-a", "127.0.0.1:10911")
+    cluster.create_topic("T", 1)
+    a.fail_next_sends = [17, 17, 17]
+    async with producer(cluster) as p:
+        with pytest.raises(TopicNotExistError):
+            await p.send(Message("T", b"x"))
+    assert len(sends(cluster)) == 3
+
+
+async def test_use_outside_async_with_is_a_clear_error(cluster):
+    p = producer(cluster)
+    with pytest.raises(Exception, match="async with"):
+        await p.send(Message("T", b"x"))
