@@ -1,0 +1,108 @@
+"""The pull loop behind `rmq consume`: every queue of a topic, long-polled concurrently.
+
+Theory of operation: one task per queue pulls with a 15 s long poll from the queue's start
+offset: the oldest message with --from-beginning, otherwise the group's committed offset,
+or the queue's end when the group has none (CONSUME_FROM_LAST_OFFSET). Messages are handed
+to `on_message` in queue order. The run ends after `count` messages, after `idle_timeout`
+seconds without a message, on SIGINT/SIGTERM, or never. On the way out the group's offsets
+(the next offset after the last message handed over, per queue) are committed under a
+shielded, bounded scope, so the next run of the same group continues where this one stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable
+
+import trio
+
+from common.errors import RmqError
+from common.message import MessageExt
+from common.model import MessageQueue
+from rmq.errors import ClientError
+
+LONG_POLL = 15.0
+EMPTY_PAUSE = 0.1  # pause after an empty answer, in case the broker does not hold pulls
+COMMIT_TIMEOUT = 3.0
+
+
+async def consume_topic(
+    namesrv: str,
+    topic: str,
+    *,
+    group: str,
+    on_message: Callable[[MessageExt], None],
+    from_beginning: bool = False,
+    count: int | None = None,
+    tags: str = "*",
+    idle_timeout: float | None = None,
+    long_poll: float = LONG_POLL,
+    handle_signals: bool = True,
+) -> int:
+    """Consume until done; returns how many messages were handed to `on_message`."""
+    from rmq import PullConsumer, PullStatus
+
+    async with PullConsumer(group, namesrv) as consumer:
+        queues = await consumer.fetch_queues(topic)
+        if not queues:
+            raise ClientError(f"topic {topic} has no readable queue")
+        offsets: dict[MessageQueue, int] = {}
+        for mq in queues:
+            if from_beginning:
+                offsets[mq] = await consumer.min_offset(mq)
+            else:
+                committed = await consumer.query_offset(mq)
+                offsets[mq] = committed if committed >= 0 else await consumer.max_offset(mq)
+        start = dict(offsets)
+        handed = 0
+        last_message_at = trio.current_time()
+
+        async def pull_loop(mq: MessageQueue, stop: trio.CancelScope) -> None:
+            nonlocal handed, last_message_at
+            while True:
+                result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=long_poll)
+                for msg in result.messages:
+                    on_message(msg)
+                    handed += 1
+                    last_message_at = trio.current_time()
+                    offsets[mq] = msg.queue_offset + 1
+                    if count is not None and handed >= count:
+                        stop.cancel()
+                        return
+                offsets[mq] = result.next_begin_offset
+                if result.status is not PullStatus.FOUND:
+                    await trio.sleep(EMPTY_PAUSE)
+
+        async def idle_watch(stop: trio.CancelScope) -> None:
+            assert idle_timeout is not None
+            while True:
+                deadline = last_message_at + idle_timeout
+                if trio.current_time() >= deadline:
+                    stop.cancel()
+                    return
+                await trio.sleep_until(deadline)
+
+        async def signal_watch(stop: trio.CancelScope) -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stop.cancel()
+                    return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                stop = nursery.cancel_scope
+                for mq in queues:
+                    nursery.start_soon(pull_loop, mq, stop)
+                if idle_timeout is not None:
+                    nursery.start_soon(idle_watch, stop)
+                if handle_signals:
+                    nursery.start_soon(signal_watch, stop)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(COMMIT_TIMEOUT):
+                for mq, offset in offsets.items():
+                    if offset != start[mq]:
+                        # a commit that fails must not hide why the loop ended
+                        with contextlib.suppress(RmqError):
+                            await consumer.commit_offset(mq, offset)
+        return handed
