@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-A message with property DELAY=n (1..18) is not stored under its topic: it goes to
+A message with property DELAY=n (1..18) is not stored under its topic: the store puts it in
 ``SCHEDULE_TOPIC_XXXX`` queue ``n-1`` with REAL_TOPIC / REAL_QID remembering where it belongs
-(facts §4.5; :func:`redirect_to_schedule`).  Every level has one fixed delay
+(facts §4.5; ``broker/store/store_util.apply_delay``).  Every level has one fixed delay
 (``messageDelayLevel``, "1s 5s 10s ... 2h"), so within one queue the deliver times are in
 store order and one cursor per level suffices: the *delay offset*, the next logical offset of
 that queue still to deliver, persisted as ``config/delayOffset.json`` (``{"offsetTable":{1:0}}``).
@@ -42,9 +42,7 @@ from common.message import (
     MessageConst,
     MessageExt,
     MessageExtBrokerInner,
-    MessageSysFlag,
     decode_records,
-    encode_properties,
 )
 
 log = logging.getLogger(__name__)
@@ -66,38 +64,6 @@ def delay_level_to_queue_id(level: int) -> int:
 
 def queue_id_to_delay_level(queue_id: int) -> int:
     return queue_id + 1
-
-
-def redirect_to_schedule(msg: MessageExtBrokerInner, max_level: int) -> bool:
-    """If ``msg`` carries DELAY > 0, move it to SCHEDULE_TOPIC_XXXX (CommitLog.asyncPutMessage).
-
-    Returns True when redirected. A level above the maximum is clamped to it, like Java.
-    Transactional prepared/rollback messages are never delayed.
-    """
-    raw = msg.properties.get(MessageConst.DELAY)
-    if not raw:
-        return False
-    try:
-        level = int(raw)
-    except ValueError:
-        return False
-    if level <= 0 or msg.topic == SCHEDULE_TOPIC:
-        return False
-    tran = MessageSysFlag.transaction_value(msg.sys_flag)
-    if tran not in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT):
-        return False
-    if level > max_level:
-        level = max_level
-        msg.properties[MessageConst.DELAY] = str(level)
-    msg.properties[MessageConst.REAL_TOPIC] = msg.topic
-    msg.properties[MessageConst.REAL_QID] = str(msg.queue_id)
-    msg.topic = SCHEDULE_TOPIC
-    msg.queue_id = delay_level_to_queue_id(level)
-    if msg.properties_string is not None:
-        props = dict(msg.properties)
-        props.pop(MessageConst.WAIT, None)
-        msg.properties_string = encode_properties(props)
-    return True
 
 
 def message_time_up(m: MessageExt) -> MessageExtBrokerInner | None:
@@ -152,9 +118,6 @@ class ScheduleMessageService:
     @property
     def max_level(self) -> int:
         return max(self.levels)
-
-    def redirect(self, msg: MessageExtBrokerInner) -> bool:
-        return redirect_to_schedule(msg, self.max_level)
 
     def compute_deliver_timestamp(self, level: int, store_timestamp: int) -> int:
         return store_timestamp + self.levels.get(level, 1000)

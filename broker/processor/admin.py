@@ -1,0 +1,236 @@
+"""Admin requests (RocketMQ ``AdminBrokerProcessor``): topics, groups, offsets, runtime info.
+
+Theory of operation
+-------------------
+These are what ``mqadmin``-style tools and slaves (syncing metadata from their master) send.
+Writes (topic and group create/update/delete) are refused on a slave - its tables are copies of
+the master's - and change the tables through their managers, which bump the DataVersion,
+persist the file and (for topics) trigger an immediate re-registration.  Reads serialize the
+tables in the wrapper shapes of facts §3.6 so a Java slave or tool can parse them.
+
+Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from broker.topic_config import validate_topic
+from common import serde
+from common.errors import RequestError
+from common.model import KVTable, SubscriptionGroupConfig, TopicConfig
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import CURRENT_VERSION, RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.service import BrokerController
+
+_SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+
+
+def _config_properties(obj: Any, prefix: str = "") -> list[str]:
+    lines = []
+    for f in attrs.fields(type(obj)):
+        v = getattr(obj, f.name)
+        if attrs.has(type(v)):
+            lines.extend(_config_properties(v))
+            continue
+        camel = "".join(
+            p if i == 0 else p[:1].upper() + p[1:] for i, p in enumerate(f.name.split("_"))
+        )
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        lines.append(f"{prefix}{camel}={'' if v is None else v}")
+    return lines
+
+
+class AdminBrokerProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, dispatcher: Any) -> None:
+        r = dispatcher.register
+        r(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
+        r(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
+        r(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
+        r(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset)
+        r(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
+        r(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.get_all_subscription_group)
+        r(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_and_create_group)
+        r(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_group)
+        r(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
+        r(RequestCode.GET_BROKER_CONFIG, self.get_broker_config)
+        r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
+        r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
+
+    def _refuse_on_slave(self) -> None:
+        if self.broker.config.is_slave:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, _SLAVE_REFUSAL)
+
+    # --- topics -------------------------------------------------------------------------------
+    async def update_and_create_topic(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        self._refuse_on_slave()
+        topic = req.get_str("topic")
+        why = validate_topic(topic)
+        if why is not None:
+            return req.response(ResponseCode.SYSTEM_ERROR, why)
+        if topic == b.config.broker_cluster_name:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the topic[{topic}] is conflict with system reserved words.",
+            )
+        read = req.get_int("readQueueNums")
+        write = req.get_int("writeQueueNums")
+        if read <= 0 or write <= 0 or read > 1024 or write > 1024:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"illegal queue nums: readQueueNums={read} writeQueueNums={write}",
+            )
+        filter_type = req.get_str("topicFilterType", "SINGLE_TAG")
+        if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+            return req.response(ResponseCode.SYSTEM_ERROR, f"illegal topicFilterType {filter_type}")
+        tc = TopicConfig(
+            topicName=topic,
+            readQueueNums=read,
+            writeQueueNums=write,
+            perm=req.get_int("perm", 6),
+            topicFilterType=filter_type,
+            topicSysFlag=req.get_int("topicSysFlag", 0),
+            order=req.get_bool("order", False),
+        )
+        b.topic_config_manager.update_topic_config(tc)
+        return req.response(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        self._refuse_on_slave()
+        topic = req.get_str("topic")
+        b.topic_config_manager.delete_topic_config(topic)
+        b.consumer_offset_manager.remove_topics([topic])
+        b.store.delete_topics([topic])
+        return req.response(ResponseCode.SUCCESS)
+
+    async def get_all_topic_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=self.broker.topic_config_manager.encode())
+
+    # --- offsets and groups ------------------------------------------------------------------
+    async def get_all_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=self.broker.consumer_offset_manager.encode())
+
+    async def get_all_delay_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, body=self.broker.schedule_service.encode())
+
+    async def get_all_subscription_group(self, req: RemotingCommand, channel: Any):
+        return req.response(
+            ResponseCode.SUCCESS, body=self.broker.subscription_group_manager.encode()
+        )
+
+    async def update_and_create_group(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        self._refuse_on_slave()
+        try:
+            cfg = serde.from_json(req.body_bytes(), SubscriptionGroupConfig)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig: {exc}")
+        if not cfg.groupName:
+            return req.response(ResponseCode.SYSTEM_ERROR, "groupName is empty")
+        self.broker.subscription_group_manager.update_subscription_group_config(cfg)
+        return req.response(ResponseCode.SUCCESS)
+
+    async def delete_group(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        self._refuse_on_slave()
+        self.broker.subscription_group_manager.delete_subscription_group_config(
+            req.get_str("groupName")
+        )
+        return req.response(ResponseCode.SUCCESS)
+
+    # --- runtime ------------------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, str]:
+        b = self.broker
+        now = int(time.time() * 1000)
+        up = max(0, now - b.boot_timestamp) // 1000
+        days, rem = divmod(up, 86400)
+        hours, rem = divmod(rem, 3600)
+        minutes, seconds = divmod(rem, 60)
+        info = {
+            "brokerVersionDesc": "V4_9_7",
+            "brokerVersion": str(CURRENT_VERSION),
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(b.stats.put_count),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": str(b.stats.get_found),
+            "sendThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueCapacity": "10000",
+            "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueCapacity": "100000",
+            "queryThreadPoolQueueSize": "0",
+            "queryThreadPoolQueueCapacity": "20000",
+            "EndTransactionQueueSize": "0",
+            "EndTransactionThreadPoolQueueCapacity": "100000",
+            "pageCacheLockTimeMills": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
+            "earliestMessageTimeStamp": "0",
+            "startAcceptSendRequestTimeStamp": "0",
+            "remainTransientStoreBufferNumbs": "0",
+            "bootTimestamp": str(b.boot_timestamp),
+            "runtime": f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]",
+            "dispatchBehindBytes": str(getattr(b.store, "dispatch_behind_bytes", 0)),
+        }
+        try:
+            info.update(b.store.runtime_info())
+        except Exception:  # a store without stats must not break the admin call
+            pass
+        return info
+
+    async def get_broker_runtime_info(self, req: RemotingCommand, channel: Any):
+        body = serde.to_json(KVTable(table=self.runtime_info()))
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def get_broker_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        text = "\n".join(_config_properties(b.config)) + "\n"
+        version = serde.to_json(b.topic_config_manager.data_version).decode()
+        return req.response(
+            ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")
+        )
+
+    async def get_consumer_connection_list(self, req: RemotingCommand, channel: Any):
+        b = self.broker
+        group = req.get_str("consumerGroup")
+        info = b.consumer_manager.get_consumer_group_info(group)
+        if info is None or not info.channels:
+            return req.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientId": c.client_id,
+                    "clientAddr": getattr(c.channel, "remote_addr", ""),
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in info.channels.values()
+            ],
+            "subscriptionTable": {
+                t: serde.converter.unstructure(s) for t, s in info.subscriptions.items()
+            },
+            "consumeType": info.consume_type.name,
+            "messageModel": info.message_model.name,
+            "consumeFromWhere": info.consume_from_where.name,
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def query_topic_consume_by_who(self, req: RemotingCommand, channel: Any):
+        b = self.broker
+        topic = req.get_str("topic")
+        groups = b.consumer_manager.query_topic_consume_by_who(topic)
+        groups |= b.consumer_offset_manager.groups_of_topic(topic)
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps({"groupList": sorted(groups)}))

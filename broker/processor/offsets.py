@@ -1,0 +1,123 @@
+"""Offset requests: consumer offsets and queue offsets (RocketMQ ``ConsumerManageProcessor`` and
+the offset half of ``AdminBrokerProcessor``), plus message lookup (``QueryMessageProcessor``).
+
+Theory of operation
+-------------------
+QUERY_CONSUMER_OFFSET answers the group's committed offset.  When the group never committed
+for the queue, RocketMQ answers 0 if the queue still starts at offset 0 (a new group may read it
+all) and QUERY_NOT_FOUND (22) otherwise, which makes the client fall back to its
+consumeFromWhere policy (typically GET_MAX_OFFSET).  UPDATE_CONSUMER_OFFSET stores a commit and
+may arrive oneway.  GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and
+GET_EARLIEST_MSG_STORETIME are direct store reads.
+
+VIEW_MESSAGE_BY_ID takes the CommitLog offset decoded from an offset msgId and answers the raw
+record; QUERY_MESSAGE looks keys (or, with ``_UNIQUE_KEY_QUERY``, a client unique id) up in the
+index and answers the raw records found.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.service import BrokerController
+
+
+class ConsumerManageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, dispatcher: Any) -> None:
+        dispatcher.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
+        dispatcher.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
+        dispatcher.register(RequestCode.GET_MAX_OFFSET, self.get_max_offset)
+        dispatcher.register(RequestCode.GET_MIN_OFFSET, self.get_min_offset)
+        dispatcher.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset_by_timestamp)
+        dispatcher.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.get_earliest_msg_storetime)
+        dispatcher.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message_by_id)
+        dispatcher.register(RequestCode.QUERY_MESSAGE, self.query_message)
+
+    async def query_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        group = req.get_str("consumerGroup")
+        topic = req.get_str("topic")
+        queue_id = req.get_int("queueId")
+        offset = b.consumer_offset_manager.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return req.response(ResponseCode.SUCCESS, None, {"offset": offset})
+        if b.store.get_min_offset_in_queue(topic, queue_id) <= 0:
+            return req.response(ResponseCode.SUCCESS, None, {"offset": 0})
+        return req.response(
+            ResponseCode.QUERY_NOT_FOUND,
+            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+        )
+
+    async def update_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        b.consumer_offset_manager.commit_offset(
+            req.get_str("consumerGroup"),
+            req.get_str("topic"),
+            req.get_int("queueId"),
+            req.get_int("commitOffset"),
+        )
+        return req.response(ResponseCode.SUCCESS)
+
+    async def get_max_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        off = self.broker.store.get_max_offset_in_queue(
+            req.get_str("topic"), req.get_int("queueId")
+        )
+        return req.response(ResponseCode.SUCCESS, None, {"offset": off})
+
+    async def get_min_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        off = self.broker.store.get_min_offset_in_queue(
+            req.get_str("topic"), req.get_int("queueId")
+        )
+        return req.response(ResponseCode.SUCCESS, None, {"offset": off})
+
+    async def search_offset_by_timestamp(self, req: RemotingCommand, channel: Any):
+        off = self.broker.store.get_offset_in_queue_by_time(
+            req.get_str("topic"), req.get_int("queueId"), req.get_int("timestamp")
+        )
+        return req.response(ResponseCode.SUCCESS, None, {"offset": off})
+
+    async def get_earliest_msg_storetime(self, req: RemotingCommand, channel: Any):
+        ts = self.broker.store.get_earliest_message_time(
+            req.get_str("topic"), req.get_int("queueId")
+        )
+        return req.response(ResponseCode.SUCCESS, None, {"timestamp": ts})
+
+    async def view_message_by_id(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        offset = req.get_int("offset")
+        rec = self.broker.store.select_one_message_by_offset(offset)
+        if rec is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        return req.response(ResponseCode.SUCCESS, body=rec)
+
+    async def query_message(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        max_num = req.get_int("maxNum")
+        if req.get_bool("_UNIQUE_KEY_QUERY", False):
+            max_num = b.config.store.default_query_max_num
+        result = b.store.query_message(
+            req.get_str("topic"),
+            req.get_str("key"),
+            max_num,
+            req.get_int("beginTimestamp"),
+            req.get_int("endTimestamp"),
+        )
+        ext = {
+            "indexLastUpdateTimestamp": result.index_last_update_timestamp,
+            "indexLastUpdatePhyoffset": result.index_last_update_phyoffset,
+        }
+        if not result.buffers:
+            return req.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                ext,
+            )
+        return req.response(ResponseCode.SUCCESS, None, ext, body=list(result.buffers))

@@ -1,0 +1,424 @@
+"""SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE / CONSUMER_SEND_MSG_BACK.
+
+RocketMQ ``SendMessageProcessor`` + ``AbstractSendMessageProcessor.msgCheck``.
+
+Theory of operation
+-------------------
+A send is validated (``msg_check``: broker/topic permissions, topic name, auto-creation from the
+``defaultTopic`` template, queue id range), turned into a ``MessageExtBrokerInner`` and handed to
+the store.  Nothing awaits between the request arriving in this handler and ``store.put_*``
+appending the record (the store appends before its first await), so the CommitLog order of one
+producer's pipelined sends is the order in which their handlers started.
+
+Header names: SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
+SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  Whether the body is a
+batch is decided by the header's ``batch`` / ``m`` flag, not by the request code, like Java.
+
+Retry topics: a message sent to ``%RETRY%group`` whose reconsumeTimes reached the group's
+maximum is diverted to ``%DLQ%group``.  CONSUMER_SEND_MSG_BACK (a consumer giving up on a
+message for now) re-stores the original - looked up by its CommitLog offset - under
+``%RETRY%group`` with reconsumeTimes + 1 and a delay level (3 + reconsumeTimes unless the client
+chose one), or in the DLQ once the maximum is reached; the store turns the DELAY property into a
+SCHEDULE_TOPIC_XXXX entry which the schedule service re-delivers when due.
+
+Every OK-family answer carries ``MSG_REGION`` and ``TRACE_ON``: Java clients dereference them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+from broker.store.results import PutMessageResult, PutMessageStatus
+from broker.topic_config import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    dlq_topic,
+    retry_topic,
+    validate_topic,
+)
+from common.errors import RequestError
+from common.message import (
+    MessageConst,
+    MessageExtBrokerInner,
+    RecordDecodeError,
+    decode_batch_body,
+    decode_properties,
+    encode_properties,
+)
+from common.model import PermName
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.service import BrokerController
+
+log = logging.getLogger(__name__)
+
+DLQ_NUMS_PER_GROUP = 1
+V3_4_9 = 121  # MQVersion ordinal from which the header's maxReconsumeTimes is honoured
+
+# SendMessageRequestHeaderV2 one-letter names -> SendMessageRequestHeader names
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+
+_PUT_CODES = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        "wait for slave flush timeout",
+    ),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, "slave not available"),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's "
+        "disk is full, messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+def send_header(req: RemotingCommand) -> dict[str, str]:
+    """The request's header under the long (SendMessageRequestHeader) names."""
+    ext = req.ext_fields
+    if req.code in (
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    ) or ("b" in ext and "topic" not in ext):
+        out = dict(ext)
+        for short, long in V2_NAMES.items():
+            if short in ext:
+                out[long] = ext[short]
+        return out
+    return ext
+
+
+def _h_int(h: dict[str, str], name: str, default: Any = None) -> int:
+    v = h.get(name)
+    if v is None or v == "":
+        if default is None:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {v!r}"
+        ) from None
+
+
+def _h_bool(h: dict[str, str], name: str) -> bool:
+    v = h.get(name)
+    return v is not None and v.lower() in ("true", "1")
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, dispatcher: Any) -> None:
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        ):
+            dispatcher.register(code, self.process_send)
+        dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process_send_back)
+
+    # --- checks -----------------------------------------------------------------------------
+    def _response(self, req: RemotingCommand, code: int, remark: str | None = None, **ext: Any):
+        return req.response(code, remark, ext or None)
+
+    def msg_check(self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int):
+        """AbstractSendMessageProcessor.msgCheck: returns the TopicConfig or raises RequestError."""
+        b = self.broker
+        cfg = b.config
+        if not PermName.is_writeable(cfg.broker_permission):
+            raise RequestError(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{cfg.broker_ip1}] sending message is forbidden",
+            )
+        why = validate_topic(topic)
+        if why is not None:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, why)
+        if topic == SCHEDULE_TOPIC:
+            raise RequestError(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+            )
+        tcm = b.topic_config_manager
+        tc = tcm.select_topic_config(topic)
+        if tc is None:
+            sys_flag = 0
+            tc = tcm.create_topic_in_send_message_method(
+                topic,
+                h.get("defaultTopic") or "TBW102",
+                _h_int(h, "defaultTopicQueueNums", 4),
+                sys_flag,
+            )
+            if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = tcm.create_topic_in_send_message_back_method(
+                    topic, 1, PermName.READ | PermName.WRITE, sys_flag
+                )
+            if tc is None:
+                raise RequestError(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!",
+                )
+        if not PermName.is_writeable(tc.perm):
+            raise RequestError(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        if queue_id >= max(tc.writeQueueNums, tc.readQueueNums):
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:{topic} "
+                f"writeQueueNums:{tc.writeQueueNums} readQueueNums:{tc.readQueueNums} "
+                f"Producer:{req.ext_fields.get('producerGroup') or h.get('producerGroup')}",
+            )
+        return tc
+
+    def _retry_or_dlq(self, req: RemotingCommand, h: dict[str, str], msg: MessageExtBrokerInner):
+        """handleRetryAndDLQ: a retry-topic message over its max reconsume times goes to the DLQ."""
+        topic = msg.topic
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}",
+            )
+        max_times = sgc.retryMaxTimes
+        if req.version >= V3_4_9 and h.get("maxReconsumeTimes"):
+            max_times = _h_int(h, "maxReconsumeTimes", max_times)
+        if msg.reconsume_times >= max_times:
+            dlq = dlq_topic(group)
+            tc = self.broker.topic_config_manager.create_topic_in_send_message_back_method(
+                dlq, DLQ_NUMS_PER_GROUP, PermName.READ | PermName.WRITE
+            )
+            if not PermName.is_writeable(tc.perm):
+                raise RequestError(ResponseCode.NO_PERMISSION, f"the topic[{dlq}] is not writable")
+            msg.topic = dlq
+            msg.queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
+            msg.properties.pop(MessageConst.DELAY, None)
+
+    def _inner(
+        self,
+        h: dict[str, str],
+        channel: Any,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        props: dict[str, str],
+        flag: int,
+    ) -> MessageExtBrokerInner:
+        b = self.broker
+        props[MessageConst.CLUSTER] = b.config.broker_cluster_name
+        return MessageExtBrokerInner(
+            topic=topic,
+            queue_id=queue_id,
+            flag=flag,
+            body=body,
+            properties=props,
+            sys_flag=_h_int(h, "sysFlag", 0),
+            born_timestamp=_h_int(h, "bornTimestamp", 0),
+            born_host=b.peer_host(channel),
+            store_host=b.store_host,
+            reconsume_times=_h_int(h, "reconsumeTimes", 0),
+        )
+
+    @staticmethod
+    def _strip_wait(msg: MessageExtBrokerInner) -> None:
+        # WAIT stays in the in-memory map (the store reads it) but is not stored
+        stored = {k: v for k, v in msg.properties.items() if k != MessageConst.WAIT}
+        msg.properties_string = encode_properties(stored)
+
+    # --- SEND_MESSAGE(_V2) / SEND_BATCH_MESSAGE ---------------------------------------------
+    async def process_send(self, req: RemotingCommand, channel: Any) -> RemotingCommand | None:
+        # Everything up to store.put_* is synchronous: arrival order == CommitLog order.
+        b = self.broker
+        h = send_header(req)
+        topic = h.get("topic")
+        if not topic:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, "the custom field <topic> is null")
+        queue_id = _h_int(h, "queueId")
+        tc = self.msg_check(req, h, topic, queue_id)
+        if queue_id < 0:
+            queue_id = random.randrange(99999999) % max(tc.writeQueueNums, 1)
+        body = req.body_bytes()
+        if len(body) > b.config.store.max_message_size:
+            return self._response(
+                req,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} is over max {b.config.store.max_message_size}",
+            )
+        if _h_bool(h, "batch"):
+            return await self._send_batch(req, h, channel, topic, queue_id, body)
+        props = decode_properties(h.get("properties") or "")
+        if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
+            return self._response(
+                req,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden",
+            )
+        msg = self._inner(h, channel, topic, queue_id, body, props, _h_int(h, "flag", 0))
+        self._retry_or_dlq(req, h, msg)
+        self._strip_wait(msg)
+        result = await b.store.put_message(msg)
+        return self._answer_put(req, result, queue_id_hint=msg.queue_id)
+
+    async def _send_batch(self, req, h, channel, topic, queue_id, body) -> RemotingCommand:
+        b = self.broker
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._response(
+                req,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch request does not support retry group {topic}",
+            )
+        try:
+            parts = decode_batch_body(body)
+        except RecordDecodeError as exc:
+            return self._response(req, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not parts:
+            return self._response(req, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        batch_props = decode_properties(h.get("properties") or "")
+        msgs = []
+        for flag, mbody, mprops in parts:
+            props = {**mprops, **batch_props}
+            if props.get(MessageConst.DELAY, "0") not in ("", "0"):
+                return self._response(
+                    req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed"
+                )
+            m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
+            self._strip_wait(m)
+            msgs.append(m)
+        result = await b.store.put_messages(msgs)
+        return self._answer_put(req, result, queue_id_hint=queue_id)
+
+    def _answer_put(
+        self, req: RemotingCommand, result: PutMessageResult, queue_id_hint: int
+    ) -> RemotingCommand:
+        b = self.broker
+        code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
+        if result.remark and code != ResponseCode.SUCCESS:
+            remark = f"{remark} ({result.remark})" if remark else result.remark
+        ext: dict[str, Any] = {
+            "MSG_REGION": b.config.region_id,
+            "TRACE_ON": "true" if b.config.trace_on else "false",
+        }
+        if result.append is not None:
+            ext["msgId"] = result.append.msg_id
+            ext["queueId"] = queue_id_hint
+            ext["queueOffset"] = result.append.logics_offset
+            b.stats.put_count += result.append.msg_num
+        else:
+            b.stats.put_failed += 1
+        return req.response(code, remark, ext)
+
+    # --- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
+    async def process_send_back(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        group = req.get_str("group")
+        offset = req.get_int("offset")
+        delay_level = req.get_int("delayLevel", 0)
+        sgc = b.subscription_group_manager.find_subscription_group_config(group)
+        if sgc is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        if not PermName.is_writeable(b.config.broker_permission):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{b.config.broker_ip1}] sending message is forbidden",
+            )
+        if sgc.retryQueueNums <= 0:
+            return req.response(ResponseCode.SUCCESS)  # retry disabled for the group: drop
+        new_topic = retry_topic(group)
+        queue_id = random.randrange(99999999) % sgc.retryQueueNums
+        tc = b.topic_config_manager.create_topic_in_send_message_back_method(
+            new_topic, sgc.retryQueueNums, PermName.READ | PermName.WRITE
+        )
+        if not PermName.is_writeable(tc.perm):
+            return req.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+            )
+        orig = b.store.look_message_by_offset(offset)
+        if orig is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
+            )
+        props = dict(orig.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, orig.topic)
+        props.pop(MessageConst.WAIT, None)
+        max_times = sgc.retryMaxTimes
+        if req.version >= V3_4_9 and req.ext_fields.get("maxReconsumeTimes"):
+            max_times = req.get_int("maxReconsumeTimes")
+        if orig.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(group)
+            queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
+            tc = b.topic_config_manager.create_topic_in_send_message_back_method(
+                new_topic, DLQ_NUMS_PER_GROUP, PermName.READ | PermName.WRITE
+            )
+            props.pop(MessageConst.DELAY, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + orig.reconsume_times
+            props[MessageConst.DELAY] = str(delay_level)
+        origin_id = props.get(MessageConst.ORIGIN_MESSAGE_ID) or orig.msg_id
+        props[MessageConst.ORIGIN_MESSAGE_ID] = origin_id
+        msg = MessageExtBrokerInner(
+            topic=new_topic,
+            queue_id=queue_id,
+            flag=orig.flag,
+            body=orig.body,
+            properties=props,
+            sys_flag=orig.sys_flag,
+            born_timestamp=orig.born_timestamp,
+            born_host=orig.born_host,
+            store_host=b.store_host,
+            reconsume_times=orig.reconsume_times + 1,
+        )
+        result = await b.store.put_message(msg)
+        if result.status is PutMessageStatus.PUT_OK:
+            b.stats.send_back_count += 1
+            return req.response(ResponseCode.SUCCESS)
+        # Java answers SUCCESS only for PUT_OK (a flush timeout here is an error for the client)
+        return req.response(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
+
+
+__all__ = ["DLQ_GROUP_TOPIC_PREFIX", "SendMessageProcessor", "send_header"]

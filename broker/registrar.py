@@ -1,0 +1,136 @@
+"""Registration with the nameservers (RocketMQ ``BrokerController.registerBrokerAll`` +
+``BrokerOuterAPI.registerBrokerAll`` / ``unregisterBrokerAll``).
+
+Theory of operation
+-------------------
+A broker is routable only while nameservers hear from it: it sends REGISTER_BROKER with its
+whole topic table (RegisterBrokerBody JSON, ``bodyCrc32`` = CRC32 masked to 31 bits like
+``UtilAll.crc32``, version 407) to every nameserver in ``namesrvAddr`` in parallel, at start
+and then every ``register_name_server_period`` (30 s; nameservers drop a broker after 120 s of
+silence).  A topic change (auto-creation, admin update) asks for an immediate extra round
+through :meth:`BrokerRegistrar.request_register`; requests that pile up while a round is in
+flight collapse into one more round.
+
+Each nameserver is tried independently under its own timeout, so one dead nameserver neither
+delays nor fails the others.  A slave learns its master's address and HA address from the
+answer (``masterAddr`` / ``haServerAddr``); they are kept in ``master_addr`` /
+``ha_master_addr`` and reported through ``on_result`` (the HA client and the slave sync hook in
+there).  On clean shutdown the service calls :meth:`unregister_all` under a shielded, bounded
+cancel scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from common.errors import RmqError
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+
+def body_crc32(body: bytes) -> int:
+    """``UtilAll.crc32``: java.util.zip.CRC32 masked to a non-negative int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+@attrs.frozen
+class RegisterResult:
+    namesrv_addr: str
+    master_addr: str | None
+    ha_server_addr: str | None
+
+
+@attrs.define(eq=False)
+class BrokerRegistrar:
+    client: Any  # common.remoting.client.RemotingClient
+    namesrv_addrs: list[str]
+    # () -> dict of REGISTER_BROKER headers (brokerName, brokerAddr, clusterName, haServerAddr,
+    # brokerId) and () -> RegisterBrokerBody JSON bytes; read fresh for every round
+    header_fn: Callable[[], dict[str, Any]]
+    body_fn: Callable[[], bytes]
+    period: float = 30.0
+    timeout: float = 6.0
+    on_result: Callable[[RegisterResult], None] | None = None
+    # set to ask the run loop for an immediate round
+    _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # number of completed REGISTER_BROKER rounds
+    rounds: int = attrs.field(default=0, init=False)
+    master_addr: str | None = attrs.field(default=None, init=False)
+    ha_master_addr: str | None = attrs.field(default=None, init=False)
+
+    def request_register(self) -> None:
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.register_all()
+        task_status.started()
+        while True:
+            with trio.move_on_after(self.period):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self.register_all()
+
+    async def register_all(self) -> list[RegisterResult]:
+        if not self.namesrv_addrs:
+            self.rounds += 1
+            return []
+        headers = self.header_fn()
+        body = self.body_fn()
+        fields = {
+            **headers,
+            "compressed": False,
+            "bodyCrc32": body_crc32(body),
+        }
+        results: list[RegisterResult] = []
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, fields, body)
+            try:
+                resp = await self.client.invoke(addr, cmd, self.timeout)
+            except RmqError as exc:
+                log.warning("register to name server %s failed: %s", addr, exc)
+                return
+            if resp.code != ResponseCode.SUCCESS:
+                log.warning(
+                    "name server %s refused registration: %d %s", addr, resp.code, resp.remark
+                )
+                return
+            r = RegisterResult(
+                addr, resp.ext_fields.get("masterAddr"), resp.ext_fields.get("haServerAddr")
+            )
+            results.append(r)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_addrs:
+                nursery.start_soon(one, addr)
+        self.rounds += 1
+        for r in results:
+            if r.master_addr or r.ha_server_addr:
+                self.master_addr = r.master_addr
+                self.ha_master_addr = r.ha_server_addr
+            if self.on_result is not None:
+                self.on_result(r)
+        return results
+
+    async def unregister_all(self) -> None:
+        headers = self.header_fn()
+        fields = {k: headers[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, fields)
+            try:
+                await self.client.invoke(addr, cmd, self.timeout)
+            except RmqError as exc:
+                log.warning("unregister from name server %s failed: %s", addr, exc)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_addrs:
+                nursery.start_soon(one, addr)

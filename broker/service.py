@@ -1,0 +1,368 @@
+"""The broker process: ``run_broker`` and the ``BrokerController`` that holds its state.
+
+Theory of operation
+-------------------
+``run_broker(config)`` is one Trio task tree (DESIGN habit 2):
+
+1. the store starts first (file store by default; tests inject a store or a store factory) and
+   is the last thing to stop;
+2. ``BrokerController`` loads ``config/topics.json``, ``subscriptionGroup.json``,
+   ``consumerOffset.json`` and ``delayOffset.json`` from the store root;
+3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
+   when ``listenPort`` is 0), with the same processors; the HA service (if one is supplied as
+   ``ha_factory``) binds ``listenPort+1``;
+4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
+   changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
+   10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, and on masters the delay-level scheduler;
+5. ``task_status.started(BrokerHandle(...))``; serve until cancelled;
+6. on cancellation: UNREGISTER_BROKER to every nameserver and a final persist of every config
+   file, both shielded and bounded, then the store shuts down.
+
+The controller is the one object processors see: the tables (topics, groups, offsets,
+consumers, producers, locks), the store, the long-poll hold service and the broker's own
+address (``store_host``, fixed once the port is bound, used in every stored record and msgId).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from broker.config import BrokerConfig
+from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from broker.offsets import ConsumerOffsetManager, config_dir
+from broker.processor.pull_hold import PullRequestHoldService
+from broker.registrar import BrokerRegistrar
+from broker.schedule import ScheduleMessageService, parse_delay_levels
+from broker.subscription import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from common import serde
+from common.errors import RmqError
+from common.model import RegisterBrokerBody
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode
+from common.remoting.command import RemotingCommand
+from common.remoting.server import RequestDispatcher, serve_remoting
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT = 3.0
+
+
+@attrs.define(eq=False)
+class BrokerStats:
+    put_count: int = 0
+    put_failed: int = 0
+    get_found: int = 0
+    get_miss: int = 0
+    send_back_count: int = 0
+
+
+@attrs.frozen
+class BrokerHandle:
+    port: int
+    vip_port: int | None
+    ha_port: int | None
+    store: Any
+    controller: BrokerController
+    host: str = "127.0.0.1"
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _parse_host(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    try:
+        return host.strip("[]") or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+@attrs.define(eq=False)
+class BrokerController:
+    config: BrokerConfig
+    store: Any
+    # (ip, port) written into stored records; the port is the bound listen port
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    ha_port: int | None = None
+    vip_port: int | None = None
+    topic_config_manager: TopicConfigManager = attrs.field(init=False)
+    subscription_group_manager: SubscriptionGroupManager = attrs.field(init=False)
+    consumer_offset_manager: ConsumerOffsetManager = attrs.field(factory=ConsumerOffsetManager)
+    consumer_manager: ConsumerManager = attrs.field(init=False)
+    producer_manager: ProducerManager = attrs.field(init=False)
+    lock_manager: RebalanceLockManager = attrs.field(init=False)
+    pull_hold: PullRequestHoldService = attrs.field(factory=PullRequestHoldService)
+    schedule_service: ScheduleMessageService = attrs.field(init=False)
+    stats: BrokerStats = attrs.field(factory=BrokerStats)
+    registrar: BrokerRegistrar | None = None
+    boot_timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    # (group, channels) waiting to be told NOTIFY_CONSUMER_IDS_CHANGED; drained by a task
+    _notify_send: Any = attrs.field(default=None, init=False)
+    _notify_recv: Any = attrs.field(default=None, init=False)
+    # the topic table changed since it was last written
+    _topics_dirty: bool = attrs.field(default=False, init=False)
+    _groups_dirty: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        c = self.config
+        self.topic_config_manager = TopicConfigManager(
+            broker_name=c.broker_name,
+            cluster_name=c.broker_cluster_name,
+            auto_create_topic_enable=c.auto_create_topic_enable,
+            default_topic_queue_nums=c.default_topic_queue_nums,
+            cluster_topic_enable=c.cluster_topic_enable,
+            broker_topic_enable=c.broker_topic_enable,
+            trace_topic_enable=c.trace_topic_enable,
+        )
+        self.subscription_group_manager = SubscriptionGroupManager(
+            auto_create_subscription_group=c.auto_create_subscription_group
+        )
+        self._notify_send, self._notify_recv = trio.open_memory_channel(math.inf)
+        self.consumer_manager = ConsumerManager(
+            channel_expired_timeout=c.channel_expired_timeout,
+            on_ids_changed=self._queue_notify,
+        )
+        self.producer_manager = ProducerManager(channel_expired_timeout=c.channel_expired_timeout)
+        self.lock_manager = RebalanceLockManager(max_live_time=c.rebalance_lock_max_live_time)
+        self.schedule_service = ScheduleMessageService(
+            self.store, self.pull_hold, parse_delay_levels(c.store.message_delay_level)
+        )
+        if self.store_host == ("127.0.0.1", 0):
+            self.store_host = (c.broker_ip1, c.listen_port)
+
+    # --- addresses ---------------------------------------------------------------------------
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.store_host[0]}:{self.store_host[1]}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        host = self.config.broker_ip2 or self.config.broker_ip1
+        return f"{host}:{self.ha_port if self.ha_port is not None else self.config.ha_port}"
+
+    @staticmethod
+    def peer_host(channel: Any) -> tuple[str, int]:
+        return _parse_host(getattr(channel, "remote_addr", "") or "")
+
+    # --- config files -----------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return config_dir(self.config.store.store_path_root_dir)
+
+    def load(self) -> None:
+        d = self.config_path
+        self.topic_config_manager.load(d / "topics.json")
+        self.subscription_group_manager.load(d / "subscriptionGroup.json")
+        self.consumer_offset_manager.load(d / "consumerOffset.json")
+        self.schedule_service.load(d / "delayOffset.json")
+        # changes from now on are persisted and announced
+        self.topic_config_manager.on_change = self._on_topics_changed
+        self.subscription_group_manager.on_change = self._on_groups_changed
+
+    def _on_topics_changed(self) -> None:
+        self._topics_dirty = True
+        self.persist_topics()
+        if self.registrar is not None:
+            self.registrar.request_register()
+
+    def _on_groups_changed(self) -> None:
+        self._groups_dirty = True
+        self.persist_groups()
+
+    def persist_topics(self) -> None:
+        try:
+            self.topic_config_manager.persist(self.config_path / "topics.json")
+            self._topics_dirty = False
+        except OSError as exc:
+            log.error("could not write topics.json: %s", exc)
+
+    def persist_groups(self) -> None:
+        try:
+            self.subscription_group_manager.persist(self.config_path / "subscriptionGroup.json")
+            self._groups_dirty = False
+        except OSError as exc:
+            log.error("could not write subscriptionGroup.json: %s", exc)
+
+    def persist_offsets(self, *, force: bool = False) -> None:
+        d = self.config_path
+        try:
+            self.consumer_offset_manager.persist(d / "consumerOffset.json", force=force)
+            self.schedule_service.persist(d / "delayOffset.json", force=force)
+        except OSError as exc:
+            log.error("could not write offsets: %s", exc)
+
+    def persist_all(self) -> None:
+        self.persist_topics()
+        self.persist_groups()
+        self.persist_offsets(force=True)
+
+    # --- registration -------------------------------------------------------------------------
+    def register_headers(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.config.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": self.config.broker_cluster_name,
+            "haServerAddr": self.ha_server_addr,
+            "brokerId": self.config.broker_id,
+        }
+
+    def register_body(self) -> bytes:
+        wrapper = self.topic_config_manager.wrapper()
+        if self.config.broker_permission != 6:
+            # like Java: a broker whose permission is restricted advertises it on every topic
+            wrapper.topicConfigTable = {
+                k: attrs.evolve(v, perm=v.perm & self.config.broker_permission)
+                for k, v in wrapper.topicConfigTable.items()
+            }
+        return serde.to_json(RegisterBrokerBody(topicConfigSerializeWrapper=wrapper))
+
+    # --- consumer notifications -------------------------------------------------------------
+    def _queue_notify(self, group: str, channels: list[Any]) -> None:
+        self._notify_send.send_nowait((group, channels))
+
+    async def _notify_task(self) -> None:
+        async for group, channels in self._notify_recv:
+            for ch in channels:
+                if getattr(ch, "closed", False):
+                    continue
+                cmd = RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+                )
+                try:
+                    with trio.move_on_after(3.0):
+                        await ch.send(cmd)
+                except RmqError as exc:
+                    log.info("notify %s of %s failed: %s", ch, group, exc)
+
+    # --- periodic work ------------------------------------------------------------------------
+    async def _persist_task(self) -> None:
+        while True:
+            await trio.sleep(self.config.flush_consumer_offset_interval)
+            self.persist_offsets()
+
+    async def _housekeeping_task(self) -> None:
+        while True:
+            await trio.sleep(self.config.client_scan_interval)
+            self.consumer_manager.scan_not_active_channel()
+            self.producer_manager.scan_not_active_channel()
+
+    def on_channel_closed(self, channel: Any) -> None:
+        self.consumer_manager.do_channel_close_event(channel)
+        self.producer_manager.do_channel_close_event(channel)
+
+    def build_dispatcher(self) -> RequestDispatcher:
+        from broker.processor.admin import AdminBrokerProcessor
+        from broker.processor.client_manage import ClientManageProcessor
+        from broker.processor.offsets import ConsumerManageProcessor
+        from broker.processor.pull import PullMessageProcessor
+        from broker.processor.send import SendMessageProcessor
+
+        d = RequestDispatcher()
+        for proc in (
+            SendMessageProcessor(self),
+            PullMessageProcessor(self),
+            ClientManageProcessor(self),
+            ConsumerManageProcessor(self),
+            AdminBrokerProcessor(self),
+        ):
+            proc.register(d)
+        d.add_close_listener(self.on_channel_closed)
+        return d
+
+
+StoreFactory = Callable[..., Awaitable[Any]]
+
+
+async def run_broker(
+    config: BrokerConfig,
+    *,
+    store: Any = None,
+    store_factory: StoreFactory | None = None,
+    ha_factory: Callable[..., Awaitable[Any]] | None = None,
+    task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a broker until cancelled (see the module docstring).
+
+    ``store``: an already running store to use; else ``store_factory(config.store,
+    task_status=...)`` is started (default: the file store ``run_message_store``).
+    ``ha_factory(controller, task_status=...)``: the HA service; it binds ``listenPort+1`` (or
+    an ephemeral port when ``listenPort`` is 0) and reports the bound port via task_status.
+    """
+    async with trio.open_nursery() as outer:
+        if store is None:
+            if store_factory is None:
+                from broker.store import run_message_store
+
+                store_factory = run_message_store
+            store = await outer.start(store_factory, config.store)
+        controller = BrokerController(config, store)
+        controller.load()
+        store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
+        dispatcher = controller.build_dispatcher()
+        try:
+            async with open_remoting_client() as client:
+                try:
+                    async with trio.open_nursery() as nursery:
+                        main = await nursery.start(
+                            serve_remoting, dispatcher, config.listen_host, config.listen_port
+                        )
+                        controller.store_host = (config.broker_ip1, main.port)
+                        vip_port = None
+                        if config.fast_channel_enable:
+                            vip = await nursery.start(
+                                serve_remoting, dispatcher, config.listen_host, config.vip_port
+                            )
+                            vip_port = vip.port
+                        controller.vip_port = vip_port
+                        if ha_factory is not None:
+                            controller.ha_port = await nursery.start(ha_factory, controller)
+                        registrar = BrokerRegistrar(
+                            client,
+                            config.namesrv_addrs,
+                            controller.register_headers,
+                            controller.register_body,
+                            period=config.register_name_server_period,
+                            timeout=config.register_broker_timeout,
+                        )
+                        controller.registrar = registrar
+                        nursery.start_soon(controller._notify_task)
+                        nursery.start_soon(controller._persist_task)
+                        nursery.start_soon(controller._housekeeping_task)
+                        if not config.is_slave:
+                            await nursery.start(controller.schedule_service.run)
+                        await nursery.start(registrar.run)
+                        log.info(
+                            "broker %s (%s) serving on %s, vip %s, ha %s",
+                            config.broker_name,
+                            config.broker_role,
+                            main.port,
+                            vip_port,
+                            controller.ha_port,
+                        )
+                        task_status.started(
+                            BrokerHandle(
+                                port=main.port,
+                                vip_port=vip_port,
+                                ha_port=controller.ha_port,
+                                store=store,
+                                controller=controller,
+                                host=config.broker_ip1,
+                            )
+                        )
+                finally:
+                    with trio.CancelScope(shield=True):
+                        with trio.move_on_after(SHUTDOWN_TIMEOUT):
+                            if controller.registrar is not None and config.namesrv_addrs:
+                                await controller.registrar.unregister_all()
+        finally:
+            controller.persist_all()
