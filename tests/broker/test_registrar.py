@@ -1,0 +1,146 @@
+"""Registration with nameservers: period, immediate re-registration, CRC, unregister."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from broker.config import BrokerConfig
+from broker.registrar import BrokerRegistrar
+from broker.service import run_broker
+from broker.store import MessageStoreConfig, run_memory_store
+from common import serde
+from common.model import RegisterBrokerBody
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.remoting.server import RequestDispatcher, handle_stream, serve_remoting
+
+
+class FakeNamesrv:
+    def __init__(self, *, master: str | None = None) -> None:
+        self.calls: list[RemotingCommand] = []
+        self.changed = trio.Event()
+        self.dispatcher = RequestDispatcher()
+        self.master = master
+        self.dispatcher.register(RequestCode.REGISTER_BROKER, self.on_request)
+        self.dispatcher.register(RequestCode.UNREGISTER_BROKER, self.on_request)
+
+    async def on_request(self, cmd: RemotingCommand, channel) -> RemotingCommand:
+        self.calls.append(cmd)
+        self.changed.set()
+        self.changed = trio.Event()
+        ext = {"masterAddr": self.master, "haServerAddr": "10.0.0.1:10912"} if self.master else None
+        return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+    def codes(self) -> list[int]:
+        return [c.code for c in self.calls]
+
+
+async def test_registrar_period_wake_and_crc(autojump_clock: trio.abc.Clock) -> None:
+    ns_a, ns_b = FakeNamesrv(), FakeNamesrv(master="10.0.0.1:10911")
+
+    async with trio.open_nursery() as servers:
+
+        async def connect(addr: str):
+            if addr == "dead:1":
+                raise OSError("connection refused")
+            client_side, server_side = trio.testing.memory_stream_pair()
+            ns = ns_a if addr == "a:1" else ns_b
+            servers.start_soon(handle_stream, server_side, ns.dispatcher)
+            return client_side
+
+        body = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{}},"filterServerList":[]}'
+        async with open_remoting_client(connect=connect) as client:
+            results = []
+            reg = BrokerRegistrar(
+                client,
+                ["a:1", "dead:1", "b:1"],
+                lambda: {
+                    "brokerName": "bk",
+                    "brokerAddr": "127.0.0.1:10911",
+                    "clusterName": "C",
+                    "haServerAddr": "127.0.0.1:10912",
+                    "brokerId": 1,
+                },
+                lambda: body,
+                on_result=results.append,
+            )
+            async with trio.open_nursery() as n:
+                t0 = trio.current_time()
+                await n.start(reg.run)
+                assert ns_a.codes() == [RequestCode.REGISTER_BROKER]
+                assert ns_b.codes() == [RequestCode.REGISTER_BROKER]
+                first = ns_a.calls[0]
+                assert first.ext_fields["bodyCrc32"] == str(zlib.crc32(body) & 0x7FFFFFFF)
+                assert first.ext_fields["brokerId"] == "1"
+                assert first.ext_fields["compressed"] == "false"
+                assert first.body_bytes() == body
+                assert reg.master_addr == "10.0.0.1:10911"
+                assert reg.ha_master_addr == "10.0.0.1:10912"
+                # periodic: the next round 30 s later
+                await ns_a.changed.wait()
+                assert trio.current_time() - t0 == 30.0
+                # an immediate round on request
+                t1 = trio.current_time()
+                reg.request_register()
+                await ns_a.changed.wait()
+                assert trio.current_time() - t1 < 1.0
+                assert len(ns_a.calls) == 3
+                n.cancel_scope.cancel()
+            await reg.unregister_all()
+            assert ns_a.codes()[-1] == RequestCode.UNREGISTER_BROKER
+            assert ns_a.calls[-1].ext_fields["brokerName"] == "bk"
+        servers.cancel_scope.cancel()
+
+
+async def test_run_broker_registers_on_start_topic_change_and_unregisters(
+    tmp_path: Path,
+) -> None:
+    ns = FakeNamesrv()
+    async with trio.open_nursery() as outer:
+        h = await outer.start(serve_remoting, ns.dispatcher, "127.0.0.1", 0)
+        cfg = BrokerConfig(
+            listen_port=0,
+            namesrv_addr=f"127.0.0.1:{h.port}",
+            store=MessageStoreConfig(store_path_root_dir=tmp_path),
+        )
+        with trio.fail_after(10):
+            async with trio.open_nursery() as n:
+                broker = await n.start(
+                    lambda task_status: run_broker(
+                        cfg, store_factory=run_memory_store, task_status=task_status
+                    )
+                )
+                assert ns.codes() == [RequestCode.REGISTER_BROKER]
+                reg = ns.calls[0]
+                assert reg.ext_fields["brokerAddr"] == f"127.0.0.1:{broker.port}"
+                assert reg.ext_fields["haServerAddr"].startswith("127.0.0.1:")
+                w = serde.from_json(reg.body_bytes(), RegisterBrokerBody)
+                assert "TBW102" in w.topicConfigSerializeWrapper.topicConfigTable
+                # creating a topic re-registers at once
+                async with open_remoting_client() as client:
+                    ext = {
+                        "topic": "Created",
+                        "defaultTopic": "TBW102",
+                        "readQueueNums": 2,
+                        "writeQueueNums": 2,
+                        "perm": 6,
+                        "topicFilterType": "SINGLE_TAG",
+                    }
+                    r = await client.invoke(
+                        broker.addr,
+                        RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext),
+                    )
+                    assert r.code == 0
+                    await ns.changed.wait()
+                last = serde.from_json(ns.calls[-1].body_bytes(), RegisterBrokerBody)
+                assert "Created" in last.topicConfigSerializeWrapper.topicConfigTable
+                n.cancel_scope.cancel()
+        assert ns.codes()[-1] == RequestCode.UNREGISTER_BROKER
+        outer.cancel_scope.cancel()
+    # topics.json survived for the next start
+    assert "Created" in (tmp_path / "config" / "topics.json").read_text()
