@@ -1,0 +1,154 @@
+"""The remoting client: one multiplexed, pipelined connection per address.
+
+Theory of operation. :func:`open_remoting_client` opens a nursery that owns every connection the
+client makes; leaving the ``async with`` closes them all. :meth:`RemotingClient.invoke` finds (or
+opens, under a per-address lock so concurrent callers share one connect) the
+:class:`~common.remoting.channel.Channel` for an address, sends the request with a fresh opaque, and
+waits for the response with that opaque, all under one ``fail_after(timeout)`` on Trio's clock.
+Many requests can be in flight on one connection; responses may come back in any order.
+
+A connection that drops fails its waiting requests with :class:`RemotingConnectError`, and is
+forgotten, so the next call to that address reconnects. Requests the *server* sends us (e.g.
+NOTIFY_CONSUMER_IDS_CHANGED) go to the handler set with :meth:`RemotingClient.set_request_handler`;
+without one they are answered REQUEST_CODE_NOT_SUPPORTED (unless oneway).
+
+``connect`` can be replaced (tests pass a function returning in-memory streams).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from common.errors import RemotingConnectError, RemotingTimeoutError, unwrapping_groups
+from common.remoting.channel import Channel, Handler
+from common.remoting.codes import ResponseCode
+from common.remoting.command import RemotingCommand
+
+__all__ = ["RemotingClient", "open_remoting_client", "parse_addr"]
+
+log = logging.getLogger(__name__)
+
+Connect = Callable[[str], Awaitable[trio.abc.Stream]]
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (IPv6 as ``"[::1]:9876"`` or bare ``"::1:9876"``) -> (host, port)."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RemotingConnectError(f"bad address {addr!r}, expected host:port")
+    return host.strip("[]"), int(port)
+
+
+async def _tcp_connect(addr: str) -> trio.abc.Stream:
+    host, port = parse_addr(addr)
+    return await trio.open_tcp_stream(host, port)
+
+
+class RemotingClient:
+    def __init__(
+        self, nursery: trio.Nursery, *, connect_timeout: float, connect: Connect | None
+    ) -> None:
+        self._nursery = nursery
+        self._connect_timeout = connect_timeout
+        self._connect = connect or _tcp_connect
+        # addr -> the live channel for it; a closed channel is replaced on the next call.
+        self._channels: dict[str, Channel] = {}
+        # addr -> lock held while connecting, so concurrent callers share one connection.
+        self._connect_locks: dict[str, trio.Lock] = {}
+        self._handler: Handler | None = None
+        self._closed = False
+
+    def set_request_handler(self, handler: Handler | None) -> None:
+        self._handler = handler
+
+    async def _dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        if self._handler is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        return await self._handler(cmd, channel)
+
+    async def get_channel(self, addr: str) -> Channel:
+        """The connected channel for ``addr`` (connecting if needed)."""
+        if self._closed:
+            raise RemotingConnectError("client is closed")
+        channel = self._channels.get(addr)
+        if channel is not None and not channel.closed:
+            return channel
+        lock = self._connect_locks.setdefault(addr, trio.Lock())
+        async with lock:
+            channel = self._channels.get(addr)
+            if channel is not None and not channel.closed:
+                return channel
+            try:
+                with trio.fail_after(self._connect_timeout):
+                    stream = await self._connect(addr)
+            except trio.TooSlowError:
+                raise RemotingConnectError(
+                    f"connect to {addr} timed out after {self._connect_timeout}s"
+                ) from None
+            except OSError as exc:
+                raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
+            channel = Channel(stream, addr)
+            self._channels[addr] = channel
+            self._nursery.start_soon(self._run_channel, channel)
+            return channel
+
+    async def _run_channel(self, channel: Channel) -> None:
+        await channel.run(self._dispatch, on_close=self._forget)
+
+    def _forget(self, channel: Channel) -> None:
+        if self._channels.get(channel.remote_addr) is channel:
+            del self._channels[channel.remote_addr]
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
+    ) -> RemotingCommand:
+        """Send a request and return the response (any code; callers check it).
+
+        Raises RemotingConnectError / RemotingTimeoutError / RemotingSendError.
+        """
+        try:
+            with trio.fail_after(timeout):
+                channel = await self.get_channel(addr)
+                return await channel.request(cmd)
+        except trio.TooSlowError:
+            raise RemotingTimeoutError(
+                f"no response from {addr} within {timeout}s (code {cmd.code})"
+            ) from None
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
+        try:
+            with trio.fail_after(timeout):
+                channel = await self.get_channel(addr)
+                await channel.send_oneway(cmd)
+        except trio.TooSlowError:
+            raise RemotingTimeoutError(f"oneway send to {addr} took over {timeout}s") from None
+
+    def close_channel(self, addr: str) -> None:
+        channel = self._channels.pop(addr, None)
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        self._closed = True
+        for addr in list(self._channels):
+            self.close_channel(addr)
+
+
+@asynccontextmanager
+async def open_remoting_client(
+    *, connect_timeout: float = 3.0, connect: Connect | None = None
+) -> AsyncIterator[RemotingClient]:
+    with unwrapping_groups():
+        async with trio.open_nursery() as nursery:
+            client = RemotingClient(nursery, connect_timeout=connect_timeout, connect=connect)
+            try:
+                yield client
+            finally:
+                client.close()
+                nursery.cancel_scope.cancel()
