@@ -5,6 +5,7 @@ Import the public API from here: ``from broker.store import MessageStoreConfig, 
 
 from broker.store.config import MessageStoreConfig, parse_delay_levels
 from broker.store.memory_store import MemoryMessageStore, run_memory_store
+from broker.store.message_store import DefaultMessageStore, StoreLockedError, run_message_store
 from broker.store.results import (
     AppendMessageResult,
     GetMessageResult,
@@ -19,6 +20,7 @@ from broker.store.store_util import SCHEDULE_TOPIC
 __all__ = [
     "SCHEDULE_TOPIC",
     "AppendMessageResult",
+    "DefaultMessageStore",
     "GetMessageResult",
     "GetMessageStatus",
     "MemoryMessageStore",
@@ -27,6 +29,8 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "QueryMessageResult",
+    "StoreLockedError",
     "parse_delay_levels",
     "run_memory_store",
+    "run_message_store",
 ]

@@ -40,18 +40,19 @@ from broker.store.store_util import (
     BLANK,
     CQ_UNIT,
     CQ_UNIT_SIZE,
+    MAX_QUERY_NUM,
     PARTIAL,
     DispatchRequest,
     StoreStats,
     apply_delay,
-    check_message,
-    delay_level_of,
     dispatch_tags_code,
+    encode_for_put,
     index_keys,
     is_prepared_or_rollback,
     parse_record,
     search_offset_by_time,
     select_messages,
+    validate_put,
 )
 from common.message import (
     BLANK_MAGIC_CODE,
@@ -62,7 +63,6 @@ from common.message import (
     RecordDecodeError,
     create_offset_msg_id,
     decode_record,
-    encode_record,
     store_timestamp_position,
 )
 
@@ -179,39 +179,14 @@ class MemoryMessageStore:
     def _put_sync(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
         if self.shutdown:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
-        if not msgs:
-            return self._fail(PutMessageStatus.MESSAGE_ILLEGAL, "empty batch")
-        for m in msgs:
-            bad = check_message(m, self.config)
-            if bad is not None:
-                return self._fail(bad, f"store rejected the message: {bad.name}")
-            if batch and (
-                delay_level_of(m.properties) > 0
-                or MessageSysFlag.transaction_value(m.sys_flag) != 0
-            ):
-                return self._fail(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    "batch messages cannot be delayed or transactional",
-                )
+        bad = validate_put(msgs, self.config, batch=batch)
+        if bad is not None:
+            return self._fail(*bad)
         if not batch:
             apply_delay(msgs[0], self.config)
         store_ts = self._now_ms()
-        # encode with the queue offsets they will get; physical offsets patched once placed
         table = self._topic_queue_table
-        next_q: dict[tuple[str, int], int] = {}
-        recs: list[bytearray] = []
-        qoffs: list[int] = []
-        for m in msgs:
-            m.store_timestamp = store_ts
-            key = (m.topic, m.queue_id)
-            if is_prepared_or_rollback(m.sys_flag):
-                q = 0
-            else:
-                q = next_q.get(key, table.get(key, 0))
-                next_q[key] = q + 1
-            qoffs.append(q)
-            recs.append(bytearray(encode_record(m, q, 0, store_ts)))
-        total = sum(len(r) for r in recs)
+        recs, qoffs, next_q, total = encode_for_put(msgs, table, store_ts)
         if self._too_big(total):
             return self._fail(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -292,6 +267,10 @@ class MemoryMessageStore:
             if req.keys:
                 self._index_last_ts = req.store_timestamp
                 self._index_last_phy = req.commit_log_offset
+
+    async def wait_dispatched(self, end: int | None = None) -> None:
+        """Dispatch is synchronous here; kept for API parity with the file store."""
+        await trio.lowlevel.checkpoint()
 
     def add_arrival_listener(self, fn: ArrivalListener) -> None:
         self._listeners.append(fn)
@@ -412,7 +391,8 @@ class MemoryMessageStore:
         self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
     ) -> QueryMessageResult:
         hits = self._index.get(f"{topic}#{key}", [])
-        found = [p for p, ts in reversed(hits) if begin_ts <= ts <= end_ts][: max(max_num, 0)]
+        max_num = max(min(max_num, MAX_QUERY_NUM), 0)
+        found = [p for p, ts in reversed(hits) if begin_ts <= ts <= end_ts][:max_num]
         found.sort()
         bufs = [b for b in (self.select_one_message_by_offset(p) for p in found) if b is not None]
         return QueryMessageResult(bufs, self._index_last_ts, self._index_last_phy)

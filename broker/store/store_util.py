@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+import zlib
 from collections.abc import Callable
 
 import attrs
@@ -38,13 +39,16 @@ from common.message import (
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
-    decode_record,
+    decode_properties,
     encode_properties,
+    encode_record,
     tags_code,
 )
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 CQ_UNIT_SIZE = 20
+# RocketMQ caps one key query at maxMsgsNumBatch messages
+MAX_QUERY_NUM = 64
 CQ_UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
 
 try:
@@ -77,6 +81,55 @@ def check_message(
 def is_prepared_or_rollback(sys_flag: int) -> bool:
     t = MessageSysFlag.transaction_value(sys_flag)
     return t in (MessageSysFlag.TRANSACTION_PREPARED, MessageSysFlag.TRANSACTION_ROLLBACK)
+
+
+def validate_put(
+    msgs: list[MessageExtBrokerInner], config: MessageStoreConfig, *, batch: bool
+) -> tuple[PutMessageStatus, str] | None:
+    """All put-path checks for one put (single or batch); None when it may go in."""
+    if not msgs:
+        return PutMessageStatus.MESSAGE_ILLEGAL, "empty batch"
+    for m in msgs:
+        bad = check_message(m, config)
+        if bad is not None:
+            return bad, f"store rejected the message: {bad.name}"
+        if batch and (
+            delay_level_of(m.properties) > 0 or MessageSysFlag.transaction_value(m.sys_flag) != 0
+        ):
+            return (
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                "batch messages cannot be delayed or transactional",
+            )
+    return None
+
+
+def encode_for_put(
+    msgs: list[MessageExtBrokerInner], table: dict[tuple[str, int], int], store_ts: int
+) -> tuple[list[bytearray], list[int], dict[tuple[str, int], int], int]:
+    """Encode records with the queue offsets they will get (PHYSICALOFFSET still 0).
+
+    Returns (records, queue offsets, table updates, total bytes); ``table`` is not modified,
+    so a put that then fails (too big) leaves no trace.
+    """
+    next_q: dict[tuple[str, int], int] = {}
+    recs: list[bytearray] = []
+    qoffs: list[int] = []
+    total = 0
+    for m in msgs:
+        m.store_timestamp = store_ts
+        if is_prepared_or_rollback(m.sys_flag):
+            q = 0
+        else:
+            key = (m.topic, m.queue_id)
+            q = next_q.get(key)
+            if q is None:
+                q = table.get(key, 0)
+            next_q[key] = q + 1
+        qoffs.append(q)
+        r = bytearray(encode_record(m, q, 0, store_ts))
+        total += len(r)
+        recs.append(r)
+    return recs, qoffs, next_q, total
 
 
 def delay_level_of(props: dict[str, str]) -> int:
@@ -143,6 +196,10 @@ def index_keys(topic: str, props: dict[str, str]) -> list[str]:
 # ------------------------------------------------------------------------------------ dispatch
 
 _HEAD2 = struct.Struct(">ii")
+_HEAD9 = struct.Struct(">iiiiiqqiq")
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+_H = struct.Struct(">h")
 
 
 @attrs.frozen
@@ -184,18 +241,40 @@ def parse_record(buf, pos: int, end: int, delay_millis: tuple[int, ...], *, chec
         raise RecordDecodeError(f"bad record size {size}")
     if end - pos < size:
         return PARTIAL, 0
-    m = decode_record(buf[pos : pos + size], check_crc=check_crc)
-    props = m.properties
+    # Parse only what dispatch needs, without copying the body (this runs for every record).
+    try:
+        (_, _, crc, queue_id, _, qoff, poff, sys_flag, _) = _HEAD9.unpack_from(buf, pos)
+        p = pos + 48 + (20 if sys_flag & MessageSysFlag.BORNHOST_V6 else 8)
+        (store_ts,) = _Q.unpack_from(buf, p)
+        p += 8 + (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6 else 8) + 12
+        (body_len,) = _I.unpack_from(buf, p)
+        p += 4
+        if body_len < 0 or p + body_len + 3 > pos + size:
+            raise RecordDecodeError(f"body length {body_len} overruns the record")
+        if check_crc and (zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
+            raise RecordDecodeError("body CRC mismatch")
+        p += body_len
+        topic_len = buf[p]
+        p += 1
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        p += topic_len
+        (props_len,) = _H.unpack_from(buf, p)
+        p += 2
+        if props_len < 0 or p + props_len != pos + size:
+            raise RecordDecodeError("field lengths disagree with TOTALSIZE")
+        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+    except (struct.error, UnicodeDecodeError, IndexError) as exc:
+        raise RecordDecodeError(str(exc)) from exc
     req = DispatchRequest(
-        topic=m.topic,
-        queue_id=m.queue_id,
-        commit_log_offset=m.commit_log_offset,
+        topic=topic,
+        queue_id=queue_id,
+        commit_log_offset=poff,
         msg_size=size,
-        tags_code=dispatch_tags_code(m.topic, props, m.store_timestamp, delay_millis),
-        store_timestamp=m.store_timestamp,
-        consume_queue_offset=m.queue_offset,
-        sys_flag=m.sys_flag,
-        keys=tuple(index_keys(m.topic, props)),
+        tags_code=dispatch_tags_code(topic, props, store_ts, delay_millis),
+        store_timestamp=store_ts,
+        consume_queue_offset=qoff,
+        sys_flag=sys_flag,
+        keys=tuple(index_keys(topic, props)),
     )
     return req, size
 

@@ -360,8 +360,9 @@ async def test_delete_topics_and_runtime_info(open_store):
 
 
 async def wait_dispatched(store):
-    # put_* return after dispatch in every implementation; this only documents the assumption
+    # put_* return after their dispatch in every implementation
     assert store.dispatch_behind_bytes == 0
+    await store.wait_dispatched()
 
 
 @pytest.mark.parametrize("chunk", [7, 100, 4096])
@@ -382,6 +383,7 @@ async def test_ha_replication_round_trip(open_store, tmp_path, chunk):
             assert slave.append_to_commit_log(off, data)
             off += len(data)
         assert not slave.append_to_commit_log(off + 1, b"x")  # gap
+        await slave.wait_dispatched()
         assert slave.get_max_phy_offset() == master.get_max_phy_offset()
         for q in range(3):
             assert slave.get_max_offset_in_queue("T", q) == master.get_max_offset_in_queue("T", q)
@@ -404,6 +406,7 @@ async def test_ha_slave_starting_mid_log(open_store, tmp_path):
         start = master.get_max_phy_offset() - master.get_max_phy_offset() % seg
         data = master.get_commit_log_data(start)
         assert slave.append_to_commit_log(start, bytes(data))
+        await slave.wait_dispatched()
         first_q = decode_record(bytes(data)).queue_offset
         assert first_q > 0
         assert slave.get_min_offset_in_queue("T", 0) == first_q

@@ -1,0 +1,176 @@
+"""CommitLog: every message of every topic, appended to one log of mapped segments.
+
+Theory of operation
+-------------------
+Records (common/message.py) are appended at the log's end; a record or batch never straddles a
+segment: if ``length + 8 > remaining`` the rest of the segment gets a BLANK filler (TOTALSIZE =
+remaining, MAGIC = BLANK) and the write moves to a new segment (facts §4.2).  A record's
+PHYSICALOFFSET is its absolute offset; the put path patches it into the encoded bytes before
+the single copy into the map, so what lands on disk is complete in one memcpy.
+
+``topic_queue_table`` hands out the next logical (ConsumeQueue) offset per (topic, queueId) at
+append time; prepared/rollback transaction records get 0 and do not advance it.  On start it is
+rebuilt from the ConsumeQueues.
+
+Recovery (``recover``): starting at the segment holding ``from_offset`` (the checkpoint's last
+flushed offset after a crash, the last segment after a clean stop) records are checked in order
+(magic, size, field lengths, body CRC, PHYSICALOFFSET == position) until the first bad or
+incomplete one; that is the valid end.  Everything after it is zeroed / deleted
+(``MappedFileQueue.truncate_dirty``), so a torn tail can never be served or resurrected later.
+
+HA: ``get_data`` returns the written bytes of one segment from an offset (BLANKs included) and
+``append_raw`` appends replicated bytes at exactly the current end, never across a segment end.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.store_util import BLANK, PARTIAL, parse_record
+from common.message import BLANK_MAGIC_CODE, RecordDecodeError
+
+log = logging.getLogger(__name__)
+
+_BLANK_FILL = 8
+
+
+class CommitLog:
+    def __init__(self, store_dir: str, file_size: int, delay_millis: tuple[int, ...]):
+        self.queue = MappedFileQueue(store_dir, file_size)
+        self.file_size = file_size
+        self.delay_millis = delay_millis
+        # (topic, queueId) -> next logical offset to assign
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+
+    def load(self) -> None:
+        self.queue.load()
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_offset
+
+    # ---------------------------------------------------------------- put path
+
+    def reserve(self, length: int) -> int:
+        """Absolute offset where ``length`` contiguous bytes will go (may write a BLANK)."""
+        mf = self.queue.last()
+        if mf is None:
+            mf = self.queue.create(0)
+        elif length + _BLANK_FILL > mf.remaining:
+            rem = mf.remaining
+            if rem >= _BLANK_FILL:
+                mf.append(rem.to_bytes(4, "big") + BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True))
+                # the rest of the segment is already zero (sparse); just move the position
+                mf.wrote = self.file_size
+            mf = self.queue.create(mf.file_from_offset + self.file_size)
+        return mf.end_offset
+
+    def write(self, data) -> None:
+        """Append ``data`` at the end; the caller reserved room with ``reserve``."""
+        self.queue.files[-1].append(data)
+
+    # ---------------------------------------------------------------- reads
+
+    def read(self, phys: int, size: int) -> memoryview | None:
+        mf = self.queue.find(phys)
+        if mf is None:
+            return None
+        return mf.slice(phys - mf.file_from_offset, size)
+
+    def read_size(self, phys: int) -> int:
+        head = self.read(phys, 4)
+        return -1 if head is None else int.from_bytes(head, "big", signed=True)
+
+    def get_data(self, offset: int) -> memoryview | None:
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos >= mf.wrote:
+            return None
+        return mf.view[pos : mf.wrote]
+
+    def roll_next_file(self, offset: int) -> int:
+        return self.queue.roll_next(offset)
+
+    # ---------------------------------------------------------------- HA slave
+
+    def append_raw(self, start_offset: int, data) -> bool:
+        if not self.queue.files:
+            if start_offset % self.file_size:
+                log.error("HA append at %d is not at a segment start", start_offset)
+                return False
+            self.queue.create(start_offset)
+        if start_offset != self.max_offset:
+            return False
+        mf = self.queue.files[-1]
+        if mf.is_full:
+            mf = self.queue.create(mf.file_from_offset + self.file_size)
+        if len(data) > mf.remaining:
+            log.error("HA append at %d of %d bytes crosses a segment end", start_offset, len(data))
+            return False
+        mf.append(data)
+        return True
+
+    # ---------------------------------------------------------------- recovery
+
+    def recover(self, from_offset: int, *, check_crc: bool) -> int:
+        """Validate records from the segment holding ``from_offset``; truncate after the last
+        good one. Returns the valid end offset."""
+        files = self.queue.files
+        if not files:
+            return 0
+        start = self.queue.find(from_offset) or files[0]
+        idx = files.index(start)
+        valid_end = start.file_from_offset
+        for mf in files[idx:]:
+            pos = 0
+            view = mf.view
+            size = self.file_size
+            while pos < size:
+                try:
+                    what, n = parse_record(view, pos, size, self.delay_millis, check_crc=check_crc)
+                except RecordDecodeError as exc:
+                    if pos or int.from_bytes(view[0:8], "big"):
+                        log.warning(
+                            "commitlog recovery: end at %d (%s)", mf.file_from_offset + pos, exc
+                        )
+                    break
+                if what == PARTIAL:
+                    break
+                if what == BLANK:
+                    if pos + n != size:
+                        log.warning(
+                            "commitlog recovery: bad BLANK at %d", mf.file_from_offset + pos
+                        )
+                        break
+                    pos = size
+                    break
+                if what.commit_log_offset != mf.file_from_offset + pos:
+                    log.warning(
+                        "commitlog recovery: record at %d claims offset %d",
+                        mf.file_from_offset + pos,
+                        what.commit_log_offset,
+                    )
+                    break
+                pos += n
+            valid_end = mf.file_from_offset + pos
+            if pos < size:
+                break
+        self.queue.truncate_dirty(valid_end)
+        # Everything kept is on disk already (it was there when we started).
+        for mf in self.queue.files:
+            mf.flushed = mf.wrote
+        return valid_end
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,171 @@
+"""ConsumeQueue: the per-(topic, queueId) index of 20-byte units into the CommitLog.
+
+Theory of operation
+-------------------
+Unit n (logical offset n) sits at byte n*20 of a log of segments of
+``mapped_file_size_consume_queue`` bytes (6,000,000 = 300,000 units by default) under
+``consumequeue/<topic>/<queueId>/``; a unit is ``long commitLogOffset, int size, long tagsCode``.
+Units are only ever written by the dispatcher, in CommitLog order, so the queue's end is also
+the highest CommitLog position it covers.
+
+* ``put``: a unit for logical offset ``q`` is written only when ``q`` is the queue's end.  An
+  older ``q`` is a re-dispatch after recovery and is skipped; a queue that starts mid-way (a
+  slave that began replicating late) creates its first segment at ``q``'s file and fills the
+  units before ``q`` with blanks ``(0, INT_MAX, 0)``, like RocketMQ's ``fillPreBlank``.
+* ``min_offset`` is the first non-blank unit; reads (``read_units``) never cross a segment, so
+  one pull scans at most one file (RocketMQ's ``getIndexBuffer``).
+* ``recover`` finds the end of the last segment (first unit with size <= 0, i.e. never written
+  or torn) and ``truncate_dirty`` drops units pointing at or past the CommitLog's valid end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.store_util import CQ_UNIT, CQ_UNIT_SIZE
+
+log = logging.getLogger(__name__)
+
+BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int):
+        if file_size % CQ_UNIT_SIZE:
+            raise ValueError("consume queue file size must be a multiple of 20")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.queue = MappedFileQueue(os.path.join(root_dir, topic, str(queue_id)), file_size)
+        # logical offset of the first real (non-blank) unit
+        self._min = 0
+
+    # ---------------------------------------------------------------- offsets
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self._min, self.queue.min_offset // CQ_UNIT_SIZE)
+
+    def unit(self, offset: int) -> tuple[int, int, int] | None:
+        mf = self.queue.find(offset * CQ_UNIT_SIZE)
+        if mf is None:
+            return None
+        b = mf.slice(offset * CQ_UNIT_SIZE - mf.file_from_offset, CQ_UNIT_SIZE)
+        return None if b is None else CQ_UNIT.unpack(b)
+
+    def last_phys_end(self) -> int:
+        """CommitLog offset just after the last unit's record (0 if empty)."""
+        if self.max_offset <= self.min_offset:
+            return 0
+        u = self.unit(self.max_offset - 1)
+        return 0 if u is None else u[0] + u[1]
+
+    # ---------------------------------------------------------------- write
+
+    def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """True when the unit was appended (False: already there, or a gap)."""
+        end = self.max_offset
+        if queue_offset < end:
+            return False  # already there (re-dispatch after recovery)
+        mf = self.queue.last()
+        if queue_offset > end:
+            if mf is not None:
+                log.error(
+                    "consume queue %s-%d: unit %d leaves a gap after %d",
+                    self.topic,
+                    self.queue_id,
+                    queue_offset,
+                    end,
+                )
+                return False
+            byte_pos = queue_offset * CQ_UNIT_SIZE
+            mf = self.queue.create(byte_pos - byte_pos % self.file_size)
+            for _ in range((byte_pos - mf.file_from_offset) // CQ_UNIT_SIZE):
+                mf.append(BLANK_UNIT)
+            self._min = queue_offset
+        elif mf is None:
+            mf = self.queue.create(0)
+        if mf.is_full:
+            mf = self.queue.create(mf.file_from_offset + self.file_size)
+        mf.append(CQ_UNIT.pack(phys, size, tags_code))
+        return True
+
+    # ---------------------------------------------------------------- read
+
+    def read_units(self, offset: int, max_bytes: int) -> memoryview | None:
+        mf = self.queue.find(offset * CQ_UNIT_SIZE)
+        if mf is None:
+            return None
+        pos = offset * CQ_UNIT_SIZE - mf.file_from_offset
+        end = min(mf.wrote, pos + max_bytes)
+        if pos >= end:
+            return None
+        return mf.view[pos:end]
+
+    def roll_next_file(self, offset: int) -> int:
+        units = self.file_size // CQ_UNIT_SIZE
+        return offset + units - offset % units
+
+    # ---------------------------------------------------------------- recovery
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self, commit_log_min: int) -> None:
+        """Find the written end of the last segment and the first real unit."""
+        files = self.queue.files
+        if not files:
+            return
+        last = files[-1]
+        pos = 0
+        view = last.view
+        while pos + CQ_UNIT_SIZE <= self.file_size:
+            phys, size, _ = CQ_UNIT.unpack_from(view, pos)
+            if phys < 0 or size <= 0:
+                break
+            pos += CQ_UNIT_SIZE
+        last.wrote = last.flushed = pos
+        last.zero_from(pos)
+        self._correct_min(commit_log_min)
+
+    def _correct_min(self, commit_log_min: int) -> None:
+        """First unit that is not a pre-blank and points at or after the CommitLog's start
+        (blank/old units form a prefix, so binary search)."""
+        lo = self.queue.min_offset // CQ_UNIT_SIZE
+        hi = self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            phys, size, _ = self.unit(mid)
+            if size == 0x7FFFFFFF or phys < commit_log_min:
+                lo = mid + 1
+            else:
+                hi = mid
+        self._min = lo
+
+    def truncate_dirty(self, phy_end: int) -> None:
+        """Drop trailing units whose record ends after ``phy_end``."""
+        end = self.max_offset
+        start = self.min_offset
+        while end > start:
+            phys, size, _ = self.unit(end - 1)
+            if phys + size <= phy_end:
+                break
+            end -= 1
+        if end != self.max_offset:
+            log.warning("consume queue %s-%d truncated to %d", self.topic, self.queue_id, end)
+            self.queue.truncate_dirty(end * CQ_UNIT_SIZE)
+
+    def flush_jobs(self):
+        return self.queue.flush_jobs()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()

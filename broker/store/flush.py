@@ -1,0 +1,118 @@
+"""FlushService: gets CommitLog, ConsumeQueue and index bytes to disk (Flush*Service, GroupCommit).
+
+Theory of operation
+-------------------
+One task.  It wakes every ``flush_interval_commit_log`` (ASYNC_FLUSH) or as soon as a put asks
+for a flush (SYNC_FLUSH group commit), snapshots the written end of the CommitLog, and msyncs
+every segment up to it in a worker thread (``trio.to_thread.run_sync``) so the event loop never
+waits on the disk.  Puts that arrived while a flush ran are covered by the next one: that is the
+group commit, one msync for many puts.  ``wait_flushed(end)`` returns True once ``flushed >= end``
+or False when ``sync_flush_timeout`` passed first (-> FLUSH_DISK_TIMEOUT; the message is stored).
+
+Every ``flush_interval_consume_queue`` it also flushes ConsumeQueues and the index and then
+writes the checkpoint: ``dispatched`` is captured *before* those flushes so it never claims
+units that were not yet on disk.  After each flush, flushed pages are released from the
+process's page tables (``MappedFile.release``) to keep RSS flat.
+
+``flush_all`` is the shutdown path (the store runs it shielded and bounded).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from broker.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+
+def _flush_files(jobs, release: bool) -> None:
+    """Worker thread: msync each (file, upto), then drop the flushed pages from RSS."""
+    for mf, upto in jobs:
+        try:
+            mf.flush_range(upto)
+            if release:
+                mf.release()
+        except ValueError:  # closed meanwhile (topic deleted): nothing left to flush
+            continue
+
+
+class FlushService:
+    def __init__(self, store: DefaultMessageStore):
+        self.store = store
+        cfg = store.config
+        self.sync = cfg.flush_disk_type == "SYNC_FLUSH"
+        self.interval = cfg.flush_interval_commit_log
+        self.logic_interval = cfg.flush_interval_consume_queue
+        self.release = cfg.release_flushed_pages
+        # CommitLog offset below which everything is msync'ed
+        self.flushed = store.commit_log.max_offset
+        self._request = trio.Event()
+        # replaced after every CommitLog flush; waiters re-check ``flushed`` when it fires
+        self._progress = trio.Event()
+        # serializes flushes (the periodic task and shutdown)
+        self._lock = trio.Lock()
+
+    def request(self) -> None:
+        self._request.set()
+
+    async def wait_flushed(self, end: int, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            while self.flushed < end:
+                ev = self._progress
+                self.request()
+                await ev.wait()
+            return True
+        return self.flushed >= end
+
+    async def flush_commit_log(self) -> None:
+        async with self._lock:
+            cl = self.store.commit_log
+            target = cl.max_offset
+            jobs = [(mf, mf.wrote) for mf in cl.queue.flush_jobs()]
+            if jobs:
+                await trio.to_thread.run_sync(_flush_files, jobs, self.release)
+            if target > self.flushed:
+                self.flushed = target
+            ev, self._progress = self._progress, trio.Event()
+            ev.set()
+
+    async def flush_logics(self) -> None:
+        async with self._lock:
+            store = self.store
+            dispatched = store.reput_from
+            jobs = []
+            for cq in list(store.consume_queues.values()):
+                jobs.extend((mf, mf.wrote) for mf in cq.flush_jobs())
+            jobs.extend((mf, None) for mf in store.index.flush_jobs())
+            if jobs:
+                await trio.to_thread.run_sync(_flush_files, jobs, self.release)
+            cp = store.checkpoint
+            cp.commit_log_flushed = self.flushed
+            cp.dispatched = min(dispatched, self.flushed)
+            cp.physic_msg_timestamp = store.last_store_timestamp
+            cp.logics_msg_timestamp = store.last_store_timestamp
+            cp.index_msg_timestamp = store.last_store_timestamp
+            await trio.to_thread.run_sync(cp.write, cp.encode())
+
+    async def flush_all(self) -> None:
+        await self.flush_commit_log()
+        await self.flush_logics()
+
+    async def run(self) -> None:
+        last_logic = trio.current_time()
+        while True:
+            with trio.move_on_after(self.interval):
+                await self._request.wait()
+            self._request = trio.Event()
+            try:
+                await self.flush_commit_log()
+                if trio.current_time() - last_logic >= self.logic_interval:
+                    last_logic = trio.current_time()
+                    await self.flush_logics()
+            except OSError:
+                log.exception("flush failed; retrying")

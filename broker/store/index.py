@@ -1,0 +1,200 @@
+"""IndexFile / IndexService: the key -> CommitLog offset hash index behind QUERY_MESSAGE.
+
+Theory of operation
+-------------------
+An index file (facts §4.3) is a 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset,
+endPhyOffset, hashSlotCount, indexCount), ``max_hash_slot_num`` 4-byte slots and
+``max_index_num`` 20-byte entries ``(int keyHash, long phyOffset, int timeDiffSeconds, int
+prevIndex)``.  A key ``topic#key`` hashes (``abs(String.hashCode)``) to a slot holding the
+number of the newest entry with that hash; each entry links to the previous one, so a lookup
+walks one chain from newest to oldest.  Entry 0 is never used (0 = "no entry"), so
+``indexCount`` starts at 1.  When a file is full a new one is started; files are named by their
+creation time (``yyyyMMddHHmmssSSS``) and queried newest first.
+
+Only the hash is stored, so the store verifies every candidate against the record's topic and
+keys before returning it (this also drops entries that point past a CommitLog truncated by
+recovery).  Entries re-added by a re-dispatch after recovery are deduplicated by offset.
+Index pages are released from RSS after each flush like the CommitLog's (mapped_file.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+
+from broker.store.mapped_file import MappedFile
+from common.message import java_string_hash
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+
+
+def key_hash(key: str) -> int:
+    h = abs(java_string_hash(key))
+    return 0 if h < 0 or h > 0x7FFFFFFF else h
+
+
+class IndexFile:
+    def __init__(self, path: str, slot_num: int, index_num: int, *, create: bool):
+        self.slot_num = slot_num
+        self.index_num = index_num
+        size = HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
+        self.mf = MappedFile(path, 0, size, create=create)
+        self.mf.wrote = size
+        b = HEADER.unpack_from(self.mf.view, 0)
+        self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count = b
+        if self.count <= 0:
+            self.count = 1
+        self.dirty = False
+
+    @property
+    def path(self) -> str:
+        return self.mf.path
+
+    @property
+    def is_full(self) -> bool:
+        return self.count >= self.index_num
+
+    def _write_header(self) -> None:
+        HEADER.pack_into(
+            self.mf.view,
+            0,
+            self.begin_ts,
+            self.end_ts,
+            self.begin_phy,
+            self.end_phy,
+            self.slot_count,
+            self.count,
+        )
+
+    def put_key(self, key: str, phy: int, store_ts: int) -> bool:
+        if self.is_full:
+            return False
+        h = key_hash(key)
+        slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
+        view = self.mf.view
+        (prev,) = SLOT.unpack_from(view, slot_pos)
+        if prev <= 0 or prev > self.count:
+            prev = 0
+        if self.begin_ts <= 0:
+            diff = 0
+        else:
+            diff = min(max((store_ts - self.begin_ts) // 1000, 0), 0x7FFFFFFF)
+        pos = HEADER_SIZE + self.slot_num * SLOT.size + self.count * ENTRY_SIZE
+        ENTRY.pack_into(view, pos, h, phy, diff, prev)
+        SLOT.pack_into(view, slot_pos, self.count)
+        if self.count <= 1:
+            self.begin_phy = phy
+            self.begin_ts = store_ts
+        if prev == 0:
+            self.slot_count += 1
+        self.count += 1
+        self.end_phy = phy
+        self.end_ts = store_ts
+        self._write_header()
+        self.dirty = True
+        return True
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        return (
+            (begin < self.begin_ts and end > self.end_ts)
+            or self.begin_ts <= begin <= self.end_ts
+            or self.begin_ts <= end <= self.end_ts
+        )
+
+    def select(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        h = key_hash(key)
+        view = self.mf.view
+        (cur,) = SLOT.unpack_from(view, HEADER_SIZE + (h % self.slot_num) * SLOT.size)
+        if cur <= 0 or cur >= self.count:
+            return
+        base = HEADER_SIZE + self.slot_num * SLOT.size
+        while len(out) < max_num:
+            kh, phy, diff, prev = ENTRY.unpack_from(view, base + cur * ENTRY_SIZE)
+            if diff < 0:
+                break
+            t = self.begin_ts + diff * 1000
+            if kh == h and begin <= t <= end:
+                out.append(phy)
+            if prev <= 0 or prev >= self.count or prev == cur or t < begin:
+                break
+            cur = prev
+
+
+class IndexService:
+    def __init__(self, index_dir: str, slot_num: int, index_num: int):
+        self.dir = index_dir
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+
+    def load(self) -> None:
+        if not os.path.isdir(self.dir):
+            return
+        for name in sorted(os.listdir(self.dir)):
+            if not name.isdigit():
+                continue
+            try:
+                self.files.append(
+                    IndexFile(
+                        os.path.join(self.dir, name), self.slot_num, self.index_num, create=False
+                    )
+                )
+            except OSError as exc:  # a different slot/index size: leave it alone
+                log.warning("ignoring index file %s: %s", name, exc)
+
+    def _writable(self) -> IndexFile:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        os.makedirs(self.dir, exist_ok=True)
+        now = time.time()
+        name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        path = os.path.join(self.dir, name)
+        while os.path.exists(path) or (self.files and path <= self.files[-1].path):
+            name = str(int(name) + 1)
+            path = os.path.join(self.dir, name)
+        f = IndexFile(path, self.slot_num, self.index_num, create=True)
+        self.files.append(f)
+        return f
+
+    def put(self, keys, phy: int, store_ts: int) -> None:
+        for k in keys:
+            f = self._writable()
+            if not f.put_key(k, phy, store_ts):  # pragma: no cover - _writable checked fullness
+                log.error("index put failed for %s", k)
+
+    @property
+    def last_update(self) -> tuple[int, int]:
+        if not self.files:
+            return 0, 0
+        f = self.files[-1]
+        return f.end_ts, f.end_phy
+
+    def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.count > 1 and f.time_matched(begin, end):
+                f.select(key, max_num, begin, end, out)
+        return out
+
+    def flush_jobs(self) -> list[MappedFile]:
+        jobs = []
+        for f in self.files:
+            if f.dirty:
+                f.dirty = False
+                f.mf.flushed = 0
+                jobs.append(f.mf)
+        return jobs
+
+    def close(self) -> None:
+        for f in self.files:
+            f.mf.close()

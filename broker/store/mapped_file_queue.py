@@ -1,0 +1,121 @@
+"""MappedFileQueue: a directory of equal-size segments forming one contiguous byte log.
+
+Theory of operation
+-------------------
+Segment ``i`` covers ``[start_i, start_i + file_size)`` and segments are contiguous, so the
+segment for an absolute offset is found by arithmetic from the first one.  The first segment
+need not start at 0: a slave's CommitLog starts where the master's replication began, and a
+consume queue that begins mid-way starts at that unit's file.  ``load`` maps the existing files
+(all marked fully written: recovery then sets the real ``wrote`` of the tail);
+``truncate_dirty`` cuts the log back to an offset, zeroing the rest of that segment and
+deleting later segments, so nothing beyond the valid end can be read or resurrected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from broker.store.mapped_file import MappedFile
+from broker.store.store_util import offset_to_file_name
+
+log = logging.getLogger(__name__)
+
+
+class MappedFileQueue:
+    def __init__(self, store_dir: str, file_size: int):
+        self.store_dir = store_dir
+        self.file_size = file_size
+        # contiguous segments in offset order
+        self.files: list[MappedFile] = []
+
+    def load(self) -> None:
+        if not os.path.isdir(self.store_dir):
+            return
+        names = sorted(n for n in os.listdir(self.store_dir) if n.isdigit() and len(n) == 20)
+        for name in names:
+            path = os.path.join(self.store_dir, name)
+            start = int(name)
+            if os.path.getsize(path) != self.file_size:
+                raise OSError(f"{path}: size {os.path.getsize(path)} != {self.file_size}")
+            if self.files and start != self.files[-1].file_from_offset + self.file_size:
+                raise OSError(f"{path}: not contiguous with the previous segment")
+            mf = MappedFile(path, start, self.file_size, create=False)
+            mf.wrote = mf.flushed = self.file_size
+            self.files.append(mf)
+
+    # ---------------------------------------------------------------- lookup
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.files[-1].end_offset if self.files else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in reversed(self.files):
+            if mf.flushed:
+                return mf.file_from_offset + mf.flushed
+        return self.min_offset
+
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def create(self, start: int) -> MappedFile:
+        if self.files and start != self.files[-1].file_from_offset + self.file_size:
+            raise ValueError(f"new segment at {start} is not contiguous")
+        if start % self.file_size:
+            raise ValueError(f"segment start {start} is not a multiple of {self.file_size}")
+        os.makedirs(self.store_dir, exist_ok=True)
+        path = os.path.join(self.store_dir, offset_to_file_name(start))
+        mf = MappedFile(path, start, self.file_size, create=True)
+        self.files.append(mf)
+        return mf
+
+    def find(self, offset: int) -> MappedFile | None:
+        if not self.files or offset < self.files[0].file_from_offset:
+            return None
+        i = (offset - self.files[0].file_from_offset) // self.file_size
+        return self.files[i] if i < len(self.files) else None
+
+    def roll_next(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # ---------------------------------------------------------------- maintenance
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Make ``offset`` the end of the log: zero the tail of its segment, drop later ones."""
+        keep = []
+        for mf in self.files:
+            if mf.file_from_offset + self.file_size <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                mf.zero_from(pos)
+                mf.wrote = pos
+                mf.flushed = min(mf.flushed, pos)
+                keep.append(mf)
+            else:
+                log.warning("deleting segment %s beyond the valid end %d", mf.path, offset)
+                mf.destroy()
+        self.files = keep
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        try:
+            os.rmdir(self.store_dir)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+    def flush_jobs(self) -> list[MappedFile]:
+        """Segments with unflushed bytes (for the flush thread)."""
+        return [mf for mf in self.files if mf.flushed < mf.wrote]
