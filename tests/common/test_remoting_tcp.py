@@ -1,0 +1,47 @@
+"""The same server and client over real loopback TCP (port 0): no autojump clock here."""
+
+import struct
+
+import trio
+
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import SerializeType
+from common.remoting.command import RemotingCommand
+from common.remoting.server import RequestDispatcher, serve_remoting
+
+
+async def test_tcp_round_trip_large_body_and_oversized_frame():
+    d = RequestDispatcher()
+    closed = []
+    d.add_close_listener(closed.append)
+
+    async def echo(cmd, channel):
+        view = memoryview(cmd.body)
+        return cmd.response(ext_fields={"len": len(cmd.body)}, body=[view[:10], view[10:]])
+
+    d.register(1000, echo)
+    big = bytes(range(256)) * 4096  # 1 MiB
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
+            assert handle.port > 0
+            addr = f"127.0.0.1:{handle.port}"
+            async with open_remoting_client() as client:
+                resp = await client.invoke(addr, RemotingCommand.request(1000, body=big), 10)
+                assert resp.ext_fields == {"len": str(len(big))} and resp.body == big
+                cmd = RemotingCommand.request(1000, body=b"bin")
+                cmd.serialize_type = SerializeType.ROCKETMQ
+                resp = await client.invoke(addr, cmd, 10)
+                assert resp.serialize_type == SerializeType.ROCKETMQ and resp.body == b"bin"
+                unknown = await client.invoke(addr, RemotingCommand.request(4242), 10)
+                assert unknown.code == 3
+
+                raw = await trio.open_tcp_stream("127.0.0.1", handle.port)
+                await raw.send_all(struct.pack(">i", 0x7FFFFFF0))
+                assert await raw.receive_some(10) == b""  # closed by the server
+                await raw.aclose()
+
+                again = await client.invoke(addr, RemotingCommand.request(1000, body=b"x"), 10)
+                assert again.body == b"x"
+            nursery.cancel_scope.cancel()
+    assert len(closed) >= 2
