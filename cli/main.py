@@ -38,6 +38,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 topic_app = typer.Typer(
@@ -47,10 +48,6 @@ topic_app = typer.Typer(
     epilog=_examples("rmq topic create T --queues 8", "rmq topic list", "rmq topic route T"),
 )
 app.add_typer(topic_app, name="topic")
-
-
-class CliError(Exception):
-    """An expected failure: printed as one line on stderr, exit status 1."""
 
 
 def _namesrv(ctx: typer.Context) -> str:
@@ -63,6 +60,7 @@ def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
     import trio
 
     from cli import render
+    from cli.errors import CliError
     from common.errors import RmqError, unwrap_group
 
     try:

@@ -34,16 +34,18 @@ from pathlib import Path
 import attrs
 import trio
 
+from cli.errors import CliError
+
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 PORT_BLOCK = 10  # ports reserved per broker node: P-2 (VIP), P (listen), P+1 (HA)
 
 
-class PlanError(ValueError):
+class PlanError(CliError, ValueError):
     """A cluster plan that cannot work (ports out of range or overlapping)."""
 
 
-class NodeFailed(Exception):
+class NodeFailed(CliError):
     """A node exited on its own, could not start, or never became ready."""
 
 
