@@ -109,6 +109,9 @@ class BrokerController:
     # (group, channels) waiting to be told NOTIFY_CONSUMER_IDS_CHANGED; drained by a task
     _notify_send: Any = attrs.field(default=None, init=False)
     _notify_recv: Any = attrs.field(default=None, init=False)
+    # called with every successful REGISTER_BROKER answer (a slave's HA client and metadata
+    # sync learn the master's address here)
+    register_listeners: list[Callable[[Any], None]] = attrs.field(factory=list)
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
@@ -215,6 +218,10 @@ class BrokerController:
             "haServerAddr": self.ha_server_addr,
             "brokerId": self.config.broker_id,
         }
+
+    def _on_register_result(self, result: Any) -> None:
+        for fn in list(self.register_listeners):
+            fn(result)
 
     def register_body(self) -> bytes:
         wrapper = self.topic_config_manager.wrapper()
@@ -324,8 +331,6 @@ async def run_broker(
                             )
                             vip_port = vip.port
                         controller.vip_port = vip_port
-                        if ha_factory is not None:
-                            controller.ha_port = await nursery.start(ha_factory, controller)
                         registrar = BrokerRegistrar(
                             client,
                             config.namesrv_addrs,
@@ -333,7 +338,12 @@ async def run_broker(
                             controller.register_body,
                             period=config.register_name_server_period,
                             timeout=config.register_broker_timeout,
+                            on_result=controller._on_register_result,
                         )
+                        # HA hook: the HA service binds listenPort+1 and reports its port;
+                        # it may add controller.register_listeners to learn the master.
+                        if ha_factory is not None:
+                            controller.ha_port = await nursery.start(ha_factory, controller)
                         controller.registrar = registrar
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)

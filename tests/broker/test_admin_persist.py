@@ -1,0 +1,139 @@
+"""Admin requests and config files surviving a broker restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.service import run_broker
+from broker.store import MessageStoreConfig, run_memory_store
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+
+def cfg(tmp_path: Path, **kw) -> BrokerConfig:
+    return BrokerConfig(
+        listen_port=0, store=MessageStoreConfig(store_path_root_dir=tmp_path), **kw
+    )
+
+
+async def start(nursery: trio.Nursery, config: BrokerConfig):
+    return await nursery.start(
+        lambda task_status: run_broker(config, store_factory=run_memory_store, task_status=task_status)
+    )
+
+
+async def test_admin_topics_groups_runtime(tmp_path: Path) -> None:
+    async with trio.open_nursery() as n, open_remoting_client() as c:
+        b = await start(n, cfg(tmp_path))
+
+        async def call(code, ext=None, body=b""):
+            return await c.invoke(b.addr, RemotingCommand.request(code, ext, body))
+
+        ext = {"topic": "AT", "defaultTopic": "TBW102", "readQueueNums": 3, "writeQueueNums": 3,
+               "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)).code == 0
+        bad = dict(ext, topic="bad topic")
+        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)).code == ResponseCode.SYSTEM_ERROR
+        bad = dict(ext, readQueueNums=0)
+        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)).code == ResponseCode.SYSTEM_ERROR
+        r = await call(RequestCode.GET_ALL_TOPIC_CONFIG)
+        table = json.loads(r.body_bytes())["topicConfigTable"]
+        assert table["AT"]["readQueueNums"] == 3 and table["TBW102"]["perm"] == 7
+        assert "dataVersion" in json.loads(r.body_bytes())
+        assert (await call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "AT"})).code == 0
+        r = await call(RequestCode.GET_ALL_TOPIC_CONFIG)
+        assert "AT" not in json.loads(r.body_bytes())["topicConfigTable"]
+
+        group = {"groupName": "AG", "retryMaxTimes": 5, "retryQueueNums": 2}
+        r = await call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, json.dumps(group).encode())
+        assert r.code == 0
+        r = await call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        sg = json.loads(r.body_bytes())["subscriptionGroupTable"]["AG"]
+        assert sg["retryMaxTimes"] == 5 and sg["retryQueueNums"] == 2
+        r = await call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, b"{oops")
+        assert r.code == ResponseCode.SYSTEM_ERROR
+
+        r = await call(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        assert json.loads(r.body_bytes()) == {"offsetTable": {}}
+        r = await call(RequestCode.GET_ALL_DELAY_OFFSET)
+        assert json.loads(r.body_bytes()) == {"offsetTable": {}}
+
+        r = await call(RequestCode.GET_BROKER_RUNTIME_INFO)
+        t = json.loads(r.body_bytes())["table"]
+        for key in ("brokerVersionDesc", "msgPutTotalTodayNow", "commitLogMaxOffset",
+                    "bootTimestamp", "runtime", "dispatchBehindBytes"):
+            assert key in t
+        assert t["brokerVersion"] == "407"
+        r = await call(RequestCode.GET_BROKER_CONFIG)
+        assert r.code == 0 and "brokerName=broker-a" in r.body_bytes().decode()
+        n.cancel_scope.cancel()
+
+
+async def test_slave_refuses_topic_changes_and_sends(tmp_path: Path) -> None:
+    store = MessageStoreConfig(store_path_root_dir=tmp_path, broker_role="SLAVE")
+    config = BrokerConfig(listen_port=0, broker_id=1, store=store)
+    async with trio.open_nursery() as n, open_remoting_client() as c:
+        b = await start(n, config)
+        ext = {"topic": "AT", "defaultTopic": "TBW102", "readQueueNums": 3, "writeQueueNums": 3,
+               "perm": 6, "topicFilterType": "SINGLE_TAG"}
+        r = await c.invoke(b.addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "slave" in r.remark
+        send = {"producerGroup": "pg", "topic": "TBW102", "defaultTopic": "TBW102",
+                "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": "0",
+                "flag": 0}
+        r = await c.invoke(b.addr, RemotingCommand.request(RequestCode.SEND_MESSAGE, send, b"x"))
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert r.ext_fields["MSG_REGION"] == "DefaultRegion"
+        n.cancel_scope.cancel()
+
+
+async def test_config_files_survive_restart(tmp_path: Path) -> None:
+    config = cfg(tmp_path)
+    for round_ in range(2):
+        async with trio.open_nursery() as n, open_remoting_client() as c:
+            b = await start(n, config)
+
+            async def call(code, ext=None, body=b"", addr=b.addr):
+                return await c.invoke(addr, RemotingCommand.request(code, ext, body))
+
+            q = {"consumerGroup": "PG", "topic": "PT", "queueId": 1}
+            if round_ == 0:
+                ext = {"topic": "PT", "defaultTopic": "TBW102", "readQueueNums": 2,
+                       "writeQueueNums": 2, "perm": 6, "topicFilterType": "SINGLE_TAG"}
+                assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)).code == 0
+                assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET,
+                                   dict(q, commitOffset=42))).code == 0
+                group = {"groupName": "PG", "retryMaxTimes": 4}
+                await call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
+                           json.dumps(group).encode())
+            else:
+                ctl = b.controller
+                assert ctl.topic_config_manager.select_topic_config("PT").readQueueNums == 2
+                assert ctl.subscription_group_manager.table["PG"].retryMaxTimes == 4
+                r = await call(RequestCode.QUERY_CONSUMER_OFFSET, q)
+                assert r.code == 0 and r.ext_fields["offset"] == "42"
+            n.cancel_scope.cancel()
+    offsets = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
+    assert offsets == {"offsetTable": {"PT@PG": {"1": 42}}}
+
+
+async def test_corrupt_config_file_refuses_to_start(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir(parents=True)
+    (tmp_path / "config" / "topics.json").write_text("{not json")
+    try:
+        async with trio.open_nursery() as n:
+            await start(n, cfg(tmp_path))
+    except BaseException as exc:
+        from common.errors import unwrap_group
+
+        err = unwrap_group(exc)
+        assert isinstance(err, ValueError) and "topics.json" in str(err)
+    else:
+        raise AssertionError("broker started with a corrupt topics.json")
+    # the file was not overwritten
+    assert (tmp_path / "config" / "topics.json").read_text() == "{not json"
