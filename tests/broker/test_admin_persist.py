@@ -16,14 +16,14 @@ from common.remoting.command import RemotingCommand
 
 
 def cfg(tmp_path: Path, **kw) -> BrokerConfig:
-    return BrokerConfig(
-        listen_port=0, store=MessageStoreConfig(store_path_root_dir=tmp_path), **kw
-    )
+    return BrokerConfig(listen_port=0, store=MessageStoreConfig(store_path_root_dir=tmp_path), **kw)
 
 
 async def start(nursery: trio.Nursery, config: BrokerConfig):
     return await nursery.start(
-        lambda task_status: run_broker(config, store_factory=run_memory_store, task_status=task_status)
+        lambda task_status: run_broker(
+            config, store_factory=run_memory_store, task_status=task_status
+        )
     )
 
 
@@ -34,13 +34,25 @@ async def test_admin_topics_groups_runtime(tmp_path: Path) -> None:
         async def call(code, ext=None, body=b""):
             return await c.invoke(b.addr, RemotingCommand.request(code, ext, body))
 
-        ext = {"topic": "AT", "defaultTopic": "TBW102", "readQueueNums": 3, "writeQueueNums": 3,
-               "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+        ext = {
+            "topic": "AT",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 3,
+            "writeQueueNums": 3,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+        }
         assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)).code == 0
         bad = dict(ext, topic="bad topic")
-        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)).code == ResponseCode.SYSTEM_ERROR
+        assert (
+            await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)
+        ).code == ResponseCode.SYSTEM_ERROR
         bad = dict(ext, readQueueNums=0)
-        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)).code == ResponseCode.SYSTEM_ERROR
+        assert (
+            await call(RequestCode.UPDATE_AND_CREATE_TOPIC, bad)
+        ).code == ResponseCode.SYSTEM_ERROR
         r = await call(RequestCode.GET_ALL_TOPIC_CONFIG)
         table = json.loads(r.body_bytes())["topicConfigTable"]
         assert table["AT"]["readQueueNums"] == 3 and table["TBW102"]["perm"] == 7
@@ -50,7 +62,9 @@ async def test_admin_topics_groups_runtime(tmp_path: Path) -> None:
         assert "AT" not in json.loads(r.body_bytes())["topicConfigTable"]
 
         group = {"groupName": "AG", "retryMaxTimes": 5, "retryQueueNums": 2}
-        r = await call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, json.dumps(group).encode())
+        r = await call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, json.dumps(group).encode()
+        )
         assert r.code == 0
         r = await call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         sg = json.loads(r.body_bytes())["subscriptionGroupTable"]["AG"]
@@ -65,8 +79,14 @@ async def test_admin_topics_groups_runtime(tmp_path: Path) -> None:
 
         r = await call(RequestCode.GET_BROKER_RUNTIME_INFO)
         t = json.loads(r.body_bytes())["table"]
-        for key in ("brokerVersionDesc", "msgPutTotalTodayNow", "commitLogMaxOffset",
-                    "bootTimestamp", "runtime", "dispatchBehindBytes"):
+        for key in (
+            "brokerVersionDesc",
+            "msgPutTotalTodayNow",
+            "commitLogMaxOffset",
+            "bootTimestamp",
+            "runtime",
+            "dispatchBehindBytes",
+        ):
             assert key in t
         assert t["brokerVersion"] == "407"
         r = await call(RequestCode.GET_BROKER_CONFIG)
@@ -79,13 +99,28 @@ async def test_slave_refuses_topic_changes_and_sends(tmp_path: Path) -> None:
     config = BrokerConfig(listen_port=0, broker_id=1, store=store)
     async with trio.open_nursery() as n, open_remoting_client() as c:
         b = await start(n, config)
-        ext = {"topic": "AT", "defaultTopic": "TBW102", "readQueueNums": 3, "writeQueueNums": 3,
-               "perm": 6, "topicFilterType": "SINGLE_TAG"}
-        r = await c.invoke(b.addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+        ext = {
+            "topic": "AT",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 3,
+            "writeQueueNums": 3,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+        }
+        r = await c.invoke(
+            b.addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+        )
         assert r.code == ResponseCode.SYSTEM_ERROR and "slave" in r.remark
-        send = {"producerGroup": "pg", "topic": "TBW102", "defaultTopic": "TBW102",
-                "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": "0",
-                "flag": 0}
+        send = {
+            "producerGroup": "pg",
+            "topic": "TBW102",
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": 0,
+            "sysFlag": 0,
+            "bornTimestamp": "0",
+            "flag": 0,
+        }
         r = await c.invoke(b.addr, RemotingCommand.request(RequestCode.SEND_MESSAGE, send, b"x"))
         assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert r.ext_fields["MSG_REGION"] == "DefaultRegion"
@@ -103,14 +138,24 @@ async def test_config_files_survive_restart(tmp_path: Path) -> None:
 
             q = {"consumerGroup": "PG", "topic": "PT", "queueId": 1}
             if round_ == 0:
-                ext = {"topic": "PT", "defaultTopic": "TBW102", "readQueueNums": 2,
-                       "writeQueueNums": 2, "perm": 6, "topicFilterType": "SINGLE_TAG"}
+                ext = {
+                    "topic": "PT",
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": 2,
+                    "writeQueueNums": 2,
+                    "perm": 6,
+                    "topicFilterType": "SINGLE_TAG",
+                }
                 assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)).code == 0
-                assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET,
-                                   dict(q, commitOffset=42))).code == 0
+                assert (
+                    await call(RequestCode.UPDATE_CONSUMER_OFFSET, dict(q, commitOffset=42))
+                ).code == 0
                 group = {"groupName": "PG", "retryMaxTimes": 4}
-                await call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None,
-                           json.dumps(group).encode())
+                await call(
+                    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                    None,
+                    json.dumps(group).encode(),
+                )
             else:
                 ctl = b.controller
                 assert ctl.topic_config_manager.select_topic_config("PT").readQueueNums == 2
@@ -137,3 +182,55 @@ async def test_corrupt_config_file_refuses_to_start(tmp_path: Path) -> None:
         raise AssertionError("broker started with a corrupt topics.json")
     # the file was not overwritten
     assert (tmp_path / "config" / "topics.json").read_text() == "{not json"
+
+
+async def test_file_store_messages_and_offsets_survive_restart(tmp_path: Path) -> None:
+    store = MessageStoreConfig(
+        store_path_root_dir=tmp_path,
+        mapped_file_size_commit_log=1024 * 1024,
+        mapped_file_size_consume_queue=300 * 20,
+    )
+    config = BrokerConfig(listen_port=0, store=store)
+    send = {
+        "producerGroup": "pg",
+        "topic": "FT",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 2,
+        "queueId": 0,
+        "sysFlag": 0,
+        "bornTimestamp": "0",
+        "flag": 0,
+    }
+    pull = {
+        "consumerGroup": "fg",
+        "topic": "FT",
+        "queueId": 0,
+        "queueOffset": "0",
+        "maxMsgNums": 32,
+        "sysFlag": 5,
+        "commitOffset": "1",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+    }
+    for round_ in range(2):
+        async with trio.open_nursery() as n, open_remoting_client() as c:
+            b = await n.start(lambda task_status: run_broker(config, task_status=task_status))
+            if round_ == 0:
+                for body in (b"one", b"two"):
+                    r = await c.invoke(
+                        b.addr, RemotingCommand.request(RequestCode.SEND_MESSAGE, send, body)
+                    )
+                    assert r.code == 0
+            r = await c.invoke(b.addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, pull))
+            from common.message import decode_records
+
+            assert r.code == 0
+            assert [m.body for m in decode_records(r.body_bytes())] == [b"one", b"two"]
+            if round_ == 1:
+                q = {"consumerGroup": "fg", "topic": "FT", "queueId": 0}
+                r = await c.invoke(
+                    b.addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, q)
+                )
+                assert r.ext_fields["offset"] == "1"  # committed by the first round's pull
+            n.cancel_scope.cancel()

@@ -116,18 +116,24 @@ class Env:
 
 
 def broker_config(tmp_path: Path, **kw) -> BrokerConfig:
-    return BrokerConfig(
-        listen_port=0,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
-        **kw,
+    # small files keep the file store quick to create in tmp_path
+    store = MessageStoreConfig(
+        store_path_root_dir=tmp_path / "store",
+        mapped_file_size_commit_log=64 * 1024 * 1024,
+        mapped_file_size_consume_queue=300 * 20,
     )
+    return BrokerConfig(listen_port=0, store=store, **kw)
 
 
-@pytest.fixture
-async def env(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Env]:
+@pytest.fixture(params=["memory", "file"])
+async def env(
+    request: pytest.FixtureRequest, tmp_path: Path, nursery: trio.Nursery
+) -> AsyncIterator[Env]:
+    # The same checks against the in-memory store and the file store (run_broker's default).
+    factory = run_memory_store if request.param == "memory" else None
     handle = await nursery.start(
         lambda task_status: run_broker(
-            broker_config(tmp_path), store_factory=run_memory_store, task_status=task_status
+            broker_config(tmp_path), store_factory=factory, task_status=task_status
         )
     )
     async with open_remoting_client() as client:
