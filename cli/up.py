@@ -6,7 +6,9 @@ Theory of operation:
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
   port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
-* `run_up` spawns `python -m cli.main namesrv|broker ... --watch-stdin` for each node, with
+* `run_up` spawns the nameserver, waits until it answers, then spawns the brokers (a broker
+  registers at start and then only every 30 s, so it must find the nameserver listening).
+  Each child is `python -m cli.main namesrv|broker ... --watch-stdin`, with
   stdout+stderr going to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
   the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
   child stops by itself, so no orphan outlives `rmq up`. Children run in their own session,
@@ -202,7 +204,8 @@ class UpEvent:
     log_path: Path | None = None
 
 
-Probe = Callable[[ClusterPlan], Awaitable[bool]]
+# probe(plan, nodes) -> True once every node of `nodes` serves
+Probe = Callable[[ClusterPlan, tuple[NodeSpec, ...]], Awaitable[bool]]
 CommandFor = Callable[[NodeSpec, ClusterPlan, Path], list[str]]
 
 
@@ -241,35 +244,45 @@ async def run_up(
     log_dir.mkdir(parents=True, exist_ok=True)
     children: list[_Child] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    deadline = trio.current_time() + ready_timeout
+
+    async def spawn(node: NodeSpec, nursery: trio.Nursery) -> None:
+        log_path = log_dir / f"{node.name}.log"
+        log_fd = _open_log(log_path)
+        try:
+            process = await trio.lowlevel.open_process(
+                command_for(node, plan, data_dir),
+                stdin=subprocess.PIPE,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        finally:
+            os.close(log_fd)  # the child holds its own copy
+        child = _Child(node, process, log_path)
+        children.append(child)
+        nursery.start_soon(_watch, child)
+        report(UpEvent("spawned", node, process.pid, log_path=log_path))
+
+    async def wait_serving(nodes: tuple[NodeSpec, ...]) -> None:
+        with trio.move_on_at(deadline) as scope:
+            while True:
+                if await _probe_quietly(probe, plan, nodes):
+                    return
+                await trio.sleep(poll_interval)
+        if scope.cancelled_caught:
+            raise NodeFailed(f"cluster not ready after {ready_timeout:g} s; logs are in {log_dir}")
+
     try:
         async with trio.open_nursery() as nursery:
-            for node in plan.nodes:
-                log_path = log_dir / f"{node.name}.log"
-                log_fd = _open_log(log_path)
-                try:
-                    process = await trio.lowlevel.open_process(
-                        command_for(node, plan, data_dir),
-                        stdin=subprocess.PIPE,
-                        stdout=log_fd,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        env=env,
-                    )
-                finally:
-                    os.close(log_fd)  # the child holds its own copy
-                child = _Child(node, process, log_path)
-                children.append(child)
-                nursery.start_soon(_watch, child)
-                report(UpEvent("spawned", node, process.pid, log_path=log_path))
-            with trio.move_on_after(ready_timeout) as ready_scope:
-                while True:
-                    if await _probe_quietly(probe, plan):
-                        break
-                    await trio.sleep(poll_interval)
-            if ready_scope.cancelled_caught:
-                raise NodeFailed(
-                    f"cluster not ready after {ready_timeout:g} s; logs are in {log_dir}"
-                )
+            # The nameserver first: a broker registers once at start and then only every
+            # 30 s, so it must find the nameserver already listening.
+            await spawn(plan.namesrv, nursery)
+            await wait_serving((plan.namesrv,))
+            for node in plan.brokers:
+                await spawn(node, nursery)
+            await wait_serving(plan.nodes)
             report(UpEvent("ready"))
             task_status.started()
             await trio.sleep_forever()
@@ -284,9 +297,9 @@ def _open_log(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-async def _probe_quietly(probe: Probe, plan: ClusterPlan) -> bool:
+async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     try:
-        return await probe(plan)
+        return await probe(plan, nodes)
     except (OSError, trio.BrokenResourceError):
         return False
     except Exception as exc:  # a node that answers garbage is "not ready yet", not a crash
@@ -336,21 +349,24 @@ async def _stop_all(children: list[_Child], timeout: float, report) -> None:
             report(UpEvent("stopped", c.node, c.process.pid, c.process.returncode))
 
 
-async def probe_cluster(plan: ClusterPlan, *, timeout: float = 1.0) -> bool:
-    """True once the nameserver lists every planned broker and every broker answers."""
+async def probe_cluster(
+    plan: ClusterPlan, nodes: tuple[NodeSpec, ...], *, timeout: float = 1.0
+) -> bool:
+    """True once the nameserver answers, lists every broker of `nodes` at its planned
+    address, and each of those brokers answers a request itself."""
     from common.remoting.client import open_remoting_client
     from common.remoting.codes import RequestCode
     from common.remoting.command import RemotingCommand
     from rmq.client_api import ClientAPI
 
+    brokers = [n for n in nodes if n.kind == "broker"]
     async with open_remoting_client(connect_timeout=timeout) as remoting:
-        api = ClientAPI(remoting)
-        info = await api.get_cluster_info(plan.namesrv_addr, timeout=timeout)
-        for node in plan.brokers:
-            brokers = info.brokerAddrTable.get(node.broker_name or "")
-            if brokers is None or brokers.brokerAddrs.get(node.broker_id) != node.addr:
+        info = await ClientAPI(remoting).get_cluster_info(plan.namesrv_addr, timeout=timeout)
+        for node in brokers:
+            registered = info.brokerAddrTable.get(node.broker_name or "")
+            if registered is None or registered.brokerAddrs.get(node.broker_id) != node.addr:
                 return False
-        for node in plan.brokers:
+        for node in brokers:
             # any answer proves the broker serves; the code itself does not matter
             await remoting.invoke(
                 node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout
