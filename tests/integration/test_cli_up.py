@@ -1,0 +1,127 @@
+"""`rmq up` end to end: real processes on free loopback ports in tmp_path.
+
+Start `rmq up` (through the suite's `local_cluster` fixture), wait for `ready`, produce and
+consume through `rmq produce` / `rmq consume` and through the Python client, then stop it
+with SIGTERM (or kill it outright) and check that no node process is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from common.model import MessageQueue
+from rmq import Message, PullStatus, SendStatus, sync
+
+pytestmark = pytest.mark.integration
+
+
+def rmq(cluster, *args: str, input: str | None = None, timeout: float = 30.0):
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "--namesrv", cluster.namesrv_addr, *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+    )
+
+
+def child_pids(cluster) -> list[int]:
+    pids = [int(m.group(1)) for line in cluster.lines if (m := re.search(r" pid (\d+) ", line))]
+    assert len(pids) == 2, cluster.output()
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def close_output(cluster) -> None:
+    """Join the fixture's reader thread (it ends at EOF) and close the pipe it read.
+
+    Works around tests/conftest.py leaving `proc.stdout` open, which the suite's
+    filterwarnings=error turns into a ResourceWarning failure once the process is gone.
+    """
+    for thread in threading.enumerate():
+        if thread.name.endswith("(_pump)"):
+            thread.join(timeout=5)
+    if cluster.proc.stdout is not None:
+        cluster.proc.stdout.close()
+
+
+def test_up_produce_consume_and_clean_stop(local_cluster):
+    cluster = local_cluster
+    out = cluster.output()
+    assert f"127.0.0.1:{cluster.namesrv_port}" in out
+    assert f"127.0.0.1:{cluster.broker_port}" in out
+    pids = child_pids(cluster)
+    assert all(alive(p) for p in pids)
+    logs = cluster.data_dir / "logs"
+    assert (logs / "namesrv.log").exists() and (logs / "broker-a.log").exists()
+
+    # CLI: produce three messages (arguments) and two more (stdin lines)
+    r = rmq(cluster, "produce", "--topic", "UpTopic", "--tags", "TagA", "one", "two", "three")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("SEND_OK") == 3
+    r = rmq(cluster, "produce", "--topic", "UpTopic", input="four\nfive\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("SEND_OK") == 2
+
+    r = rmq(cluster, "consume", "--topic", "UpTopic", "--from-beginning", "--count", "5")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == sorted(["one", "two", "three", "four", "five"])
+
+    r = rmq(cluster, "topic", "list")
+    assert r.returncode == 0 and "UpTopic" in r.stdout.split()
+    r = rmq(cluster, "topic", "route", "NoSuchTopic")
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "NoSuchTopic" in r.stderr
+
+    # Python client (sync flavour) against the same cluster
+    with sync.Producer("py-pg", cluster.namesrv_addr) as p:
+        sent = p.send(Message("UpTopic", b"from-python", keys="pk"))
+    assert sent.status is SendStatus.SEND_OK
+    with sync.PullConsumer("py-cg", cluster.namesrv_addr) as c:
+        mq = MessageQueue("UpTopic", "broker-a", sent.message_queue.queueId)
+        res = c.pull(mq, sent.queue_offset)
+    assert res.status is PullStatus.FOUND
+    assert res.messages[0].body == b"from-python" and res.messages[0].uniq_key == sent.msg_id
+
+    # SIGTERM: the supervisor stops every node and exits 0
+    cluster.proc.send_signal(signal.SIGTERM)
+    assert cluster.proc.wait(timeout=20) == 0
+    assert wait_gone(pids, 5) == []
+    close_output(cluster)
+    assert "stopped" in cluster.output().splitlines()[-1]
+
+
+def test_nodes_stop_by_themselves_when_the_supervisor_is_killed(local_cluster):
+    pids = child_pids(local_cluster)
+    local_cluster.proc.kill()  # no chance to clean up: children must notice stdin EOF
+    local_cluster.proc.wait(timeout=5)
+    close_output(local_cluster)
+    left = wait_gone(pids, 15)
+    for pid in left:  # only our own grandchildren, by pid; the test fails anyway
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
