@@ -210,6 +210,13 @@ def stop_cluster(cluster: Cluster, *, grace: float = 15.0) -> None:
             _signal(pid, signal.SIGKILL)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` has used so far (from /proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # after the ")" that ends comm: fields[0] is state (field 3), utime/stime are fields 14/15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_status(pid: int) -> dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile of `pid` in KiB (from /proc/<pid>/status)."""
     out: dict[str, int] = {}

@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:
 import trio  # noqa: E402
 
 from bench import profile_summary  # noqa: E402
-from bench.cluster import Cluster, memory_status, start_cluster  # noqa: E402
+from bench.cluster import Cluster, cpu_seconds, memory_status, start_cluster  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench:run_broker_bench:begin (generated; edit outside the markers) -->"
@@ -85,6 +85,34 @@ def percentile(sorted_values: list[float], p: float) -> float:
         return math.nan
     k = max(0, math.ceil(p / 100.0 * len(sorted_values)) - 1)
     return sorted_values[k]
+
+
+class Meter:
+    """Wall time, and CPU time of the broker and of this process, over the timed part."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.pid = cluster.broker_pid
+
+    def __enter__(self) -> Meter:
+        self.t0 = time.perf_counter()
+        self.b0 = cpu_seconds(self.pid)
+        self.c0 = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.broker_cpu = cpu_seconds(self.pid) - self.b0
+        self.client_cpu = time.process_time() - self.c0
+
+    def result(self, msgs: int, **extra: object) -> dict:
+        return {
+            "msgs": msgs,
+            "seconds": self.seconds,
+            "rate": msgs / self.seconds,
+            "broker_cpu_us": 1e6 * self.broker_cpu / msgs,
+            "client_cpu_us": 1e6 * self.client_cpu / msgs,
+            **extra,
+        }
 
 
 def _check_ok(result) -> None:
@@ -135,13 +163,12 @@ async def scenario_batch(cluster: Cluster, sz: dict[str, int], inflight: int) ->
                 next_batch += 1
                 _check_ok(await p.send_batch([Message(TOPIC, BODY) for _ in range(batch)]))
 
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(inflight):
-                nursery.start_soon(worker)
-        elapsed = time.perf_counter() - t0
+        with Meter(cluster) as meter:
+            async with trio.open_nursery() as nursery:
+                for _ in range(inflight):
+                    nursery.start_soon(worker)
     total = n_batches * batch
-    return {"sent": sent + total, "msgs": total, "seconds": elapsed, "rate": total / elapsed}
+    return meter.result(total, sent=sent + total)
 
 
 async def scenario_pipelined(cluster: Cluster, sz: dict[str, int]) -> dict:
@@ -152,18 +179,29 @@ async def scenario_pipelined(cluster: Cluster, sz: dict[str, int]) -> dict:
         sent = await _warmup(p, sz["warmup"])
         issued = 0
 
+        lat: list[float] = []
+
         async def worker() -> None:
             nonlocal issued
             while issued < total:
                 issued += 1
-                _check_ok(await p.send(Message(TOPIC, BODY)))
+                s = time.perf_counter()
+                result = await p.send(Message(TOPIC, BODY))
+                lat.append(time.perf_counter() - s)
+                _check_ok(result)
 
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(sz["concurrency"]):
-                nursery.start_soon(worker)
-        elapsed = time.perf_counter() - t0
-    return {"sent": sent + total, "msgs": total, "seconds": elapsed, "rate": total / elapsed}
+        with Meter(cluster) as meter:
+            async with trio.open_nursery() as nursery:
+                for _ in range(sz["concurrency"]):
+                    nursery.start_soon(worker)
+    lat.sort()
+    return meter.result(
+        total,
+        sent=sent + total,
+        p50_ms=percentile(lat, 50) * 1000,
+        p99_ms=percentile(lat, 99) * 1000,
+        max_ms=lat[-1] * 1000,
+    )
 
 
 async def scenario_sync(cluster: Cluster, sz: dict[str, int]) -> dict:
@@ -173,23 +211,20 @@ async def scenario_sync(cluster: Cluster, sz: dict[str, int]) -> dict:
     lat: list[float] = []
     async with Producer("bench_pg", cluster.namesrv_addr, send_timeout=10) as p:
         sent = await _warmup(p, sz["warmup"])
-        t0 = time.perf_counter()
-        for _ in range(total):
-            s = time.perf_counter()
-            result = await p.send(Message(TOPIC, BODY))
-            lat.append(time.perf_counter() - s)
-            _check_ok(result)
-        elapsed = time.perf_counter() - t0
+        with Meter(cluster) as meter:
+            for _ in range(total):
+                s = time.perf_counter()
+                result = await p.send(Message(TOPIC, BODY))
+                lat.append(time.perf_counter() - s)
+                _check_ok(result)
     lat.sort()
-    return {
-        "sent": sent + total,
-        "msgs": total,
-        "seconds": elapsed,
-        "rate": total / elapsed,
-        "p50_ms": percentile(lat, 50) * 1000,
-        "p99_ms": percentile(lat, 99) * 1000,
-        "max_ms": lat[-1] * 1000,
-    }
+    return meter.result(
+        total,
+        sent=sent + total,
+        p50_ms=percentile(lat, 50) * 1000,
+        p99_ms=percentile(lat, 99) * 1000,
+        max_ms=lat[-1] * 1000,
+    )
 
 
 async def scenario_pull(cluster: Cluster, sz: dict[str, int], expected: int) -> dict:
@@ -220,17 +255,16 @@ async def scenario_pull(cluster: Cluster, sz: dict[str, int], expected: int) -> 
                 offset = r.next_begin_offset
             counts[mq] = n
 
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for mq in queues:
-                nursery.start_soon(drain, mq)
-        elapsed = time.perf_counter() - t0
+        with Meter(cluster) as meter:
+            async with trio.open_nursery() as nursery:
+                for mq in queues:
+                    nursery.start_soon(drain, mq)
     total = sum(counts.values())
     if total != expected:
         raise BenchError(f"pulled {total} messages, expected {expected}")
     if bad_bodies:
         raise BenchError(f"{bad_bodies} pulled bodies are not 1 KiB")
-    return {"msgs": total, "seconds": elapsed, "rate": total / elapsed, "queues": len(queues)}
+    return meter.result(total, queues=len(queues))
 
 
 # --- one run -----------------------------------------------------------------------------
@@ -239,7 +273,8 @@ async def scenario_pull(cluster: Cluster, sz: dict[str, int], expected: int) -> 
 class Profiler:
     """Which processes to sample (py-spy) during which scenarios; collects summaries."""
 
-    def __init__(self, targets: set[str], scenarios: set[str], out_dir: Path) -> None:
+    def __init__(self, targets: set[str], scenarios: set[str], out_dir: Path, gil: bool) -> None:
+        self.gil = gil
         self.targets = targets
         self.scenarios = scenarios
         self.out_dir = out_dir
@@ -259,7 +294,7 @@ class Profiler:
         with contextlib.ExitStack() as stack:
             for who, pid in pids.items():
                 path = self.out_dir / f"{name}-{who}.txt"
-                paths[who] = stack.enter_context(profile_summary.sample(pid, path))
+                paths[who] = stack.enter_context(profile_summary.sample(pid, path, gil=self.gil))
             time.sleep(0.3)  # py-spy attaches before the scenario starts
             result = fn()
         for who, path in paths.items():
@@ -270,10 +305,19 @@ class Profiler:
         return result
 
 
+def _cpu(r: dict) -> str:
+    return (f"CPU per msg: broker {r['broker_cpu_us']:.1f} us, "
+            f"client {r['client_cpu_us']:.1f} us")  # fmt: skip
+
+
+def _loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profiler,
             keep_data: bool) -> dict:  # fmt: skip
     data_dir = Path(tempfile.mkdtemp(prefix=f"rmq-bench-{index}-"))
-    out: dict = {}
+    out: dict = {"load_before": _loadavg()}
     try:
         with start_cluster(data_dir) as cluster:
             out["up_ready_s"] = cluster.ready_seconds
@@ -295,20 +339,22 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
                 sent += r["sent"]
                 out[name] = r
                 extra = ""
-                if name == "sync":
+                if "p50_ms" in r:
                     extra = (f", p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
                              f"max {r['max_ms']:.3f} ms")  # fmt: skip
                 print(f"run {index}: {name:<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
-                      f"= {r['rate']:,.0f} msg/s{extra}", flush=True)  # fmt: skip
+                      f"= {r['rate']:,.0f} msg/s{extra}; {_cpu(r)}", flush=True)  # fmt: skip
             if "pull" in selected and sent:
                 r = profiler.run(
                     "pull", cluster, lambda: trio.run(scenario_pull, cluster, sz, sent)
                 )
                 out["pull"] = r
                 print(f"run {index}: {'pull':<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
-                      f"= {r['rate']:,.0f} msg/s ({r['queues']} queues)", flush=True)  # fmt: skip
+                      f"= {r['rate']:,.0f} msg/s ({r['queues']} queues); {_cpu(r)}",
+                      flush=True)  # fmt: skip
             mem = memory_status(cluster.broker_pid)
             out["rss"] = mem
+            out["load_after"] = _loadavg()
             print(f"run {index}: broker VmRSS {mem['VmRSS'] / 1024:.1f} MiB (anon "
                   f"{mem.get('RssAnon', 0) / 1024:.1f}, file {mem.get('RssFile', 0) / 1024:.1f}), "
                   f"peak {mem['VmHWM'] / 1024:.1f} MiB", flush=True)  # fmt: skip
@@ -428,7 +474,8 @@ def print_table(rows: list[dict]) -> None:
 
 
 def markdown(rows: list[dict], info: dict[str, str], command: str, sz: dict[str, int],
-             runs: int) -> str:  # fmt: skip
+             runs_raw: list[dict]) -> str:  # fmt: skip
+    runs = len(runs_raw)
     today = datetime.date.today().isoformat()
     out = [
         BEGIN,
@@ -459,7 +506,29 @@ def markdown(rows: list[dict], info: dict[str, str], command: str, sz: dict[str,
             f"{_fmt(r['median'], r['unit'])} | {_fmt(r['max'], r['unit'])} | "
             f"{r['target']} | {r['met']} |"
         )
-    out += ["", END]
+    out += [
+        "",
+        "CPU time per message (microseconds; median over the runs; from /proc utime+stime of "
+        "the broker and process time of the client during the timed part). On 2 cores the "
+        "broker and the client each have at most one, so 1e6 / max(broker, client) bounds "
+        "the rate:",
+        "",
+        "| scenario | broker CPU/msg | client CPU/msg |",
+        "|---|---:|---:|",
+    ]
+    for name in SCENARIOS:
+        b = [r[name]["broker_cpu_us"] for r in runs_raw if name in r]
+        c = [r[name]["client_cpu_us"] for r in runs_raw if name in r]
+        if b:
+            out.append(f"| {name} | {statistics.median(b):.1f} | {statistics.median(c):.1f} |")
+    loads = [r["load_before"] for r in runs_raw] + [r.get("load_after", 0.0) for r in runs_raw]
+    out += [
+        "",
+        f"1-minute load average around the runs: {min(loads):.2f} .. {max(loads):.2f} "
+        "(other work on the host shares the 2 CPUs).",
+        "",
+        END,
+    ]
     return "\n".join(out)
 
 
@@ -476,16 +545,16 @@ fall short.
 """
 
 
-def write_doc(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else DOC_HEADER + BEGIN + "\n" + END + "\n"
+def write_doc(section: str, doc: Path = DOC) -> None:
+    text = doc.read_text() if doc.exists() else DOC_HEADER + BEGIN + "\n" + END + "\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
 
 
 # --- main --------------------------------------------------------------------------------
@@ -499,8 +568,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", choices=SCENARIOS,
                     help="run only these scenarios (repeatable); default all")  # fmt: skip
     ap.add_argument("--profile", default="", help="py-spy targets: broker, client or both")
+    ap.add_argument("--profile-all-threads", action="store_true",
+                    help="sample every non-idle thread, not only the GIL holder")  # fmt: skip
     ap.add_argument("--profile-dir", type=Path, default=None, help="where raw profiles go")
     ap.add_argument("--json", type=Path, default=None, help="also write raw results here")
+    ap.add_argument("--doc", type=Path, default=None,
+                    help="write the results section into this file (even with --quick)")  # fmt: skip
     ap.add_argument("--keep-data", action="store_true", help="keep each run's data dir")
     args = ap.parse_args(argv)
     if args.runs < 1:
@@ -513,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--profile takes broker, client or broker,client")
     prof_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="rmq-bench-prof-"))
     prof_dir.mkdir(parents=True, exist_ok=True)
-    profiler = Profiler(targets, selected, prof_dir)
+    profiler = Profiler(targets, selected, prof_dir, gil=not args.profile_all_threads)
 
     info = machine()
     print(f"machine: {info}", flush=True)
@@ -531,9 +604,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({"machine": info, "sizes": sz, "runs": runs,
                                          "table": rows, "command": command}, indent=2))  # fmt: skip
     write = not (args.no_write or args.quick or targets or args.scenario)
-    if write:
-        write_doc(markdown(rows, info, command, sz, len(runs)))
-        print(f"\nwrote {DOC.relative_to(ROOT)}")
+    if args.doc or write:
+        doc = args.doc or DOC
+        write_doc(markdown(rows, info, command, sz, runs), doc)
+        print(f"\nwrote {doc}")
     if targets:
         print(f"\nraw profiles in {prof_dir}")
     return 0
