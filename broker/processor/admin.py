@@ -13,6 +13,7 @@ Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ import attrs
 from broker.topic_config import validate_topic
 from common import serde
 from common.errors import RequestError
-from common.model import KVTable, SubscriptionGroupConfig, TopicConfig
+from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
     from broker.service import BrokerController
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+
+
+def _mq_key_map(entries: list[tuple[Any, dict[str, Any]]]) -> bytes:
+    """A ``Map<MessageQueue, V>`` the way fastjson writes it: the keys are JSON objects.
+
+    That is not strict JSON, but it is what Java admin tools parse (TopicStatsTable,
+    ConsumeStats); values are written with sorted keys like fastjson.
+    """
+    parts = []
+    for mq, value in entries:
+        key = json.dumps(
+            {"brokerName": mq.brokerName, "queueId": mq.queueId, "topic": mq.topic},
+            separators=(",", ":"),
+        )
+        parts.append(key + ":" + json.dumps(value, separators=(",", ":"), sort_keys=True))
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
 def _config_properties(obj: Any, prefix: str = "") -> list[str]:
@@ -65,6 +82,8 @@ class AdminBrokerProcessor:
         r(RequestCode.GET_BROKER_CONFIG, self.get_broker_config)
         r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
+        r(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
+        r(RequestCode.GET_CONSUME_STATS, self.get_consume_stats)
 
     def _refuse_on_slave(self) -> None:
         if self.broker.config.is_slave:
@@ -234,3 +253,59 @@ class AdminBrokerProcessor:
         groups = b.consumer_manager.query_topic_consume_by_who(topic)
         groups |= b.consumer_offset_manager.groups_of_topic(topic)
         return req.response(ResponseCode.SUCCESS, body=serde.dumps({"groupList": sorted(groups)}))
+
+    # --- stats (Map<MessageQueue, ...> bodies) ------------------------------------------------
+    def _store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        store = self.broker.store
+        if offset < 0:
+            return 0
+        phys = store.get_commit_log_offset_in_queue(topic, queue_id, offset)
+        m = store.look_message_by_offset(phys) if phys or offset == 0 else None
+        return m.store_timestamp if m is not None and m.topic == topic else 0
+
+    async def get_topic_stats_info(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        topic = req.get_str("topic")
+        tc = b.topic_config_manager.select_topic_config(topic)
+        if tc is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        entries = []
+        for q in range(tc.writeQueueNums):
+            mx = b.store.get_max_offset_in_queue(topic, q)
+            entries.append(
+                (
+                    MessageQueue(topic, b.config.broker_name, q),
+                    {
+                        "minOffset": max(b.store.get_min_offset_in_queue(topic, q), 0),
+                        "maxOffset": max(mx, 0),
+                        "lastUpdateTimestamp": self._store_time_at(topic, q, mx - 1),
+                    },
+                )
+            )
+        body = b'{"offsetTable":' + _mq_key_map(entries) + b"}"
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def get_consume_stats(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+        b = self.broker
+        group = req.get_str("consumerGroup")
+        only = req.ext_fields.get("topic")
+        topics = [only] if only else sorted(b.consumer_offset_manager.topics_of_group(group))
+        entries = []
+        for topic in topics:
+            tc = b.topic_config_manager.select_topic_config(topic)
+            if tc is None:
+                continue
+            for q in range(tc.writeQueueNums):
+                consumer = max(b.consumer_offset_manager.query_offset(group, topic, q), 0)
+                entries.append(
+                    (
+                        MessageQueue(topic, b.config.broker_name, q),
+                        {
+                            "brokerOffset": b.store.get_max_offset_in_queue(topic, q),
+                            "consumerOffset": consumer,
+                            "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
+                        },
+                    )
+                )
+        body = b'{"consumeTps":0.0,"offsetTable":' + _mq_key_map(entries) + b"}"
+        return req.response(ResponseCode.SUCCESS, body=body)

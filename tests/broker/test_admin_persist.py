@@ -234,3 +234,58 @@ async def test_file_store_messages_and_offsets_survive_restart(tmp_path: Path) -
                 )
                 assert r.ext_fields["offset"] == "1"  # committed by the first round's pull
             n.cancel_scope.cancel()
+
+
+async def test_topic_and_consume_stats_in_fastjson_shape(tmp_path: Path) -> None:
+    import re
+
+    async with trio.open_nursery() as n, open_remoting_client() as c:
+        b = await start(n, cfg(tmp_path))
+
+        async def call(code, ext=None, body=b""):
+            return await c.invoke(b.addr, RemotingCommand.request(code, ext, body))
+
+        ext = {
+            "topic": "ST",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 2,
+            "writeQueueNums": 2,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+        }
+        assert (await call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)).code == 0
+        send = {
+            "producerGroup": "pg",
+            "topic": "ST",
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 2,
+            "queueId": 1,
+            "sysFlag": 0,
+            "bornTimestamp": "0",
+            "flag": 0,
+        }
+        for _ in range(3):
+            assert (await call(RequestCode.SEND_MESSAGE, send, b"x")).code == 0
+        await call(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "sg", "topic": "ST", "queueId": 1, "commitOffset": 2},
+        )
+
+        r = await call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "ST"})
+        text = r.body_bytes().decode()
+        # keys are MessageQueue objects, as fastjson writes Map<MessageQueue, TopicOffset>
+        pairs = dict(re.findall(r'(\{"brokerName"[^}]*\}):(\{[^}]*\})', text))
+        q1 = json.loads(pairs['{"brokerName":"broker-a","queueId":1,"topic":"ST"}'])
+        assert q1["maxOffset"] == 3 and q1["minOffset"] == 0 and q1["lastUpdateTimestamp"] > 0
+        q0 = json.loads(pairs['{"brokerName":"broker-a","queueId":0,"topic":"ST"}'])
+        assert q0 == {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0}
+        r = await call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "nope"})
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST
+
+        r = await call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "sg"})
+        text = r.body_bytes().decode()
+        assert text.startswith('{"consumeTps":0.0,"offsetTable":{')
+        pairs = dict(re.findall(r'(\{"brokerName"[^}]*\}):(\{[^}]*\})', text))
+        q1 = json.loads(pairs['{"brokerName":"broker-a","queueId":1,"topic":"ST"}'])
+        assert q1["brokerOffset"] == 3 and q1["consumerOffset"] == 2 and q1["lastTimestamp"] > 0
+        n.cancel_scope.cancel()
