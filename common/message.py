@@ -29,6 +29,7 @@ BODYCRC is ``crc32(body) & 0x7FFFFFFF`` like ``UtilAll.crc32`` (Java stores the 
 from __future__ import annotations
 
 import functools
+import operator
 import socket
 import struct
 import zlib
@@ -64,8 +65,6 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
 _B = struct.Struct(">B")
-# Everything but the two hosts and the three variable parts: 91 bytes with IPv4 hosts.
-_FIXED_NO_HOSTS = _HEAD.size + 8 + _MID.size + 1 + 2
 
 
 class RecordDecodeError(ValueError):
@@ -135,17 +134,18 @@ class MessageConst:
 
 def encode_properties(props: Mapping[str, str]) -> str:
     """``k\\x01v\\x02k\\x01v`` with no trailing separator; None values are skipped like Java."""
-    parts = []
-    for k, v in props.items():
-        if v is None:
-            continue
-        if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
-            raise ValueError(f"property name {k!r} contains a separator character")
-        v = str(v)
-        if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
-            raise ValueError(f"property {k!r} value contains a separator character")
-        parts.append(k + NAME_VALUE_SEPARATOR + v)
-    return PROPERTY_SEPARATOR.join(parts)
+    items = [(k, v if isinstance(v, str) else str(v)) for k, v in props.items() if v is not None]
+    s = PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in items])
+    # one C-level scan instead of four per property: exactly one \x01 per pair, \x02 between
+    if s.count(NAME_VALUE_SEPARATOR) != len(items) or s.count(PROPERTY_SEPARATOR) != max(
+        len(items) - 1, 0
+    ):
+        for k, v in items:
+            if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
+                raise ValueError(f"property name {k!r} contains a separator character")
+            if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
+                raise ValueError(f"property {k!r} value contains a separator character")
+    return s
 
 
 def decode_properties(s: str) -> dict[str, str]:
@@ -165,24 +165,39 @@ def decode_properties(s: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------ hash / tags
 
 
+_MASK32 = 0xFFFFFFFF
+# 31**k mod 2**32, highest power first when sliced from the end: hash = sum(c_i * 31**(n-1-i))
+_POW31 = [pow(31, k, 1 << 32) for k in range(255, -1, -1)]
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode``: signed 32-bit ``s[0]*31^(n-1)+...`` over UTF-16 code units."""
-    h = 0
     if s.isascii():
-        for b in s.encode("ascii"):
-            h = (31 * h + b) & 0xFFFFFFFF
+        units: bytes | list[int] = s.encode("ascii")
     else:
-        units = s.encode("utf-16-be", "surrogatepass")
-        for (u,) in struct.iter_unpack(">H", units):
-            h = (31 * h + u) & 0xFFFFFFFF
+        raw = s.encode("utf-16-be", "surrogatepass")
+        units = [u for (u,) in struct.iter_unpack(">H", raw)]
+    n = len(units)
+    if n <= len(_POW31):
+        # the dot product runs in C (map/sum), much faster than a Python loop per char
+        h = sum(map(operator.mul, units, _POW31[len(_POW31) - n :])) & _MASK32
+    else:
+        h = 0
+        for u in units:
+            h = (31 * h + u) & _MASK32
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags_code_cached(tags: str) -> int:
+    return java_string_hash(tags)
 
 
 def tags_code(tags: str | None) -> int:
     """CQ tagsCode: the tags' Java hash (sign-extended), 0 without tags."""
     if not tags:
         return 0
-    return java_string_hash(tags)
+    return _tags_code_cached(tags)
 
 
 # --------------------------------------------------------------------------------------- hosts
@@ -308,24 +323,53 @@ def effective_sys_flag(msg: MessageExtBrokerInner) -> int:
     return f
 
 
+_V6_BITS = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOSTADDRESS_V6
+
+
+@functools.lru_cache(maxsize=16)
+def _fixed_struct(born_len: int, store_len: int) -> struct.Struct:
+    # everything from TOTALSIZE to BODYLEN in one pack: hosts go in as raw ip+port bytes
+    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_part(topic: str) -> bytes:
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > MAX_TOPIC_BYTES:
+        raise ValueError(f"topic is {len(topic_b)} bytes, max {MAX_TOPIC_BYTES}")
+    return _B.pack(len(topic_b)) + topic_b
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_bytes(host: tuple[str, int]) -> bytes:
+    return _pack_host(host[0], host[1])
+
+
 def encode_record(
     msg: MessageExtBrokerInner, queue_offset: int, phys_offset: int, store_timestamp: int
 ) -> bytes:
     """One CommitLog record (facts §4.1). Raises ValueError for a topic/properties too long."""
-    topic_b = msg.topic.encode("utf-8")
-    if len(topic_b) > MAX_TOPIC_BYTES:
-        raise ValueError(f"topic is {len(topic_b)} bytes, max {MAX_TOPIC_BYTES}")
-    props_b = msg.stored_properties_string().encode("utf-8")
+    topic_part = _topic_part(msg.topic)
+    props = msg.properties_string
+    if props is None:
+        props = encode_properties(msg.properties)
+    props_b = props.encode("utf-8")
     if len(props_b) > MAX_PROPERTIES_BYTES:
         raise ValueError(f"properties are {len(props_b)} bytes, max {MAX_PROPERTIES_BYTES}")
     body = msg.body
-    sys_flag = effective_sys_flag(msg)
-    born = _pack_host(msg.born_host[0], msg.born_host[1])
-    store = _pack_host(msg.store_host[0], msg.store_host[1])
-    size = _FIXED_NO_HOSTS + len(born) + len(store) + len(body) + len(topic_b) + len(props_b)
+    born = _host_bytes(msg.born_host)
+    store = _host_bytes(msg.store_host)
+    sys_flag = msg.sys_flag & ~_V6_BITS
+    if len(born) == 20:
+        sys_flag |= MessageSysFlag.BORNHOST_V6
+    if len(store) == 20:
+        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6
+    fixed = _fixed_struct(len(born), len(store))
+    blen = len(body)
+    size = fixed.size + blen + len(topic_part) + 2 + len(props_b)
     return b"".join(
         (
-            _HEAD.pack(
+            fixed.pack(
                 size,
                 MESSAGE_MAGIC_CODE,
                 zlib.crc32(body) & 0x7FFFFFFF,
@@ -335,14 +379,15 @@ def encode_record(
                 phys_offset,
                 sys_flag,
                 msg.born_timestamp,
+                born,
+                store_timestamp,
+                store,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                blen,
             ),
-            born,
-            _Q.pack(store_timestamp),
-            store,
-            _MID.pack(msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
             body,
-            _B.pack(len(topic_b)),
-            topic_b,
+            topic_part,
             _H.pack(len(props_b)),
             props_b,
         )

@@ -6,7 +6,7 @@ RocketMQ's ``checkpoint`` holds three longs: physicMsgTimestamp (0), logicsMsgTi
 indexMsgTimestamp (16).  We keep those and add, in the same 4 KiB block, what our recovery
 actually keys on, so no timestamp guesswork is needed:
 
-* 24: ``commit_log_flushed``: every CommitLog byte below it was msync'ed; crash recovery
+* 24: ``commit_log_flushed``: every CommitLog byte below it was fdatasync'ed; crash recovery
   validates records from the segment holding it.
 * 32: ``dispatched``: every record below it has its ConsumeQueue/index entries flushed; the
   dispatcher restarts there (re-dispatching is idempotent).

@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 One task.  It wakes every ``flush_interval_commit_log`` (ASYNC_FLUSH) or as soon as a put asks
-for a flush (SYNC_FLUSH group commit), snapshots the written end of the CommitLog, and msyncs
+for a flush (SYNC_FLUSH group commit), snapshots the written end of the CommitLog, and fdatasyncs
 every segment up to it in a worker thread (``trio.to_thread.run_sync``) so the event loop never
 waits on the disk.  Puts that arrived while a flush ran are covered by the next one: that is the
-group commit, one msync for many puts.  ``wait_flushed(end)`` returns True once ``flushed >= end``
+group commit, one fdatasync for many puts.  ``wait_flushed(end)`` returns True once ``flushed >= end``
 or False when ``sync_flush_timeout`` passed first (-> FLUSH_DISK_TIMEOUT; the message is stored).
 
 Every ``flush_interval_consume_queue`` it also flushes ConsumeQueues and the index and then
@@ -31,13 +31,22 @@ log = logging.getLogger(__name__)
 
 
 def _flush_files(jobs, release: bool) -> None:
-    """Worker thread: msync each (file, upto), then drop the flushed pages from RSS."""
+    """Worker thread: fdatasync each (file, upto), then drop the flushed pages from RSS."""
     for mf, upto in jobs:
         try:
             mf.flush_range(upto)
             if release:
                 mf.release()
         except ValueError:  # closed meanwhile (topic deleted): nothing left to flush
+            continue
+
+
+def _release_files(files) -> None:
+    """Worker thread: drop pages that readers faulted back in (older segments) from RSS."""
+    for mf in files:
+        try:
+            mf.release()
+        except ValueError:
             continue
 
 
@@ -49,7 +58,7 @@ class FlushService:
         self.interval = cfg.flush_interval_commit_log
         self.logic_interval = cfg.flush_interval_consume_queue
         self.release = cfg.release_flushed_pages
-        # CommitLog offset below which everything is msync'ed
+        # CommitLog offset below which everything is on disk
         self.flushed = store.commit_log.max_offset
         self._request = trio.Event()
         # replaced after every CommitLog flush; waiters re-check ``flushed`` when it fires
@@ -91,6 +100,8 @@ class FlushService:
             jobs.extend((mf, None) for mf in store.index.flush_jobs())
             if jobs:
                 await trio.to_thread.run_sync(_flush_files, jobs, self.release)
+            if self.release:
+                await trio.to_thread.run_sync(_release_files, list(store.commit_log.queue.files))
             cp = store.checkpoint
             cp.commit_log_flushed = self.flushed
             cp.dispatched = min(dispatched, self.flushed)

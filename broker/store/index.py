@@ -98,7 +98,8 @@ class IndexFile:
         self.count += 1
         self.end_phy = phy
         self.end_ts = store_ts
-        self._write_header()
+        # the header is written when flushed (flush_jobs) and closed; a crash loses at most
+        # the entries after the last flush, which the re-dispatch from the checkpoint re-adds
         self.dirty = True
         return True
 
@@ -190,6 +191,7 @@ class IndexService:
         jobs = []
         for f in self.files:
             if f.dirty:
+                f._write_header()
                 f.dirty = False
                 f.mf.flushed = 0
                 jobs.append(f.mf)
@@ -197,4 +199,6 @@ class IndexService:
 
     def close(self) -> None:
         for f in self.files:
+            if f.dirty:
+                f._write_header()
             f.mf.close()

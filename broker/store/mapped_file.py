@@ -10,7 +10,7 @@ syscall), readers get ``memoryview`` slices of the map (zero copy all the way to
 Positions (invariants: ``0 <= flushed <= wrote <= file_size``):
 
 * ``wrote``: bytes appended so far.  Only bytes below ``wrote`` are ever served.
-* ``flushed``: bytes known to be on disk (``msync`` done).  Flushing runs in a worker thread
+* ``flushed``: bytes known to be on disk (``fdatasync`` done).  Flushing runs in a worker thread
   (``flush_range`` is a plain blocking function the flush service hands to
   ``trio.to_thread.run_sync``) so the event loop never blocks on the disk.
 
@@ -97,12 +97,12 @@ class MappedFile:
     # ---------------------------------------------------------------- flush / release
 
     def flush_range(self, upto: int | None = None) -> int:
-        """Blocking msync of [flushed, upto); run it in a worker thread. Returns new flushed."""
+        """Blocking fdatasync covering [flushed, upto); run it in a worker thread. Returns new flushed."""
         end = self.wrote if upto is None else min(upto, self.wrote)
-        start = self.flushed - self.flushed % PAGE_SIZE
-        if end > start:
-            self.mm.flush(start, end - start)
         if end > self.flushed:
+            # fdatasync writes back the pages dirtied through the mapping too (one page cache),
+            # and unlike mmap.flush (msync) it releases the GIL while the disk works
+            os.fdatasync(self._fd)
             self.flushed = end
         return self.flushed
 
@@ -122,10 +122,6 @@ class MappedFile:
             if chunk.count(0) != len(chunk):
                 os.pwrite(self._fd, bytes(n), pos)
             pos += n
-
-    def sync_all(self) -> None:
-        """Blocking full msync (used by recovery after zeroing)."""
-        self.mm.flush()
 
     def close(self) -> None:
         try:

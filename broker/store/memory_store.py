@@ -179,14 +179,15 @@ class MemoryMessageStore:
     def _put_sync(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
         if self.shutdown:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
+        if not batch and msgs:
+            apply_delay(msgs[0], self.config)
         bad = validate_put(msgs, self.config, batch=batch)
         if bad is not None:
             return self._fail(*bad)
-        if not batch:
-            apply_delay(msgs[0], self.config)
         store_ts = self._now_ms()
         table = self._topic_queue_table
-        recs, qoffs, next_q, total = encode_for_put(msgs, table, store_ts)
+        buf, sizes, qoffs, next_q = encode_for_put(msgs, table, store_ts)
+        total = len(buf)
         if self._too_big(total):
             return self._fail(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -195,11 +196,13 @@ class MemoryMessageStore:
         phys = self._reserve(total)
         first = phys
         ids = []
-        for m, r in zip(msgs, recs, strict=True):
-            _Q.pack_into(r, PHYSICAL_OFFSET_POSITION, phys)
+        pos = 0
+        for m, size in zip(msgs, sizes, strict=True):
+            _Q.pack_into(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
             ids.append(create_offset_msg_id(m.store_host, phys))
-            phys += len(r)
-        self._files[-1] += b"".join(recs)
+            phys += size
+            pos += size
+        self._files[-1] += buf
         table.update(next_q)
         self._stats.on_put(len(msgs), total)
         self._dispatch_new()

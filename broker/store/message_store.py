@@ -221,14 +221,15 @@ class DefaultMessageStore:
         """Synchronous part of a put: checks, encode, copy into the CommitLog."""
         if self.shutdown:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
+        if not batch and msgs:
+            apply_delay(msgs[0], self.config)
         bad = validate_put(msgs, self.config, batch=batch)
         if bad is not None:
             return self._fail(*bad)
-        if not batch:
-            apply_delay(msgs[0], self.config)
         store_ts = self._now_ms()
         cl = self.commit_log
-        recs, qoffs, next_q, total = encode_for_put(msgs, cl.topic_queue_table, store_ts)
+        buf, sizes, qoffs, next_q = encode_for_put(msgs, cl.topic_queue_table, store_ts)
+        total = len(buf)
         if (
             total > self.config.max_message_size
             or total + 8 > self.config.mapped_file_size_commit_log
@@ -246,24 +247,27 @@ class DefaultMessageStore:
         ids = []
         pending = self._pending
         delays = self.delay_millis
-        for m, r, q in zip(msgs, recs, qoffs, strict=True):
-            _Q.pack_into(r, PHYSICAL_OFFSET_POSITION, phys)
+        pos = 0
+        pack_phys = _Q.pack_into
+        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+            pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
             ids.append(create_offset_msg_id(m.store_host, phys))
             pending.append(
                 DispatchRequest(
-                    topic=m.topic,
-                    queue_id=m.queue_id,
-                    commit_log_offset=phys,
-                    msg_size=len(r),
-                    tags_code=dispatch_tags_code(m.topic, m.properties, store_ts, delays),
-                    store_timestamp=store_ts,
-                    consume_queue_offset=q,
-                    sys_flag=m.sys_flag,
-                    keys=tuple(index_keys(m.topic, m.properties)),
+                    m.topic,
+                    m.queue_id,
+                    phys,
+                    size,
+                    dispatch_tags_code(m.topic, m.properties, store_ts, delays),
+                    store_ts,
+                    q,
+                    m.sys_flag,
+                    tuple(index_keys(m.topic, m.properties)),
                 )
             )
-            phys += len(r)
-        cl.write(recs[0] if len(recs) == 1 else b"".join(recs))
+            phys += size
+            pos += size
+        cl.write(buf)
         cl.topic_queue_table.update(next_q)
         self._stats.on_put(len(msgs), total)
         self._reput_wake.set()

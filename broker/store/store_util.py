@@ -25,8 +25,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable
-
-import attrs
+from typing import NamedTuple
 
 from broker.store.config import MessageStoreConfig
 from broker.store.results import GetMessageResult, GetMessageStatus, MessageFilter, PutMessageStatus
@@ -68,13 +67,24 @@ def offset_to_file_name(offset: int) -> str:
 def check_message(
     msg: MessageExtBrokerInner, config: MessageStoreConfig
 ) -> PutMessageStatus | None:
-    """Store-level checks (role, topic and properties length); None when the message may go in."""
+    """Store-level checks (role, topic and properties length); None when the message may go in.
+
+    Leaves the encoded properties in ``msg.properties_string`` so encoding the record does not
+    encode them a second time.
+    """
     if config.broker_role == "SLAVE":
         return PutMessageStatus.SERVICE_NOT_AVAILABLE
-    if len(msg.topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+    topic = msg.topic
+    if len(topic) > MAX_TOPIC_BYTES or (
+        not topic.isascii() and len(topic.encode("utf-8")) > MAX_TOPIC_BYTES
+    ):
         return PutMessageStatus.MESSAGE_ILLEGAL
-    if len(msg.stored_properties_string().encode("utf-8")) > MAX_PROPERTIES_BYTES:
+    props = msg.stored_properties_string()
+    if len(props) > MAX_PROPERTIES_BYTES or (
+        not props.isascii() and len(props.encode("utf-8")) > MAX_PROPERTIES_BYTES
+    ):
         return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    msg.properties_string = props
     return None
 
 
@@ -105,16 +115,16 @@ def validate_put(
 
 def encode_for_put(
     msgs: list[MessageExtBrokerInner], table: dict[tuple[str, int], int], store_ts: int
-) -> tuple[list[bytearray], list[int], dict[tuple[str, int], int], int]:
+) -> tuple[bytearray, list[int], list[int], dict[tuple[str, int], int]]:
     """Encode records with the queue offsets they will get (PHYSICALOFFSET still 0).
 
-    Returns (records, queue offsets, table updates, total bytes); ``table`` is not modified,
-    so a put that then fails (too big) leaves no trace.
+    Returns (all records in one buffer, record sizes, queue offsets, table updates); ``table``
+    is not modified, so a put that then fails (too big) leaves no trace.  One buffer per put
+    means one copy into the CommitLog and one ``pack_into`` per record for its offset.
     """
     next_q: dict[tuple[str, int], int] = {}
-    recs: list[bytearray] = []
+    recs: list[bytes] = []
     qoffs: list[int] = []
-    total = 0
     for m in msgs:
         m.store_timestamp = store_ts
         if is_prepared_or_rollback(m.sys_flag):
@@ -126,10 +136,9 @@ def encode_for_put(
                 q = table.get(key, 0)
             next_q[key] = q + 1
         qoffs.append(q)
-        r = bytearray(encode_record(m, q, 0, store_ts))
-        total += len(r)
-        recs.append(r)
-    return recs, qoffs, next_q, total
+        recs.append(encode_record(m, q, 0, store_ts))
+    sizes = [len(r) for r in recs]
+    return bytearray(b"".join(recs)), sizes, qoffs, next_q
 
 
 def delay_level_of(props: dict[str, str]) -> int:
@@ -202,9 +211,11 @@ _I = struct.Struct(">i")
 _H = struct.Struct(">h")
 
 
-@attrs.frozen
-class DispatchRequest:
-    """What the reput dispatcher needs from one record (CommitLog.checkMessageAndReturnSize)."""
+class DispatchRequest(NamedTuple):
+    """What the reput dispatcher needs from one record (CommitLog.checkMessageAndReturnSize).
+
+    A NamedTuple: one is built per message on the put path, so construction must be cheap.
+    """
 
     topic: str
     queue_id: int
