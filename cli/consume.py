@@ -39,22 +39,27 @@ async def consume_topic(
     idle_timeout: float | None = None,
     long_poll: float = LONG_POLL,
     handle_signals: bool = True,
+    remoting=None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`."""
     from rmq import PullConsumer, PullStatus
 
-    async with PullConsumer(group, namesrv) as consumer:
+    async with PullConsumer(group, namesrv, remoting=remoting) as consumer:
         queues = await consumer.fetch_queues(topic)
         if not queues:
             raise ClientError(f"topic {topic} has no readable queue")
         offsets: dict[MessageQueue, int] = {}
+        # what the broker has stored for the group (-1: nothing); we commit where it differs,
+        # so after one run the group has a position on every queue, not only on those it read
+        stored: dict[MessageQueue, int] = {}
         for mq in queues:
+            stored[mq] = await consumer.query_offset(mq)
             if from_beginning:
                 offsets[mq] = await consumer.min_offset(mq)
+            elif stored[mq] >= 0:
+                offsets[mq] = stored[mq]
             else:
-                committed = await consumer.query_offset(mq)
-                offsets[mq] = committed if committed >= 0 else await consumer.max_offset(mq)
-        start = dict(offsets)
+                offsets[mq] = await consumer.max_offset(mq)
         handed = 0
         last_message_at = trio.current_time()
 
@@ -63,6 +68,8 @@ async def consume_topic(
             while True:
                 result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=long_poll)
                 for msg in result.messages:
+                    if count is not None and handed >= count:
+                        return  # another queue's task reached the count first
                     on_message(msg)
                     handed += 1
                     last_message_at = trio.current_time()
@@ -101,7 +108,7 @@ async def consume_topic(
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(COMMIT_TIMEOUT):
                 for mq, offset in offsets.items():
-                    if offset != start[mq]:
+                    if offset != stored[mq]:
                         # a commit that fails must not hide why the loop ended
                         with contextlib.suppress(RmqError):
                             await consumer.commit_offset(mq, offset)

@@ -339,6 +339,9 @@ class FakeRemoting:
         if resp is None:
             await trio.sleep(timeout)
             raise RemotingTimeoutError(f"wait response on {addr} timeout {timeout} s")
+        # A real response wakes the waiting task without a cancellation check (the reader task
+        # reschedules it); yield the same way so callers meet the same interleavings.
+        await trio.lowlevel.cancel_shielded_checkpoint()
         return wire_roundtrip(resp)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
