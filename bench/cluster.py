@@ -68,6 +68,8 @@ class Cluster:
     broker_port: int
     ready_seconds: float = 0.0
     lines: list[str] = field(default_factory=list)
+    # (seconds since spawning `rmq up`, line) for every line before `ready`, and `ready`
+    timeline: list[tuple[float, str]] = field(default_factory=list)
     node_pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -129,7 +131,9 @@ def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
 
 
 @contextlib.contextmanager
-def start_cluster(data_dir: Path, *, ready_timeout: float = 30.0) -> Iterator[Cluster]:
+def start_cluster(
+    data_dir: Path, *, ready_timeout: float = 30.0, env: dict[str, str] | None = None
+) -> Iterator[Cluster]:
     namesrv_port, broker_port = free_ports()
     cmd = [
         sys.executable, "-m", "cli.main", "up",
@@ -146,7 +150,7 @@ def start_cluster(data_dir: Path, *, ready_timeout: float = 30.0) -> Iterator[Cl
         stderr=subprocess.STDOUT,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     cluster = Cluster(proc, data_dir, namesrv_port, broker_port)
     threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
@@ -168,6 +172,7 @@ def start_cluster(data_dir: Path, *, ready_timeout: float = 30.0) -> Iterator[Cl
                     f"`rmq up` exited with {proc.returncode} before ready:\n{cluster.output()}"
                 )
             cluster.lines.append(line)
+            cluster.timeline.append((time.perf_counter() - t0, line))
             m = _NODE_LINE.match(line)
             if m:
                 cluster.node_pids[m["name"]] = int(m["pid"])

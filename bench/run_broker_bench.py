@@ -321,6 +321,10 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
     try:
         with start_cluster(data_dir) as cluster:
             out["up_ready_s"] = cluster.ready_seconds
+            print("  " + "; ".join(f"{t:.3f} s {line.split()[0]}" for t, line in cluster.timeline))
+            spawned = [t for t, line in cluster.timeline if " pid " in line]
+            if spawned:
+                out["up_spawned_s"] = spawned[0]
             print(f"run {index}: `rmq up` ready in {cluster.ready_seconds:.3f} s "
                   f"(broker pid {cluster.broker_pid})", flush=True)  # fmt: skip
             trio.run(create_topic, cluster, sz["queues"])
@@ -362,6 +366,46 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
         if not keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
     return out
+
+
+def _imports(text: str) -> list[tuple[int, int, str, int]]:
+    """(self_us, cumulative_us, module, depth) of every `-X importtime` line in `text`."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("import time:") or "[us]" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:") :].split("|", 2)
+        depth = (len(name) - len(name.lstrip(" "))) // 2
+        out.append((int(self_us), int(cum_us), name.strip(), depth))
+    return out
+
+
+def profile_startup(prof_dir: Path) -> str:
+    """One `rmq up` with PYTHONPROFILEIMPORTTIME=1: a timeline and each process's imports."""
+    data_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-startup-"))
+    try:
+        with start_cluster(data_dir, env={"PYTHONPROFILEIMPORTTIME": "1"}) as cluster:
+            timeline = [(t, line) for t, line in cluster.timeline
+                        if not line.startswith("import time:")]  # fmt: skip
+            texts = {"rmq up (supervisor)": cluster.output()}
+            for node in ("namesrv", "broker-a"):
+                texts[node] = (data_dir / "logs" / f"{node}.log").read_text(errors="replace")
+        report = ["### startup (one `rmq up` with PYTHONPROFILEIMPORTTIME=1, so slower)", "",
+                  "timeline (s since spawning `rmq up`):"]  # fmt: skip
+        report += [f"  {t:6.3f}  {line[:90]}" for t, line in timeline]
+        for who, text in texts.items():
+            imports = _imports(text)
+            total = sum(cum for _, cum, _, depth in imports if depth == 0)
+            report.append(f"{who}: imports take {total / 1e6:.3f} s in all; the largest:")
+            top = sorted((i for i in imports if i[3] <= 1), key=lambda i: -i[1])[:12]
+            report += [
+                f"  {cum / 1e3:7.1f} ms  {'  ' * depth}{name}" for _, cum, name, depth in top
+            ]
+        text = "\n".join(report)
+        (prof_dir / "startup.txt").write_text(text + "\n")
+        return text
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # --- report ------------------------------------------------------------------------------
@@ -422,6 +466,8 @@ METRICS: list[tuple[str, str, str, Callable[[dict], float | None], float | None,
     ("pull", "pull (32 per request, all queues concurrently)", "msg/s",
      lambda r: r.get("pull", {}).get("rate"), 100_000, "ge"),
     ("up", "`rmq up` to `ready`", "s", lambda r: r.get("up_ready_s"), 1.5, "lt"),
+    ("up-spawn", "  of which until the first node was spawned", "s",
+     lambda r: r.get("up_spawned_s"), None, ""),
     ("rss", "broker VmRSS after the benchmark", "MiB",
      lambda r: r["rss"]["VmRSS"] / 1024 if "rss" in r else None, 80.0, "lt"),
     ("rss-anon", "  of which RssAnon (heap)", "MiB",
@@ -567,7 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--scenario", action="append", choices=SCENARIOS,
                     help="run only these scenarios (repeatable); default all")  # fmt: skip
-    ap.add_argument("--profile", default="", help="py-spy targets: broker, client or both")
+    ap.add_argument("--profile", default="",
+                    help="comma list: broker, client (py-spy during the scenarios), "
+                         "startup (import times of one `rmq up`)")  # fmt: skip
     ap.add_argument("--profile-all-threads", action="store_true",
                     help="sample every non-idle thread, not only the GIL holder")  # fmt: skip
     ap.add_argument("--profile-dir", type=Path, default=None, help="where raw profiles go")
@@ -582,14 +630,19 @@ def main(argv: list[str] | None = None) -> int:
     sz = sizes(args.quick)
     selected = set(args.scenario or SCENARIOS)
     targets = {t.strip() for t in args.profile.split(",") if t.strip()}
-    if targets - {"broker", "client"}:
-        ap.error("--profile takes broker, client or broker,client")
+    if targets - {"broker", "client", "startup"}:
+        ap.error("--profile takes a comma list of broker, client, startup")
     prof_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="rmq-bench-prof-"))
     prof_dir.mkdir(parents=True, exist_ok=True)
     profiler = Profiler(targets, selected, prof_dir, gil=not args.profile_all_threads)
 
     info = machine()
     print(f"machine: {info}", flush=True)
+    if "startup" in targets:
+        print(profile_startup(prof_dir), flush=True)
+        targets.discard("startup")
+        if not targets:
+            return 0
     runs = []
     for i in range(1, args.runs + 1):
         runs.append(one_run(i, sz, selected, profiler, args.keep_data))
