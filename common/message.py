@@ -253,7 +253,12 @@ def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
 
 @attrs.define(eq=False)
 class MessageExtBrokerInner:
-    """A message ready to store (what the broker hands the store)."""
+    """A message ready to store (what the broker hands the store).
+
+    The store fills ``store_timestamp`` and caches the encoded properties in
+    ``properties_string`` when it checks the message; build a new object (or reset
+    ``properties_string``) rather than editing ``properties`` of one that was already put.
+    """
 
     topic: str
     queue_id: int

@@ -104,6 +104,12 @@ class MemoryMessageStore:
     shutdown: bool = False
     # wall clock in ms for store timestamps; tests replace it
     clock: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+    # Mutable: DLedger/role changes switch it at runtime (the config is frozen).
+    broker_role: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.broker_role:
+            self.broker_role = self.config.broker_role
 
     # ------------------------------------------------------------------ commit log bytes
 
@@ -181,7 +187,7 @@ class MemoryMessageStore:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
         if not batch and msgs:
             apply_delay(msgs[0], self.config)
-        bad = validate_put(msgs, self.config, batch=batch)
+        bad = validate_put(msgs, self.config, batch=batch, role=self.broker_role)
         if bad is not None:
             return self._fail(*bad)
         store_ts = self._now_ms()
@@ -320,6 +326,7 @@ class MemoryMessageStore:
             read_record=self._read,
             commit_log_roll_next_file=self._roll_next_file,
             max_phy_offset=self.get_max_phy_offset(),
+            role=self.broker_role,
         )
         self._stats.on_get(result)
         return result

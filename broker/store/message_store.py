@@ -124,6 +124,8 @@ class DefaultMessageStore:
         self.last_store_timestamp = 0
         self.clock: Callable[[], int] = lambda: int(time.time() * 1000)
         self.shutdown = False
+        # Mutable: DLedger/role changes switch it at runtime (the config is frozen).
+        self.broker_role = config.broker_role
         self.flush: FlushService | None = None
         self._lock_fd = -1
         self.last_exit_ok = True
@@ -138,6 +140,13 @@ class DefaultMessageStore:
 
     def open_and_recover(self) -> None:
         """Blocking: lock, load and recover. Raises StoreLockedError / OSError."""
+        try:
+            self._open_and_recover()
+        except BaseException:
+            self.close_files(clean=False)
+            raise
+
+    def _open_and_recover(self) -> None:
         cfg = self.config
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -195,13 +204,14 @@ class DefaultMessageStore:
                 cq.load()
                 self.consume_queues[(topic, int(qid))] = cq
 
-    def close_files(self) -> None:
+    def close_files(self, *, clean: bool = True) -> None:
         self.commit_log.close()
         for cq in self.consume_queues.values():
             cq.close()
         self.index.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._abort_path())
+        if clean:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._abort_path())
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -223,7 +233,7 @@ class DefaultMessageStore:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
         if not batch and msgs:
             apply_delay(msgs[0], self.config)
-        bad = validate_put(msgs, self.config, batch=batch)
+        bad = validate_put(msgs, self.config, batch=batch, role=self.broker_role)
         if bad is not None:
             return self._fail(*bad)
         store_ts = self._now_ms()
@@ -444,6 +454,7 @@ class DefaultMessageStore:
                 read_record=cl.read,
                 commit_log_roll_next_file=cl.roll_next_file,
                 max_phy_offset=cl.max_offset,
+                role=self.broker_role,
             )
         else:
             result = select_messages(
@@ -458,6 +469,7 @@ class DefaultMessageStore:
                 read_record=cl.read,
                 commit_log_roll_next_file=cl.roll_next_file,
                 max_phy_offset=cl.max_offset,
+                role=self.broker_role,
             )
         self._stats.on_get(result)
         return result

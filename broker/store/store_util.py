@@ -65,14 +65,14 @@ def offset_to_file_name(offset: int) -> str:
 
 
 def check_message(
-    msg: MessageExtBrokerInner, config: MessageStoreConfig
+    msg: MessageExtBrokerInner, config: MessageStoreConfig, role: str | None = None
 ) -> PutMessageStatus | None:
     """Store-level checks (role, topic and properties length); None when the message may go in.
 
     Leaves the encoded properties in ``msg.properties_string`` so encoding the record does not
     encode them a second time.
     """
-    if config.broker_role == "SLAVE":
+    if (role or config.broker_role) == "SLAVE":
         return PutMessageStatus.SERVICE_NOT_AVAILABLE
     topic = msg.topic
     if len(topic) > MAX_TOPIC_BYTES or (
@@ -94,13 +94,17 @@ def is_prepared_or_rollback(sys_flag: int) -> bool:
 
 
 def validate_put(
-    msgs: list[MessageExtBrokerInner], config: MessageStoreConfig, *, batch: bool
+    msgs: list[MessageExtBrokerInner],
+    config: MessageStoreConfig,
+    *,
+    batch: bool,
+    role: str | None = None,
 ) -> tuple[PutMessageStatus, str] | None:
     """All put-path checks for one put (single or batch); None when it may go in."""
     if not msgs:
         return PutMessageStatus.MESSAGE_ILLEGAL, "empty batch"
     for m in msgs:
-        bad = check_message(m, config)
+        bad = check_message(m, config, role)
         if bad is not None:
             return bad, f"store rejected the message: {bad.name}"
         if batch and (
@@ -293,9 +297,9 @@ def parse_record(buf, pos: int, end: int, delay_millis: tuple[int, ...], *, chec
 # ------------------------------------------------------------------------------------ get path
 
 
-def _next_offset_correction(config: MessageStoreConfig, old: int, new: int) -> int:
+def _next_offset_correction(role: str, old: int, new: int) -> int:
     # RocketMQ keeps the consumer's offset on a slave (offsetCheckInSlave defaults to false).
-    return old if config.broker_role == "SLAVE" else new
+    return old if role == "SLAVE" else new
 
 
 def select_messages(
@@ -311,6 +315,7 @@ def select_messages(
     read_record: Callable[[int, int], memoryview | bytes | None],
     commit_log_roll_next_file: Callable[[int], int],
     max_phy_offset: int,
+    role: str | None = None,
 ) -> GetMessageResult:
     """DefaultMessageStore.getMessage over abstract readers.
 
@@ -318,18 +323,19 @@ def select_messages(
     units from ``offset`` to the end of the written part of that CQ file (or None if that file
     is gone), at most ``max_bytes`` of them; ``read_record(phys, size)`` the raw record or None if the CommitLog file is gone.
     """
+    role = role or config.broker_role
     if min_offset is None or max_offset == 0:
         # RocketMQ creates the queue object on lookup, so an unknown queue answers like an empty one.
         return GetMessageResult(
             GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-            _next_offset_correction(config, offset, 0),
+            _next_offset_correction(role, offset, 0),
             0 if min_offset is None else min_offset,
             max_offset,
         )
     if offset < min_offset:
         return GetMessageResult(
             GetMessageStatus.OFFSET_TOO_SMALL,
-            _next_offset_correction(config, offset, min_offset),
+            _next_offset_correction(role, offset, min_offset),
             min_offset,
             max_offset,
         )
@@ -341,7 +347,7 @@ def select_messages(
         target = min_offset if min_offset == 0 else max_offset
         return GetMessageResult(
             GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-            _next_offset_correction(config, offset, target),
+            _next_offset_correction(role, offset, target),
             min_offset,
             max_offset,
         )
@@ -350,7 +356,7 @@ def select_messages(
     if units is None:
         return GetMessageResult(
             GetMessageStatus.OFFSET_FOUND_NULL,
-            _next_offset_correction(config, offset, cq_roll_next_file(offset)),
+            _next_offset_correction(role, offset, cq_roll_next_file(offset)),
             min_offset,
             max_offset,
         )

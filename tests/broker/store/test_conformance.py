@@ -416,3 +416,15 @@ async def test_ha_slave_starting_mid_log(open_store, tmp_path):
         assert r.next_begin_offset == 0  # a slave keeps the consumer's offset
         r = slave.get_message("g", "T", 0, first_q, 32)
         assert r.status is GetMessageStatus.FOUND and r.message_count == 20 - first_q
+
+
+async def test_role_switch_at_runtime(open_store):
+    async with open_store(broker_role="SLAVE") as store:
+        assert (await store.put_message(mk())).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        store.broker_role = "SYNC_MASTER"  # e.g. a DLedger election made this node leader
+        assert (await store.put_message(mk())).status is PutMessageStatus.PUT_OK
+        r = store.get_message("g", "T", 0, 5, 32)
+        assert r.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 0
+        store.broker_role = "SLAVE"
+        r = store.get_message("g", "T", 0, 5, 32)
+        assert r.next_begin_offset == 5
