@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from cli.errors import CliError
+from common.errors import unwrapping_groups
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
@@ -275,17 +276,18 @@ async def run_up(
             raise NodeFailed(f"cluster not ready after {ready_timeout:g} s; logs are in {log_dir}")
 
     try:
-        async with trio.open_nursery() as nursery:
-            # The nameserver first: a broker registers once at start and then only every
-            # 30 s, so it must find the nameserver already listening.
-            await spawn(plan.namesrv, nursery)
-            await wait_serving((plan.namesrv,))
-            for node in plan.brokers:
-                await spawn(node, nursery)
-            await wait_serving(plan.nodes)
-            report(UpEvent("ready"))
-            task_status.started()
-            await trio.sleep_forever()
+        with unwrapping_groups():
+            async with trio.open_nursery() as nursery:
+                # The nameserver first: a broker registers once at start and then only every
+                # 30 s, so it must find the nameserver already listening.
+                await spawn(plan.namesrv, nursery)
+                await wait_serving((plan.namesrv,))
+                for node in plan.brokers:
+                    await spawn(node, nursery)
+                await wait_serving(plan.nodes)
+                report(UpEvent("ready"))
+                task_status.started()
+                await trio.sleep_forever()
     finally:
         with trio.CancelScope(shield=True):
             if children:
