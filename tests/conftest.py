@@ -83,6 +83,14 @@ def _pump(cluster: LocalCluster) -> None:
 
 def stop_process(proc: subprocess.Popen[str], *, grace: float = 10.0) -> None:
     """SIGTERM by pid, wait up to `grace`, then SIGKILL. Only for processes we started."""
+    try:
+        _stop(proc, grace)
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _stop(proc: subprocess.Popen[str], grace: float) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):

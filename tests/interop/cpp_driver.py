@@ -70,6 +70,30 @@ def produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _subscribe(consumer: object, topic: str, callback, expression: str) -> None:
+    """PushConsumer.subscribe, with a callback that returns its status instead of raising.
+
+    The 0.4.4 wrapper's own callback re-raises the listener's exception inside the ctypes
+    callback (after `return RECONSUME_LATER`, in a `finally`), so librocketmq receives an
+    undefined status and sometimes counts a failed message as consumed. Registering the
+    callback ourselves keeps the C++ client itself untouched and tells it RECONSUME_LATER
+    the way a C or Java listener would.
+    """
+    from rocketmq.client import RecvMessage
+    from rocketmq.exceptions import ffi_check
+    from rocketmq.ffi import _CConsumeStatus, dll
+
+    def on_message(_consumer: object, msg: object) -> int:
+        try:
+            callback(RecvMessage(msg))
+        except Exception:
+            return _CConsumeStatus.RECONSUME_LATER.value
+        return _CConsumeStatus.CONSUME_SUCCESS.value
+
+    ffi_check(dll.Subscribe(consumer._handle, topic.encode(), expression.encode()))
+    consumer._register_callback(on_message)
+
+
 def consume(args: argparse.Namespace) -> int:
     from rocketmq.client import PushConsumer
 
@@ -106,7 +130,7 @@ def consume(args: argparse.Namespace) -> int:
             if len(seen) >= args.expect:
                 done.set()
 
-    consumer.subscribe(args.topic, on_message, args.expression)
+    _subscribe(consumer, args.topic, on_message, args.expression)
     consumer.start()
     emit(event="started")
     finished = done.wait(args.timeout)

@@ -121,12 +121,19 @@ def test_failed_messages_come_back_through_the_retry_topic(tmp_path, module_clus
     )
     assert done["complete"], done
     failed = {e["body"] for e in events if e["event"] == "fail"}
-    assert failed == {f"r-body-{i}" for i in range(0, n, 10)}
-    again = [e for e in events if e["event"] == "recv" and e["body"] in failed]
-    assert {e["body"] for e in again} == failed
-    assert all(e["reconsume_times"] >= 1 for e in again)
+    every_tenth = {f"r-body-{i}" for i in range(0, n, 10)}
+    assert failed, "no message failed: the retry path was not exercised"
+    assert failed <= every_tenth
+    recv = [e for e in events if e["event"] == "recv"]
+    # Every tenth message fails whenever it arrives with reconsumeTimes 0, so its successful
+    # delivery is proof it travelled %RETRY%<group> -> SCHEDULE_TOPIC_XXXX -> %RETRY%<group>.
+    # (librocketmq's C listener stops a batch at the first failure and sends the whole batch
+    # back, so some of them never arrive with reconsumeTimes 0 at all.)
+    ok_tenth = [e for e in recv if e["body"] in every_tenth]
+    assert {e["body"] for e in ok_tenth} == every_tenth
+    assert all(e["reconsume_times"] >= 1 for e in ok_tenth)
     # the client restores the original topic on retried messages
-    assert all(e["topic"] == "InteropRetry" for e in again)
+    assert all(e["topic"] == "InteropRetry" for e in recv)
 
 
 def test_offsets_survive_a_consumer_restart(tmp_path, module_cluster):
