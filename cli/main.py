@@ -455,11 +455,14 @@ def produce(
         int, typer.Option("--delay-level", min=0, max=18, help="1..18, 0 = none.")
     ] = 0,
     prop: Annotated[
-        list[str] | None, typer.Option("--property", "-P", help="User property K=V (repeatable).")
+        list[str] | None,
+        typer.Option("--property", "-P", metavar="K=V", help="User property K=V (repeatable)."),
     ] = None,
     bodies: Annotated[
         list[str] | None,
-        typer.Argument(help="Message bodies; without any, one message per stdin line."),
+        typer.Argument(
+            metavar="BODY...", help="Message bodies; without any, one message per stdin line."
+        ),
     ] = None,
 ) -> None:
     """Send messages (arguments, or stdin lines) and print each SendResult."""
