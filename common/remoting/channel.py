@@ -93,6 +93,9 @@ class Channel:
         self._opaques = itertools.count(1)
         # True once the connection is unusable for new requests (closed by us, peer or error).
         self._closed = False
+        # True once the peer's EOF was read: no new requests of ours (nothing would answer),
+        # while answers to the peer's own in-flight requests may still be written.
+        self._eof = False
         # Cancel scope of run()'s nursery; None before run() starts.
         self._scope: trio.CancelScope | None = None
 
@@ -101,7 +104,7 @@ class Channel:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closed or self._eof
 
     def close(self) -> None:
         """Close now: in-flight requests on both sides are cancelled/failed."""
@@ -176,7 +179,7 @@ class Channel:
 
     async def request(self, cmd: RemotingCommand) -> RemotingCommand:
         """Send ``cmd`` and wait (without a time limit) for the response with its opaque."""
-        if self._closed:
+        if self._closed or self._eof:
             raise RemotingConnectError(f"channel to {self.remote_addr} is closed")
         cmd.opaque = self._next_opaque()
         cmd.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
@@ -256,6 +259,7 @@ class Channel:
                 data = b""
             if not data:
                 # EOF: nothing will answer our requests any more; let the peer's requests finish.
+                self._eof = True
                 self._fail_waiters(
                     RemotingConnectError(f"{self.remote_addr} closed the connection")
                 )
