@@ -298,7 +298,7 @@ class Profiler:
             time.sleep(0.3)  # py-spy attaches before the scenario starts
             result = fn()
         for who, path in paths.items():
-            summary = profile_summary.summarise(path)
+            summary = profile_summary.summarise(path, top=30)
             text = profile_summary.format_summary(f"{name}: {who} ({path})", summary)
             self.reports.append(text)
             print(text, flush=True)
