@@ -348,6 +348,7 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
                              f"max {r['max_ms']:.3f} ms")  # fmt: skip
                 print(f"run {index}: {name:<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
                       f"= {r['rate']:,.0f} msg/s{extra}; {_cpu(r)}", flush=True)  # fmt: skip
+            out["rss_before_pull"] = memory_status(cluster.broker_pid)
             if "pull" in selected and sent:
                 r = profiler.run(
                     "pull", cluster, lambda: trio.run(scenario_pull, cluster, sz, sent)
@@ -359,6 +360,9 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
             mem = memory_status(cluster.broker_pid)
             out["rss"] = mem
             out["load_after"] = _loadavg()
+            pre = out["rss_before_pull"]
+            print(f"run {index}: broker before the pull: VmRSS {pre['VmRSS'] / 1024:.1f} MiB "
+                  f"(file {pre.get('RssFile', 0) / 1024:.1f})")  # fmt: skip
             print(f"run {index}: broker VmRSS {mem['VmRSS'] / 1024:.1f} MiB (anon "
                   f"{mem.get('RssAnon', 0) / 1024:.1f}, file {mem.get('RssFile', 0) / 1024:.1f}), "
                   f"peak {mem['VmHWM'] / 1024:.1f} MiB", flush=True)  # fmt: skip
@@ -470,6 +474,8 @@ METRICS: list[tuple[str, str, str, Callable[[dict], float | None], float | None,
      lambda r: r.get("up_spawned_s"), None, ""),
     ("rss", "broker VmRSS after the benchmark", "MiB",
      lambda r: r["rss"]["VmRSS"] / 1024 if "rss" in r else None, 80.0, "lt"),
+    ("rss-prepull", "broker VmRSS after the sends, before the pull", "MiB",
+     lambda r: r["rss_before_pull"]["VmRSS"] / 1024 if "rss_before_pull" in r else None, None, ""),
     ("rss-anon", "  of which RssAnon (heap)", "MiB",
      lambda r: r["rss"].get("RssAnon", 0) / 1024 if "rss" in r else None, None, ""),
     ("rss-file", "  of which RssFile (mapped store files)", "MiB",
