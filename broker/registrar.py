@@ -11,6 +11,13 @@ silence).  A topic change (auto-creation, admin update) asks for an immediate ex
 through :meth:`BrokerRegistrar.request_register`; requests that pile up while a round is in
 flight collapse into one more round.
 
+A nameserver that did not take a registration (not listening yet, timed out, refused) is
+retried on its own, quickly: ``first_retry`` (0.2 s) after the failure, doubling up to the
+period.  So a broker started together with (or before) its nameserver is routable as soon as
+the nameserver listens, not 30 s later, and a nameserver that stays down costs one cheap
+connect attempt per period after the first few seconds.  Nameservers that answered keep the
+plain period.
+
 Each nameserver is tried independently under its own timeout, so one dead nameserver neither
 delays nor fails the others.  A slave learns its master's address and HA address from the
 answer (``masterAddr`` / ``haServerAddr``); they are kept in ``master_addr`` /
@@ -59,8 +66,13 @@ class BrokerRegistrar:
     period: float = 30.0
     timeout: float = 6.0
     on_result: Callable[[RegisterResult], None] | None = None
+    # delay before the first retry of a nameserver that failed; doubles up to `period`
+    first_retry: float = 0.2
     # set to ask the run loop for an immediate round
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # addr -> (trio time of its next retry, delay used for it): exactly the nameservers whose
+    # last registration failed; an address leaves it on its next success
+    _retry: dict[str, tuple[float, float]] = attrs.field(factory=dict, init=False)
     # number of completed REGISTER_BROKER rounds
     rounds: int = attrs.field(default=0, init=False)
     master_addr: str | None = attrs.field(default=None, init=False)
@@ -72,14 +84,24 @@ class BrokerRegistrar:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.register_all()
         task_status.started()
+        next_round = trio.current_time() + self.period
         while True:
-            with trio.move_on_after(self.period):
+            retry_at = min((at for at, _ in self._retry.values()), default=next_round)
+            with trio.move_on_at(min(next_round, retry_at)):
                 await self._wake.wait()
-            self._wake = trio.Event()
-            await self.register_all()
+            now = trio.current_time()
+            if self._wake.is_set() or now >= next_round:
+                self._wake = trio.Event()
+                await self.register_all()
+                next_round = trio.current_time() + self.period
+            else:
+                due = [addr for addr, (at, _) in self._retry.items() if at <= now]
+                await self.register_all(due)
 
-    async def register_all(self) -> list[RegisterResult]:
-        if not self.namesrv_addrs:
+    async def register_all(self, addrs: list[str] | None = None) -> list[RegisterResult]:
+        """One round: every nameserver, or only `addrs` (the retries that are due)."""
+        addrs = self.namesrv_addrs if addrs is None else addrs
+        if not addrs:
             self.rounds += 1
             return []
         headers = self.header_fn()
@@ -96,20 +118,21 @@ class BrokerRegistrar:
             try:
                 resp = await self.client.invoke(addr, cmd, self.timeout)
             except RmqError as exc:
-                log.warning("register to name server %s failed: %s", addr, exc)
+                self._failed(addr, f"register to name server {addr} failed: {exc}")
                 return
             if resp.code != ResponseCode.SUCCESS:
-                log.warning(
-                    "name server %s refused registration: %d %s", addr, resp.code, resp.remark
+                self._failed(
+                    addr, f"name server {addr} refused registration: {resp.code} {resp.remark}"
                 )
                 return
+            self._retry.pop(addr, None)
             r = RegisterResult(
                 addr, resp.ext_fields.get("masterAddr"), resp.ext_fields.get("haServerAddr")
             )
             results.append(r)
 
         async with trio.open_nursery() as nursery:
-            for addr in self.namesrv_addrs:
+            for addr in addrs:
                 nursery.start_soon(one, addr)
         self.rounds += 1
         for r in results:
@@ -119,6 +142,15 @@ class BrokerRegistrar:
             if self.on_result is not None:
                 self.on_result(r)
         return results
+
+    def _failed(self, addr: str, why: str) -> None:
+        previous = self._retry.get(addr)
+        delay = self.first_retry if previous is None else min(previous[1] * 2, self.period)
+        self._retry[addr] = (trio.current_time() + delay, delay)
+        # the first failure is worth a warning; quick retries of a nameserver that is not up
+        # yet would only repeat it
+        level = logging.WARNING if previous is None or delay >= self.period else logging.DEBUG
+        log.log(level, "%s; retrying in %.1f s", why, delay)
 
     async def unregister_all(self) -> None:
         headers = self.header_fn()

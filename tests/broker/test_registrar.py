@@ -144,3 +144,79 @@ async def test_run_broker_registers_on_start_topic_change_and_unregisters(
         outer.cancel_scope.cancel()
     # topics.json survived for the next start
     assert "Created" in (tmp_path / "config" / "topics.json").read_text()
+
+
+async def test_failed_nameserver_is_retried_quickly_with_backoff(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A nameserver that is not up yet gets the registration soon after it starts listening
+    (not a period later); retries back off to the period and leave healthy nameservers alone."""
+    ns_up, ns_late = FakeNamesrv(), FakeNamesrv()
+    attempts: list[float] = []  # trio times of connect attempts to the late nameserver
+    late_from = 1.0  # the late nameserver listens from this trio time on
+
+    async with trio.open_nursery() as servers:
+
+        async def connect(addr: str):
+            ns = ns_up
+            if addr == "late:1":
+                attempts.append(trio.current_time() - t0)
+                if trio.current_time() - t0 < late_from:
+                    raise OSError("connection refused")
+                ns = ns_late
+            client_side, server_side = trio.testing.memory_stream_pair()
+            servers.start_soon(handle_stream, server_side, ns.dispatcher)
+            return client_side
+
+        async with open_remoting_client(connect=connect) as client:
+            reg = BrokerRegistrar(
+                client,
+                ["up:1", "late:1"],
+                lambda: {"brokerName": "bk", "brokerAddr": "127.0.0.1:10911",
+                         "clusterName": "C", "haServerAddr": "", "brokerId": 0},
+                lambda: b"{}",
+            )  # fmt: skip
+            t0 = trio.current_time()
+            async with trio.open_nursery() as n:
+                await n.start(reg.run)
+                assert ns_up.codes() == [RequestCode.REGISTER_BROKER]
+                assert ns_late.codes() == []
+                await ns_late.changed.wait()
+                # refused at 0, 0.2, 0.6; registered at 1.4 (the first retry after 1.0)
+                assert [round(t, 6) for t in attempts] == [0.0, 0.2, 0.6, 1.4]
+                assert round(trio.current_time() - t0, 6) == 1.4
+                # the healthy nameserver saw no extra round
+                assert ns_up.codes() == [RequestCode.REGISTER_BROKER]
+                # both back on the plain period: the next round at 30 s for both
+                await ns_up.changed.wait()
+                assert trio.current_time() - t0 == 30.0
+                await trio.sleep(0.1)
+                assert len(ns_late.calls) == 2
+                n.cancel_scope.cancel()
+        servers.cancel_scope.cancel()
+
+
+async def test_retry_delay_doubles_up_to_the_period(autojump_clock: trio.abc.Clock) -> None:
+    attempts: list[float] = []
+
+    async def connect(addr: str):
+        attempts.append(trio.current_time())
+        raise OSError("connection refused")
+
+    async with open_remoting_client(connect=connect) as client:
+        reg = BrokerRegistrar(
+            client,
+            ["dead:1"],
+            lambda: {"brokerName": "bk", "brokerAddr": "a:1", "clusterName": "C",
+                     "haServerAddr": "", "brokerId": 0},
+            lambda: b"{}",
+            period=10.0,
+        )  # fmt: skip
+        with trio.move_on_after(60):
+            await reg.run()
+    gaps = [round(b - a, 6) for a, b in zip(attempts, attempts[1:], strict=False)]
+    # retries at 0.2, 0.6, 1.4, 3.0, 6.2; the periodic round at 10 fails too and the backoff
+    # reaches the period, so from then on one attempt per period
+    assert gaps[:6] == [0.2, 0.4, 0.8, 1.6, 3.2, 3.8]
+    assert set(gaps[6:]) == {10.0}
+    assert len(attempts) == 11  # 0 .. 6.2, then 10, 20, ..., 50
