@@ -168,6 +168,13 @@ class MemoryMessageStore:
             or length + 8 > self.config.mapped_file_size_commit_log
         )
 
+    def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """Append and dispatch now (no await); always a final result here (no disk)."""
+        return self._put_sync([msg], batch=False)
+
+    def append_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        return self._put_sync(msgs, batch=True)
+
     async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         result = self._put_sync([msg], batch=False)
         await trio.lowlevel.checkpoint()

@@ -15,16 +15,19 @@ Theory of operation
 3. Stop (cancellation): shielded and bounded, flush everything, write the checkpoint, remove
    ``abort``, unmap, unlock.
 
-Put path: ``put_message(s)`` validates, applies the delay rewrite, encodes the records, reserves
-room (maybe a BLANK filler) and copies them into the CommitLog map, all synchronously: there is
-no ``await`` between receiving a message and appending it, so call order is CommitLog order.
-Then it awaits, in turn, its dispatch (so a put is visible to ``get_message`` when it returns)
-and, under SYNC_FLUSH unless WAIT=false, the group-commit flush covering its end offset.
+Put path: ``append_message(s)`` validates, applies the delay rewrite, encodes the records,
+reserves room (maybe a BLANK filler) and copies them into the CommitLog map, all synchronously:
+there is no ``await`` between receiving a message and appending it, so call order is CommitLog
+order.  When the reput task has nothing older pending (always, on a master) the new records are
+dispatched right there too, so they are visible to ``get_message`` at once.  The result is then
+final under ASYNC_FLUSH; otherwise it is a ``PendingPut`` whose ``await wait()`` waits for the
+dispatch (reput behind) and, under SYNC_FLUSH unless WAIT=false, for the group-commit flush
+covering the records' end.  ``put_message(s)`` is append + wait (one checkpoint if final).
 
 Reput: a task that moves ``reput_from`` over new CommitLog bytes and writes ConsumeQueue units
 and index entries, then calls the arrival listeners (which wake long polls).  Records the put
-path just wrote come with a ready ``DispatchRequest`` (no re-parse); bytes appended by HA or
-found by recovery are parsed.  A record split across HA chunks waits for its remaining bytes.
+path wrote while reput was behind come with a ready ``DispatchRequest`` (no re-parse); bytes
+appended by HA or found by recovery are parsed.  A record split across HA chunks waits for its remaining bytes.
 
 Reads go straight to the maps: ``get_message`` scans CQ units (store_util.select_messages) and
 returns memoryviews of the CommitLog records, no per-message objects.
@@ -53,6 +56,7 @@ from broker.store.results import (
     AppendMessageResult,
     GetMessageResult,
     MessageFilter,
+    PendingPut,
     PutMessageResult,
     PutMessageStatus,
     QueryMessageResult,
@@ -248,6 +252,9 @@ class DefaultMessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 f"message size {total} exceeds the limit {self.config.max_message_size}",
             )
+        # Dispatch inline when the reput task has nothing older left to do: the put is then
+        # visible to get_message as soon as this returns, without a round trip through the task.
+        caught_up = self.reput_from == cl.max_offset and not self._pending
         try:
             phys = cl.reserve(total)
         except OSError as exc:
@@ -255,14 +262,14 @@ class DefaultMessageStore:
             return self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc))
         first = phys
         ids = []
-        pending = self._pending
+        reqs = []
         delays = self.delay_millis
         pos = 0
         pack_phys = _Q.pack_into
         for m, size, q in zip(msgs, sizes, qoffs, strict=True):
             pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
             ids.append(create_offset_msg_id(m.store_host, phys))
-            pending.append(
+            reqs.append(
                 DispatchRequest(
                     m.topic,
                     m.queue_id,
@@ -278,9 +285,13 @@ class DefaultMessageStore:
             phys += size
             pos += size
         cl.write(buf)
+        if caught_up:
+            self._dispatch_inline(reqs, first)
+        else:
+            self._pending.extend(reqs)
+            self._reput_wake.set()
         cl.topic_queue_table.update(next_q)
         self._stats.on_put(len(msgs), total)
-        self._reput_wake.set()
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
@@ -293,31 +304,44 @@ class DefaultMessageStore:
             ),
         )
 
-    async def _after_append(self, result: PutMessageResult, wait_store: bool) -> PutMessageResult:
+    def _finish(self, result: PutMessageResult, wait_store: bool) -> PutMessageResult | PendingPut:
+        """Final result if nothing is left to wait for, else a PendingPut."""
         if not result.ok:
-            await trio.lowlevel.checkpoint()
             return result
         end = result.append.wrote_offset + result.append.wrote_bytes
-        await self.wait_dispatched(end)
-        if self.flush is not None and self.flush.sync:
-            if wait_store:
-                ok = await self.flush.wait_flushed(end, self.config.sync_flush_timeout)
-                if not ok:
-                    return PutMessageResult(
-                        PutMessageStatus.FLUSH_DISK_TIMEOUT, result.append, "flush disk timeout"
-                    )
-            else:
-                self.flush.request()
-        return result
+        flush = self.flush
+        need_flush = flush is not None and flush.sync
+        if need_flush and not wait_store:
+            flush.request()  # WAIT=false: ask for the flush but do not wait for it
+            need_flush = False
+        if not need_flush and self.reput_from >= end:
+            return result
+        return PendingPut(self, result, end, need_flush)
 
-    async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+    def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult | PendingPut:
+        """Append now (no await); a final result, or a PendingPut to ``await .wait()``."""
         result = self._append([msg], batch=False)
-        return await self._after_append(result, msg.properties.get(MessageConst.WAIT) != "false")
+        return self._finish(result, msg.properties.get(MessageConst.WAIT) != "false")
 
-    async def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+    def append_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult | PendingPut:
+        """Batch form of :meth:`append_message` (one batch, consecutive offsets)."""
         result = self._append(msgs, batch=True)
         wait = bool(msgs) and msgs[0].properties.get(MessageConst.WAIT) != "false"
-        return await self._after_append(result, wait)
+        return self._finish(result, wait)
+
+    async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        r = self.append_message(msg)
+        if type(r) is PendingPut:
+            return await r.wait()
+        await trio.lowlevel.checkpoint()
+        return r
+
+    async def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        r = self.append_messages(msgs)
+        if type(r) is PendingPut:
+            return await r.wait()
+        await trio.lowlevel.checkpoint()
+        return r
 
     # ================================================================ reput / dispatch
 
@@ -411,6 +435,19 @@ class DefaultMessageStore:
             != MessageSysFlag.TRANSACTION_ROLLBACK
         ):
             self.index.put(req.keys, req.commit_log_offset, req.store_timestamp)
+
+    def _dispatch_inline(self, reqs: list[DispatchRequest], first: int) -> None:
+        """Dispatch records the put path just wrote at ``first`` while reput was caught up."""
+        # [reput_from, first) can only be a BLANK filler written by reserve(): skip it
+        self.reput_from = first
+        try:
+            for req in reqs:
+                self._dispatch(req)
+                self.reput_from = req.commit_log_offset + req.msg_size
+        except Exception:
+            # the records are stored; let the reput task retry from reput_from (it re-parses)
+            log.exception("dispatch failed at %d", self.reput_from)
+            self._reput_wake.set()
 
     async def run_reput(self) -> None:
         while True:

@@ -49,6 +49,36 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
+class PendingPut:
+    """A put already appended to the CommitLog whose outcome waits on the store.
+
+    ``store.append_message(s)`` returns one instead of a final :class:`PutMessageResult` when
+    the records are not dispatched yet (reput is behind) or, under SYNC_FLUSH with WAIT
+    true, until the group-commit flush covers them.  ``await wait()`` gives the final result:
+    ``result`` itself, or FLUSH_DISK_TIMEOUT (the message is stored) when the flush did not
+    come within ``sync_flush_timeout``.  Await it once.
+    """
+
+    __slots__ = ("_end", "_need_flush", "_store", "result")
+
+    def __init__(self, store, result: PutMessageResult, end: int, need_flush: bool):
+        self._store = store
+        self.result = result  # the append's PUT_OK result (offsets, msgId)
+        self._end = end  # CommitLog offset just after the appended records
+        self._need_flush = need_flush
+
+    async def wait(self) -> PutMessageResult:
+        store = self._store
+        await store.wait_dispatched(self._end)
+        if self._need_flush:
+            ok = await store.flush.wait_flushed(self._end, store.config.sync_flush_timeout)
+            if not ok:
+                return PutMessageResult(
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, self.result.append, "flush disk timeout"
+                )
+        return self.result
+
+
 class GetMessageStatus(enum.Enum):
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"

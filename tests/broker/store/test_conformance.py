@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from broker.store import GetMessageStatus, PutMessageStatus
+from broker.store import PutMessageResult as PutResult
 from common.message import (
     BLANK_MAGIC_CODE,
     MessageConst,
@@ -258,6 +259,28 @@ async def test_batch_put(open_store):
         bad = await store.put_messages([mk(qid=2), mk(qid=2, DELAY=2)])
         assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert store.get_max_offset_in_queue("T", 2) == 6
+
+
+async def test_sync_append_is_final_and_visible_at_once(open_store):
+    # ASYNC_FLUSH (default): append_message(s) append and dispatch before returning, no await
+    async with open_store() as store:
+        arrivals = []
+        store.add_arrival_listener(lambda *a: arrivals.append(a))
+        r = store.append_message(mk(qid=1, body=b"one", KEYS="k1"))
+        assert isinstance(r, PutResult) and r.status is PutMessageStatus.PUT_OK
+        assert r.append.logics_offset == 0
+        assert bodies(store.get_message("g", "T", 1, 0, 32)) == [b"one"]
+        assert arrivals == [("T", 1, 1, 0)]
+        rb = store.append_messages([mk(qid=1, body=b"b%d" % i) for i in range(3)])
+        assert isinstance(rb, PutResult) and rb.append.msg_num == 3
+        assert rb.append.logics_offset == 1
+        assert rb.append.wrote_offset == r.append.wrote_offset + r.append.wrote_bytes
+        assert bodies(store.get_message("g", "T", 1, 0, 32)) == [b"one", b"b0", b"b1", b"b2"]
+        assert store.query_message("T", "k1", 32, 0, 2**62).buffers
+        # failures are final results too, and leave no trace
+        bad = store.append_messages([mk(qid=1), mk(qid=1, DELAY=2)])
+        assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL and bad.append is None
+        assert store.get_max_offset_in_queue("T", 1) == 4
 
 
 async def test_batch_put_rolls_over_as_a_whole(open_store):

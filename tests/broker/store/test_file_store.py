@@ -13,6 +13,8 @@ import trio
 from broker.store import (
     GetMessageStatus,
     MessageStoreConfig,
+    PendingPut,
+    PutMessageResult,
     PutMessageStatus,
     StoreLockedError,
     run_message_store,
@@ -223,6 +225,29 @@ async def test_sync_flush_and_timeout(tmp_path):
             # WAIT=false does not wait for the disk
             r = await store.put_message(mk(body=b"nowait", WAIT="false"))
             assert r.status is PutMessageStatus.PUT_OK
+
+
+async def test_sync_flush_append_returns_pending_put(tmp_path):
+    async with Opened(
+        tmp_path, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.3, **SMALL
+    ) as store:
+        pending = store.append_message(mk(body=b"p"))
+        assert isinstance(pending, PendingPut)
+        # appended (and dispatched) before any await; only the flush is outstanding
+        assert store.look_message_by_offset(pending.result.append.wrote_offset).body == b"p"
+        assert store.get_max_offset_in_queue("T", 0) == 1
+        r = await pending.wait()
+        assert r.status is PutMessageStatus.PUT_OK and r.append == pending.result.append
+        assert store.flush.flushed >= r.append.wrote_offset + r.append.wrote_bytes
+        batch = store.append_messages([mk(body=b"b1"), mk(body=b"b2")])
+        assert isinstance(batch, PendingPut)
+        assert (await batch.wait()).append.msg_num == 2
+        async with store.flush._lock:
+            slow = store.append_message(mk(body=b"slow"))
+            assert (await slow.wait()).status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+            # WAIT=false: final at once, no flush wait
+            r = store.append_message(mk(body=b"nowait", WAIT="false"))
+            assert isinstance(r, PutMessageResult) and r.status is PutMessageStatus.PUT_OK
 
 
 async def test_async_flush_runs_periodically(tmp_path):
