@@ -1,8 +1,10 @@
 """The `rmq` command: run a local cluster, servers, and talk to them.
 
 Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to
-`cli/render.py`. Imports of trio, the servers and the client happen inside the commands, so
-`python -m cli.main namesrv|broker` (what `rmq up` spawns) starts fast.
+`cli/render.py`. Imports of trio, the servers and the client happen inside the commands.
+`rmq namesrv` / `rmq broker` share their flag handling, serving and error policy with
+`cli/node.py`, whose argparse entry point (`python -m cli.node`) is what `rmq up` spawns:
+typer's parameter conversion imports pydantic, too slow for a node's start-up.
 
 Errors a user can cause (connection refused, unknown topic, bad config, port in use) print ONE
 line on stderr and exit with status 1; no traceback.
@@ -18,7 +20,18 @@ from typing import Annotated, Any
 
 import typer
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
+from cli.node import (
+    BROKER_FLAG_PROPERTIES,  # noqa: F401 - part of this module's API (tests, docs)
+    BROKER_ROLES,
+    DEFAULT_NAMESRV,
+    FLUSH_TYPES,
+    Exit,
+    broker_properties,
+    properties_text,  # noqa: F401 - part of this module's API (tests, docs)
+    run_main,
+    serve_broker,
+    serve_namesrv,
+)
 
 
 def _examples(*lines: str) -> str:
@@ -57,43 +70,10 @@ def _namesrv(ctx: typer.Context) -> str:
 
 def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
     """trio.run with the CLI's error policy: known errors -> one stderr line, exit 1."""
-    import trio
-
-    from cli import render
-    from cli.errors import CliError
-    from common.errors import RmqError, unwrap_group
-
     try:
-        return trio.run(async_fn, *args)
-    except BaseException as exc:  # classified below, re-raised when unknown
-        inner = unwrap_group(exc)
-        if isinstance(inner, KeyboardInterrupt):
-            raise typer.Exit(130) from None
-        if isinstance(inner, CliError | RmqError | ValueError):
-            render.error(_describe(inner))
-            raise typer.Exit(1) from None
-        if isinstance(inner, OSError):
-            render.error(_describe_os_error(inner))
-            raise typer.Exit(1) from None
-        raise
-
-
-def _describe(exc: BaseException) -> str:
-    from common.errors import RemotingConnectError, TopicNotExistError
-
-    if isinstance(exc, RemotingConnectError):
-        return f"cannot connect: {exc} (is the nameserver/broker running? see `rmq up`)"
-    if isinstance(exc, TopicNotExistError):
-        return f"topic does not exist: {exc.remark or exc}"
-    return str(exc) or type(exc).__name__
-
-
-def _describe_os_error(exc: OSError) -> str:
-    import errno
-
-    if exc.errno == errno.EADDRINUSE:
-        return f"address already in use: {exc.strerror or exc}"
-    return f"{type(exc).__name__}: {exc}"
+        return run_main(async_fn, *args)
+    except Exit as exc:
+        raise typer.Exit(exc.code) from None
 
 
 @app.callback()
@@ -128,67 +108,7 @@ def namesrv(
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
     """Run a nameserver until Ctrl-C or SIGTERM."""
-    from cli import render
-
-    kwargs: dict[str, Any] = {"listen_port": port, "host": host}
-    if data_dir is not None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        kwargs["kv_config_path"] = str(data_dir / "kvConfig.json")
-
-    async def main() -> None:
-        from cli.serve import serve_until_stopped
-        from namesrv.config import NamesrvConfig
-        from namesrv.service import run_namesrv
-
-        config = NamesrvConfig(**kwargs)
-        await serve_until_stopped(
-            run_namesrv,
-            config,
-            on_started=lambda h: render.listening("namesrv", f"{host}:{h.port}"),
-            watch_stdin=watch_stdin,
-        )
-
-    _run(main)
-
-
-# Flags of `rmq broker` and the broker.conf property each one overrides.
-BROKER_FLAG_PROPERTIES = {
-    "name": "brokerName",
-    "cluster": "brokerClusterName",
-    "broker_id": "brokerId",
-    "host": "brokerIP1",
-    "port": "listenPort",
-    "namesrv": "namesrvAddr",
-    "data_dir": "storePathRootDir",
-    "flush": "flushDiskType",
-    "role": "brokerRole",
-}
-
-
-def broker_properties(conf_text: str | None, overrides: dict[str, Any]) -> dict[str, str]:
-    """broker.conf properties with the given flags applied on top (flags win)."""
-    from namesrv.config import parse_properties
-
-    props = parse_properties(conf_text or "")
-    for flag, value in overrides.items():
-        if value is not None:
-            props[BROKER_FLAG_PROPERTIES[flag]] = str(value)
-    return props
-
-
-def properties_text(props: dict[str, str]) -> str:
-    """Java properties text that parses back to exactly `props` (backslashes escaped)."""
-
-    def esc(s: str, *, key: bool) -> str:
-        s = s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-        if key:
-            for ch in "=: ":
-                s = s.replace(ch, "\\" + ch)
-        elif s.startswith(" "):
-            s = "\\" + s
-        return s
-
-    return "".join(f"{esc(k, key=True)}={esc(v, key=False)}\n" for k, v in props.items())
+    serve_namesrv(port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin)
 
 
 @app.command(
@@ -229,11 +149,10 @@ def broker(
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
     """Run a broker until Ctrl-C or SIGTERM. Flags override the config file."""
-    from cli import render
 
-    if flush is not None and flush.upper() not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+    if flush is not None and flush.upper() not in FLUSH_TYPES:
         raise typer.BadParameter("must be SYNC_FLUSH or ASYNC_FLUSH", param_hint="--flush")
-    if role is not None and role.upper() not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+    if role is not None and role.upper() not in BROKER_ROLES:
         raise typer.BadParameter("must be ASYNC_MASTER, SYNC_MASTER or SLAVE", param_hint="--role")
     conf_text = config_file.read_text() if config_file else None
     overrides = {
@@ -249,25 +168,7 @@ def broker(
     }
     props = broker_properties(conf_text, overrides)
     props.setdefault("namesrvAddr", _namesrv(ctx))
-    if data_dir is not None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-
-    async def main() -> None:
-        from broker.config import BrokerConfig
-        from broker.service import run_broker
-        from cli.serve import serve_until_stopped
-
-        config = BrokerConfig.from_properties(properties_text(props))
-        await serve_until_stopped(
-            run_broker,
-            config,
-            on_started=lambda h: render.listening(
-                f"broker {config.broker_name}", f"{config.broker_ip1}:{h.port}"
-            ),
-            watch_stdin=watch_stdin,
-        )
-
-    _run(main)
+    serve_broker(props, data_dir=data_dir, watch_stdin=watch_stdin)
 
 
 @app.command(

@@ -6,10 +6,11 @@ Theory of operation:
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
   port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
-* `run_up` spawns the nameserver, waits until it answers, then spawns the brokers (a broker
-  registers at start and then only every 30 s, so it must find the nameserver listening).
-  Each child is `python -m cli.main namesrv|broker ... --watch-stdin`, with
-  stdout+stderr going to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
+* `run_up` spawns every node at once: the interpreters start in parallel, and a broker that
+  comes up before the nameserver listens retries its registration within a fraction of a
+  second (`broker/registrar.py`). Each child is `python -m cli.node namesrv|broker ...
+  --watch-stdin` (argparse, no typer/pydantic: see `cli/node.py`), with stdout+stderr going
+  to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
   the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
   child stops by itself, so no orphan outlives `rmq up`. Children run in their own session,
   so a terminal Ctrl-C reaches only the supervisor, which then stops them in order.
@@ -176,8 +177,8 @@ def busy_ports(plan: ClusterPlan) -> list[tuple[NodeSpec, int]]:
 
 
 def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
-    """The child command line; `python -m cli.main` keeps the child's imports lean."""
-    base = [sys.executable, "-m", "cli.main"]
+    """The child command line; `python -m cli.node` keeps the child's imports lean."""
+    base = [sys.executable, "-m", "cli.node"]
     node_dir = str(data_dir / node.name)
     if node.kind == "namesrv":
         return [*base, "namesrv", "--host", node.host, "--port", str(node.port),
@@ -278,11 +279,9 @@ async def run_up(
     try:
         with unwrapping_groups():
             async with trio.open_nursery() as nursery:
-                # The nameserver first: a broker registers once at start and then only every
-                # 30 s, so it must find the nameserver already listening.
-                await spawn(plan.namesrv, nursery)
-                await wait_serving((plan.namesrv,))
-                for node in plan.brokers:
+                # All at once: a broker retries its registration quickly until the
+                # nameserver listens, so nothing waits for another interpreter to start.
+                for node in plan.nodes:
                     await spawn(node, nursery)
                 await wait_serving(plan.nodes)
                 report(UpEvent("ready"))

@@ -125,3 +125,34 @@ def test_nodes_stop_by_themselves_when_the_supervisor_is_killed(local_cluster):
     for pid in left:  # only our own grandchildren, by pid; the test fails anyway
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
+    """What `rmq up` spawns: serves, stops on stdin EOF, and never imports the slow CLI stack."""
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "cli.node", "namesrv", "--port", "0",
+         "--data-dir", str(tmp_path / "ns"), "--watch-stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert re.match(r"namesrv listening on 127\.0\.0\.1:\d+$", line.strip()), line
+        proc.stdin.close()  # the supervisor is gone: the node stops by itself
+        assert proc.wait(timeout=15) == 0
+        imported = {
+            entry.split("|")[-1].strip().split(".")[0]
+            for entry in proc.stderr.read().splitlines()
+            if entry.startswith("import time:")
+        }
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert "trio" in imported and "namesrv" in imported  # the check sees real imports
+    assert not imported & {"typer", "pydantic", "rich", "click"}

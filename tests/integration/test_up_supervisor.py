@@ -94,8 +94,11 @@ async def test_not_ready_in_time_is_an_error(tmp_path: Path):
     with pytest.raises(NodeFailed, match="not ready after 0.5 s"):
         await run_up(plan, tmp_path, report=events.append, probe=never_ready,
                      command_for=commands(), ready_timeout=0.5)  # fmt: skip
-    # the nameserver never answered, so no broker was started
-    assert [e.node.name for e in events if e.kind == "spawned"] == ["namesrv"]
+    # every node was started at once (not waiting for the nameserver), and all were stopped
+    spawned = [e.node.name for e in events if e.kind == "spawned"]
+    assert spawned == [n.name for n in plan.nodes]
+    assert sorted(e.node.name for e in events if e.kind == "stopped") == sorted(spawned)
+    assert not any(alive(e.pid) for e in events if e.kind == "spawned")
 
 
 async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path):
