@@ -1,0 +1,190 @@
+"""The master side of classic HA (RocketMQ ``HAService.AcceptSocketService`` + ``HAConnection``).
+
+Theory of operation
+-------------------
+Every accepted slave connection is served by :meth:`HAMaster.serve_slave`: one nursery holding
+a *read task* (``ReadSocketService``) and a *write task* (``WriteSocketService``); when either
+ends, the connection closes and the other is cancelled.  Nothing outlives the connection.
+
+Read task: receives 8-byte reports (``protocol.ReportDecoder`` keeps only the newest complete
+word).  The first report is the slave's ``slaveRequestOffset``; every report is its ack offset
+and raises the shared :class:`~broker.ha.watermark.ReplicaWatermark` (push2SlaveMaxOffset),
+releasing SYNC_MASTER sends.  The connection closes when nothing at all was read for
+``haHousekeepingInterval`` (20 s), on EOF, on garbage, and when a report is beyond the master's
+own max offset (a slave ahead of its master is not ours to feed; Java checks this only from the
+second report on, we also refuse it on the first, so such an offset never reaches the
+watermark).
+
+Write task: writes nothing until the first report.  Then it starts at the reported offset, or,
+when the slave reported 0 (an empty slave), at the start of the master's *last* CommitLog file
+(``maxOffset - maxOffset % mappedFileSizeCommitLog``).  Loop: ``store.get_commit_log_data(next)``
+gives the written bytes of one file from ``next``; send a 12-byte header + at most
+``haTransferBatchSize`` (32 KiB) of them, so a chunk never crosses a file (BLANK fillers
+included).  With nothing to send for ``haSendHeartbeatInterval`` (5 s) since the last write it
+sends a size-0 header carrying ``next`` (the heartbeat).  Idle writers park on a parking lot
+woken by :meth:`HAMaster.notify_data` (the store's arrival listener and every SYNC_MASTER
+wait call it), with a 100 ms poll as a safety net like Java's ``waitForRunning(100)``.
+
+Invariants: ``next_transfer`` only grows and every byte below it was handed to the stream in
+order; a connection counts in ``watermark.connections`` exactly while it is registered in
+``HAMaster.connections``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from broker.ha.protocol import HAProtocolError, ReportDecoder, encode_header
+from broker.ha.watermark import ReplicaWatermark
+from broker.store import MessageStoreConfig
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 64 * 1024
+# Java's WriteSocketService waits at most 100 ms for new data before looking again
+POLL_INTERVAL = 0.1
+
+_CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError)
+
+
+@attrs.define(eq=False)
+class SlaveConnection:
+    """What the master knows about one connected slave (``HAConnection``)."""
+
+    addr: str
+    connected_at: float
+    # slaveRequestOffset: the first report; -1 until it arrived
+    request_offset: int = -1
+    # slaveAckOffset: the newest report; -1 until the first one
+    ack_offset: int = -1
+    # nextTransferFromWhere: the next byte to send; -1 until the first report
+    next_transfer: int = -1
+    # Trio time of the last byte read from this slave
+    last_read: float = 0.0
+    # Trio time the slave was last known to hold everything the master had
+    caught_up_at: float = 0.0
+    bytes_sent: int = 0
+    first_report: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.define(eq=False)
+class HAMaster:
+    store: Any
+    config: MessageStoreConfig
+    watermark: ReplicaWatermark
+    # every connection being served, in connect order
+    connections: list[SlaveConnection] = attrs.field(factory=list)
+    # idle write tasks park here; notify_data wakes them all
+    _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+
+    def notify_data(self, *_args: object) -> None:
+        """New CommitLog bytes may exist: wake idle write tasks (cheap when none is idle)."""
+        if len(self._lot):
+            self._lot.unpark_all()
+
+    async def serve_slave(self, stream: trio.abc.Stream, addr: str) -> None:
+        """Serve one slave until the connection ends; always closes ``stream``."""
+        now = trio.current_time()
+        conn = SlaveConnection(addr=addr, connected_at=now, last_read=now)
+        self.connections.append(conn)
+        self.watermark.connections += 1
+        log.info("HA slave %s connected", addr)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop, stream, conn, nursery.cancel_scope)
+                nursery.start_soon(self._write_loop, stream, conn, nursery.cancel_scope)
+        finally:
+            self.connections.remove(conn)
+            self.watermark.connections -= 1
+            await trio.aclose_forcefully(stream)
+            log.info("HA slave %s disconnected (acked %d)", addr, conn.ack_offset)
+
+    async def _read_loop(
+        self, stream: trio.abc.Stream, conn: SlaveConnection, scope: trio.CancelScope
+    ) -> None:
+        decoder = ReportDecoder()
+        housekeeping = self.config.ha_housekeeping_interval
+        try:
+            while True:
+                with trio.move_on_after(housekeeping) as timer:
+                    data = await stream.receive_some(READ_SIZE)
+                if timer.cancelled_caught:
+                    log.warning("HA slave %s silent for %.0f s; closing", conn.addr, housekeeping)
+                    return
+                if not data:
+                    return
+                conn.last_read = trio.current_time()
+                offset = decoder.feed(data)
+                if offset is not None and not self._on_report(conn, offset):
+                    return
+        except _CLOSED as exc:
+            log.info("HA slave %s read failed: %s", conn.addr, exc)
+        finally:
+            scope.cancel()
+
+    def _on_report(self, conn: SlaveConnection, offset: int) -> bool:
+        master_max = self.store.get_max_phy_offset()
+        if offset > master_max:
+            log.warning(
+                "HA slave %s reported offset %d beyond the master's max %d; closing",
+                conn.addr,
+                offset,
+                master_max,
+            )
+            return False
+        conn.ack_offset = offset
+        if conn.request_offset < 0:
+            conn.request_offset = offset
+            conn.first_report.set()
+        if offset >= master_max:
+            conn.caught_up_at = trio.current_time()
+        self.watermark.advance(offset)
+        return True
+
+    def start_offset(self, request_offset: int) -> int:
+        """Where the transfer starts for a slave whose first report was ``request_offset``."""
+        if request_offset != 0:
+            return request_offset
+        max_offset = self.store.get_max_phy_offset()
+        return max_offset - max_offset % self.config.mapped_file_size_commit_log
+
+    async def _write_loop(
+        self, stream: trio.abc.Stream, conn: SlaveConnection, scope: trio.CancelScope
+    ) -> None:
+        try:
+            await conn.first_report.wait()
+            nxt = conn.next_transfer = self.start_offset(conn.request_offset)
+            batch = self.config.ha_transfer_batch_size
+            heartbeat = self.config.ha_send_heartbeat_interval
+            last_write = trio.current_time()
+            while True:
+                data = self.store.get_commit_log_data(nxt)
+                if data is not None and len(data):
+                    size = min(len(data), batch)
+                    # one copy out of the map before any await: the file may be unmapped later
+                    frame = b"".join((encode_header(nxt, size), data[:size]))
+                    del data
+                    await stream.send_all(frame)
+                    nxt = conn.next_transfer = nxt + size
+                    conn.bytes_sent += size
+                    last_write = trio.current_time()
+                    continue
+                del data
+                idle = trio.current_time() - last_write
+                if idle >= heartbeat:
+                    await stream.send_all(encode_header(nxt, 0))
+                    last_write = trio.current_time()
+                    continue
+                with trio.move_on_after(min(heartbeat - idle, POLL_INTERVAL)):
+                    await self._lot.park()
+        except _CLOSED as exc:
+            log.info("HA slave %s write failed: %s", conn.addr, exc)
+        finally:
+            scope.cancel()
+
+
+__all__ = ["HAMaster", "SlaveConnection"]

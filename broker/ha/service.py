@@ -1,0 +1,184 @@
+"""The broker's HA service (RocketMQ ``HAService``): acceptor, HA client and replica waiters.
+
+Theory of operation
+-------------------
+``run_ha_service(controller)`` is ``run_broker``'s ``ha_factory``: it binds the HA port
+(``listenPort + 1``, ephemeral when ``listenPort`` is 0), reports the bound port through
+``task_status``, sets ``controller.ha`` to the :class:`HAService`, and serves until cancelled:
+
+* on every role the acceptor serves slaves (``master.HAMaster.serve_slave`` per connection), as
+  Java's ``AcceptSocketService`` does; the store's arrival listener wakes idle write tasks;
+* on a SLAVE the :class:`~broker.ha.slave.HAClient` follows the master's HA address: the
+  configured ``haMasterAddress`` when it is set (length >= 6, like Java), else the
+  ``haServerAddr`` of every REGISTER_BROKER answer (``controller.register_listeners``); a changed
+  address reconnects at once.
+
+For the send path (SYNC_MASTER), the processor calls, after the message is stored and flushed::
+
+    status = await controller.ha.wait_for_replica(result.append.wrote_offset
+                                                  + result.append.wrote_bytes)
+    # PutMessageStatus.PUT_OK | FLUSH_SLAVE_TIMEOUT (code 12) | SLAVE_NOT_AVAILABLE (code 11)
+
+only when ``store.broker_role == "SYNC_MASTER"`` and the message's WAIT property is absent or
+"true".  It wakes the transfer tasks, answers SLAVE_NOT_AVAILABLE at once when no slave is
+connected or the watermark is ``haSlaveFallbehindMax`` behind the message end, and otherwise
+waits at most ``slaveTimeout`` (3 s) for a slave's ack (see ``watermark.py``).
+
+Observability: :meth:`HAService.slaves` (address, ack offset, lag in bytes and seconds, next
+transfer offset) and :meth:`HAService.runtime_info` (the same flattened to strings, plus
+``push2SlaveMaxOffset`` and the HA client's state on a slave) for GET_BROKER_RUNTIME_INFO.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from broker.ha.master import HAMaster
+from broker.ha.slave import Connect, HAClient, tcp_connect
+from broker.ha.watermark import ReplicaWatermark
+from broker.store import MessageStoreConfig, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class SlaveInfo:
+    addr: str
+    # newest offset the slave reported (-1 before its first report)
+    ack_offset: int
+    # master max offset - ack offset
+    lag_bytes: int
+    # seconds since the slave last held everything the master had (0 when caught up)
+    lag_seconds: float
+    next_transfer: int
+    bytes_sent: int
+
+
+def configured_master_address(config: MessageStoreConfig) -> str | None:
+    """``haMasterAddress`` counts only when it looks like an address (Java: length >= 6)."""
+    addr = (config.ha_master_address or "").strip()
+    return addr if len(addr) >= 6 else None
+
+
+@attrs.define(eq=False)
+class HAService:
+    store: Any
+    config: MessageStoreConfig
+    is_slave: bool = False
+    connect: Connect = tcp_connect
+    watermark: ReplicaWatermark = attrs.field(init=False)
+    master: HAMaster = attrs.field(init=False)
+    # the HA client; only on a SLAVE
+    client: HAClient | None = attrs.field(init=False, default=None)
+    port: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.watermark = ReplicaWatermark(fallbehind_max=self.config.ha_slave_fallbehind_max)
+        self.master = HAMaster(self.store, self.config, self.watermark)
+        if self.is_slave:
+            self.client = HAClient(
+                self.store,
+                self.config,
+                connect=self.connect,
+                master_addr=configured_master_address(self.config),
+            )
+
+    # --- send path (SYNC_MASTER) ------------------------------------------------------------
+    async def wait_for_replica(
+        self, end_offset: int, timeout: float | None = None
+    ) -> PutMessageStatus:
+        """Wait until a slave holds the CommitLog up to ``end_offset`` (module docstring)."""
+        self.master.notify_data()
+        if timeout is None:
+            timeout = self.config.slave_timeout
+        return await self.watermark.wait_for(end_offset, timeout, end_offset)
+
+    @property
+    def push2slave_max_offset(self) -> int:
+        return self.watermark.value
+
+    def is_slave_ok(self) -> bool:
+        return self.watermark.is_slave_ok(self.store.get_max_phy_offset())
+
+    # --- slave ------------------------------------------------------------------------------
+    def update_master_address(self, addr: str | None) -> None:
+        if self.client is not None:
+            self.client.update_master_address(addr)
+
+    def on_register_result(self, result: Any) -> None:
+        """REGISTER_BROKER answer hook: follow the nameserver's ``haServerAddr``."""
+        addr = getattr(result, "ha_server_addr", None)
+        if addr:
+            self.update_master_address(addr)
+
+    # --- observability ----------------------------------------------------------------------
+    def slaves(self) -> list[SlaveInfo]:
+        now = trio.current_time()
+        master_max = self.store.get_max_phy_offset()
+        out = []
+        for c in self.master.connections:
+            ack = c.ack_offset
+            behind = master_max - ack if ack >= 0 else master_max
+            lag_s = 0.0 if behind <= 0 else now - max(c.caught_up_at, c.connected_at)
+            out.append(SlaveInfo(c.addr, ack, max(behind, 0), lag_s, c.next_transfer, c.bytes_sent))
+        return out
+
+    def runtime_info(self) -> dict[str, str]:
+        info = {
+            "push2SlaveMaxOffset": str(self.watermark.value),
+            "haConnectionCount": str(self.watermark.connections),
+            "haWaitingSends": str(self.watermark.waiting),
+        }
+        for i, s in enumerate(self.slaves()):
+            info[f"haSlave{i}Addr"] = s.addr
+            info[f"haSlave{i}AckOffset"] = str(s.ack_offset)
+            info[f"haSlave{i}LagBytes"] = str(s.lag_bytes)
+            info[f"haSlave{i}LagMillis"] = str(int(s.lag_seconds * 1000))
+        if self.client is not None:
+            info["haMasterAddress"] = self.client.master_addr or ""
+            info["haClientConnected"] = str(self.client.connected).lower()
+            info["haClientReportedOffset"] = str(self.client.reported)
+        return info
+
+
+async def run_ha_service(
+    controller: Any,
+    *,
+    connect: Connect = tcp_connect,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``run_broker``'s HA hook: bind, ``started(port)``, serve until cancelled."""
+    config = controller.config
+    store = controller.store
+    ha = HAService(store, config.store, is_slave=config.is_slave, connect=connect)
+    listeners = await trio.open_tcp_listeners(config.ha_port, host=config.listen_host)
+    ha.port = listeners[0].socket.getsockname()[1]
+    store.add_arrival_listener(ha.master.notify_data)
+    controller.ha = ha
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            addr = f"{host}:{port}"
+        except OSError:
+            addr = "?"
+        await ha.master.serve_slave(stream, addr)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        if ha.client is not None:
+            if configured_master_address(config.store) is None:
+                controller.register_listeners.append(ha.on_register_result)
+                registrar = getattr(controller, "registrar", None)
+                if registrar is not None and registrar.ha_master_addr:
+                    ha.update_master_address(registrar.ha_master_addr)
+            await nursery.start(ha.client.run)
+        log.info("HA service on port %d (%s)", ha.port, "slave" if ha.is_slave else "master")
+        task_status.started(ha.port)
+
+
+__all__ = ["HAService", "SlaveInfo", "configured_master_address", "run_ha_service"]

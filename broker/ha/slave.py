@@ -1,0 +1,195 @@
+"""The slave side of classic HA (RocketMQ ``HAService.HAClient``).
+
+Theory of operation
+-------------------
+:meth:`HAClient.run` is one task that keeps at most one connection to the master's HA port.
+
+States: *no address* (wait for :meth:`HAClient.update_master_address`), *disconnected* (connect
+attempts at most once per ``reconnect_interval``, 5 s, so a master that is down costs one attempt
+per 5 s, and one that accepts and drops us cannot make us spin; a *changed* address is tried at
+once), *connected* (below).  A connection is left on EOF, on a transport error, on garbage, on an
+offset mismatch, when the store refuses an append, after ``haHousekeepingInterval`` (20 s)
+without a byte from the master, and when the master address changes.
+
+Connected, two tasks share the connection's nursery:
+
+* *reporter*: sends the slave's CommitLog max offset (8 bytes) on connect, again whenever it grew
+  past the last report (after appends), and at least every ``haSendHeartbeatInterval`` (5 s).
+* *reader*: decodes 12-byte header + body frames (``protocol.TransferDecoder``, any split).  For
+  each frame: if the slave's max offset is not 0 and differs from the frame's offset, the streams
+  disagree ("master pushed offset not equal the max phy offset in slave"): close, and the next
+  connection re-reports the real max offset so the master resumes from there.  The slave never
+  truncates.  A body is appended with ``store.append_to_commit_log(offset, body)`` (the store's
+  reput task then builds the slave's own ConsumeQueues and index); a size-0 frame is a heartbeat.
+
+Invariants: bytes are appended only at exactly the slave's max offset, in stream order; every
+report is a max offset the slave really holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from broker.ha.protocol import HAProtocolError, TransferDecoder, encode_report
+from broker.store import MessageStoreConfig
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024
+
+Connect = Callable[[str], Awaitable[trio.abc.Stream]]
+
+
+async def tcp_connect(addr: str) -> trio.abc.Stream:
+    host, _, port = addr.rpartition(":")
+    return await trio.open_tcp_stream(host.strip("[]") or "127.0.0.1", int(port))
+
+
+class _Close(Exception):
+    """Leave the current connection (the reason was logged)."""
+
+
+@attrs.define(eq=False)
+class HAClient:
+    store: Any
+    config: MessageStoreConfig
+    connect: Connect = tcp_connect
+    master_addr: str | None = None
+    reconnect_interval: float = 5.0
+    # RemotingUtil.connect's 5 s bound on one TCP connect
+    connect_timeout: float = 5.0
+    # True while a connection to the master is open
+    connected: bool = False
+    # connect attempts so far (tests and runtime info)
+    attempts: int = 0
+    # the offset of the last report sent to the master; -1 before the first
+    reported: int = -1
+    # Trio time of the last byte received from the master
+    last_read: float = 0.0
+    # set (and replaced) whenever master_addr changes
+    _addr_event: trio.Event = attrs.field(factory=trio.Event)
+    # the running connection's scope; cancelled to drop it when the address changes
+    _conn_scope: trio.CancelScope | None = None
+    # the reporter parks here; the reader wakes it after appends
+    _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+
+    def update_master_address(self, addr: str | None) -> None:
+        """Follow the master's HA address (config or nameserver answer); a change reconnects."""
+        if not addr or addr == self.master_addr:
+            return
+        log.info("HA master address %s -> %s", self.master_addr, addr)
+        self.master_addr = addr
+        ev, self._addr_event = self._addr_event, trio.Event()
+        ev.set()
+        if self._conn_scope is not None:
+            self._conn_scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[HAClient] = trio.TASK_STATUS_IGNORED):
+        task_status.started(self)
+        next_attempt = -math.inf
+        last_addr: str | None = None
+        while True:
+            ev = self._addr_event
+            addr = self.master_addr
+            if addr is None:
+                await ev.wait()
+                continue
+            now = trio.current_time()
+            if addr == last_addr and now < next_attempt:
+                with trio.move_on_at(next_attempt):
+                    await ev.wait()
+                continue
+            last_addr = addr
+            next_attempt = now + self.reconnect_interval
+            self.attempts += 1
+            stream = None
+            try:
+                with trio.move_on_after(self.connect_timeout):
+                    stream = await self.connect(addr)
+            except OSError as exc:
+                log.info("HA connect to master %s failed: %s", addr, exc)
+                continue
+            if stream is None:
+                log.info("HA connect to master %s timed out", addr)
+                continue
+            await self._serve(stream, addr)
+
+    async def _serve(self, stream: trio.abc.Stream, addr: str) -> None:
+        self.connected = True
+        self.last_read = trio.current_time()
+        self.reported = -1
+        try:
+            with trio.CancelScope() as scope:
+                self._conn_scope = scope
+                if self.master_addr != addr:  # changed while we were connecting
+                    return
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._reporter, stream, nursery.cancel_scope)
+                    nursery.start_soon(self._reader, stream, nursery.cancel_scope)
+        finally:
+            self._conn_scope = None
+            self.connected = False
+            await trio.aclose_forcefully(stream)
+            log.info("HA connection to master %s closed", addr)
+
+    async def _reporter(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        heartbeat = self.config.ha_send_heartbeat_interval
+        try:
+            while True:
+                offset = self.store.get_max_phy_offset()
+                await stream.send_all(encode_report(offset))
+                self.reported = offset
+                last = trio.current_time()
+                while self.store.get_max_phy_offset() <= self.reported:
+                    left = last + heartbeat - trio.current_time()
+                    if left <= 0:
+                        break
+                    with trio.move_on_after(left):
+                        await self._lot.park()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("HA report to master failed: %s", exc)
+        finally:
+            scope.cancel()
+
+    async def _reader(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        decoder = TransferDecoder()
+        housekeeping = self.config.ha_housekeeping_interval
+        store = self.store
+        try:
+            while True:
+                with trio.move_on_after(housekeeping) as timer:
+                    data = await stream.receive_some(READ_SIZE)
+                if timer.cancelled_caught:
+                    raise _Close(f"master silent for {housekeeping:.0f} s")
+                if not data:
+                    raise _Close("master closed the connection")
+                self.last_read = trio.current_time()
+                appended = False
+                for t in decoder.feed(data):
+                    mine = store.get_max_phy_offset()
+                    if mine != 0 and t.offset != mine:
+                        raise _Close(
+                            f"master pushed offset {t.offset} not equal the max phy offset "
+                            f"in slave {mine}"
+                        )
+                    if t.body:
+                        if not store.append_to_commit_log(t.offset, t.body):
+                            raise _Close(f"store refused {len(t.body)} bytes at {t.offset}")
+                        appended = True
+                if appended and len(self._lot):
+                    self._lot.unpark_all()
+        except _Close as why:
+            log.warning("HA leaving master connection: %s", why)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError) as exc:
+            log.info("HA read from master failed: %s", exc)
+        finally:
+            scope.cancel()
+
+
+__all__ = ["Connect", "HAClient", "tcp_connect"]

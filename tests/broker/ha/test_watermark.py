@@ -1,0 +1,106 @@
+"""SYNC_MASTER waiters: one ack releases many, timeout, slave not available, no task per send."""
+
+from __future__ import annotations
+
+import trio
+
+from broker.ha.watermark import ReplicaWatermark
+from broker.store import PutMessageStatus
+
+OK = PutMessageStatus.PUT_OK
+TIMEOUT = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+NA = PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+async def _collect(w, offsets, timeout, results):
+    async def one(off):
+        results[off] = (await w.wait_for(off, timeout), trio.current_time())
+
+    async with trio.open_nursery() as n:
+        for off in offsets:
+            n.start_soon(one, off)
+
+
+async def test_one_ack_releases_every_waiter_at_or_below(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    results: dict[int, tuple] = {}
+    async with trio.open_nursery() as n:
+        n.start_soon(_collect, w, [100, 200, 300, 400], 3.0, results)
+        await trio.sleep(0.5)
+        assert w.waiting == 4
+        assert w.advance(300) == 3
+        await trio.sleep(0.1)
+        assert sorted(results) == [100, 200, 300]
+        assert all(st is OK and t == 0.5 for st, t in results.values())
+        assert w.waiting == 1
+        await trio.sleep(1.0)
+        w.advance(450)
+    assert results[400] == (OK, 1.6)
+    assert w.waiting == 0
+
+
+async def test_timeout_answers_flush_slave_timeout(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    results: dict[int, tuple] = {}
+    await _collect(w, [10], 3.0, results)
+    assert results[10] == (TIMEOUT, 3.0)
+    assert w.waiting == 0
+    # a late ack after the timeout is harmless and the watermark still moves
+    assert w.advance(10) == 0
+    assert w.value == 10
+
+
+async def test_already_acked_is_ok_without_waiting(autojump_clock):
+    w = ReplicaWatermark(connections=0, value=500)
+    assert await w.wait_for(500, 3.0) is OK
+    assert trio.current_time() == 0
+
+
+async def test_no_slave_is_not_available_at_once(autojump_clock):
+    w = ReplicaWatermark(connections=0)
+    assert await w.wait_for(1, 3.0) is NA
+    assert trio.current_time() == 0
+
+
+async def test_slave_too_far_behind_is_not_available(autojump_clock):
+    w = ReplicaWatermark(fallbehind_max=1000, connections=1, value=5000)
+    assert await w.wait_for(5999, 0.1) is TIMEOUT  # 999 behind: still OK to wait
+    assert await w.wait_for(6000, 3.0, master_max_offset=6000) is NA
+    assert trio.current_time() == 0.1
+
+
+def test_watermark_only_grows():
+    w = ReplicaWatermark()
+    w.advance(10)
+    w.advance(5)
+    assert w.value == 10
+
+
+async def test_dead_waiters_are_pruned(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    async with trio.open_nursery() as n:
+        for i in range(200):
+            n.start_soon(w.wait_for, 1000 + i, 1.0)
+    # every waiter timed out; the heap does not keep all of them
+    assert w.waiting == 0
+    assert len(w._heap) <= 64
+    w.advance(10_000)
+    assert len(w._heap) == 0
+
+
+async def test_cancelled_waiter_is_dropped(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    results: dict[int, tuple] = {}
+
+    async def cancelled():
+        with trio.move_on_after(0.5):
+            await w.wait_for(50, 3.0)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(cancelled)
+        n.start_soon(_collect, w, [60], 3.0, results)
+        await trio.sleep(1.0)
+        assert w.waiting == 1
+        w.advance(60)
+    assert results[60] == (OK, 1.0)
+    assert w.waiting == 0 and not w._heap
