@@ -301,8 +301,8 @@ def _open_log(path: Path) -> int:
 async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     try:
         return await probe(plan, nodes)
-    except (OSError, trio.BrokenResourceError):
-        return False
+    except (OSError, ValueError, trio.BrokenResourceError):
+        return False  # not listening yet, or an answer that is not (yet) what we wait for
     except Exception as exc:  # a node that answers garbage is "not ready yet", not a crash
         from common.errors import RmqError
 
@@ -350,23 +350,46 @@ async def _stop_all(children: list[_Child], timeout: float, report) -> None:
             report(UpEvent("stopped", c.node, c.process.pid, c.process.returncode))
 
 
+def registered_at(cluster_info: object, node: NodeSpec) -> bool:
+    """Whether GET_BROKER_CLUSTER_INFO's JSON lists `node` at its planned address."""
+
+    def field(obj: object, key: str) -> object:
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    addrs = field(
+        field(field(cluster_info, "brokerAddrTable"), node.broker_name or ""), "brokerAddrs"
+    )
+    if not isinstance(addrs, dict):
+        return False
+    # fastjson writes the Long keys bare; the tolerant parser gives them back as str
+    return any(str(k) == str(node.broker_id) and v == node.addr for k, v in addrs.items())
+
+
 async def probe_cluster(
     plan: ClusterPlan, nodes: tuple[NodeSpec, ...], *, timeout: float = 1.0
 ) -> bool:
     """True once the nameserver answers, lists every broker of `nodes` at its planned
-    address, and each of those brokers answers a request itself."""
+    address, and each of those brokers answers a request itself.
+
+    Reads the cluster info as plain JSON instead of through `rmq` (whose import pulls in the
+    whole client and the model classes): the probe runs while the nodes start, on the same
+    CPUs, so the supervisor's own imports delay them.
+    """
     from common.remoting.client import open_remoting_client
-    from common.remoting.codes import RequestCode
+    from common.remoting.codes import RequestCode, ResponseCode
     from common.remoting.command import RemotingCommand
-    from rmq.client_api import ClientAPI
+    from common.serde import loads
 
     brokers = [n for n in nodes if n.kind == "broker"]
     async with open_remoting_client(connect_timeout=timeout) as remoting:
-        info = await ClientAPI(remoting).get_cluster_info(plan.namesrv_addr, timeout=timeout)
-        for node in brokers:
-            registered = info.brokerAddrTable.get(node.broker_name or "")
-            if registered is None or registered.brokerAddrs.get(node.broker_id) != node.addr:
-                return False
+        resp = await remoting.invoke(
+            plan.namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            return False
+        info = loads(resp.body_bytes())
+        if not all(registered_at(info, node) for node in brokers):
+            return False
         for node in brokers:
             # any answer proves the broker serves; the code itself does not matter
             await remoting.invoke(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.up import PlanError, node_command, plan_cluster
+from cli.up import PlanError, node_command, plan_cluster, registered_at
 
 
 def test_default_plan_is_one_namesrv_and_broker_a():
@@ -67,3 +67,26 @@ def test_child_commands_run_the_cli_module_with_planned_ports(tmp_path: Path):
     assert opts["--port"] == "20010"
     assert opts["--namesrv"] == "127.0.0.1:20030"
     assert opts["--data-dir"] == str(tmp_path / "broker-a-s1")
+
+
+def test_readiness_reads_the_nameserver_cluster_info_json():
+    from common.model import BrokerData, ClusterInfo
+    from common.serde import loads, to_json
+
+    plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
+    master, slave = plan.brokers
+    info = ClusterInfo(
+        {"broker-a": BrokerData("DefaultCluster", "broker-a", {0: "127.0.0.1:20000"})},
+        {"DefaultCluster": ["broker-a"]},
+    )
+    parsed = loads(to_json(info))  # what our nameserver sends
+    assert registered_at(parsed, master)
+    assert not registered_at(parsed, slave)  # not registered yet
+    # fastjson (a Java nameserver) writes the Long keys bare
+    bare = loads('{"brokerAddrTable":{"broker-a":{"brokerAddrs":{1:"127.0.0.1:20010"}}}}')
+    assert registered_at(bare, slave) and not registered_at(bare, master)
+    # registered elsewhere, or answers of the wrong shape, are "not ready"
+    moved = loads('{"brokerAddrTable":{"broker-a":{"brokerAddrs":{"0":"127.0.0.1:1"}}}}')
+    assert not registered_at(moved, master)
+    for junk in (None, [], {"brokerAddrTable": []}, {"brokerAddrTable": {"broker-a": 3}}):
+        assert not registered_at(junk, master)
