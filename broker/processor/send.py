@@ -5,10 +5,14 @@ RocketMQ ``SendMessageProcessor`` + ``AbstractSendMessageProcessor.msgCheck``.
 Theory of operation
 -------------------
 A send is validated (``msg_check``: broker/topic permissions, topic name, auto-creation from the
-``defaultTopic`` template, queue id range), turned into a ``MessageExtBrokerInner`` and handed to
-the store.  Nothing awaits between the request arriving in this handler and ``store.put_*``
-appending the record (the store appends before its first await), so the CommitLog order of one
-producer's pipelined sends is the order in which their handlers started.
+``defaultTopic`` template, queue id range), turned into a ``MessageExtBrokerInner`` and appended
+with the store's synchronous ``append_message(s)``.  The SEND codes are registered *inline*: the
+connection's read loop calls :meth:`SendMessageProcessor.send_inline` itself, in arrival order,
+with no task in between (Trio may start a batch of new tasks in any order), so the CommitLog
+order of one producer's pipelined sends is the order in which they arrived.  When the store's
+answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
+is a ``PendingPut`` (SYNC_FLUSH flush, reput behind) the read loop gets an awaitable for the
+rest, which a task awaits while the read loop goes on reading.
 
 Header names: SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
 SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  Whether the body is a
@@ -30,7 +34,7 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from broker.store.results import PutMessageResult, PutMessageStatus
+from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
 from broker.topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -156,7 +160,7 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE_V2,
             RequestCode.SEND_BATCH_MESSAGE,
         ):
-            dispatcher.register(code, self.process_send)
+            dispatcher.register(code, self.send_inline, inline=True)
         dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process_send_back)
 
     # --- checks -----------------------------------------------------------------------------
@@ -270,7 +274,14 @@ class SendMessageProcessor:
 
     # --- SEND_MESSAGE(_V2) / SEND_BATCH_MESSAGE ---------------------------------------------
     async def process_send(self, req: RemotingCommand, channel: Any) -> RemotingCommand | None:
-        # Everything up to store.put_* is synchronous: arrival order == CommitLog order.
+        """The awaitable form of :meth:`send_inline` (for callers outside a read loop)."""
+        result = self.send_inline(req, channel)
+        if isinstance(result, RemotingCommand):
+            return result
+        return await result
+
+    def send_inline(self, req: RemotingCommand, channel: Any) -> Any:
+        """Validate and append now; the response, or an awaitable of it (see module doc)."""
         b = self.broker
         h = send_header(req)
         topic = h.get("topic")
@@ -288,7 +299,7 @@ class SendMessageProcessor:
                 f"the message body size {len(body)} is over max {b.config.store.max_message_size}",
             )
         if _h_bool(h, "batch"):
-            return await self._send_batch(req, h, channel, topic, queue_id, body)
+            return self._send_batch(req, h, channel, topic, queue_id, body)
         props = decode_properties(h.get("properties") or "")
         if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
             return self._response(
@@ -299,11 +310,9 @@ class SendMessageProcessor:
         msg = self._inner(h, channel, topic, queue_id, body, props, _h_int(h, "flag", 0))
         self._retry_or_dlq(req, h, msg)
         self._strip_wait(msg)
-        result = await b.store.put_message(msg)
-        return self._answer_put(req, result, queue_id_hint=msg.queue_id)
+        return self._answer_append(req, b.store.append_message(msg), msg.queue_id)
 
-    async def _send_batch(self, req, h, channel, topic, queue_id, body) -> RemotingCommand:
-        b = self.broker
+    def _send_batch(self, req, h, channel, topic, queue_id, body) -> Any:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._response(
                 req,
@@ -327,8 +336,19 @@ class SendMessageProcessor:
             m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
             self._strip_wait(m)
             msgs.append(m)
-        result = await b.store.put_messages(msgs)
-        return self._answer_put(req, result, queue_id_hint=queue_id)
+        return self._answer_append(req, self.broker.store.append_messages(msgs), queue_id)
+
+    def _answer_append(
+        self, req: RemotingCommand, appended: PutMessageResult | PendingPut, queue_id: int
+    ) -> Any:
+        if type(appended) is PendingPut:
+            return self._answer_pending(req, appended, queue_id)
+        return self._answer_put(req, appended, queue_id)
+
+    async def _answer_pending(
+        self, req: RemotingCommand, pending: PendingPut, queue_id: int
+    ) -> RemotingCommand:
+        return self._answer_put(req, await pending.wait(), queue_id)
 
     def _answer_put(
         self, req: RemotingCommand, result: PutMessageResult, queue_id_hint: int

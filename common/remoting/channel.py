@@ -5,26 +5,43 @@ Theory of operation. A connection carries requests and responses in both directi
 :class:`~common.remoting.codec.FrameDecoder`, and for each decoded command either
 
 * completes the waiter of one of *our* requests (a response; unknown opaques are ignored), or
-* starts a task for the peer's request, so a slow handler (a long-polling PULL) never delays the
-  next request on the same connection. The task's result (or error, mapped to a response code) is
-  written back with RESPONSE_FLAG and the request's opaque, unless the request was oneway.
+* offers the peer's request to the ``inline`` handler, if one was given: a plain function that the
+  read loop calls synchronously, in arrival order, with no task and no scheduling in between. It
+  returns the answer (queued at once), ``None`` (no answer), :data:`NOT_INLINE` (not handled
+  inline: go on as below) or an awaitable for the rest of the work (e.g. a SYNC_FLUSH send that
+  was appended in arrival order and now waits for its flush), which a task awaits to get the
+  answer. Trio may start a batch of new tasks in any order, so anything order-sensitive (pipelined
+  SEND requests reaching the store in arrival order) must happen inline.
+* otherwise starts a task running ``handler``, so a slow handler (a long-polling PULL) never
+  delays the next request on the same connection.
 
-Senders queue whole frames and one of them, holding the write lock, writes everything queued in as
-few ``send_all`` calls as possible, so frames never interleave and busy connections need far fewer
-syscalls than frames. A response body may be a list of parts (memoryviews of mapped files); large
-parts are written as they are instead of being copied into the frame.
+Answers (or errors, mapped to a response code) go back with RESPONSE_FLAG and the request's
+opaque, unless the request was oneway.
+
+Writing. A frame is encoded into the outbox (a FIFO of pieces: length prefix + header, then the
+body parts) synchronously, so frames never interleave and nobody takes a lock. On a TCP stream the
+outbox is then written at once with non-blocking ``writev`` calls: no task switch, no copy of large
+mapped-file memoryviews, and all the answers the read loop queued for one received chunk leave in
+one syscall. Whatever the kernel does not take is written by a writer task, which waits until the
+socket is writable and exits when the outbox is empty. Other streams (in-memory streams in tests)
+are always written by that writer task with ``send_all``. :meth:`send` returns once the outbox has
+moved past its frame. The read loop never waits for its answers to be written, except while more
+than :data:`OUTBOX_HIGH_WATER` bytes are queued: a peer that sends requests but does not read the
+answers stops being read.
 
 When the peer closes (EOF), waiters of our requests fail at once with RemotingConnectError; request
 tasks already running get a short grace period to finish (a oneway request followed by a close must
-still take effect), then are cancelled. An undecodable or oversized frame, or :meth:`close`, cancels
-everything at once. Then the ``on_close`` callback runs, and last the stream is closed under a
-shielded, bounded scope (so when the peer sees EOF, listeners have already run).
+still take effect), then are cancelled. An undecodable or oversized frame, a failed write, or
+:meth:`close`, cancels everything at once. Then the ``on_close`` callback runs, and last the stream
+is closed under a shielded, bounded scope (so when the peer sees EOF, listeners have already run).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,10 +63,27 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
 
+
+class _NotInline:
+    def __repr__(self) -> str:
+        return "NOT_INLINE"
+
+
+#: What an inline handler returns for a request it leaves to the (task-based) handler.
+NOT_INLINE: Any = _NotInline()
+
+#: ``(request, channel) -> answer | None | NOT_INLINE | Awaitable[answer | None]``, called by the
+#: read loop itself; it must not block.
+InlineHandler = Callable[[RemotingCommand, "Channel"], Any]
+
 RECEIVE_SIZE = 64 * 1024
-# Bodies up to this size are joined with their header into one write; larger multi-part bodies are
-# written part by part (no copy of mapped-file memoryviews).
+# On non-socket streams, small pieces are joined into one send_all; larger ones (mapped-file
+# memoryviews of PULL answers) are written as they are, never copied.
 JOIN_LIMIT = 64 * 1024
+# At most this many pieces per writev (Linux IOV_MAX is 1024).
+WRITEV_MAX = 512
+# The read loop stops reading while more than this many bytes wait to be written.
+OUTBOX_HIGH_WATER = 4 * 1024 * 1024
 # How long request tasks may keep running after the peer closed its side.
 EOF_GRACE = 1.0
 CLOSE_TIMEOUT = 1.0
@@ -66,6 +100,19 @@ class _Waiter:
         self.error: BaseException | None = None
 
 
+def _nbytes(piece: Any) -> int:
+    return len(piece) if type(piece) is bytes else memoryview(piece).nbytes
+
+
+def _error_response(cmd: RemotingCommand, raw: BaseException, addr: str) -> RemotingCommand:
+    """The answer to a request whose handler raised ``raw``."""
+    exc = unwrap_group(raw)
+    if isinstance(exc, RequestError):
+        return cmd.response(exc.code, exc.remark)
+    log.error("handler for code %d from %s failed", cmd.code, addr, exc_info=raw)
+    return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc) or repr(exc))
+
+
 class Channel:
     """One connection. ``attrs`` is a free slot for owners (e.g. a broker's client id)."""
 
@@ -80,13 +127,28 @@ class Channel:
         self.attrs: dict[str, Any] = {}
         self._stream = stream
         self._max_frame_length = max_frame_length
-        # Held while writing; frames are queued whole into _outbox, so they never interleave.
-        self._send_lock = trio.Lock()
-        # Encoded pieces (prefix, body parts) queued but not yet written, in frame order.
-        self._outbox: list[Any] = []
-        # Frames queued so far / frames known written; a sender returns once its ticket is written.
+        # The socket's fd if the stream is a TCP socket stream (then written with os.writev from
+        # any task, synchronously), else None (written with send_all by the writer task only).
+        self._fd: int | None = None
+        if isinstance(stream, trio.SocketStream):
+            try:
+                self._fd = stream.socket.fileno()
+            except OSError:
+                self._fd = None
+        # Encoded pieces not yet written, in frame order; the first may be the unwritten tail of
+        # a partially written piece.
+        self._outbox: deque[Any] = deque()
+        # Bytes in _outbox.
+        self._out_bytes = 0
+        # Bytes ever queued / ever written: a frame is out once _sent reaches its end.
         self._queued = 0
-        self._written = 0
+        self._sent = 0
+        # True while a writer task exists; it drains _outbox, clears this and exits.
+        self._writer_running = False
+        # Set and replaced when bytes were written or the channel failed, if anyone waits on it.
+        self._progress = trio.Event()
+        # Tasks waiting on _progress.
+        self._progress_waiters = 0
         # opaque -> waiter, only for requests *we* sent and that are still unanswered.
         self._waiters: dict[int, _Waiter] = {}
         # Opaques we hand out; kept in Java's positive int range.
@@ -96,7 +158,9 @@ class Channel:
         # True once the peer's EOF was read: no new requests of ours (nothing would answer),
         # while answers to the peer's own in-flight requests may still be written.
         self._eof = False
-        # Cancel scope of run()'s nursery; None before run() starts.
+        # run()'s nursery (for the writer and request tasks) and its cancel scope; None before
+        # run() starts.
+        self._nursery: trio.Nursery | None = None
         self._scope: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
@@ -112,50 +176,139 @@ class Channel:
         if self._scope is not None:
             self._scope.cancel()
         self._fail_waiters(RemotingConnectError(f"channel to {self.remote_addr} closed"))
+        self._outbox.clear()
+        self._out_bytes = 0
+        self._wake_progress()
 
     # --- writing -------------------------------------------------------------------------------
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Write one frame; raises RemotingSendError if the connection is gone.
 
-        Frames of concurrent senders are coalesced: each sender queues its pieces and takes a
-        ticket; whoever holds the lock writes everything queued so far, so the others usually
-        find their ticket already written and return without a syscall of their own.
+        Returns as soon as the frame is out, which on a TCP stream with room in the socket
+        buffer is before any scheduling at all.
         """
         if self._closed:
             raise RemotingSendError(f"channel to {self.remote_addr} is closed")
-        body = cmd.body
-        if isinstance(body, list | tuple):
-            parts = [p for p in body if memoryview(p).nbytes]
-            body_len = sum(memoryview(p).nbytes for p in parts)
-        else:
-            body_len = memoryview(body).nbytes
-            parts = [body] if body_len else []
-        self._outbox.append(encode_header_and_prefix(cmd, body_len))
-        self._outbox.extend(parts)
-        self._queued += 1
-        ticket = self._queued
-        async with self._send_lock:
-            if self._written >= ticket:
-                return
+        end = self._enqueue(cmd)
+        self._kick()
+        while self._sent < end:
             if self._closed:
                 raise RemotingSendError(f"channel to {self.remote_addr} is closed")
-            batch, self._outbox = self._outbox, []
-            upto = self._queued
+            self._progress_waiters += 1
             try:
-                await self._write(batch)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self.close()
-                raise RemotingSendError(f"send to {self.remote_addr} failed: {exc!r}") from exc
-            self._written = upto
+                await self._progress.wait()
+            finally:
+                self._progress_waiters -= 1
 
-    async def _write(self, pieces: list[Any]) -> None:
-        # Small pieces are joined into one write; large ones (mapped-file memoryviews of PULL
-        # answers) are written as they are, never copied.
+    def _enqueue(self, cmd: RemotingCommand) -> int:
+        """Queue one frame; returns the byte count (of _queued) at which it ends."""
+        body = cmd.body
+        out = self._outbox
+        if type(body) is bytes:
+            body_len = len(body)
+            head = encode_header_and_prefix(cmd, body_len)
+            out.append(head)
+            if body_len:
+                out.append(body)
+        else:
+            parts = body if isinstance(body, list | tuple) else (body,)
+            sizes = [_nbytes(p) for p in parts]
+            body_len = sum(sizes)
+            head = encode_header_and_prefix(cmd, body_len)
+            out.append(head)
+            out.extend(p for p, n in zip(parts, sizes, strict=True) if n)
+        size = len(head) + body_len
+        self._out_bytes += size
+        self._queued += size
+        return self._queued
+
+    def _kick(self) -> None:
+        """Write the outbox now as far as possible; leave the rest to a writer task."""
+        if self._writer_running or not self._outbox:
+            return
+        if self._fd is not None:
+            try:
+                self._write_nowait()
+            except OSError as exc:
+                self._write_failed(exc)
+                return
+            if not self._outbox:
+                return
+        if self._nursery is None:
+            return  # run() starts the writer when it starts
+        self._writer_running = True
+        self._nursery.start_soon(self._writer)
+
+    def _write_nowait(self) -> None:
+        """Write what the kernel takes without blocking (socket streams); raises OSError."""
+        out = self._outbox
+        fd = self._fd
+        assert fd is not None
+        written = 0
+        while out:
+            if len(out) == 1:
+                want = _nbytes(out[0])
+                try:
+                    n = os.write(fd, out[0])
+                except BlockingIOError:
+                    break
+            else:
+                batch = list(itertools.islice(out, WRITEV_MAX))
+                want = sum(_nbytes(p) for p in batch)
+                try:
+                    n = os.writev(fd, batch)
+                except BlockingIOError:
+                    break
+            self._consume(n)
+            written += n
+            if n < want:
+                break  # the socket buffer is full
+        if written:
+            self._wake_progress()
+
+    def _consume(self, n: int) -> None:
+        """Drop ``n`` written bytes from the front of the outbox."""
+        self._sent += n
+        self._out_bytes -= n
+        out = self._outbox
+        while n:
+            size = _nbytes(out[0])
+            if size <= n:
+                out.popleft()
+                n -= size
+            else:
+                out[0] = memoryview(out[0]).cast("B")[n:]
+                n = 0
+
+    async def _writer(self) -> None:
+        try:
+            while self._outbox and not self._closed:
+                if self._fd is not None:
+                    await trio.lowlevel.wait_writable(self._fd)
+                    self._write_nowait()
+                else:
+                    pieces = list(self._outbox)
+                    size = self._out_bytes
+                    await self._send_all(pieces)
+                    if self._closed:
+                        return
+                    for _ in pieces:
+                        self._outbox.popleft()
+                    self._out_bytes -= size
+                    self._sent += size
+                    self._wake_progress()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._write_failed(exc)
+        finally:
+            self._writer_running = False
+
+    async def _send_all(self, pieces: list[Any]) -> None:
+        # Non-socket streams: small pieces joined into one write, large ones written as they are.
         pending: list[Any] = []
         pending_len = 0
         for piece in pieces:
-            size = memoryview(piece).nbytes
+            size = _nbytes(piece)
             if size > JOIN_LIMIT:
                 if pending:
                     await self._stream.send_all(b"".join(pending))
@@ -169,6 +322,15 @@ class Channel:
                     pending, pending_len = [], 0
         if pending:
             await self._stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def _write_failed(self, exc: BaseException) -> None:
+        log.debug("write to %s failed: %r", self.remote_addr, exc)
+        self.close()
+
+    def _wake_progress(self) -> None:
+        if self._progress_waiters:
+            ev, self._progress = self._progress, trio.Event()
+            ev.set()
 
     def _next_opaque(self) -> int:
         opaque = next(self._opaques)
@@ -222,6 +384,8 @@ class Channel:
         self,
         handler: Handler,
         on_close: Callable[[Channel], None] | None = None,
+        *,
+        inline: InlineHandler | None = None,
     ) -> None:
         """Serve this connection until EOF, a bad frame, :meth:`close` or cancellation.
 
@@ -229,14 +393,19 @@ class Channel:
         """
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 self._scope = nursery.cancel_scope
                 if self._closed:
                     nursery.cancel_scope.cancel()
-                await self._read_loop(nursery, handler)
+                self._kick()  # frames queued before run() started
+                await self._read_loop(nursery, handler, inline)
         except Exception:  # a bug of ours; keep the server alive
             log.exception("connection %s failed", self.remote_addr)
         finally:
             self._closed = True
+            self._outbox.clear()
+            self._out_bytes = 0
+            self._wake_progress()
             self._fail_waiters(RemotingConnectError(f"connection to {self.remote_addr} closed"))
             # Listeners first: once the peer sees EOF, our tables already reflect the close.
             if on_close is not None:
@@ -250,11 +419,14 @@ class Channel:
                 except Exception:
                     log.debug("closing %s failed", self.remote_addr, exc_info=True)
 
-    async def _read_loop(self, nursery: trio.Nursery, handler: Handler) -> None:
+    async def _read_loop(
+        self, nursery: trio.Nursery, handler: Handler, inline: InlineHandler | None
+    ) -> None:
         decoder = FrameDecoder(self._max_frame_length)
+        receive = self._stream.receive_some
         while True:
             try:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
+                data = await receive(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
             if not data:
@@ -274,35 +446,73 @@ class Channel:
                 self.close()
                 return
             for cmd in commands:
-                if cmd.is_response:
+                if cmd.flag & RESPONSE_FLAG:
                     waiter = self._waiters.pop(cmd.opaque, None)
                     if waiter is not None:
                         waiter.response = cmd
                         waiter.event.set()
                     else:
                         log.debug("response with unknown opaque %d ignored", cmd.opaque)
+                elif inline is None:
+                    nursery.start_soon(self._handle_request, cmd, handler, None)
                 else:
-                    nursery.start_soon(self._handle_request, handler, cmd)
+                    self._serve_inline(nursery, cmd, handler, inline)
+            if self._outbox:
+                self._kick()  # every answer of this chunk in one write
             if decoder.error is not None:
                 log.warning("closing %s: %s", self.remote_addr, decoder.error)
                 self.close()
                 return
+            while self._out_bytes > OUTBOX_HIGH_WATER and not self._closed:
+                self._progress_waiters += 1
+                try:
+                    await self._progress.wait()
+                finally:
+                    self._progress_waiters -= 1
 
-    async def _handle_request(self, handler: Handler, cmd: RemotingCommand) -> None:
+    def _serve_inline(
+        self,
+        nursery: trio.Nursery,
+        cmd: RemotingCommand,
+        handler: Handler,
+        inline: InlineHandler,
+    ) -> None:
         try:
-            response = await handler(cmd, self)
+            result = inline(cmd, self)
         except Exception as raw:
-            exc = unwrap_group(raw)
-            if isinstance(exc, RequestError):
-                response = cmd.response(exc.code, exc.remark)
-            else:
-                log.error(
-                    "handler for code %d from %s failed",
-                    cmd.code,
-                    self.remote_addr,
-                    exc_info=raw,
-                )
-                response = cmd.response(ResponseCode.SYSTEM_ERROR, str(exc) or repr(exc))
+            result = _error_response(cmd, raw, self.remote_addr)
+        if result is NOT_INLINE:
+            nursery.start_soon(self._handle_request, cmd, handler, None)
+        elif result is None or isinstance(result, RemotingCommand):
+            self._queue_answer(cmd, result)
+        else:
+            nursery.start_soon(self._handle_request, cmd, None, result)
+
+    def _queue_answer(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Queue the answer to ``cmd`` (written by the caller's next _kick)."""
+        if response is None or cmd.flag & ONEWAY_FLAG or self._closed:
+            return
+        response.flag |= RESPONSE_FLAG
+        response.opaque = cmd.opaque
+        try:
+            self._enqueue(response)
+        except Exception:
+            log.exception("could not encode the answer to code %d", cmd.code)
+
+    async def _handle_request(
+        self,
+        cmd: RemotingCommand,
+        handler: Handler | None,
+        pending: Awaitable[RemotingCommand | None] | None,
+    ) -> None:
+        """Run ``handler`` (or await what an inline handler left ``pending``), then answer."""
+        try:
+            if pending is None:
+                assert handler is not None
+                pending = handler(cmd, self)
+            response = await pending
+        except Exception as raw:
+            response = _error_response(cmd, raw, self.remote_addr)
         if response is None or cmd.is_oneway:
             return
         response.flag |= RESPONSE_FLAG

@@ -2,10 +2,15 @@
 
 Theory of operation. :func:`serve_remoting` binds, reports the bound port through ``task_status``,
 and serves every accepted connection with :func:`handle_stream`, which wraps it in a
-:class:`~common.remoting.channel.Channel` (one nursery per connection, one task per request; see
-``channel.py``). Requests are routed by code through a :class:`RequestDispatcher`:
+:class:`~common.remoting.channel.Channel` (one nursery per connection; see ``channel.py``).
+Requests are routed by code through a :class:`RequestDispatcher`:
 
-* a registered handler answers with a command, or ``None`` for no answer (forced for oneway requests);
+* a handler registered normally is an async function run in a task of its own per request; it
+  answers with a command, or ``None`` for no answer (forced for oneway requests);
+* a handler registered with ``inline=True`` is a plain function the connection's read loop calls
+  in arrival order; it answers with a command or ``None``, or returns an awaitable for the rest of
+  the work (run in a task, its result is the answer). Order-sensitive requests (SEND) and quick
+  ones that never wait (no task to spawn, no scheduling: the cheapest path) go this way;
 * a handler raising :class:`common.errors.RequestError` answers with its code and remark;
 * any other exception answers SYSTEM_ERROR (1) with ``str(exc)`` and is logged;
 * an unknown code goes to the default handler, else REQUEST_CODE_NOT_SUPPORTED (3) with remark
@@ -20,19 +25,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import trio
 
-from common.remoting.channel import Channel, Handler
+from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler
 from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 
 __all__ = [
     "Channel",
+    "NOT_INLINE",
     "Handler",
+    "InlineHandler",
     "RemotingServerHandle",
     "RequestDispatcher",
     "handle_stream",
@@ -44,14 +51,25 @@ log = logging.getLogger(__name__)
 
 class RequestDispatcher:
     def __init__(self) -> None:
-        # code -> handler; looked up for every request.
+        # code -> async handler (a task per request); looked up for every request.
         self._handlers: dict[int, Handler] = {}
+        # code -> inline handler (called by the read loop); a code is in one of the two maps.
+        self._inline: dict[int, InlineHandler] = {}
         self._default: Handler | None = None
         self._close_listeners: list[Callable[[Channel], None]] = []
         self.unknown_code_policy: Literal["reply", "ignore"] = "reply"
 
-    def register(self, code: int, handler: Handler) -> None:
-        self._handlers[int(code)] = handler
+    def register(
+        self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
+    ) -> None:
+        """Route ``code`` to ``handler``; ``inline=True``: a plain function (see module doc)."""
+        code = int(code)
+        if inline:
+            self._inline[code] = handler
+            self._handlers.pop(code, None)
+        else:
+            self._handlers[code] = handler  # type: ignore[assignment]
+            self._inline.pop(code, None)
 
     def set_default(self, handler: Handler | None) -> None:
         self._default = handler
@@ -59,7 +77,21 @@ class RequestDispatcher:
     def add_close_listener(self, fn: Callable[[Channel], None]) -> None:
         self._close_listeners.append(fn)
 
+    def dispatch_inline(self, cmd: RemotingCommand, channel: Channel) -> Any:
+        """The read loop's entry: NOT_INLINE unless ``cmd.code`` has an inline handler."""
+        handler = self._inline.get(cmd.code)
+        if handler is None:
+            return NOT_INLINE
+        return handler(cmd, channel)
+
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        """Answer ``cmd`` whatever kind its handler is (also used by tests and clients)."""
+        inline = self._inline.get(cmd.code)
+        if inline is not None:
+            result = inline(cmd, channel)
+            if result is None or isinstance(result, RemotingCommand):
+                return result
+            return await result
         handler = self._handlers.get(cmd.code, self._default)
         if handler is None:
             if self.unknown_code_policy == "ignore":
@@ -92,7 +124,9 @@ async def handle_stream(
 ) -> None:
     """Serve one connection until it ends; returns the Channel's lifetime, never raises."""
     channel = Channel(stream, remote_addr, max_frame_length=max_frame_length)
-    await channel.run(dispatcher.dispatch, on_close=dispatcher.notify_closed)
+    await channel.run(
+        dispatcher.dispatch, on_close=dispatcher.notify_closed, inline=dispatcher.dispatch_inline
+    )
 
 
 def _peer_addr(stream: trio.SocketStream) -> str:

@@ -45,3 +45,53 @@ async def test_tcp_round_trip_large_body_and_oversized_frame():
                 assert again.body == b"x"
             nursery.cancel_scope.cancel()
     assert len(closed) >= 2
+
+
+async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkeypatch):
+    # Inline answers are written by the read loop with non-blocking writev; what the kernel does
+    # not take waits for a writer task. A peer that reads slowly still gets every byte, in order.
+    from common.remoting.channel import Channel
+    from common.remoting.codec import FrameDecoder, encode
+
+    writers = []
+    real_writer = Channel._writer
+
+    async def counting_writer(self):
+        writers.append(self)
+        await real_writer(self)
+
+    monkeypatch.setattr(Channel, "_writer", counting_writer)
+
+    d = RequestDispatcher()
+    blob = bytes(range(256)) * 8192  # 2 MiB
+
+    def big(cmd, channel):
+        i = int(cmd.ext_fields["i"])
+        view = memoryview(blob)
+        return cmd.response(ext_fields={"i": i}, body=[view[:i], view[i:], b"%d" % i])
+
+    d.register(1001, big, inline=True)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
+            frames = []
+            for i in range(6):
+                cmd = RemotingCommand.request(1001, {"i": i})
+                cmd.opaque = i + 1
+                frames.append(encode(cmd))
+            await stream.send_all(b"".join(frames))
+            await trio.sleep(0.2)  # let the server fill the socket buffers
+            decoder = FrameDecoder()
+            got = []
+            while len(got) < 6:
+                data = await stream.receive_some(32768)
+                assert data
+                got.extend(decoder.feed(data))
+                await trio.sleep(0.001)
+            assert [c.opaque for c in got] == [1, 2, 3, 4, 5, 6]
+            for c in got:
+                assert c.body == blob + b"%d" % (c.opaque - 1)
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
+    assert writers, "the socket buffer never filled up: the writer task was not exercised"

@@ -309,3 +309,104 @@ async def test_server_invoke_times_out_when_peer_is_silent(autojump_clock):
         resp = await peer.receive()
         assert resp.code == 0 and resp.remark == "2"
         await peer.stream.aclose()
+
+
+# --- inline handlers ---------------------------------------------------------------------------
+
+
+async def test_inline_handlers_run_in_arrival_order(autojump_clock):
+    # Trio may start a batch of new tasks in any order; inline handlers run in the read loop.
+    seen = []
+
+    def record(cmd, channel):
+        seen.append(int(cmd.ext_fields["i"]))
+        return cmd.response(ext_fields={"i": cmd.ext_fields["i"]})
+
+    d = make_dispatcher()
+    d.register(1010, record, inline=True)
+    async with trio.open_nursery() as nursery:
+        client_side, server_side = trio.testing.memory_stream_pair()
+        nursery.start_soon(lambda: handle_stream(server_side, d))
+        peer = Peer(client_side)
+        frames = []
+        for i in range(200):
+            cmd = RemotingCommand.request(1010, {"i": i})
+            cmd.opaque = i + 1
+            frames.append(encode(cmd))
+        await peer.stream.send_all(b"".join(frames))
+        answers = [await peer.receive() for _ in range(200)]
+        assert sorted(int(a.ext_fields["i"]) for a in answers) == list(range(200))
+        assert all(a.opaque == int(a.ext_fields["i"]) + 1 for a in answers)
+        await peer.stream.aclose()
+    assert seen == list(range(200))
+
+
+async def test_inline_handler_results(autojump_clock, caplog):
+    order = []
+
+    def inline(cmd, channel):
+        kind = cmd.ext_fields["k"]
+        order.append(kind)
+        if kind == "now":
+            return cmd.response(remark="now")
+        if kind == "none":
+            return None
+        if kind == "refuse":
+            raise RequestError(17, "no such topic")
+        if kind == "bug":
+            raise KeyError("bug")
+
+        async def later():
+            await trio.sleep(5)
+            return cmd.response(remark=f"later at {trio.current_time():.0f}")
+
+        return later()
+
+    d = make_dispatcher()
+    d.register(1011, inline, inline=True)
+    async with trio.open_nursery() as nursery:
+        peer = await start(nursery, d)
+        later = await peer.send(1011, {"k": "later"})
+        now = await peer.send(1011, {"k": "now"})
+        await peer.send(1011, {"k": "none"})
+        await peer.send(1011, {"k": "now"}, oneway=True)
+        refuse = await peer.send(1011, {"k": "refuse"})
+        bug = await peer.send(1011, {"k": "bug"})
+        got = {}
+        for _ in range(4):
+            resp = await peer.receive()
+            got[resp.opaque] = (resp.code, resp.remark)
+        assert got == {
+            now: (0, "now"),
+            refuse: (17, "no such topic"),
+            bug: (1, "'bug'"),
+            later: (0, "later at 5"),
+        }
+        # the awaitable did not hold up the answers queued after it
+        await peer.stream.aclose()
+    assert order == ["later", "now", "none", "now", "refuse", "bug"]
+    assert "bug" in caplog.text
+
+
+async def test_dispatch_awaits_inline_handlers_too(autojump_clock):
+    d = RequestDispatcher()
+
+    def quick(cmd, channel):
+        return cmd.response(remark="quick")
+
+    def slow(cmd, channel):
+        async def rest():
+            await trio.sleep(1)
+            return cmd.response(remark="slow")
+
+        return rest()
+
+    d.register(1, quick, inline=True)
+    d.register(2, slow, inline=True)
+    assert (await d.dispatch(RemotingCommand.request(1), None)).remark == "quick"
+    assert (await d.dispatch(RemotingCommand.request(2), None)).remark == "slow"
+    # registering again as a task handler replaces the inline one
+    d.register(1, echo)
+    assert (await d.dispatch(RemotingCommand.request(1, {"v": "e"}), None)).ext_fields == {
+        "echo": "e"
+    }
