@@ -1,0 +1,179 @@
+"""The master's HA connection against a hand-driven fake slave over memory streams."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from broker.ha.master import HAMaster
+from broker.ha.protocol import TransferDecoder, encode_report
+from broker.ha.watermark import ReplicaWatermark
+
+SEG = 4096
+
+
+class FakeSlave:
+    def __init__(self, stream):
+        self.stream = stream
+        self.decoder = TransferDecoder()
+        self.frames = []  # (trio time, Transfer)
+
+    async def report(self, offset):
+        await self.stream.send_all(encode_report(offset))
+
+    async def next_frame(self, timeout=60.0):
+        with trio.fail_after(timeout):
+            while True:
+                if self.frames:
+                    return self.frames.pop(0)
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    return None
+                now = trio.current_time()
+                self.frames += [(now, t) for t in self.decoder.feed(data)]
+
+
+async def fill(store, mk, n, size=500):
+    for i in range(n):
+        r = await store.put_message(mk(qid=i % 4, body=bytes([i % 256]) * size))
+        assert r.ok
+
+
+def master_for(store, **kw):
+    return HAMaster(store, store.config, ReplicaWatermark(fallbehind_max=1 << 30), **kw)
+
+
+async def test_offset_zero_starts_at_last_file_and_chunks_never_cross_files(
+    open_store, mk, commit_log_bytes, autojump_clock
+):
+    async with open_store(mapped_file_size_commit_log=SEG, ha_transfer_batch_size=1000) as store:
+        await fill(store, mk, 30)
+        max_off = store.get_max_phy_offset()
+        assert max_off > 3 * SEG
+        master = master_for(store)
+        a, b = trio.testing.memory_stream_pair()
+        slave = FakeSlave(b)
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, a, "fake")
+            # nothing before the first report
+            with trio.move_on_after(2.0):
+                await b.receive_some(1)
+                raise AssertionError("master wrote before the first report")
+            await slave.report(0)
+            start = max_off - max_off % SEG
+            got = bytearray()
+            pos = start
+            while pos < max_off:
+                _, t = await slave.next_frame()
+                assert t.offset == pos
+                assert 0 < len(t.body) <= 1000
+                # never across a file boundary
+                assert t.offset // SEG == (t.offset + len(t.body) - 1) // SEG
+                got += t.body
+                pos += len(t.body)
+            assert bytes(got) == commit_log_bytes(store, start)
+            assert master.connections[0].request_offset == 0
+            assert master.watermark.connections == 1
+            n.cancel_scope.cancel()
+        assert master.watermark.connections == 0 and not master.connections
+
+
+async def test_resumes_from_reported_offset_and_follows_new_data(
+    open_store, mk, commit_log_bytes, autojump_clock
+):
+    async with open_store(mapped_file_size_commit_log=SEG) as store:
+        await fill(store, mk, 20)
+        master = master_for(store)
+        store.add_arrival_listener(master.notify_data)
+        a, b = trio.testing.memory_stream_pair()
+        slave = FakeSlave(b)
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, a, "fake")
+            await slave.report(SEG)  # a slave that holds exactly the first file
+            pos = SEG
+            while pos < store.get_max_phy_offset():
+                _, t = await slave.next_frame()
+                assert t.offset == pos
+                pos += len(t.body)
+            # new data is pushed promptly (woken, not polled at the heartbeat period)
+            t0 = trio.current_time()
+            await fill(store, mk, 1)
+            when, t = await slave.next_frame()
+            assert t.offset == pos and len(t.body) > 0
+            assert when - t0 <= 0.1
+            n.cancel_scope.cancel()
+
+
+async def test_heartbeat_after_five_idle_seconds(open_store, mk, autojump_clock):
+    async with open_store() as store:
+        await fill(store, mk, 2)
+        end = store.get_max_phy_offset()
+        master = master_for(store)
+        a, b = trio.testing.memory_stream_pair()
+        slave = FakeSlave(b)
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, a, "fake")
+            await slave.report(end)  # caught up: nothing to send
+            t0 = trio.current_time()
+            beats = []
+            for _ in range(3):
+                when, t = await slave.next_frame()
+                assert t.is_heartbeat and t.offset == end
+                beats.append(when - t0)
+                await slave.report(end)  # keep the master's housekeeping happy
+            assert beats == [5.0, 10.0, 15.0]
+            n.cancel_scope.cancel()
+
+
+async def test_housekeeping_closes_a_silent_slave(open_store, mk, autojump_clock):
+    async with open_store() as store:
+        await fill(store, mk, 1)
+        master = master_for(store)
+        a, b = trio.testing.memory_stream_pair()
+        slave = FakeSlave(b)
+        with trio.fail_after(100):
+            async with trio.open_nursery() as n:
+                n.start_soon(master.serve_slave, a, "fake")
+                await trio.sleep(1.0)
+                await slave.report(store.get_max_phy_offset())
+                t0 = trio.current_time()
+                while (await slave.next_frame()) is not None:
+                    pass  # heartbeats until the master hangs up
+                assert trio.current_time() - t0 == 20.0
+        assert master.watermark.connections == 0
+
+
+async def test_report_beyond_master_max_closes(open_store, mk, autojump_clock):
+    async with open_store() as store:
+        await fill(store, mk, 1)
+        master = master_for(store)
+        a, b = trio.testing.memory_stream_pair()
+        slave = FakeSlave(b)
+        with trio.fail_after(1):
+            async with trio.open_nursery() as n:
+                n.start_soon(master.serve_slave, a, "fake")
+                await slave.report(store.get_max_phy_offset() + 1)
+                assert await slave.next_frame() is None
+        assert master.watermark.value == 0
+
+
+async def test_reports_raise_the_watermark_last_word_wins(open_store, mk, autojump_clock):
+    async with open_store() as store:
+        await fill(store, mk, 3)
+        end = store.get_max_phy_offset()
+        master = master_for(store)
+        a, b = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, a, "fake")
+            # two reports and a partial third in one read: the last complete word counts,
+            # also as slaveRequestOffset (like Java, which only looks at the newest word)
+            await b.send_all(encode_report(10) + encode_report(20) + encode_report(30)[:2])
+            await trio.sleep(0.5)
+            conn = master.connections[0]
+            assert master.watermark.value == 20
+            assert (conn.request_offset, conn.ack_offset) == (20, 20)
+            await b.send_all(encode_report(30)[2:])  # completes the word started above
+            await trio.sleep(0.5)
+            assert conn.ack_offset == 30 and master.watermark.value == 30
+            assert end > 30
+            n.cancel_scope.cancel()
