@@ -111,6 +111,9 @@ class BrokerConfig:
     rebalance_lock_max_live_time: float = 60.0
     # Whether the VIP ("fast") channel on listen_port - 2 is opened.
     fast_channel_enable: bool = True
+    # SLAVE metadata sync (broker/slave_sync.py): period and delay of the first round.
+    slave_sync_interval: float = 60.0
+    slave_sync_initial_delay: float = 3.0
 
     @property
     def broker_role(self) -> str:
@@ -230,6 +233,8 @@ _PROPERTIES: dict[str, _Spec] = {
     "offsetCheckInSlave": ("broker", "offset_check_in_slave", _parse_bool),
     "flushConsumerOffsetInterval": ("broker", "flush_consumer_offset_interval", _parse_ms),
     "fastChannelEnable": ("broker", "fast_channel_enable", _parse_bool),
+    # ours (Java has no knob): the slave metadata sync period in ms
+    "slaveSyncInterval": ("broker", "slave_sync_interval", _parse_ms),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

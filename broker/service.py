@@ -9,11 +9,13 @@ Theory of operation
 2. ``BrokerController`` loads ``config/topics.json``, ``subscriptionGroup.json``,
    ``consumerOffset.json`` and ``delayOffset.json`` from the store root;
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
-   when ``listenPort`` is 0), with the same processors; the HA service (if one is supplied as
-   ``ha_factory``) binds ``listenPort+1``;
+   when ``listenPort`` is 0), with the same processors; the HA service (``ha_factory``, by
+   default classic HA ``broker.ha.service.run_ha_service``, none in DLedger mode) binds
+   ``listenPort+1`` and sets ``controller.ha``;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
-   10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, and on masters the delay-level scheduler;
+   10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and on
+   slaves the metadata sync from the master (``broker/slave_sync.py``);
 5. ``task_status.started(BrokerHandle(...))``; serve until cancelled;
 6. on cancellation: UNREGISTER_BROKER to every nameserver and a final persist of every config
    file, both shielded and bounded, then the store shuts down.
@@ -37,10 +39,12 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from broker.ha.service import run_ha_service
 from broker.offsets import ConsumerOffsetManager, config_dir
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar
 from broker.schedule import ScheduleMessageService, parse_delay_levels
+from broker.slave_sync import run_slave_sync
 from broker.subscription import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common import serde
@@ -112,6 +116,11 @@ class BrokerController:
     # called with every successful REGISTER_BROKER answer (a slave's HA client and metadata
     # sync learn the master's address here)
     register_listeners: list[Callable[[Any], None]] = attrs.field(factory=list)
+    # the HA service (broker/ha/service.py HAService) once ha_factory started it; the send path
+    # awaits ha.wait_for_replica(end_offset) on a SYNC_MASTER
+    ha: Any = None
+    # the SLAVE metadata sync (broker/slave_sync.py SlaveSynchronize) on a slave
+    slave_sync: Any = None
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
@@ -304,7 +313,10 @@ async def run_broker(
     task_status=...)`` is started (default: the file store ``run_message_store``).
     ``ha_factory(controller, task_status=...)``: the HA service; it binds ``listenPort+1`` (or
     an ephemeral port when ``listenPort`` is 0) and reports the bound port via task_status.
+    Default: classic HA (``broker.ha.service.run_ha_service``), except in DLedger mode.
     """
+    if ha_factory is None and not config.store.enable_dleger_commit_log:
+        ha_factory = run_ha_service
     async with trio.open_nursery() as outer:
         if store is None:
             if store_factory is None:
@@ -350,6 +362,8 @@ async def run_broker(
                         nursery.start_soon(controller._housekeeping_task)
                         if not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
+                        else:
+                            await nursery.start(run_slave_sync, controller, client)
                         await nursery.start(registrar.run)
                         log.info(
                             "broker %s (%s) serving on %s, vip %s, ha %s",
