@@ -188,6 +188,32 @@ def java_string_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=256)
+def _pow31_tail(n: int) -> list[int]:
+    return _POW31[len(_POW31) - n :]
+
+
+@functools.lru_cache(maxsize=4096)
+def _java_hash_u32(s: str) -> int:
+    return java_string_hash(s) & _MASK32
+
+
+def java_string_hash_concat(prefix: str, s: str) -> int:
+    """``java_string_hash(prefix + s)`` without hashing ``prefix`` again for every ``s``.
+
+    Java's hash is a polynomial, so h(a + b) = h(a) * 31**len(b) + h(b) (mod 2**32) with lengths
+    in UTF-16 units; the prefix's hash is cached (index keys are "topic#" + key).
+    """
+    n = len(s)
+    if n >= len(_POW31) or not s.isascii():
+        return java_string_hash(prefix + s)
+    h = (
+        _java_hash_u32(prefix) * _POW31[len(_POW31) - 1 - n]
+        + sum(map(operator.mul, s.encode("ascii"), _pow31_tail(n)))
+    ) & _MASK32
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
 @functools.lru_cache(maxsize=4096)
 def _tags_code_cached(tags: str) -> int:
     return java_string_hash(tags)
@@ -228,8 +254,15 @@ def _is_v6(host: tuple[str, int]) -> bool:
     return ":" in host[0]
 
 
+@functools.lru_cache(maxsize=1024)
+def _host_hex(host: tuple[str, int]) -> str:
+    return _pack_host(host[0], host[1]).hex().upper()
+
+
 def create_offset_msg_id(store_host: tuple[str, int], phys_offset: int) -> str:
     """Offset msgId: uppercase hex of store ip (4|16) + port (int) + commit log offset (long)."""
+    if phys_offset >= 0:
+        return _host_hex(store_host) + f"{phys_offset:016X}"
     return (_pack_host(store_host[0], store_host[1]) + _Q.pack(phys_offset)).hex().upper()
 
 
@@ -397,6 +430,71 @@ def encode_record(
             props_b,
         )
     )
+
+
+_FIXED_BY_LEN = {(b, st): _fixed_struct(b, st) for b in (8, 20) for st in (8, 20)}
+
+
+def encode_records(
+    msgs: Iterable[MessageExtBrokerInner], queue_offsets: Iterable[int], store_timestamp: int
+) -> tuple[bytearray, list[int]]:
+    """Records for several messages in one buffer, PHYSICALOFFSET 0 (the caller patches it).
+
+    Byte for byte ``b"".join(encode_record(m, q, 0, store_timestamp) ...)``; returns the buffer
+    and the record sizes.  One ``pack`` per record and one join: the put path of a batch.
+    """
+    parts: list = []
+    add = parts.extend
+    sizes: list[int] = []
+    crc32 = zlib.crc32
+    hpack = _H.pack
+    for m, q in zip(msgs, queue_offsets, strict=True):
+        props = m.properties_string
+        if props is None:
+            props = encode_properties(m.properties)
+        props_b = props.encode("utf-8")
+        plen = len(props_b)
+        if plen > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"properties are {plen} bytes, max {MAX_PROPERTIES_BYTES}")
+        topic_part = _topic_part(m.topic)
+        born = _host_bytes(m.born_host)
+        store = _host_bytes(m.store_host)
+        sys_flag = m.sys_flag & ~_V6_BITS
+        if len(born) == 20:
+            sys_flag |= MessageSysFlag.BORNHOST_V6
+        if len(store) == 20:
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6
+        fixed = _FIXED_BY_LEN[len(born), len(store)]
+        body = m.body
+        blen = len(body)
+        size = fixed.size + blen + len(topic_part) + 2 + plen
+        add(
+            (
+                fixed.pack(
+                    size,
+                    MESSAGE_MAGIC_CODE,
+                    crc32(body) & 0x7FFFFFFF,
+                    m.queue_id,
+                    m.flag,
+                    q,
+                    0,
+                    sys_flag,
+                    m.born_timestamp,
+                    born,
+                    store_timestamp,
+                    store,
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                    blen,
+                ),
+                body,
+                topic_part,
+                hpack(plen),
+                props_b,
+            )
+        )
+        sizes.append(size)
+    return bytearray(b"".join(parts)), sizes
 
 
 @attrs.frozen

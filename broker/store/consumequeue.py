@@ -96,6 +96,25 @@ class ConsumeQueue:
         mf.append(CQ_UNIT.pack(phys, size, tags_code))
         return True
 
+    def put_tail(self, queue_offset: int, units) -> bool:
+        """Append consecutive ``units`` (packed) for logical offsets from ``queue_offset``.
+
+        Only when ``queue_offset`` is the queue's end and the queue has a segment (the put path
+        of a master); False, writing nothing, otherwise (then use ``put`` unit by unit).
+        """
+        mf = self.queue.last()
+        if mf is None or queue_offset != self.max_offset:
+            return False
+        view = memoryview(units)
+        pos, n = 0, len(units)
+        while pos < n:
+            if mf.is_full:
+                mf = self.queue.create(mf.file_from_offset + self.file_size)
+            k = min(n - pos, mf.remaining)
+            mf.append(view[pos : pos + k])
+            pos += k
+        return True
+
     # ---------------------------------------------------------------- read
 
     def read_units(self, offset: int, max_bytes: int) -> memoryview | None:

@@ -25,7 +25,7 @@ import struct
 import time
 
 from broker.store.mapped_file import MappedFile
-from common.message import java_string_hash
+from common.message import java_string_hash, java_string_hash_concat
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,19 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
 
 
+def slot_hash(java_hash: int) -> int:
+    """``IndexFile.indexKeyHashMethod`` from a key's Java hash: abs, with MIN_VALUE -> 0."""
+    h = abs(java_hash)
+    return 0 if h > 0x7FFFFFFF else h
+
+
 def key_hash(key: str) -> int:
-    h = abs(java_string_hash(key))
-    return 0 if h < 0 or h > 0x7FFFFFFF else h
+    return slot_hash(java_string_hash(key))
+
+
+def topic_key_hash(topic: str, key: str) -> int:
+    """``key_hash(topic + "#" + key)`` without building the string (prefix hash cached)."""
+    return slot_hash(java_string_hash_concat(topic + "#", key))
 
 
 class IndexFile:
@@ -75,9 +85,12 @@ class IndexFile:
         )
 
     def put_key(self, key: str, phy: int, store_ts: int) -> bool:
-        if self.is_full:
+        return self.put_hash(key_hash(key), phy, store_ts)
+
+    def put_hash(self, h: int, phy: int, store_ts: int) -> bool:
+        """Add an entry for a key whose ``key_hash`` is ``h``; False when the file is full."""
+        if self.count >= self.index_num:
             return False
-        h = key_hash(key)
         slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
         view = self.mf.view
         (prev,) = SLOT.unpack_from(view, slot_pos)
@@ -102,6 +115,43 @@ class IndexFile:
         # the entries after the last flush, which the re-dispatch from the checkpoint re-adds
         self.dirty = True
         return True
+
+    def put_entries(self, entries, start: int, store_ts: int) -> int:
+        """``put_hash`` for ``entries[start:]`` ((hash, phy) pairs, one store time) until the
+        file is full; returns the index of the first entry not added."""
+        view = self.mf.view
+        slot_num = self.slot_num
+        base = HEADER_SIZE + slot_num * SLOT.size
+        count = self.count
+        limit = self.index_num
+        if self.begin_ts <= 0:
+            diff = 0
+        else:
+            diff = min(max((store_ts - self.begin_ts) // 1000, 0), 0x7FFFFFFF)
+        slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
+        new_slots = 0
+        i, n = start, len(entries)
+        while i < n and count < limit:
+            h, phy = entries[i]
+            slot_pos = HEADER_SIZE + (h % slot_num) * 4
+            (prev,) = slot_unpack(view, slot_pos)
+            if prev <= 0 or prev > count:
+                prev = 0
+                new_slots += 1
+            entry_pack(view, base + count * ENTRY_SIZE, h, phy, diff, prev)
+            slot_pack(view, slot_pos, count)
+            if count <= 1:
+                self.begin_phy = phy
+                self.begin_ts = store_ts
+            count += 1
+            self.end_phy = phy
+            i += 1
+        if i > start:
+            self.count = count
+            self.slot_count += new_slots
+            self.end_ts = store_ts
+            self.dirty = True
+        return i
 
     def time_matched(self, begin: int, end: int) -> bool:
         return (
@@ -166,10 +216,27 @@ class IndexService:
         return f
 
     def put(self, keys, phy: int, store_ts: int) -> None:
-        for k in keys:
-            f = self._writable()
-            if not f.put_key(k, phy, store_ts):  # pragma: no cover - _writable checked fullness
-                log.error("index put failed for %s", k)
+        self.put_hashes([key_hash(k) for k in keys], phy, store_ts)
+
+    def put_hashes(self, hashes, phy: int, store_ts: int) -> None:
+        """Entries for keys given by their ``key_hash`` (the put path hashes without strings)."""
+        files = self.files
+        for h in hashes:
+            f = files[-1] if files else None
+            if f is None or f.count >= f.index_num:
+                f = self._writable()
+            if not f.put_hash(h, phy, store_ts):  # pragma: no cover - fullness checked above
+                log.error("index put failed at %d", phy)
+
+    def put_entries(self, entries, store_ts: int) -> None:
+        """Entries ``(key_hash, phy)`` of records stored at ``store_ts``, in CommitLog order."""
+        i, n = 0, len(entries)
+        files = self.files
+        while i < n:
+            f = files[-1] if files else None
+            if f is None or f.count >= f.index_num:
+                f = self._writable()
+            i = f.put_entries(entries, i, store_ts)
 
     @property
     def last_update(self) -> tuple[int, int]:

@@ -7,6 +7,7 @@ segment for an absolute offset is found by arithmetic from the first one.  The f
 need not start at 0: a slave's CommitLog starts where the master's replication began, and a
 consume queue that begins mid-way starts at that unit's file.  ``load`` maps the existing files
 (all marked fully written: recovery then sets the real ``wrote`` of the tail);
+an empty newest file (a crash between creating and sizing it) is removed;
 ``truncate_dirty`` cuts the log back to an offset, zeroing the rest of that segment and
 deleting later segments, so nothing beyond the valid end can be read or resurrected.
 """
@@ -33,10 +34,17 @@ class MappedFileQueue:
         if not os.path.isdir(self.store_dir):
             return
         names = sorted(n for n in os.listdir(self.store_dir) if n.isdigit() and len(n) == 20)
-        for name in names:
+        for i, name in enumerate(names):
             path = os.path.join(self.store_dir, name)
             start = int(name)
-            if os.path.getsize(path) != self.file_size:
+            size = os.path.getsize(path)
+            if size == 0 and i == len(names) - 1:
+                # killed between creating the newest segment and sizing it (ftruncate is
+                # atomic, so it is empty or full size): it never held a byte
+                log.warning("removing empty segment %s left by a crash", path)
+                os.unlink(path)
+                break
+            if size != self.file_size:
                 raise OSError(f"{path}: size {os.path.getsize(path)} != {self.file_size}")
             if self.files and start != self.files[-1].file_from_offset + self.file_size:
                 raise OSError(f"{path}: not contiguous with the previous segment")

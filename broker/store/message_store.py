@@ -51,7 +51,7 @@ from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
-from broker.store.index import IndexService
+from broker.store.index import IndexService, topic_key_hash
 from broker.store.results import (
     AppendMessageResult,
     GetMessageResult,
@@ -63,13 +63,16 @@ from broker.store.results import (
 )
 from broker.store.store_util import (
     BLANK,
+    CQ_UNIT,
+    CQ_UNIT_SIZE,
     MAX_QUERY_NUM,
     PARTIAL,
+    SCHEDULE_TOPIC,
     DispatchRequest,
     StoreStats,
     apply_delay,
+    assign_queue_offsets,
     dispatch_tags_code,
-    encode_for_put,
     index_keys,
     is_prepared_or_rollback,
     parse_record,
@@ -86,7 +89,9 @@ from common.message import (
     RecordDecodeError,
     create_offset_msg_id,
     decode_record,
+    encode_records,
     store_timestamp_position,
+    tags_code,
 )
 
 log = logging.getLogger(__name__)
@@ -242,7 +247,10 @@ class DefaultMessageStore:
             return self._fail(*bad)
         store_ts = self._now_ms()
         cl = self.commit_log
-        buf, sizes, qoffs, next_q = encode_for_put(msgs, cl.topic_queue_table, store_ts)
+        qoffs, next_q = assign_queue_offsets(msgs, cl.topic_queue_table)
+        for m in msgs:
+            m.store_timestamp = store_ts
+        buf, sizes = encode_records(msgs, qoffs, store_ts)
         total = len(buf)
         if (
             total > self.config.max_message_size
@@ -261,35 +269,23 @@ class DefaultMessageStore:
             log.exception("cannot create a CommitLog segment")
             return self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc))
         first = phys
+        host_id = None
         ids = []
-        reqs = []
-        delays = self.delay_millis
         pos = 0
         pack_phys = _Q.pack_into
-        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+        for m, size in zip(msgs, sizes, strict=True):
             pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
-            ids.append(create_offset_msg_id(m.store_host, phys))
-            reqs.append(
-                DispatchRequest(
-                    m.topic,
-                    m.queue_id,
-                    phys,
-                    size,
-                    dispatch_tags_code(m.topic, m.properties, store_ts, delays),
-                    store_ts,
-                    q,
-                    m.sys_flag,
-                    tuple(index_keys(m.topic, m.properties)),
-                )
-            )
+            if m.store_host is not host_id:
+                host_id = m.store_host
+                id_prefix = create_offset_msg_id(host_id, 0)[:-16]
+            ids.append(f"{id_prefix}{phys:016X}")
             phys += size
             pos += size
         cl.write(buf)
         if caught_up:
-            self._dispatch_inline(reqs, first)
+            self._dispatch_put(msgs, sizes, qoffs, first, store_ts)
         else:
-            self._pending.extend(reqs)
-            self._reput_wake.set()
+            self._queue_dispatch(msgs, sizes, qoffs, first, store_ts)
         cl.topic_queue_table.update(next_q)
         self._stats.on_put(len(msgs), total)
         return PutMessageResult(
@@ -436,18 +432,117 @@ class DefaultMessageStore:
         ):
             self.index.put(req.keys, req.commit_log_offset, req.store_timestamp)
 
-    def _dispatch_inline(self, reqs: list[DispatchRequest], first: int) -> None:
-        """Dispatch records the put path just wrote at ``first`` while reput was caught up."""
-        # [reput_from, first) can only be a BLANK filler written by reserve(): skip it
+    def _queue_dispatch(self, msgs, sizes, qoffs, phys: int, store_ts: int) -> None:
+        """Reput is behind: leave ready DispatchRequests for the reput task (no re-parse)."""
+        pending = self._pending
+        delays = self.delay_millis
+        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+            pending.append(
+                DispatchRequest(
+                    m.topic,
+                    m.queue_id,
+                    phys,
+                    size,
+                    dispatch_tags_code(m.topic, m.properties, store_ts, delays),
+                    store_ts,
+                    q,
+                    m.sys_flag,
+                    tuple(index_keys(m.topic, m.properties)),
+                )
+            )
+            phys += size
+        self._reput_wake.set()
+
+    def _dispatch_put(self, msgs, sizes, qoffs, first: int, store_ts: int) -> None:
+        """Dispatch records the put path just wrote at ``first`` while reput was caught up.
+
+        Same effect as ``_dispatch`` per record, in fewer steps: the units of consecutive
+        records of one queue go into the ConsumeQueue in one copy, index keys are hashed
+        without building "topic#key" strings.  [reput_from, first) can only be a BLANK filler
+        written by reserve().  On an error reput_from stays at ``first`` and the reput task
+        re-parses from there (CQ puts are idempotent, duplicate index entries are harmless).
+        """
         self.reput_from = first
         try:
-            for req in reqs:
-                self._dispatch(req)
-                self.reput_from = req.commit_log_offset + req.msg_size
+            notes = self._dispatch_put_records(msgs, sizes, qoffs, first, store_ts)
         except Exception:
-            # the records are stored; let the reput task retry from reput_from (it re-parses)
-            log.exception("dispatch failed at %d", self.reput_from)
+            log.exception("dispatch failed at %d", first)
             self._reput_wake.set()
+            return
+        self.reput_from = first + sum(sizes)
+        listeners = self._listeners
+        if listeners:
+            for note in notes:
+                for fn in listeners:
+                    try:
+                        fn(*note)
+                    except Exception:
+                        log.exception("arrival listener failed")
+
+    def _dispatch_put_records(self, msgs, sizes, qoffs, phys: int, store_ts: int) -> list:
+        notes = []  # arrival listener calls, made once every unit is written
+        cq_key = None
+        units = bytearray()
+        unit_q = 0
+        index_on = self.config.message_index_enable
+        entries = []  # index (key hash, phys), written in one go
+        delays = self.delay_millis
+        pack_unit = CQ_UNIT.pack
+        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+            props = m.properties
+            topic = m.topic
+            t = m.sys_flag & MessageSysFlag.TRANSACTION_MASK
+            if (
+                t != MessageSysFlag.TRANSACTION_PREPARED
+                and t != MessageSysFlag.TRANSACTION_ROLLBACK
+            ):
+                key = (topic, m.queue_id)
+                if key != cq_key or q != unit_q + len(units) // CQ_UNIT_SIZE:
+                    if units:
+                        notes.extend(self._put_units(cq_key, unit_q, units))
+                    cq_key, unit_q, units = key, q, bytearray()
+                if topic == SCHEDULE_TOPIC:
+                    tc = dispatch_tags_code(topic, props, store_ts, delays)
+                else:
+                    tags = props.get(MessageConst.TAGS)
+                    tc = tags_code(tags) if tags else 0
+                units += pack_unit(phys, size, tc)
+            if index_on and t != MessageSysFlag.TRANSACTION_ROLLBACK:
+                uniq = props.get(MessageConst.UNIQ_KEY)
+                if uniq:
+                    entries.append((topic_key_hash(topic, uniq), phys))
+                keys = props.get(MessageConst.KEYS)
+                if keys:
+                    entries.extend(
+                        (topic_key_hash(topic, k), phys)
+                        for k in keys.split(MessageConst.KEY_SEPARATOR)
+                        if k
+                    )
+            phys += size
+        if units:
+            notes.extend(self._put_units(cq_key, unit_q, units))
+        if entries:
+            self.index.put_entries(entries, store_ts)
+        return notes
+
+    def _put_units(self, key: tuple[str, int], first_q: int, units: bytearray) -> list:
+        """Write packed CQ units for offsets from ``first_q``; the arrival notes of those added."""
+        topic, qid = key
+        cq = self._consume_queue(topic, qid)
+        n = len(units) // CQ_UNIT_SIZE
+        if cq.put_tail(first_q, units):
+            added = range(n)
+        else:
+            added = [
+                i
+                for i in range(n)
+                if cq.put(*CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE), first_q + i)
+            ]
+        table = self.commit_log.topic_queue_table
+        if added and table.get(key, 0) < first_q + added[-1] + 1:
+            table[key] = first_q + added[-1] + 1
+        tcs = [CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE)[2] for i in added]
+        return [(topic, qid, first_q + i + 1, tc) for i, tc in zip(added, tcs, strict=True)]
 
     async def run_reput(self) -> None:
         while True:

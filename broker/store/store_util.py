@@ -40,7 +40,7 @@ from common.message import (
     RecordDecodeError,
     decode_properties,
     encode_properties,
-    encode_record,
+    encode_records,
     tags_code,
 )
 
@@ -103,18 +103,55 @@ def validate_put(
     """All put-path checks for one put (single or batch); None when it may go in."""
     if not msgs:
         return PutMessageStatus.MESSAGE_ILLEGAL, "empty batch"
+    if (role or config.broker_role) == "SLAVE":
+        bad = PutMessageStatus.SERVICE_NOT_AVAILABLE
+        return bad, f"store rejected the message: {bad.name}"
     for m in msgs:
-        bad = check_message(m, config, role)
-        if bad is not None:
-            return bad, f"store rejected the message: {bad.name}"
+        # check_message, inlined: this runs for every message of every batch
+        topic = m.topic
+        props = m.properties_string
+        if props is None:
+            props = m.properties_string = encode_properties(m.properties)
+        if (
+            len(topic) > MAX_TOPIC_BYTES
+            or len(props) > MAX_PROPERTIES_BYTES
+            or not topic.isascii()
+            or not props.isascii()
+        ):
+            bad = check_message(m, config, role)
+            if bad is not None:
+                return bad, f"store rejected the message: {bad.name}"
         if batch and (
-            delay_level_of(m.properties) > 0 or MessageSysFlag.transaction_value(m.sys_flag) != 0
+            m.sys_flag & MessageSysFlag.TRANSACTION_MASK or delay_level_of(m.properties) > 0
         ):
             return (
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 "batch messages cannot be delayed or transactional",
             )
     return None
+
+
+def assign_queue_offsets(
+    msgs: list[MessageExtBrokerInner], table: dict[tuple[str, int], int]
+) -> tuple[list[int], dict[tuple[str, int], int]]:
+    """Queue offsets the messages get, and the table updates (``table`` is not modified).
+
+    Prepared/rollback transaction records get 0 and do not advance their queue.
+    """
+    next_q: dict[tuple[str, int], int] = {}
+    qoffs: list[int] = []
+    for m in msgs:
+        t = m.sys_flag & MessageSysFlag.TRANSACTION_MASK
+        if t == MessageSysFlag.TRANSACTION_PREPARED or t == MessageSysFlag.TRANSACTION_ROLLBACK:
+            qoffs.append(0)
+            continue
+        key = (m.topic, m.queue_id)
+        q = next_q.get(key)
+        if q is None:
+            q = table.get(key, 0)
+        next_q[key] = q + 1
+        qoffs.append(q)
+    return qoffs, next_q
 
 
 def encode_for_put(
@@ -126,23 +163,11 @@ def encode_for_put(
     is not modified, so a put that then fails (too big) leaves no trace.  One buffer per put
     means one copy into the CommitLog and one ``pack_into`` per record for its offset.
     """
-    next_q: dict[tuple[str, int], int] = {}
-    recs: list[bytes] = []
-    qoffs: list[int] = []
+    qoffs, next_q = assign_queue_offsets(msgs, table)
     for m in msgs:
         m.store_timestamp = store_ts
-        if is_prepared_or_rollback(m.sys_flag):
-            q = 0
-        else:
-            key = (m.topic, m.queue_id)
-            q = next_q.get(key)
-            if q is None:
-                q = table.get(key, 0)
-            next_q[key] = q + 1
-        qoffs.append(q)
-        recs.append(encode_record(m, q, 0, store_ts))
-    sizes = [len(r) for r in recs]
-    return bytearray(b"".join(recs)), sizes, qoffs, next_q
+    buf, sizes = encode_records(msgs, qoffs, store_ts)
+    return buf, sizes, qoffs, next_q
 
 
 def delay_level_of(props: dict[str, str]) -> int:

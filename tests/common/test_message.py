@@ -26,7 +26,9 @@ from common.message import (
     encode_batch_body,
     encode_properties,
     encode_record,
+    encode_records,
     java_string_hash,
+    java_string_hash_concat,
     record_size,
     store_timestamp_position,
     tags_code,
@@ -139,6 +141,28 @@ def test_decode_records_concatenated(msgs):
     assert len(decs) == len(msgs)
     for i, (m, d) in enumerate(zip(msgs, decs, strict=True)):
         _check_same(m, d, i, 1000 * i, 5)
+
+
+@given(st.lists(st.tuples(messages(), i64, st.booleans()), min_size=1, max_size=5), i64)
+def test_encode_records_equals_encode_record(items, sts):
+    msgs = []
+    for msg, _, use_string in items:
+        if use_string:
+            msg.properties_string = encode_properties(msg.properties)
+        msgs.append(msg)
+    qoffs = [q for _, q, _ in items]
+    buf, sizes = encode_records(msgs, qoffs, sts)
+    want = [encode_record(m, q, 0, sts) for m, q in zip(msgs, qoffs, strict=True)]
+    assert bytes(buf) == b"".join(want)
+    assert sizes == [len(w) for w in want]
+
+
+def test_encode_records_limits():
+    with pytest.raises(ValueError):
+        encode_records([MessageExtBrokerInner("T" * 128, 0)], [0], 0)
+    with pytest.raises(ValueError):
+        encode_records([MessageExtBrokerInner("T", 0, properties={"K": "v" * 40000})], [0], 0)
+    assert encode_records([], [], 0) == (bytearray(), [])
 
 
 def test_known_layout_ipv4():
@@ -278,6 +302,26 @@ def test_java_string_hash_matches_reference(s):
     for i in range(0, len(units), 2):
         h = (h * 31 + int.from_bytes(units[i : i + 2], "big")) % 2**32
     assert java_string_hash(s) == (h - 2**32 if h >= 2**31 else h)
+
+
+def _reference_java_hash(s):
+    units = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (h * 31 + int.from_bytes(units[i : i + 2], "big")) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+@given(st.text(max_size=20), st.one_of(st.text(max_size=300), st.text("0123456789ABCDEF")))
+def test_java_string_hash_concat_matches_reference(prefix, s):
+    assert java_string_hash_concat(prefix, s) == _reference_java_hash(prefix + s)
+
+
+def test_java_string_hash_concat_uniq_keys():
+    for i in range(200):
+        key = f"{i * 0x9E3779B97F4A7C15:032X}"[-32:]
+        topic = f"Topic{i % 7}#"
+        assert java_string_hash_concat(topic, key) == _reference_java_hash(topic + key)
 
 
 def test_tags_code():
