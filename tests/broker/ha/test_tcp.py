@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import attrs
 import pytest
 import trio
 
@@ -124,3 +125,64 @@ async def test_master_and_slave_over_tcp_replicate_byte_identical(tmp_path):
         assert sfiles[name] == mfiles[name], name
     assert list(lfiles) == [f"{last_file_start:020d}"]
     assert lfiles[f"{last_file_start:020d}"] == mfiles[f"{last_file_start:020d}"]
+
+
+@pytest.mark.slow
+async def test_slave_learns_master_from_nameserver_and_follows_a_restart(tmp_path):
+    from common.model import TopicConfig
+    from namesrv.config import NamesrvConfig
+    from namesrv.service import run_namesrv
+
+    mroot, sroot = tmp_path / "master", tmp_path / "slave"
+    async with trio.open_nursery() as n:
+        ns = await n.start(
+            run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
+        )
+        fast = dict(namesrv_addr=ns.addr, register_name_server_period=0.3)
+
+        def cfg(root, **kw):
+            base = broker_config(root, **{k: kw.pop(k) for k in ("role", "broker_id") if k in kw})
+            return attrs.evolve(base, **fast, **kw)
+
+        async def run_in(scope, config, task_status=trio.TASK_STATUS_IGNORED):
+            with scope:
+                await run_broker(config, task_status=task_status)
+
+        m_scope = trio.CancelScope()
+        master = await n.start(run_in, m_scope, cfg(mroot, role="SYNC_MASTER"))
+        slave = await n.start(
+            run_in,
+            trio.CancelScope(),
+            cfg(
+                sroot,
+                role="SLAVE",
+                broker_id=1,
+                slave_sync_interval=0.5,
+                slave_sync_initial_delay=0.1,
+            ),
+        )
+        for i in range(100):
+            assert (await master.store.put_message(message(i))).ok
+        await wait_caught_up(slave.store, master.store)
+        client = slave.controller.ha.client
+        assert client.master_addr == f"127.0.0.1:{master.ha_port}"
+        # metadata sync finds the master through the same registration answer
+        master.controller.topic_config_manager.update_topic_config(TopicConfig("Synced", 2, 2))
+        with trio.fail_after(10):
+            while "Synced" not in slave.controller.topic_config_manager.table:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+
+        # the master restarts on another port with the same store: the slave follows
+        old_ha = master.ha_port
+        m_scope.cancel()
+        with trio.fail_after(10):
+            while client.connected:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        master = await n.start(run_in, trio.CancelScope(), cfg(mroot, role="SYNC_MASTER"))
+        assert master.ha_port != old_ha
+        for i in range(100, 200):
+            assert (await master.store.put_message(message(i))).ok
+        await wait_caught_up(slave.store, master.store, timeout=30)
+        assert client.master_addr == f"127.0.0.1:{master.ha_port}"
+        same_pulls(master.store, slave.store)
+        n.cancel_scope.cancel()
