@@ -65,6 +65,29 @@ class PullResponse:
     messages: list  # list[common.message.MessageExt], undecoded tags filtering is the caller's
 
 
+def send_code(header: Mapping[str, object]) -> int:
+    """SEND_BATCH_MESSAGE when header `m` is true (a bool, or the string a prepared header
+    carries), else SEND_MESSAGE_V2."""
+    m = header.get("m")
+    batch = m is True or m == "true"
+    return RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+
+
+def _send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendResponse:
+    if resp.code not in SEND_OK_CODES:
+        raise error_for_response(resp)
+    ext = resp.ext_fields
+    return SendResponse(
+        code=resp.code,
+        msg_id=ext.get("msgId", ""),
+        queue_id=int(ext.get("queueId", header.get("e", 0))),
+        queue_offset=int(ext.get("queueOffset", -1)),
+        region_id=ext.get("MSG_REGION") or "DefaultRegion",
+        trace_on=ext.get("TRACE_ON", "true") != "false",
+        transaction_id=ext.get("transactionId"),
+    )
+
+
 class ClientAPI:
     """Stateless request helpers over a RemotingClient (anything with `invoke`)."""
 
@@ -142,23 +165,21 @@ class ClientAPI:
         self, addr: str, header: Mapping[str, object], body: bytes, *, timeout: float
     ) -> SendResponse:
         """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when header `m` is true."""
-        code = RequestCode.SEND_BATCH_MESSAGE if header.get("m") else RequestCode.SEND_MESSAGE_V2
+        code = send_code(header)
         resp = await self._call(addr, code, header, body, timeout=timeout)
-        if resp.code not in SEND_OK_CODES:
-            raise error_for_response(resp)
-        ext = resp.ext_fields
-        return SendResponse(
-            code=resp.code,
-            msg_id=ext.get("msgId", ""),
-            queue_id=int(ext.get("queueId", header.get("e", 0))),
-            queue_offset=int(ext.get("queueOffset", -1)),
-            region_id=ext.get("MSG_REGION") or "DefaultRegion",
-            trace_on=ext.get("TRACE_ON", "true") != "false",
-            transaction_id=ext.get("transactionId"),
-        )
+        return _send_response(resp, header)
+
+    async def send_prepared(
+        self, addr: str, code: int, fields: dict[str, str], body: bytes, *, timeout: float
+    ) -> SendResponse:
+        """`send_message` for a header whose values are the wire strings already (the
+        producer's prepared headers): `fields` becomes the request's extFields as it is, so
+        the caller must not touch it afterwards."""
+        cmd = RemotingCommand(code=code, ext_fields=fields, body=body)
+        return _send_response(await self.remoting.invoke(addr, cmd, timeout), fields)
 
     async def send_message_oneway(self, addr: str, header: Mapping[str, object], body: bytes):
-        code = RequestCode.SEND_BATCH_MESSAGE if header.get("m") else RequestCode.SEND_MESSAGE_V2
+        code = send_code(header)
         await self.remoting.invoke_oneway(
             addr, RemotingCommand.request(code, header, body, oneway=True)
         )

@@ -6,9 +6,20 @@ import datetime
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from common.message import decode_batch_body, decode_properties, encode_properties
+from common.message import encode_batch_body as common_encode_batch_body
 from rmq.errors import InvalidMessageError
-from rmq.message import Message, UniqueIdGenerator, parse_unique_id
+from rmq.message import (
+    MAX_DELAY_LEVEL,
+    RESERVED_PROPERTIES,
+    Message,
+    UniqueIdGenerator,
+    encode_batch_body,
+    parse_unique_id,
+)
 
 
 def test_wire_properties_carry_tags_keys_delay_and_wait():
@@ -79,3 +90,70 @@ def test_unique_id_window_moves_to_the_next_month():
     elapsed = (30 * 86_400 + 86_399) * 1000
     assert parse_unique_id(gen.create(may)).ms_since_month_start == elapsed - 2**32
     assert parse_unique_id(gen.create(june)).ms_since_month_start == 1000
+
+
+# --- the send path's fast encoders must say exactly what the general ones say ---------------
+
+_text = st.text(
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    max_size=12,
+)
+
+
+@given(
+    tags=st.none() | _text,
+    keys=st.none() | _text | st.lists(_text, max_size=3),
+    props=st.dictionaries(_text.filter(lambda k: k and k not in RESERVED_PROPERTIES), _text,
+                          max_size=3),
+    delay=st.integers(0, MAX_DELAY_LEVEL),
+    wait=st.booleans(),
+)  # fmt: skip
+def test_wire_properties_string_is_encode_properties_of_wire_properties(
+    tags, keys, props, delay, wait
+):
+    msg = Message("T", b"x", tags=tags, keys=keys, properties=props, delay_level=delay,
+                  wait_store_ok=wait)  # fmt: skip
+    expected = msg.wire_properties()
+    if not expected.get("UNIQ_KEY"):
+        expected["UNIQ_KEY"] = "U1"
+    s, uniq = msg.wire_properties_string("U1")
+    assert s == encode_properties(expected)
+    assert uniq == expected["UNIQ_KEY"]
+
+
+def test_user_uniq_key_wins_in_the_properties_string():
+    s, uniq = Message("T", b"x", properties={"UNIQ_KEY": "MINE"}).wire_properties_string("U1")
+    assert uniq == "MINE" and decode_properties(s)["UNIQ_KEY"] == "MINE"
+
+
+@pytest.mark.parametrize("field", ["tags", "keys"])
+@pytest.mark.parametrize("sep", ["\x01", "\x02"])
+def test_separator_in_tags_or_keys_is_refused(field, sep):
+    msg = Message("T", b"x", **{field: f"a{sep}b"})
+    with pytest.raises(InvalidMessageError, match="x01 or"):
+        msg.wire_properties_string("U1")
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=40),
+                  st.dictionaries(_text.filter(bool), _text.filter(bool), max_size=3)),
+        max_size=5,
+    )
+)  # fmt: skip
+def test_batch_body_matches_the_common_codec(items):
+    ours = encode_batch_body([(f, b, encode_properties(p)) for f, b, p in items])
+    assert ours == common_encode_batch_body(items)
+    assert decode_batch_body(ours) == [(f, b, p) for f, b, p in items]
+
+
+def test_batch_body_refuses_oversized_properties():
+    with pytest.raises(InvalidMessageError, match="32767"):
+        encode_batch_body([(0, b"x", "k\x01" + "v" * 32767)])
+
+
+def test_create_many_equals_creates_within_one_millisecond():
+    a = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=4321, loader_hash=7)
+    b = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=4321, loader_hash=7)
+    now_ms = 1_700_000_000_123
+    assert a.create_many(70_000, now_ms) == [b.create(now_ms) for _ in range(70_000)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 
@@ -283,3 +285,43 @@ async def test_use_outside_async_with_is_a_clear_error(cluster):
     p = producer(cluster)
     with pytest.raises(Exception, match="async with"):
         await p.send(Message("T", b"x"))
+
+
+async def test_fields_assigned_after_construction_are_normalised_when_sent(cluster):
+    cluster.create_topic("T", 1)
+    msg = Message("T", b"x")
+    msg.body = "text"  # Message converts when it is made, not on assignment ...
+    msg.keys = ["k1", "k2"]
+    async with producer(cluster) as p:
+        result = await p.send(msg)
+    # ... the producer converts before it sends
+    assert (msg.body, msg.keys) == (b"text", "k1 k2")
+    [(_, req)] = sends(cluster)
+    assert req.body_bytes() == b"text"
+    assert decode_properties(req.ext_fields["i"])["KEYS"] == "k1 k2"
+    assert result.status is SendStatus.SEND_OK
+
+
+async def test_prepared_headers_are_per_queue_and_carry_fresh_fields(cluster):
+    cluster.create_topic("T", 2, brokers=[cluster.brokers[0]])
+    async with producer(cluster) as p:
+        q0, q1 = (MessageQueue("T", "broker-a", i) for i in (0, 1))
+        await p.send(Message("T", b"a", tags="A", flag=5), queue=q0)
+        await p.send(Message("T", b"b"), queue=q0)
+        await p.send(Message("T", b"c"), queue=q1)
+        await p.send_batch([Message("T", b"d")], queue=q1)
+    reqs = [r for _, r in sends(cluster)]
+    assert [r.ext_fields["e"] for r in reqs] == ["0", "0", "1", "1"]
+    assert [r.ext_fields["h"] for r in reqs] == ["5", "0", "0", "0"]
+    assert [r.ext_fields["m"] for r in reqs] == ["false", "false", "false", "true"]
+    assert [r.code for r in reqs] == [RequestCode.SEND_MESSAGE_V2] * 3 + [
+        RequestCode.SEND_BATCH_MESSAGE
+    ]
+    uniqs = [decode_properties(r.ext_fields["i"]).get("UNIQ_KEY") for r in reqs]
+    assert len(set(uniqs[:3])) == 3 and uniqs[3] is None  # a batch's header has no UNIQ_KEY
+    assert decode_properties(reqs[0].ext_fields["i"])["TAGS"] == "A"
+    assert "TAGS" not in decode_properties(reqs[1].ext_fields["i"])
+    for r in reqs:  # same keys and value types as ClientAPI.send_header would give
+        assert set(r.ext_fields) == set("abcdefghijkmn")
+        assert all(isinstance(v, str) for v in r.ext_fields.values())
+        assert abs(int(r.ext_fields["g"]) - time.time() * 1000) < 60_000  # born now, in ms
