@@ -17,7 +17,10 @@ Everything here is a pure function over bytes (no I/O, no Trio):
   raises :class:`RecordDecodeError` for anything that is not a complete, well-formed record:
   readers of a torn CommitLog tail must never get garbage back.  Trailing bytes after the record
   are ignored (the caller asked for one record at an offset); ``decode_records`` decodes a
-  concatenation and rejects a partial record at the end.
+  concatenation and rejects a partial record at the end.  The common case (IPv4 hosts) takes
+  one ``unpack_from`` for the fixed part; the hosts and the properties map of a
+  :class:`MessageExt` are only parsed when read (clients pull thousands of records a second
+  and mostly read the body).  ``encode_records`` encodes a whole put into one buffer.
 * Properties are ``k\\x01v\\x02k\\x01v`` (facts §4.5); the parser mirrors Java's tolerance
   (segments shorter than 3 chars and empty keys/values are skipped).
 * The "offset msgId" is the hex of store host + physical offset (facts §4.4).
@@ -150,9 +153,18 @@ def encode_properties(props: Mapping[str, str]) -> str:
 
 def decode_properties(s: str) -> dict[str, str]:
     """Java ``string2messageProperties``: skip segments < 3 chars, need non-empty key and value."""
-    out: dict[str, str] = {}
     if not s:
-        return out
+        return {}
+    # Fast path (C loops): every segment is "key\x01value" with both non-empty.  Otherwise
+    # (a segment without \x01, an empty key or value) the careful loop below decides.
+    try:
+        out = dict([seg.split(NAME_VALUE_SEPARATOR, 1) for seg in s.split(PROPERTY_SEPARATOR)])
+    except ValueError:
+        pass
+    else:
+        if "" not in out and "" not in out.values():
+            return out
+    out = {}
     for seg in s.split(PROPERTY_SEPARATOR):
         if len(seg) < 3:
             continue
@@ -497,26 +509,132 @@ def encode_records(
     return bytearray(b"".join(parts)), sizes
 
 
-@attrs.frozen
-class MessageExt:
-    """Every field of one decoded record."""
+_MESSAGE_EXT_FIELDS = (
+    "store_size",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "commit_log_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body",
+    "topic",
+    "properties",
+)
 
-    store_size: int
-    body_crc: int
-    queue_id: int
-    flag: int
-    queue_offset: int
-    commit_log_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: tuple[str, int]
-    store_timestamp: int
-    store_host: tuple[str, int]
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    topic: str
-    properties: dict[str, str]
+
+@functools.lru_cache(maxsize=1024)
+def _host_from_raw(raw: bytes) -> tuple[str, int]:
+    return _unpack_ip(raw[:-4]), int.from_bytes(raw[-4:], "big", signed=True)
+
+
+class MessageExt:
+    """Every field of one decoded record.
+
+    A plain slotted class, not attrs: clients build one per pulled message, so construction
+    must be cheap.  ``born_host``/``store_host`` may be given as the record's raw ip+port bytes
+    and ``properties`` as the record's properties string: each is turned into its
+    ``(ip, port)`` / dict form on first access (most consumers read only body and topic).
+    Treat instances as read-only values; equality compares every field.
+    """
+
+    __slots__ = (
+        "_born_host",
+        "_properties",
+        "_store_host",
+        "body",
+        "body_crc",
+        "born_timestamp",
+        "commit_log_offset",
+        "flag",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        store_size: int,
+        body_crc: int,
+        queue_id: int,
+        flag: int,
+        queue_offset: int,
+        commit_log_offset: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int] | bytes,
+        store_timestamp: int,
+        store_host: tuple[str, int] | bytes,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes,
+        topic: str,
+        properties: dict[str, str] | str,
+    ):
+        self.store_size = store_size
+        self.body_crc = body_crc
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self._born_host = born_host
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body = body
+        self.topic = topic
+        self._properties = properties
+
+    @property
+    def born_host(self) -> tuple[str, int]:
+        h = self._born_host
+        if type(h) is bytes:
+            h = self._born_host = _host_from_raw(h)
+        return h
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        h = self._store_host
+        if type(h) is bytes:
+            h = self._store_host = _host_from_raw(h)
+        return h
+
+    @property
+    def properties(self) -> dict[str, str]:
+        p = self._properties
+        if type(p) is str:
+            p = self._properties = decode_properties(p)
+        return p
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in _MESSAGE_EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # properties is a dict: not hashable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{n}={v!r}" for n, v in zip(_MESSAGE_EXT_FIELDS, self._values(), strict=True)
+        )
+        return f"MessageExt({fields})"
 
     @property
     def tags(self) -> str | None:
@@ -540,8 +658,74 @@ class MessageExt:
         return tags_code(self.tags)
 
 
+_FIXED_V4 = _FIXED_BY_LEN[8, 8]
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_from_raw(raw: bytes) -> str:
+    return raw.decode("utf-8")
+
+
 def decode_record(buf, offset: int = 0, *, check_crc: bool = False) -> MessageExt:
     """Decode the record starting at ``offset``; bytes after it are ignored."""
+    # Fast path: IPv4 hosts and a well-formed record: one unpack for the fixed part. Anything
+    # unusual goes through the careful path below, which also words the errors.
+    n = len(buf)
+    if offset < 0 or offset + 91 > n:
+        return _decode_record_checked(buf, offset, check_crc)
+    (
+        size,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        qoff,
+        poff,
+        sys_flag,
+        born_ts,
+        born,
+        store_ts,
+        store,
+        reconsume,
+        prepared,
+        body_len,
+    ) = _FIXED_V4.unpack_from(buf, offset)
+    end = offset + size
+    p = offset + 88 + body_len
+    if magic != MESSAGE_MAGIC_CODE or sys_flag & _V6_BITS or body_len < 0 or end > n or p + 3 > end:
+        return _decode_record_checked(buf, offset, check_crc)
+    t = p + 1 + buf[p]
+    if t + 2 > end or t + 2 + ((buf[t] << 8) | buf[t + 1]) != end:
+        return _decode_record_checked(buf, offset, check_crc)
+    body = bytes(buf[offset + 88 : p])
+    if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
+        raise RecordDecodeError(f"record at {offset}: body CRC mismatch")
+    try:
+        topic = _topic_from_raw(bytes(buf[p + 1 : t]))
+        props = str(buf[t + 2 : end], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordDecodeError(f"record at {offset}: {exc}") from exc
+    return MessageExt(
+        size,
+        crc,
+        queue_id,
+        flag,
+        qoff,
+        poff,
+        sys_flag,
+        born_ts,
+        born,
+        store_ts,
+        store,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        props,
+    )
+
+
+def _decode_record_checked(buf, offset: int, check_crc: bool) -> MessageExt:
     n = len(buf)
     if offset < 0 or offset + _HEAD.size > n:
         raise RecordDecodeError(f"truncated record header at {offset} (buffer {n} bytes)")

@@ -14,9 +14,11 @@ from common.message import (
     QUEUE_OFFSET_POSITION,
     SYSFLAG_POSITION,
     MessageConst,
+    MessageExt,
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
+    _decode_record_checked,
     create_offset_msg_id,
     decode_batch_body,
     decode_offset_msg_id,
@@ -109,6 +111,64 @@ def test_record_round_trip(msg, qoff, poff, sts):
     assert struct.unpack_from(">q", rec, PHYSICAL_OFFSET_POSITION)[0] == poff
     assert struct.unpack_from(">i", rec, SYSFLAG_POSITION)[0] == dec.sys_flag
     assert struct.unpack_from(">q", rec, store_timestamp_position(dec.sys_flag))[0] == sts
+
+
+@settings(max_examples=200)
+@given(messages(), st.integers(0, 2**62), st.integers(0, 2**62), st.booleans())
+def test_fast_decode_equals_checked_decode(msg, qoff, sts, in_view):
+    rec = b"junk" + encode_record(msg, qoff, 77, sts)
+    buf = memoryview(rec) if in_view else rec
+    fast = decode_record(buf, 4, check_crc=True)
+    slow = _decode_record_checked(buf, 4, True)
+    assert fast == slow
+    assert (fast.born_host, fast.store_host, fast.properties) == (
+        slow.born_host,
+        slow.store_host,
+        slow.properties,
+    )
+    assert fast.msg_id == create_offset_msg_id(fast.store_host, 77)
+
+
+def test_message_ext_lazy_fields_and_value_semantics():
+    msg = MessageExtBrokerInner(
+        "T",
+        1,
+        body=b"b",
+        properties={"TAGS": "t", "KEYS": "k1 k2", "UNIQ_KEY": "U"},
+        born_host=("10.0.0.1", 7),
+        store_host=("127.0.0.1", 10911),
+    )
+    m = decode_record(encode_record(msg, 3, 1000, 5))
+    assert type(m._properties) is str and type(m._born_host) is bytes  # not decoded yet
+    assert m.tags == "t" and m.keys == "k1 k2" and m.uniq_key == "U"
+    assert m.properties == {"TAGS": "t", "KEYS": "k1 k2", "UNIQ_KEY": "U"}
+    assert m.properties is m.properties  # parsed once
+    assert m.born_host == ("10.0.0.1", 7) and m.store_host == ("127.0.0.1", 10911)
+    assert m.tags_code == tags_code("t")
+    eager = MessageExt(
+        store_size=m.store_size,
+        body_crc=m.body_crc,
+        queue_id=1,
+        flag=0,
+        queue_offset=3,
+        commit_log_offset=1000,
+        sys_flag=m.sys_flag,
+        born_timestamp=0,
+        born_host=("10.0.0.1", 7),
+        store_timestamp=5,
+        store_host=("127.0.0.1", 10911),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"b",
+        topic="T",
+        properties={"TAGS": "t", "KEYS": "k1 k2", "UNIQ_KEY": "U"},
+    )
+    assert eager == m and not (eager != m)
+    assert decode_record(encode_record(msg, 4, 1000, 5)) != m
+    assert m != "not a message"
+    assert repr(m).startswith("MessageExt(store_size=") and "topic='T'" in repr(m)
+    with pytest.raises(TypeError):
+        hash(m)
 
 
 @settings(max_examples=50)
@@ -266,6 +326,25 @@ def test_properties_round_trip(props):
     assert not s.endswith("\x02")
     assert decode_properties(s) == props
     assert decode_properties(s + "\x02") == props
+
+
+def _reference_decode_properties(s):
+    # Java string2messageProperties, written out plainly
+    out = {}
+    for seg in s.split("\x02"):
+        if len(seg) >= 3:
+            i = seg.find("\x01")
+            if 0 < i < len(seg) - 1:
+                out[seg[:i]] = seg[i + 1 :]
+    return out
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="\x01\x02abK", max_size=30))
+def test_decode_properties_matches_java_rules(s):
+    got = decode_properties(s)
+    want = _reference_decode_properties(s)
+    assert got == want and list(got) == list(want)
 
 
 def test_properties_java_tolerance():
