@@ -45,6 +45,8 @@ from broker.store import MessageStoreConfig
 log = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
+# bytes of CommitLog handed to one send_all at most (a multiple of haTransferBatchSize)
+SEND_SIZE = 1024 * 1024
 # Java's WriteSocketService waits at most 100 ms for new data before looking again
 POLL_INTERVAL = 0.1
 
@@ -164,13 +166,21 @@ class HAMaster:
             while True:
                 data = self.store.get_commit_log_data(nxt)
                 if data is not None and len(data):
-                    size = min(len(data), batch)
-                    # one copy out of the map before any await: the file may be unmapped later
-                    frame = b"".join((encode_header(nxt, size), data[:size]))
-                    del data
+                    # Several frames per write when there is a backlog (catch-up): each frame
+                    # still holds at most `batch` bytes of one file, as the protocol demands;
+                    # one send of up to SEND_SIZE saves a loop turn and a syscall per frame.
+                    # One copy out of the map before any await: the file may be unmapped later.
+                    total = min(len(data), max(batch, SEND_SIZE // batch * batch))
+                    parts = []
+                    for pos in range(0, total, batch):
+                        size = min(batch, total - pos)
+                        parts.append(encode_header(nxt + pos, size))
+                        parts.append(data[pos : pos + size])
+                    frame = b"".join(parts)
+                    del data, parts
                     await stream.send_all(frame)
-                    nxt = conn.next_transfer = nxt + size
-                    conn.bytes_sent += size
+                    nxt = conn.next_transfer = nxt + total
+                    conn.bytes_sent += total
                     last_write = trio.current_time()
                     continue
                 del data

@@ -103,24 +103,34 @@ class TransferDecoder:
         self._buf.clear()
 
     def feed(self, data: bytes) -> list[Transfer]:
-        buf = self._buf
-        buf += data
+        if self._buf:
+            self._buf += data
+            view = memoryview(self._buf)
+        else:
+            # fast path (the common case with large reads): parse straight from `data`, keep
+            # only an incomplete tail
+            view = memoryview(data)
         out: list[Transfer] = []
         pos = 0
-        end = len(buf)
-        while end - pos >= HEADER_SIZE:
-            offset, size = _HEADER.unpack_from(buf, pos)
-            if size < 0 or size > self.max_body_size:
-                raise HAProtocolError(f"transfer body size {size} at offset {offset} is invalid")
-            if offset < 0:
-                raise HAProtocolError(f"transfer offset {offset} is negative")
-            if end - pos - HEADER_SIZE < size:
-                break
-            start = pos + HEADER_SIZE
-            out.append(Transfer(offset, bytes(buf[start : start + size])))
-            pos = start + size
-        if pos:
-            del buf[:pos]
+        end = len(view)
+        try:
+            while end - pos >= HEADER_SIZE:
+                offset, size = _HEADER.unpack_from(view, pos)
+                if size < 0 or size > self.max_body_size:
+                    raise HAProtocolError(
+                        f"transfer body size {size} at offset {offset} is invalid"
+                    )
+                if offset < 0:
+                    raise HAProtocolError(f"transfer offset {offset} is negative")
+                if end - pos - HEADER_SIZE < size:
+                    break
+                start = pos + HEADER_SIZE
+                out.append(Transfer(offset, bytes(view[start : start + size])))
+                pos = start + size
+            rest = bytes(view[pos:]) if pos < end else b""
+        finally:
+            view.release()
+        self._buf = bytearray(rest)
         return out
 
 
