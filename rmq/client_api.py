@@ -73,7 +73,8 @@ def send_code(header: Mapping[str, object]) -> int:
     return RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
 
 
-def _send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendResponse:
+def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendResponse:
+    """The answer to a send request with `header`; error codes raise by cause."""
     if resp.code not in SEND_OK_CODES:
         raise error_for_response(resp)
     ext = resp.ext_fields
@@ -167,16 +168,7 @@ class ClientAPI:
         """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when header `m` is true."""
         code = send_code(header)
         resp = await self._call(addr, code, header, body, timeout=timeout)
-        return _send_response(resp, header)
-
-    async def send_prepared(
-        self, addr: str, code: int, fields: dict[str, str], body: bytes, *, timeout: float
-    ) -> SendResponse:
-        """`send_message` for a header whose values are the wire strings already (the
-        producer's prepared headers): `fields` becomes the request's extFields as it is, so
-        the caller must not touch it afterwards."""
-        cmd = RemotingCommand(code=code, ext_fields=fields, body=body)
-        return _send_response(await self.remoting.invoke(addr, cmd, timeout), fields)
+        return send_response(resp, header)
 
     async def send_message_oneway(self, addr: str, header: Mapping[str, object], body: bytes):
         code = send_code(header)

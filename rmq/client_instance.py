@@ -115,6 +115,11 @@ class ClientInstance:
     def broker_addrs(self, broker_name: str) -> dict[int, str]:
         return dict(self._brokers.get(broker_name, {}))
 
+    def cached_master_addr(self, broker_name: str) -> str | None:
+        """The master of `broker_name` if a fetched route named it (no await: the send path)."""
+        addrs = self._brokers.get(broker_name)
+        return None if addrs is None else addrs.get(0)
+
     async def master_addr(self, broker_name: str, topic: str) -> str:
         """The master of `broker_name` (publish, offsets); refetches `topic`'s route once."""
         addr = self._brokers.get(broker_name, {}).get(0)

@@ -37,8 +37,8 @@ import trio
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
-from common.remoting.command import stringify_fields
-from rmq.client_api import ClientAPI, SendResponse, send_code
+from common.remoting.command import RemotingCommand, stringify_fields
+from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
 from rmq.errors import InvalidMessageError, NoRouteInfoError
 from rmq.message import (
@@ -125,14 +125,23 @@ class Producer(ClientBase):
 
     # --- routes ----------------------------------------------------------------------------
 
-    async def publish_info(self, topic: str) -> TopicPublishInfo:
-        """Writable queues of `topic`, falling back to the auto-create topic's route."""
+    def _cached_publish_info(self, topic: str) -> TopicPublishInfo | None:
+        """The publish info of `topic` while the route it came from is fresh, else None."""
         client = self.client
         old = self._publish.get(topic)
         if old is not None and client.cached_route(topic) is not None:
             return old
         if old is not None and old.from_default and client.cached_route(self.create_topic_key):
             return old
+        return None
+
+    async def publish_info(self, topic: str) -> TopicPublishInfo:
+        """Writable queues of `topic`, falling back to the auto-create topic's route."""
+        client = self.client
+        cached = self._cached_publish_info(topic)
+        if cached is not None:
+            return cached
+        old = self._publish.get(topic)
         try:
             route = await client.fetch_route(topic)
             info = publish_info_from_route(topic, route)
@@ -264,14 +273,21 @@ class Producer(ClientBase):
         return header
 
     async def _send(self, topic, build, uniq: str, timeout, queue) -> SendResult:
+        # The await chain of a send is kept short (send -> _send -> RemotingClient.invoke):
+        # every frame in it is resumed again each time the request waits for the network.
         timeout = self.send_timeout if timeout is None else timeout
         deadline = trio.current_time() + timeout
         client = self.client
         if queue is not None:
             if queue.topic != topic:
                 raise InvalidMessageError(f"queue {queue} is not of topic {topic}")
-            return await self._attempt(queue, build, uniq, deadline - trio.current_time())
-        info = await self.publish_info(topic)
+            addr = client.cached_master_addr(queue.brokerName)
+            if addr is None:
+                addr = await client.master_addr(queue.brokerName, topic)
+            cmd = self._request(queue, build)
+            resp = await client.remoting.invoke(addr, cmd, deadline - trio.current_time())
+            return self._result(resp, cmd, queue, uniq)
+        info = self._cached_publish_info(topic) or await self.publish_info(topic)
         attempts = 1 + max(0, self.retry_times)
         last_broker: str | None = None
         last_error: RmqError | None = None
@@ -281,7 +297,12 @@ class Producer(ClientBase):
                 break
             mq = info.select_queue(last_broker)
             try:
-                return await self._attempt(mq, build, uniq, remaining)
+                addr = client.cached_master_addr(mq.brokerName)
+                if addr is None:
+                    addr = await client.master_addr(mq.brokerName, mq.topic)
+                cmd = self._request(mq, build)
+                resp = await client.remoting.invoke(addr, cmd, remaining)
+                return self._result(resp, cmd, mq, uniq)
             except RmqError as exc:
                 if not exc.retriable:
                     raise
@@ -292,20 +313,21 @@ class Producer(ClientBase):
         detail = f"; last error: {last_error}" if last_error else ""
         raise RemotingTimeoutError(f"send to topic {topic} timed out after {timeout:g} s{detail}")
 
-    async def _attempt(self, mq: MessageQueue, build, uniq: str, remaining: float) -> SendResult:
-        client = self.client
-        addr = await client.master_addr(mq.brokerName, mq.topic)
+    def _request(self, mq: MessageQueue, build) -> RemotingCommand:
         header, body = build(mq)
-        code = send_code(header)
-        resp: SendResponse = await client.api.send_prepared(
-            addr, code, header, body, timeout=remaining
-        )
+        # the prepared header holds the wire strings already: it becomes extFields as it is
+        return RemotingCommand(code=send_code(header), ext_fields=header, body=body)
+
+    def _result(
+        self, resp: RemotingCommand, req: RemotingCommand, mq: MessageQueue, uniq: str
+    ) -> SendResult:
+        sent: SendResponse = send_response(resp, req.ext_fields)
         return SendResult(
-            status=_STATUS_BY_CODE[ResponseCode(resp.code)],
+            status=_STATUS_BY_CODE[sent.code],
             msg_id=uniq,
-            offset_msg_id=resp.msg_id,
-            message_queue=MessageQueue(mq.topic, mq.brokerName, resp.queue_id),
-            queue_offset=resp.queue_offset,
-            region_id=resp.region_id,
-            transaction_id=resp.transaction_id,
+            offset_msg_id=sent.msg_id,
+            message_queue=MessageQueue(mq.topic, mq.brokerName, sent.queue_id),
+            queue_offset=sent.queue_offset,
+            region_id=sent.region_id,
+            transaction_id=sent.transaction_id,
         )
