@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -153,3 +154,102 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
     """One `rmq up` shared by the tests of a module (they use distinct topics and groups)."""
     with run_local_cluster(tmp_path_factory.mktemp("rmq")) as cluster:
         yield cluster
+
+
+@attrs.define(eq=False)
+class Node:
+    """One server process started by a test (nameserver or broker)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    data_dir: Path | None = None
+    conf: dict[str, str] = attrs.Factory(dict)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
+        stop_process(self.proc)  # type: ignore[arg-type]
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+@attrs.define(eq=False)
+class ProcessGroup:
+    """Nameservers and brokers as separate processes (`python -m cli.node ...`), by pid.
+
+    Every process started here is stopped at teardown (SIGCONT, SIGTERM, then SIGKILL).
+    """
+
+    root: Path
+    nodes: list[Node] = attrs.Factory(list)
+
+    def _spawn(self, name: str, args: list[str], port: int, **kw: Any) -> Node:
+        log = self.root / f"{name}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cli.node", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        node = Node(name, proc, port, log, **kw)
+        self.nodes.append(node)
+        return node
+
+    def namesrv(self, name: str = "namesrv", port: int | None = None) -> Node:
+        port = port or free_port_block(4) + 1
+        data = self.root / name
+        return self._spawn(
+            name, ["namesrv", "--port", str(port), "--data-dir", str(data)], port, data_dir=data
+        )
+
+    def broker(self, name: str, port: int | None = None, **props: object) -> Node:
+        """A broker from broker.conf properties (RocketMQ names); storePathRootDir defaults
+        to a directory of its own and listenPort to a free block."""
+        port = port or free_port_block(4)
+        data = Path(str(props.pop("storePathRootDir", self.root / name)))
+        conf = {
+            "brokerName": "broker-a",
+            "listenPort": str(port),
+            "storePathRootDir": str(data),
+            **{k: str(v) for k, v in props.items()},
+        }
+        conf_file = self.root / f"{name}.conf"
+        conf_file.write_text("\n".join(f"{k}={v}" for k, v in conf.items()) + "\n")
+        return self._spawn(name, ["broker", "-c", str(conf_file)], port, data_dir=data, conf=conf)
+
+    def stop_all(self) -> None:
+        for node in reversed(self.nodes):
+            with contextlib.suppress(Exception):
+                node.stop()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[ProcessGroup]:
+    group = ProcessGroup(tmp_path / "nodes")
+    group.root.mkdir()
+    try:
+        yield group
+    finally:
+        group.stop_all()

@@ -14,6 +14,7 @@ Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from broker.service import BrokerController
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+
+log = logging.getLogger(__name__)
 
 
 def _mq_key_map(entries: list[tuple[Any, dict[str, Any]]]) -> bytes:
@@ -205,7 +208,11 @@ class AdminBrokerProcessor:
         try:
             info.update(b.store.runtime_info())
         except Exception:  # a store without stats must not break the admin call
-            pass
+            log.exception("store runtime info failed")
+        # Replication: push2SlaveMaxOffset, connection count and per-slave ack offset and lag
+        # on a master; the master address and reported offset on a slave.
+        if b.ha is not None:
+            info.update(b.ha.runtime_info())
         return info
 
     async def get_broker_runtime_info(self, req: RemotingCommand, channel: Any):
