@@ -108,6 +108,25 @@ def _topic_problem(topic: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _tags_part(tags: str | None) -> str:
+    """``TAGS\\x01<tags>\\x02`` of header `i` ("" without tags); cached: tags repeat."""
+    if not tags:
+        return ""
+    if "\x01" in tags or "\x02" in tags:
+        raise InvalidMessageError("tags contain \\x01 or \\x02")
+    return f"TAGS\x01{tags}\x02"
+
+
+def _wire_tail(delay_level: int, wait_store_ok: bool) -> str:
+    """DELAY and WAIT of header `i`, then the UNIQ_KEY name: the value is appended last."""
+    delay = f"DELAY\x01{delay_level}\x02" if delay_level > 0 else ""
+    return f"{delay}WAIT\x01{'true' if wait_store_ok else 'false'}\x02UNIQ_KEY\x01"
+
+
+_WIRE_TAILS = {(d, w): _wire_tail(d, w) for d in range(MAX_DELAY_LEVEL + 1) for w in (True, False)}
+
+
 # Fields are converted when a Message is made; a later assignment is stored as given (no
 # per-field __setattr__ hook: it made every construction ~3x slower) and the producer
 # normalises body and keys again when it sends.
@@ -159,25 +178,25 @@ class Message:
 
         Call `validate()` first. Tags or keys holding a separator raise InvalidMessageError.
         """
-        if self.properties:
-            props = self.wire_properties()
-            if props.get(PROPERTY_UNIQ_KEY):
-                uniq_key = props[PROPERTY_UNIQ_KEY]
-            else:
-                props[PROPERTY_UNIQ_KEY] = uniq_key
-            parts = [f"{k}\x01{v}" for k, v in props.items() if v is not None]
-        else:
-            # the common case, without a dict: same keys in the same order as above
-            parts = []
-            if self.tags:
-                parts.append("TAGS\x01" + self.tags)
+        if not self.properties:
+            # the common case, without a dict: same keys in the same order as below
             keys = self.keys
             if keys:
-                parts.append("KEYS\x01" + (keys if keys.__class__ is str else _keys_str(keys)))
-            if self.delay_level > 0:
-                parts.append(f"DELAY\x01{self.delay_level}")
-            parts.append("WAIT\x01true" if self.wait_store_ok else "WAIT\x01false")
-            parts.append("UNIQ_KEY\x01" + uniq_key)
+                if keys.__class__ is not str:
+                    keys = _keys_str(keys) or ""
+                if "\x01" in keys or "\x02" in keys:
+                    raise InvalidMessageError("keys contain \\x01 or \\x02")
+                keys = f"KEYS\x01{keys}\x02" if keys else ""
+            tail = _WIRE_TAILS.get((self.delay_level, self.wait_store_ok))
+            if tail is None:
+                tail = _wire_tail(self.delay_level, self.wait_store_ok)
+            return f"{_tags_part(self.tags)}{keys or ''}{tail}{uniq_key}", uniq_key
+        props = self.wire_properties()
+        if props.get(PROPERTY_UNIQ_KEY):
+            uniq_key = props[PROPERTY_UNIQ_KEY]
+        else:
+            props[PROPERTY_UNIQ_KEY] = uniq_key
+        parts = [f"{k}\x01{v}" for k, v in props.items() if v is not None]
         s = "\x02".join(parts)
         # one C-level scan each: exactly one \x01 per pair and \x02 only between pairs
         if s.count("\x01") != len(parts) or s.count("\x02") != len(parts) - 1:
