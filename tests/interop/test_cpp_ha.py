@@ -53,6 +53,19 @@ def produce(tmp_path: Path, ns: str, count: int, prefix: str) -> None:
     assert len(sent) == count and all(e["status"] == 0 for e in sent), events[-3:]
 
 
+def spawn_consumer(tmp_path: Path, ns: str) -> subprocess.Popen[str]:
+    home = tmp_path / "consumer-home"
+    home.mkdir()
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), "consume", "--namesrv", ns, "--topic", TOPIC,
+         "--group", GROUP, "--expect", "300", "--timeout", "150", "--linger", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+
+
 async def route_broker_ids(client, ns: str) -> set[int]:
     r = await client.invoke(
         ns, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
@@ -82,7 +95,7 @@ async def test_cpp_consumer_reads_from_slave_while_master_is_down(tmp_path, proc
         "brokerClusterName": "HACluster",
     }
     master = procs.broker("master", brokerId=0, brokerRole="SYNC_MASTER", **props)
-    slave = procs.broker("slave", brokerId=1, brokerRole="SLAVE", **props)
+    procs.broker("slave", brokerId=1, brokerRole="SLAVE", **props)
     async with open_remoting_client() as client:
         with trio.fail_after(30):
             while True:
@@ -98,16 +111,7 @@ async def test_cpp_consumer_reads_from_slave_while_master_is_down(tmp_path, proc
         master.kill()
         await wait_route(client, ns.addr, {1})
 
-        home = tmp_path / "consumer-home"
-        home.mkdir()
-        consumer = subprocess.Popen(
-            [sys.executable, str(DRIVER), "consume", "--namesrv", ns.addr, "--topic", TOPIC,
-             "--group", GROUP, "--expect", "300", "--timeout", "150", "--linger", "3"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "HOME": str(home)},
-        )  # fmt: skip
+        consumer = spawn_consumer(tmp_path, ns.addr)
         events: list[dict] = []
 
         def pump() -> None:
@@ -134,7 +138,9 @@ async def test_cpp_consumer_reads_from_slave_while_master_is_down(tmp_path, proc
             assert received("a-") == {f"a-body-{i}" for i in range(200)}
 
             # the master returns on its port and store; new messages reach the same consumer
-            master = procs.broker("master", brokerId=0, brokerRole="SYNC_MASTER", port=master.port, **props)
+            master = procs.broker(
+                "master", brokerId=0, brokerRole="SYNC_MASTER", port=master.port, **props
+            )
             await wait_route(client, ns.addr, {0, 1})
             await trio.to_thread.run_sync(produce, tmp_path, ns.addr, 100, "b-")
             with trio.fail_after(90):
