@@ -424,11 +424,36 @@ class Channel:
     ) -> None:
         decoder = FrameDecoder(self._max_frame_length)
         receive = self._stream.receive_some
+        fd = self._fd
+        # True when this task was scheduled since the last chunk it processed.
+        waited = True
         while True:
-            try:
-                data = await receive(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
+            if fd is None:
+                try:
+                    data = await receive(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+            else:
+                # TCP: read the socket directly and wait for readability only when it is empty.
+                # A request that arrives while we wait is served without the extra scheduling
+                # pass trio's receive_some makes after every read; when data is already there
+                # we still yield once per chunk, so a busy connection cannot starve the others.
+                try:
+                    data = os.read(fd, RECEIVE_SIZE)
+                except BlockingIOError:
+                    try:
+                        await trio.lowlevel.wait_readable(fd)
+                    except trio.ClosedResourceError:
+                        data = b""
+                    else:
+                        waited = True
+                        continue
+                except OSError:
+                    data = b""
+                else:
+                    if not waited:
+                        await trio.lowlevel.checkpoint()
+                    waited = False
             if not data:
                 # EOF: nothing will answer our requests any more; let the peer's requests finish.
                 self._eof = True

@@ -43,13 +43,19 @@ _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _SHORT = struct.Struct(">h")
 
 _LANG_BY_VALUE = {lc.value: lc.name for lc in LanguageCode}
+# One encoder/decoder for every header: json.dumps/loads with non-default options build a new
+# JSONEncoder per call, and loads(bytes) detects the encoding in Python first.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_DECODE = json.JSONDecoder().decode
+# The C string escaper json.dumps(ensure_ascii=False) uses: a quoted JSON string.
+_escape = json.encoder.encode_basestring
 _SERIALIZE_NAME = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
 
 
 # --- encoding ----------------------------------------------------------------------------------
 
 
-def encode_json_header(cmd: RemotingCommand) -> bytes:
+def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
     header: dict[str, Any] = {
         "code": cmd.code,
         "extFields": cmd.ext_fields if cmd.ext_fields is not None else {},
@@ -61,7 +67,44 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_ENCODER.encode(header).encode("utf-8")
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header, byte for byte what ``json.dumps`` of the header dict would give.
+
+    Every request and response goes through here, so the usual shape (int fields, str
+    language/remark, str -> str extFields) is formatted directly with the C string escaper;
+    anything else takes the generic ``json`` path.
+    """
+    code, flag, opaque, version = cmd.code, cmd.flag, cmd.opaque, cmd.version
+    language, remark = cmd.language, cmd.remark
+    if not (
+        type(code) is int
+        and type(flag) is int
+        and type(opaque) is int
+        and type(version) is int
+        and type(language) is str
+        and (remark is None or type(remark) is str)
+    ):
+        return _encode_json_header_generic(cmd)
+    ext = cmd.ext_fields
+    if ext:
+        esc = _escape
+        items = []
+        for k, v in ext.items():
+            if type(v) is not str or type(k) is not str:
+                return _encode_json_header_generic(cmd)
+            items.append(f"{esc(k)}:{esc(v)}")
+        ext_json = "{" + ",".join(items) + "}"
+    else:
+        ext_json = "{}"
+    stype = "ROCKETMQ" if cmd.serialize_type == SerializeType.ROCKETMQ else "JSON"
+    tail = "}" if remark is None else f',"remark":{_escape(remark)}}}'
+    return (
+        f'{{"code":{code},"extFields":{ext_json},"flag":{flag},"language":{_escape(language)},'
+        f'"opaque":{opaque},"serializeTypeCurrentRPC":"{stype}","version":{version}{tail}'
+    ).encode()
 
 
 def encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -136,6 +179,11 @@ def _ext_to_str(ext: Any) -> dict[str, str]:
         return {}
     if not isinstance(ext, dict):
         raise FrameDecodeError(f"extFields is not an object: {type(ext).__name__}")
+    for v in ext.values():
+        if type(v) is not str:
+            break
+    else:
+        return ext  # Java clients send strings only: nothing to convert
     out: dict[str, str] = {}
     for k, v in ext.items():
         if v is None:
@@ -147,14 +195,23 @@ def _ext_to_str(ext: Any) -> dict[str, str]:
     return out
 
 
-def decode_json_header(data: bytes) -> RemotingCommand:
+def _load_json(data: bytes | memoryview) -> Any:
     try:
-        obj = json.loads(data)
+        return _JSON_DECODE(str(data, "utf-8"))
+    except (ValueError, RecursionError):
+        pass
+    data = bytes(data)
+    try:
+        return json.loads(data)  # other encodings (json detects UTF-16/32)
     except (ValueError, RecursionError):
         try:
-            obj = serde.loads(data)
+            return serde.loads(data)  # fastjson's relaxed syntax
         except ValueError as exc:
             raise FrameDecodeError(f"bad JSON header: {exc}") from None
+
+
+def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    obj = _load_json(data)
     if not isinstance(obj, dict):
         raise FrameDecodeError("JSON header is not an object")
     try:
@@ -162,22 +219,24 @@ def decode_json_header(data: bytes) -> RemotingCommand:
         if isinstance(code, bool) or not isinstance(code, int | str):
             raise TypeError("code")
         language = obj.get("language", "JAVA")
-        if isinstance(language, int) and not isinstance(language, bool):
-            language = _LANG_BY_VALUE.get(language, "OTHER")
-        elif not isinstance(language, str):
-            raise TypeError("language")
+        if type(language) is not str:
+            if isinstance(language, int) and not isinstance(language, bool):
+                language = _LANG_BY_VALUE.get(language, "OTHER")
+            elif not isinstance(language, str):
+                raise TypeError("language")
         remark = obj.get("remark")
         if remark is not None and not isinstance(remark, str):
             remark = stringify(remark)
         return RemotingCommand(
-            code=int(code),
-            language=language,
-            version=int(obj.get("version") or 0),
-            opaque=int(obj.get("opaque") or 0),
-            flag=int(obj.get("flag") or 0),
-            remark=remark,
-            ext_fields=_ext_to_str(obj.get("extFields")),
-            serialize_type=SerializeType.JSON,
+            int(code),
+            language,
+            int(obj.get("version") or 0),
+            int(obj.get("opaque") or 0),
+            int(obj.get("flag") or 0),
+            remark,
+            _ext_to_str(obj.get("extFields")),
+            b"",
+            SerializeType.JSON,
         )
     except KeyError:
         raise FrameDecodeError("JSON header has no code") from None
@@ -244,11 +303,10 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
         raise FrameDecodeError(
             f"header length {header_len} exceeds the frame ({len(frame) - 4} bytes)"
         )
-    header = bytes(frame[4 : 4 + header_len])
     if stype == SerializeType.JSON:
-        cmd = decode_json_header(header)
+        cmd = decode_json_header(frame[4 : 4 + header_len])
     elif stype == SerializeType.ROCKETMQ:
-        cmd = decode_binary_header(header)
+        cmd = decode_binary_header(bytes(frame[4 : 4 + header_len]))
     else:
         raise FrameDecodeError(f"unknown serialize type {stype}")
     cmd.body = bytes(frame[4 + header_len :])

@@ -240,3 +240,43 @@ def test_list_and_memoryview_bodies_encode_back_to_back():
     assert out.body == b"234xyZ"
     prefix = codec.encode_header_and_prefix(cmd, cmd.body_length)
     assert encode(cmd) == prefix + b"234xyZ"
+
+
+def _dumps_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header as json.dumps writes it (the reference for the fast formatter)."""
+    header = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields if cmd.ext_fields is not None else {},
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+odd_values = st.text(max_size=20) | st.integers() | st.booleans()
+
+
+@given(
+    commands(serialize_type=SerializeType.JSON),
+    st.dictionaries(st.text(max_size=10), odd_values, max_size=5),
+)
+def test_json_header_is_byte_for_byte_json_dumps(cmd, ext):
+    # the common shape (str values) takes the fast formatter, the rest the generic path
+    assert codec.encode_json_header(cmd) == _dumps_header(cmd)
+    cmd.ext_fields = ext
+    assert codec.encode_json_header(cmd) == _dumps_header(cmd)
+    cmd.ext_fields = None
+    assert codec.encode_json_header(cmd) == _dumps_header(cmd)
+
+
+def test_json_header_in_utf16_and_control_characters():
+    header = json.dumps({"code": 10, "opaque": 3, "extFields": {"k": "v\u00e9\n\u2028"}})
+    cmd = FrameDecoder().feed(_frame(header.encode("utf-16")))[0]
+    assert cmd.code == 10 and cmd.opaque == 3 and cmd.ext_fields == {"k": "v\u00e9\n\u2028"}
+    again = FrameDecoder().feed(encode(cmd))[0]
+    assert again.ext_fields == {"k": "v\u00e9\n\u2028"}
