@@ -45,6 +45,8 @@ from broker.topic_config import (
 )
 from common.errors import RequestError
 from common.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     MessageConst,
     MessageExtBrokerInner,
     RecordDecodeError,
@@ -54,7 +56,7 @@ from common.message import (
 )
 from common.model import PermName
 from common.remoting.codes import RequestCode, ResponseCode
-from common.remoting.command import RemotingCommand
+from common.remoting.command import RESPONSE_FLAG, RemotingCommand
 
 if TYPE_CHECKING:
     from broker.service import BrokerController
@@ -124,11 +126,40 @@ def send_header(req: RemotingCommand) -> dict[str, str]:
         RequestCode.SEND_REPLY_MESSAGE_V2,
     ) or ("b" in ext and "topic" not in ext):
         out = dict(ext)
-        for short, long in V2_NAMES.items():
-            if short in ext:
-                out[long] = ext[short]
+        out.update({V2_NAMES[k]: v for k, v in ext.items() if k in V2_NAMES})
         return out
     return ext
+
+
+def _stored_properties(raw: str, props: dict[str, str], cluster: str) -> str | None:
+    """The stored properties string built by splicing the request's own string, or None.
+
+    Same result as encoding ``props`` + CLUSTER without WAIT (the generic path), provided the
+    request's string is canonical: ``len(props)`` segments, one \\x01 each, no duplicate keys
+    (then encoding ``props`` gives ``raw`` back), and no CLUSTER in it yet.
+    """
+    n = len(props)
+    if (
+        raw.count(PROPERTY_SEPARATOR) != max(n - 1, 0)
+        or raw.count(NAME_VALUE_SEPARATOR) != n
+        or MessageConst.CLUSTER in props
+        or NAME_VALUE_SEPARATOR in cluster
+        or PROPERTY_SEPARATOR in cluster
+    ):
+        return None
+    wait = props.get(MessageConst.WAIT)
+    if wait is not None:
+        seg = MessageConst.WAIT + NAME_VALUE_SEPARATOR + wait
+        if raw == seg:
+            raw = ""
+        elif raw.startswith(seg + PROPERTY_SEPARATOR):
+            raw = raw[len(seg) + 1 :]
+        elif raw.endswith(PROPERTY_SEPARATOR + seg):
+            raw = raw[: -len(seg) - 1]
+        else:
+            raw = raw.replace(PROPERTY_SEPARATOR + seg + PROPERTY_SEPARATOR, PROPERTY_SEPARATOR, 1)
+    tail = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR + cluster
+    return raw + PROPERTY_SEPARATOR + tail if raw else tail
 
 
 def _h_int(h: dict[str, str], name: str, default: Any = None) -> int:
@@ -150,9 +181,17 @@ def _h_bool(h: dict[str, str], name: str) -> bool:
     return v is not None and v.lower() in ("true", "1")
 
 
+# Bound of the per-processor caches below (cleared when reached).
+_CACHE_MAX = 4096
+
+
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        # Topic names that passed validate_topic (a pure check of the name).
+        self._valid_topics: set[str] = set()
+        # remote_addr -> (ip, port) of the producer (bornHost), parsed once per connection.
+        self._born_hosts: dict[str, tuple[str, int]] = {}
 
     def register(self, dispatcher: Any) -> None:
         for code in (
@@ -176,9 +215,13 @@ class SendMessageProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden",
             )
-        why = validate_topic(topic)
-        if why is not None:
-            raise RequestError(ResponseCode.SYSTEM_ERROR, why)
+        if topic not in self._valid_topics:
+            why = validate_topic(topic)
+            if why is not None:
+                raise RequestError(ResponseCode.SYSTEM_ERROR, why)
+            if len(self._valid_topics) >= _CACHE_MAX:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         if topic == SCHEDULE_TOPIC:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
@@ -261,10 +304,20 @@ class SendMessageProcessor:
             properties=props,
             sys_flag=_h_int(h, "sysFlag", 0),
             born_timestamp=_h_int(h, "bornTimestamp", 0),
-            born_host=b.peer_host(channel),
+            born_host=self._born_host(channel),
             store_host=b.store_host,
             reconsume_times=_h_int(h, "reconsumeTimes", 0),
         )
+
+    def _born_host(self, channel: Any) -> tuple[str, int]:
+        addr = getattr(channel, "remote_addr", "") or ""
+        host = self._born_hosts.get(addr)
+        if host is None:
+            host = self.broker.peer_host(channel)
+            if len(self._born_hosts) >= _CACHE_MAX:
+                self._born_hosts.clear()
+            self._born_hosts[addr] = host
+        return host
 
     @staticmethod
     def _strip_wait(msg: MessageExtBrokerInner) -> None:
@@ -300,16 +353,23 @@ class SendMessageProcessor:
             )
         if _h_bool(h, "batch"):
             return self._send_batch(req, h, channel, topic, queue_id, body)
-        props = decode_properties(h.get("properties") or "")
+        raw_props = h.get("properties") or ""
+        props = decode_properties(raw_props)
         if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
             return self._response(
                 req,
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden",
             )
+        stored = None
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
+            stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
         msg = self._inner(h, channel, topic, queue_id, body, props, _h_int(h, "flag", 0))
-        self._retry_or_dlq(req, h, msg)
-        self._strip_wait(msg)
+        if stored is None:
+            self._retry_or_dlq(req, h, msg)
+            self._strip_wait(msg)
+        else:
+            msg.properties_string = stored
         return self._answer_append(req, b.store.append_message(msg), msg.queue_id)
 
     def _send_batch(self, req, h, channel, topic, queue_id, body) -> Any:
@@ -357,18 +417,27 @@ class SendMessageProcessor:
         code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
         if result.remark and code != ResponseCode.SUCCESS:
             remark = f"{remark} ({result.remark})" if remark else result.remark
-        ext: dict[str, Any] = {
-            "MSG_REGION": b.config.region_id,
+        ext = {
+            "MSG_REGION": str(b.config.region_id),
             "TRACE_ON": "true" if b.config.trace_on else "false",
         }
-        if result.append is not None:
-            ext["msgId"] = result.append.msg_id
-            ext["queueId"] = queue_id_hint
-            ext["queueOffset"] = result.append.logics_offset
-            b.stats.put_count += result.append.msg_num
+        append = result.append
+        if append is not None:
+            ext["msgId"] = str(append.msg_id)
+            ext["queueId"] = str(queue_id_hint)
+            ext["queueOffset"] = str(append.logics_offset)
+            b.stats.put_count += append.msg_num
         else:
             b.stats.put_failed += 1
-        return req.response(code, remark, ext)
+        # req.response() without stringify_fields: every value is a str already
+        return RemotingCommand(
+            code=int(code),
+            opaque=req.opaque,
+            flag=RESPONSE_FLAG,
+            remark=remark,
+            ext_fields=ext,
+            serialize_type=req.serialize_type,
+        )
 
     # --- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
     async def process_send_back(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
