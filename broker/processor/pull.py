@@ -19,6 +19,11 @@ arrives or the suspend time (capped by ``max_pull_suspend``; ``short_polling_tim
 polling is off) runs out, then runs the pull once more without permission to park, and that
 second answer goes back.  The offset commit happens in the first pass only, like Java.
 
+PULL_MESSAGE is registered *inline*: the first pass runs synchronously in the connection's read
+loop (no task, no scheduling for a pull that finds messages or answers at once); only a parked
+pull hands the read loop an awaitable (wait for the arrival, then the second pass), which a task
+runs.  The waiter is registered in the first pass itself, so no arrival can slip in between.
+
 The body is the list of record buffers the store returned; the remoting layer writes them back
 to back without joining them.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.processor.pull_hold import ParkedPull
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.errors import RequestError
@@ -52,6 +58,16 @@ class PullSysFlag:
 MASTER_ID = 0
 
 
+class _Parked:
+    """First-pass outcome of a pull that waits for an arrival (its waiter is registered)."""
+
+    __slots__ = ("parked", "timeout")
+
+    def __init__(self, parked: ParkedPull, timeout: float) -> None:
+        self.parked = parked
+        self.timeout = timeout
+
+
 def _status_code(status: GetMessageStatus, request_offset: int) -> int:
     if status is GetMessageStatus.FOUND:
         return ResponseCode.SUCCESS
@@ -72,14 +88,33 @@ class PullMessageProcessor:
         self.broker = broker
 
     def register(self, dispatcher: Any) -> None:
-        dispatcher.register(RequestCode.PULL_MESSAGE, self.process)
+        dispatcher.register(RequestCode.PULL_MESSAGE, self.pull_inline, inline=True)
 
     async def process(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
-        return await self._process(req, channel, allow_suspend=True)
+        """The awaitable form of :meth:`pull_inline` (for callers outside a read loop)."""
+        result = self.pull_inline(req, channel)
+        if isinstance(result, RemotingCommand):
+            return result
+        return await result
 
-    async def _process(
-        self, req: RemotingCommand, channel: Any, *, allow_suspend: bool
+    def pull_inline(self, req: RemotingCommand, channel: Any) -> Any:
+        """First pass now: the response, or an awaitable of it when the pull was parked."""
+        result = self._process(req, channel, allow_suspend=True)
+        if type(result) is _Parked:
+            return self._after_park(req, channel, result)
+        return result
+
+    async def _after_park(
+        self, req: RemotingCommand, channel: Any, parked: _Parked
     ) -> RemotingCommand:
+        await self.broker.pull_hold.wait_parked(parked.parked, parked.timeout)
+        result = self._process(req, channel, allow_suspend=False)
+        assert type(result) is RemotingCommand
+        return result
+
+    def _process(
+        self, req: RemotingCommand, channel: Any, *, allow_suspend: bool
+    ) -> RemotingCommand | _Parked:
         b = self.broker
         cfg = b.config
         group = req.get_str("consumerGroup")
@@ -214,9 +249,7 @@ class PullMessageProcessor:
                 timeout = min(suspend_ms / 1000.0, cfg.max_pull_suspend)
             else:
                 timeout = cfg.short_polling_time
-            await b.pull_hold.wait_for_arrival(
-                topic, queue_id, queue_offset, timeout, message_filter
-            )
-            return await self._process(req, channel, allow_suspend=False)
+            parked = b.pull_hold.park(topic, queue_id, queue_offset, message_filter)
+            return _Parked(parked, timeout)
         b.stats.get_miss += 1
         return req.response(code, result.status.name, ext)

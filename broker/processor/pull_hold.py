@@ -7,15 +7,15 @@ nothing new, RocketMQ parks the request and re-runs it when ``ReputMessageServic
 arrival for that (topic, queue) or when the timeout passes; the re-run is not allowed to park
 again, so it answers whatever it finds (usually PULL_NOT_FOUND on timeout).
 
-Here each request is already its own Trio task, so "parking" is just awaiting: the PULL handler
-calls :meth:`PullRequestHoldService.wait_for_arrival`, which registers a waiter (an Event plus
-the offset it waits beyond and the subscription filter) under the (topic, queue) key and waits
-under ``move_on_after(timeout)``.  The store's arrival listener calls
-:meth:`notify_message_arriving` synchronously after the reput task extended the consume queue;
-it sets the Event of every waiter whose offset is now behind the queue's max offset and whose
-filter accepts the arriving tags code.  No polling, no lost wake-ups: the handler registers its
-waiter in the same synchronous step in which it saw the empty queue, so an arrival between the
-check and the wait cannot slip through.
+Here "parking" is just awaiting: :meth:`PullRequestHoldService.park` registers a waiter (an
+Event plus the offset it waits beyond and the subscription filter) under the (topic, queue) key,
+synchronously, and :meth:`wait_parked` waits on it under ``move_on_after(timeout)`` and always
+unregisters it (:meth:`wait_for_arrival` does both).  The PULL handler runs inline in the
+connection's read loop, parks in the same synchronous step in which it saw the empty queue, and
+leaves the waiting to a task.  The store's arrival listener calls :meth:`notify_message_arriving`
+synchronously after the consume queue was extended; it sets the Event of every waiter whose
+offset is now behind the queue's max offset and whose filter accepts the arriving tags code.  No
+polling, no lost wake-ups: an arrival between the check and the wait finds the waiter parked.
 
 The delay-level scheduler (``broker/schedule.py``) waits on its SCHEDULE_TOPIC_XXXX queues
 through the same object.
@@ -39,6 +39,15 @@ class _Waiter:
     offset: int  # woken once the queue's max offset is > this
     message_filter: MessageFilter | None
     event: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.frozen
+class ParkedPull:
+    """A waiter registered by :meth:`PullRequestHoldService.park`."""
+
+    topic: str
+    queue_id: int
+    waiter: _Waiter
 
 
 @attrs.define(eq=False)
@@ -76,6 +85,33 @@ class PullRequestHoldService:
             for w in waiters:
                 w.event.set()
 
+    def park(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        message_filter: MessageFilter | None = None,
+    ) -> ParkedPull:
+        """Register a waiter now; the caller must then ``await wait_parked(...)`` on it."""
+        w = _Waiter(offset, message_filter)
+        self._waiters.setdefault((topic, queue_id), []).append(w)
+        return ParkedPull(topic, queue_id, w)
+
+    async def wait_parked(self, parked: ParkedPull, timeout: float) -> bool:
+        """Wait until the parked waiter is woken (True) or ``timeout`` passes; unregisters it."""
+        w = parked.waiter
+        try:
+            with trio.move_on_after(timeout if timeout >= 0 else math.inf):
+                await w.event.wait()
+        finally:
+            key = (parked.topic, parked.queue_id)
+            lst = self._waiters.get(key)
+            if lst is not None and w in lst:
+                lst.remove(w)
+                if not lst:
+                    del self._waiters[key]
+        return w.event.is_set()
+
     async def wait_for_arrival(
         self,
         topic: str,
@@ -85,16 +121,4 @@ class PullRequestHoldService:
         message_filter: MessageFilter | None = None,
     ) -> bool:
         """Wait until a matching message lands beyond ``offset``; False on timeout."""
-        key = (topic, queue_id)
-        w = _Waiter(offset, message_filter)
-        self._waiters.setdefault(key, []).append(w)
-        try:
-            with trio.move_on_after(timeout if timeout >= 0 else math.inf):
-                await w.event.wait()
-        finally:
-            lst = self._waiters.get(key)
-            if lst is not None:
-                lst.remove(w)
-                if not lst:
-                    del self._waiters[key]
-        return w.event.is_set()
+        return await self.wait_parked(self.park(topic, queue_id, offset, message_filter), timeout)

@@ -101,7 +101,12 @@ class _Waiter:
 
 
 def _nbytes(piece: Any) -> int:
-    return len(piece) if type(piece) is bytes else memoryview(piece).nbytes
+    t = type(piece)
+    if t is bytes:
+        return len(piece)
+    if t is memoryview:
+        return piece.nbytes
+    return memoryview(piece).nbytes
 
 
 def _error_response(cmd: RemotingCommand, raw: BaseException, addr: str) -> RemotingCommand:
