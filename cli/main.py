@@ -453,8 +453,67 @@ def consume(
     _run(main)
 
 
+def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:
+    """The arguments of `up` for a plain `up [--option value | --flag] ...` command line,
+    read off `up`'s own typer options; None for anything else (help, other commands, global
+    options, unknown or odd options, values typer would refuse), which typer then parses.
+
+    typer converts every parameter through pydantic, whose import costs `rmq up` ~0.1 s
+    before it can spawn the first node; this path never gets there. It accepts only what it
+    parses exactly as typer does, so errors and help are always typer's own.
+    """
+    if not argv or argv[0] != "up":
+        return None
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(up, include_extras=True)
+    kwargs: dict[str, Any] = {}
+    options: dict[str, tuple[str, Any, Any]] = {}
+    for name, param in inspect.signature(up).parameters.items():
+        base, info = typing.get_args(hints[name])[:2]
+        if base not in (int, float, str, bool, Path):
+            return None
+        kwargs[name] = param.default
+        for decl in (info.default, *info.param_decls):
+            if isinstance(decl, str) and decl.startswith("--"):
+                options[decl] = (name, base, info)
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        found = options.get(args[i])
+        if found is None:
+            return None
+        name, base, info = found
+        if base is bool:
+            kwargs[name] = True
+            i += 1
+            continue
+        if i + 1 == len(args) or args[i + 1].startswith("-"):
+            return None
+        try:
+            value = base(args[i + 1])
+        except ValueError:
+            return None
+        if info.min is not None and value < info.min or info.max is not None and value > info.max:
+            return None
+        kwargs[name] = value
+        i += 2
+    return kwargs
+
+
 def main() -> None:
     """Console-script entry point (`rmq`)."""
+    fast = fast_up_arguments(sys.argv[1:])
+    if fast is not None:
+        try:
+            up(**fast)
+        except typer.Exit as exc:
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:  # before trio.run took over the signal: what click says
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        return
     # Tests and `rmq up` children run with the repo as cwd; nothing to set up here beyond typer.
     app(prog_name=os.path.basename(sys.argv[0]) if sys.argv[0].endswith("rmq") else "rmq")
 

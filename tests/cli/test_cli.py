@@ -7,7 +7,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app, broker_properties, properties_text
+from cli.main import app, broker_properties, fast_up_arguments, properties_text
 from namesrv.config import parse_properties
 
 runner = CliRunner()
@@ -146,3 +146,36 @@ def test_broker_flags_override_the_config_file():
 def test_properties_text_round_trips_awkward_values():
     props = {"storePathRootDir": "C:\\data\\rmq", "a b": " lead", "k=v": "x:y"}
     assert parse_properties(properties_text(props)) == props
+
+
+UP_LINES = [
+    ["up"],
+    ["up", "--data-dir", "/tmp/rmq x", "--namesrv-port", "19876", "--broker-port", "20911"],
+    ["up", "--masters", "2", "--slaves", "1", "--sync-master", "--cluster", "C1"],
+    ["up", "--ready-timeout", "2.5", "--masters", "3", "--masters", "1"],  # last one wins
+    ["up", "--cluster", ""],
+]
+
+
+@pytest.mark.parametrize("argv", UP_LINES, ids=" ".join)
+def test_fast_up_arguments_are_what_typer_parses(argv):
+    import typer.main
+
+    command = typer.main.get_command(app).commands["up"]
+    with command.make_context("up", argv[1:]) as ctx:
+        expected = ctx.params
+    assert fast_up_arguments(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [], ["topic", "list"], ["-n", "h:1", "up"], ["up", "--help"], ["up", "-h"],
+        ["up", "--masters", "0"], ["up", "--slaves", "-1"], ["up", "--masters", "two"],
+        ["up", "--masters"], ["up", "--bogus", "1"], ["up", "--masters=2"],
+        ["up", "--no-sync-master"], ["up", "extra"],
+    ],
+    ids=lambda a: " ".join(a) or "empty",
+)  # fmt: skip
+def test_anything_unusual_is_left_to_typer(argv):
+    assert fast_up_arguments(argv) is None

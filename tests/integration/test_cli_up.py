@@ -156,3 +156,33 @@ def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
         proc.stderr.close()
     assert "trio" in imported and "namesrv" in imported  # the check sees real imports
     assert not imported & {"typer", "pydantic", "rich", "click"}
+
+
+def test_rmq_up_does_not_go_through_pydantic(tmp_path):
+    """`python -m cli.main up ...` parses its plain options without typer's pydantic path (a
+    busy port makes it stop with its usual one-line error before spawning anything)."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "cli.main", "up",
+             "--data-dir", str(tmp_path / "rmq"), "--namesrv-port", str(port),
+             "--broker-port", str(port + 20 if port < 60000 else 20000)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 1, proc.stderr
+    assert errors == [
+        f"error: port {port} (namesrv) is already in use; is another `rmq up` running?"
+    ]
+    assert "typer" in imported  # the check sees real imports
+    assert "pydantic" not in imported
+    assert not (tmp_path / "rmq" / "logs").exists()
