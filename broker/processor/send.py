@@ -12,7 +12,10 @@ with no task in between (Trio may start a batch of new tasks in any order), so t
 order of one producer's pipelined sends is the order in which they arrived.  When the store's
 answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
 is a ``PendingPut`` (SYNC_FLUSH flush, reput behind) the read loop gets an awaitable for the
-rest, which a task awaits while the read loop goes on reading.
+rest, which a task awaits while the read loop goes on reading.  On a SYNC_MASTER (WAIT absent or
+"true") that awaitable also waits for a slave's ack (``controller.ha.wait_for_replica``) and
+answers FLUSH_SLAVE_TIMEOUT (12) / SLAVE_NOT_AVAILABLE (11) when it does not come; the message
+stays stored either way.
 
 Header names: SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
 SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  Whether the body is a
@@ -370,7 +373,8 @@ class SendMessageProcessor:
             self._strip_wait(msg)
         else:
             msg.properties_string = stored
-        return self._answer_append(req, b.store.append_message(msg), msg.queue_id)
+        appended = b.store.append_message(msg)
+        return self._answer_append(req, appended, msg.queue_id, self._wait_replica(msg))
 
     def _send_batch(self, req, h, channel, topic, queue_id, body) -> Any:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -396,19 +400,45 @@ class SendMessageProcessor:
             m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
             self._strip_wait(m)
             msgs.append(m)
-        return self._answer_append(req, self.broker.store.append_messages(msgs), queue_id)
+        appended = self.broker.store.append_messages(msgs)
+        return self._answer_append(req, appended, queue_id, self._wait_replica(msgs[0]))
+
+    def _wait_replica(self, msg: MessageExtBrokerInner) -> bool:
+        """SYNC_MASTER: the answer waits for a slave's ack (unless WAIT=false), like Java."""
+        b = self.broker
+        return (
+            b.ha is not None
+            and getattr(b.store, "broker_role", None) == "SYNC_MASTER"
+            and msg.properties.get(MessageConst.WAIT) != "false"
+        )
 
     def _answer_append(
-        self, req: RemotingCommand, appended: PutMessageResult | PendingPut, queue_id: int
+        self,
+        req: RemotingCommand,
+        appended: PutMessageResult | PendingPut,
+        queue_id: int,
+        wait_replica: bool = False,
     ) -> Any:
-        if type(appended) is PendingPut:
-            return self._answer_pending(req, appended, queue_id)
+        if type(appended) is PendingPut or (wait_replica and appended.ok):
+            return self._answer_later(req, appended, queue_id, wait_replica)
         return self._answer_put(req, appended, queue_id)
 
-    async def _answer_pending(
-        self, req: RemotingCommand, pending: PendingPut, queue_id: int
+    async def _answer_later(
+        self,
+        req: RemotingCommand,
+        appended: PutMessageResult | PendingPut,
+        queue_id: int,
+        wait_replica: bool,
     ) -> RemotingCommand:
-        return self._answer_put(req, await pending.wait(), queue_id)
+        """Flush wait (SYNC_FLUSH, in the store's PendingPut), then the replica wait."""
+        result = await appended.wait() if type(appended) is PendingPut else appended
+        if wait_replica and result.append is not None:
+            append = result.append
+            status = await self.broker.ha.wait_for_replica(append.wrote_offset + append.wrote_bytes)
+            # Java: a failed replica wait overrides the flush outcome; the message stays stored
+            if status is not PutMessageStatus.PUT_OK:
+                result = PutMessageResult(status, append)
+        return self._answer_put(req, result, queue_id)
 
     def _answer_put(
         self, req: RemotingCommand, result: PutMessageResult, queue_id_hint: int

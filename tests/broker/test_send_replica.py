@@ -1,0 +1,94 @@
+"""SYNC_MASTER sends: the answer waits for the replica (controller.ha.wait_for_replica)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from broker.processor.send import SendMessageProcessor
+from broker.service import BrokerController
+from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
+from common.message import encode_properties
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+
+class FakeChannel:
+    remote_addr = "127.0.0.1:40000"
+    closed = False
+    attrs: dict = {}
+
+
+class FakeHA:
+    def __init__(self, status: PutMessageStatus) -> None:
+        self.status = status
+        self.asked: list[int] = []
+
+    async def wait_for_replica(self, end_offset: int, timeout: float | None = None):
+        self.asked.append(end_offset)
+        await trio.sleep(3)
+        return self.status
+
+
+async def make_broker(nursery: trio.Nursery, tmp_path: Path, role: str) -> BrokerController:
+    cfg = BrokerConfig(listen_port=10911, store=MessageStoreConfig(store_path_root_dir=tmp_path))
+    store = await nursery.start(run_memory_store, cfg.store)
+    store.broker_role = role
+    b = BrokerController(cfg, store)
+    b.load()
+    return b
+
+
+def send_request(wait: str = "true") -> RemotingCommand:
+    ext = {
+        "a": "pg",
+        "b": "RT",
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 0,
+        "g": 1700000000000,
+        "h": 0,
+        "i": encode_properties({"UNIQ_KEY": "U1", "WAIT": wait}),
+        "j": 0,
+    }
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"body")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (PutMessageStatus.PUT_OK, ResponseCode.SUCCESS),
+        (PutMessageStatus.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT),
+        (PutMessageStatus.SLAVE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE),
+    ],
+)
+async def test_sync_master_answer_waits_for_the_replica(autojump_clock, tmp_path, status, code):
+    async with trio.open_nursery() as n:
+        b = await make_broker(n, tmp_path, "SYNC_MASTER")
+        b.ha = FakeHA(status)
+        pending = SendMessageProcessor(b).send_inline(send_request(), FakeChannel())
+        assert not isinstance(pending, RemotingCommand)  # appended now, answered later
+        assert b.store.get_max_offset_in_queue("RT", 0) == 1
+        t0 = trio.current_time()
+        resp = await pending
+        assert trio.current_time() - t0 == 3
+        assert resp.code == code
+        # whatever the replica did, the message is stored and the answer says where
+        assert resp.ext_fields["queueOffset"] == "0" and len(resp.ext_fields["msgId"]) == 32
+        assert b.ha.asked == [b.store.get_max_phy_offset()]
+        n.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("role", "wait"), [("SYNC_MASTER", "false"), ("ASYNC_MASTER", "true")])
+async def test_no_replica_wait(autojump_clock, tmp_path, role, wait):
+    async with trio.open_nursery() as n:
+        b = await make_broker(n, tmp_path, role)
+        b.ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        resp = SendMessageProcessor(b).send_inline(send_request(wait), FakeChannel())
+        assert isinstance(resp, RemotingCommand) and resp.code == ResponseCode.SUCCESS
+        assert b.ha.asked == []
+        n.cancel_scope.cancel()
