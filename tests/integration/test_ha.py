@@ -170,7 +170,10 @@ async def test_sync_master_replicates_100k_messages_byte_identical(procs):
             on_master = await pull_all(client, master.addr, topic, qid)
             on_slave = await pull_all(client, slave.addr, topic, qid)
             assert on_slave == on_master
-        assert sum(len(await pull_all(client, master.addr, topic, q)) for q in range(4)) == n
+        total = 0
+        for q in range(4):
+            total += len(await pull_all(client, master.addr, topic, q))
+        assert total == n
 
         # An empty slave started now against a master holding many files starts at the
         # beginning of the master's last file (RocketMQ's offset-0 rule) and is identical there.
@@ -210,7 +213,7 @@ async def _kill_round(procs, ns, rng, round_no: int, role: str) -> tuple[int, in
             # create the topic's queues before the clock starts
             r = await producer.send(Message(topic, b"warmup"))
             assert r.status == SendStatus.SEND_OK
-            acked[(r.message_queue.queue_id, r.queue_offset)] = b"warmup"
+            acked[(r.message_queue.queueId, r.queue_offset)] = b"warmup"
             # 1,250 batches of 16: a 20,000-message run, killed somewhere inside it
             counter = iter(range(1, 1251))
 
@@ -223,7 +226,7 @@ async def _kill_round(procs, ns, rng, round_no: int, role: str) -> tuple[int, in
                         return  # the master is gone
                     if res.status == SendStatus.SEND_OK:
                         for j, body in enumerate(bodies):
-                            acked[(res.message_queue.queue_id, res.queue_offset + j)] = body
+                            acked[(res.message_queue.queueId, res.queue_offset + j)] = body
 
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
@@ -286,7 +289,7 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
                 slave.signal(signal.SIGCONT)
             assert r.status == SendStatus.FLUSH_SLAVE_TIMEOUT
             assert 2.5 <= took <= 5.0, took
-            paused_at = (r.message_queue.queue_id, r.queue_offset)
+            paused_at = (r.message_queue.queueId, r.queue_offset)
 
             slave.stop()
 
@@ -299,7 +302,7 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
             took = trio.current_time() - t0
             assert r.status == SendStatus.SLAVE_NOT_AVAILABLE
             assert took < 1.0, took
-            alone_at = (r.message_queue.queue_id, r.queue_offset)
+            alone_at = (r.message_queue.queueId, r.queue_offset)
         # both were stored on the master
         for (qid, qoff), body in ((paused_at, b"paused"), (alone_at, b"alone")):
             stored = {o: b for o, b, _ in await pull_all(client, master.addr, topic, qid)}
