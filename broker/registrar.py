@@ -16,7 +16,9 @@ retried on its own, quickly: ``first_retry`` (0.2 s) after the failure, doubling
 period.  So a broker started together with (or before) its nameserver is routable as soon as
 the nameserver listens, not 30 s later, and a nameserver that stays down costs one cheap
 connect attempt per period after the first few seconds.  Nameservers that answered keep the
-plain period.
+plain period.  A slave that has no master yet also retries this way while the nameservers answer
+without a master address (the master has not registered yet): that answer is how it finds
+its master.
 
 Each nameserver is tried independently under its own timeout, so one dead nameserver neither
 delays nor fails the others.  A slave learns its master's address and HA address from the
@@ -106,6 +108,7 @@ class BrokerRegistrar:
             return []
         headers = self.header_fn()
         body = self.body_fn()
+        is_slave = int(headers.get("brokerId", 0)) > 0
         fields = {
             **headers,
             "compressed": False,
@@ -125,7 +128,6 @@ class BrokerRegistrar:
                     addr, f"name server {addr} refused registration: {resp.code} {resp.remark}"
                 )
                 return
-            self._retry.pop(addr, None)
             r = RegisterResult(
                 addr, resp.ext_fields.get("masterAddr"), resp.ext_fields.get("haServerAddr")
             )
@@ -135,6 +137,14 @@ class BrokerRegistrar:
             for addr in addrs:
                 nursery.start_soon(one, addr)
         self.rounds += 1
+        if is_slave and not any(r.master_addr for r in results) and self.master_addr is None:
+            # registered, but no nameserver knows the master yet (they often start together):
+            # ask again soon instead of a period later, since the answer is how we find it
+            for r in results:
+                self._failed(r.namesrv_addr, f"name server {r.namesrv_addr} knows no master yet")
+        else:
+            for r in results:
+                self._retry.pop(r.namesrv_addr, None)
         for r in results:
             if r.master_addr or r.ha_server_addr:
                 self.master_addr = r.master_addr
