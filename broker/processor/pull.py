@@ -37,7 +37,7 @@ from broker.processor.pull_hold import ParkedPull
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.errors import RequestError
-from common.model import MessageModel, PermName
+from common.model import MessageModel, PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 
@@ -147,6 +147,8 @@ class PullMessageProcessor:
         has_sub = bool(sys_flag & PullSysFlag.SUBSCRIPTION)
 
         tc = b.topic_config_manager.select_topic_config(topic)
+        if tc is None and cfg.is_slave:
+            tc = _replicated_topic_config(b.store, topic)
         if tc is None:
             raise RequestError(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -253,3 +255,19 @@ class PullMessageProcessor:
             return _Parked(parked, timeout)
         b.stats.get_miss += 1
         return req.response(code, result.status.name, ext)
+
+
+def _replicated_topic_config(store: Any, topic: str) -> TopicConfig | None:
+    """A read-only view of a topic a slave holds replicated queues of but no config for.
+
+    A topic auto-created on the master reaches the slave's CommitLog (and so its queues) at
+    once, but its config only with the next metadata sync (60 s), and never if the master dies
+    first. Java's slave answers TOPIC_NOT_EXIST until then; consumers that fail over to the
+    slave because the master is gone need exactly those messages, so the slave serves the
+    queues its store has. Nothing is persisted: the next sync from the master replaces it.
+    """
+    queues = store.topic_queues().get(topic)
+    if not queues:
+        return None
+    n = max(queues) + 1
+    return TopicConfig(topicName=topic, readQueueNums=n, writeQueueNums=n, perm=PermName.READ)
