@@ -173,7 +173,9 @@ def broker(
 
 @app.command(
     epilog=_examples(
-        "rmq up",
+        "rmq up                              # namesrv 9876, SYNC_MASTER 10911 + slave 10921",
+        "rmq up --slaves 2                   # slaves on 10921 and 10931 (brokerId 1, 2)",
+        "rmq up --slaves 0 --role ASYNC_MASTER",
         "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
         "rmq up --masters 2 --slaves 1      # broker-a/b on 10911/10921, slaves on 10931/10941",
     ),
@@ -189,18 +191,25 @@ def up(
     masters: Annotated[
         int, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...).")
     ] = 1,
-    slaves: Annotated[int, typer.Option("--slaves", min=0, help="Slaves per master.")] = 0,
+    slaves: Annotated[
+        int, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N).")
+    ] = 1,
+    role: Annotated[
+        str, typer.Option("--role", help="Masters' brokerRole: SYNC_MASTER or ASYNC_MASTER.")
+    ] = "SYNC_MASTER",
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
     sync_master: Annotated[
-        bool, typer.Option("--sync-master", help="Masters are SYNC_MASTER.")
+        bool, typer.Option("--sync-master", hidden=True, help="Same as --role SYNC_MASTER.")
     ] = False,
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for ready.")
     ] = 30.0,
 ) -> None:
-    """Run a local cluster: a nameserver and a master broker, each its own process.
+    """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
+    process.
 
-    Prints every node's address, then `ready` once all of them serve; runs until Ctrl-C or
+    Prints every node's role, brokerId and ports, then `ready` once all of them serve, every
+    broker is registered and every slave replicates from its master; runs until Ctrl-C or
     SIGTERM, then stops every node.
     """
     from cli import render
@@ -213,7 +222,7 @@ def up(
             masters=masters,
             slaves=slaves,
             cluster=cluster,
-            master_role="SYNC_MASTER" if sync_master else "ASYNC_MASTER",
+            master_role=_master_role(role, sync_master),
         )
     except PlanError as exc:
         render.error(str(exc))
@@ -247,6 +256,15 @@ def up(
     except typer.Exit:
         raise
     render.up_stopped()
+
+
+def _master_role(role: str, sync_master: bool) -> str:
+    from cli.up import PlanError
+
+    role = role.upper()
+    if sync_master and role != "SYNC_MASTER":
+        raise PlanError(f"--sync-master contradicts --role {role}")
+    return role
 
 
 # --- topics ----------------------------------------------------------------------------------
@@ -318,18 +336,37 @@ def topic_route(ctx: typer.Context, topic: str = typer.Argument(..., help="Topic
     render.topic_route(topic, _run(main))
 
 
-@app.command("cluster", epilog=_examples("rmq cluster"))
-def cluster_list(ctx: typer.Context) -> None:
-    """List clusters, brokers and their addresses."""
+@app.command(
+    "cluster",
+    epilog=_examples(
+        "rmq cluster",
+        "rmq cluster --json",
+        "rmq cluster --broker 127.0.0.1:10911   # one broker, no nameserver needed",
+    ),
+)
+def cluster_list(
+    ctx: typer.Context,
+    broker_addr: Annotated[
+        str | None, typer.Option("--broker", help="Ask only this broker (host:port).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """List brokers with their role and replication state.
+
+    Per master: push2SlaveMaxOffset and, per connected slave, its HA address, acknowledged
+    offset and lag in bytes and milliseconds. Per slave: its master's HA address, whether it
+    is connected and the offset it last reported.
+    """
     from cli import render
 
     async def main():
-        from rmq import Admin
+        from cli.status import broker_status, cluster_status
 
-        async with Admin(_namesrv(ctx)) as admin:
-            return await admin.cluster_info()
+        if broker_addr is not None:
+            return await broker_status(broker_addr)
+        return await cluster_status(_namesrv(ctx))
 
-    render.cluster_info(_run(main))
+    render.cluster_status(_run(main), as_json=as_json)
 
 
 # --- messages --------------------------------------------------------------------------------

@@ -12,16 +12,20 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from cli.status import BrokerStatus
     from cli.up import UpEvent
     from common.message import MessageExt
     from common.model import ClusterInfo, TopicRouteData
     from rmq.producer import SendResult
 
 
-def _console(stderr: bool = False):
+def _console(stderr: bool = False, min_width: int | None = None):
     from rich.console import Console
 
-    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False, soft_wrap=True)
+    console = Console(file=sys.stderr if stderr else sys.stdout, highlight=False, soft_wrap=True)
+    if min_width is not None and console.width < min_width:
+        console.width = min_width  # a pipe reports 80 columns: do not fold addresses
+    return console
 
 
 def _line(text: str) -> None:
@@ -46,10 +50,9 @@ def up_event(event: UpEvent) -> None:
         if node.kind == "namesrv":
             detail = "nameserver"
         else:
-            role = "master" if node.broker_id == 0 else f"slave {node.broker_id}"
             detail = (
-                f"{node.broker_name} {role} ({node.role}), cluster {node.cluster}, "
-                f"ha {node.ha_port}, vip {node.vip_port}"
+                f"{node.role} {node.broker_name} id {node.broker_id}, cluster {node.cluster}, "
+                f"listen {node.port}, ha {node.ha_port}, vip {node.vip_port}"
             )
         _line(f"{node.name:<14} {node.addr:<21} pid {event.pid:<7} {detail}  log {event.log_path}")
     elif event.kind == "ready":
@@ -101,6 +104,50 @@ def topic_route(topic: str, route: TopicRouteData) -> None:
     console = _console()
     console.print(brokers)
     console.print(queues)
+
+
+def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> None:
+    """Brokers with role and CommitLog offset, then one row per slave connection (lag)."""
+    if as_json:
+        import json
+
+        _line(json.dumps({"brokers": [s.to_json() for s in statuses]}, indent=2))
+        return
+    from rich.table import Table
+
+    brokers = Table(title="brokers")
+    for col in ("cluster", "broker", "id", "role", "address", "max offset", "replication"):
+        brokers.add_column(col)
+    for s in statuses:
+        if s.error:
+            repl = f"error: {s.error}"
+        elif s.broker_id == 0:
+            repl = f"push2SlaveMaxOffset {_opt(s.push2slave_max_offset)}, slaves {_opt(s.ha_connections)}"
+        else:
+            state = {True: "connected", False: "disconnected", None: "?"}[s.ha_client_connected]
+            repl = (f"master {s.ha_master_addr or '-'} {state}, "
+                    f"reported {_opt(s.ha_reported_offset)}")  # fmt: skip
+        brokers.add_row(s.cluster, s.broker_name, str(s.broker_id), s.role or "?", s.addr,
+                        _opt(s.max_offset), repl)  # fmt: skip
+    console = _console(min_width=140)
+    console.print(brokers)
+    lags = Table(title="slave connections (as each master sees them)")
+    for col in ("broker", "master", "slave (HA socket)", "acked offset", "lag bytes", "lag ms"):
+        lags.add_column(col)
+    rows = 0
+    for s in statuses:
+        for lag in s.slaves:
+            lags.add_row(s.broker_name, s.addr, lag.addr, str(lag.ack_offset),
+                         str(lag.lag_bytes), str(lag.lag_ms))  # fmt: skip
+            rows += 1
+    if rows:
+        console.print(lags)
+    else:
+        _line("no slave connections")
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def cluster_info(info: ClusterInfo) -> None:

@@ -14,9 +14,16 @@ Theory of operation:
   the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
   child stops by itself, so no orphan outlives `rmq up`. Children run in their own session,
   so a terminal Ctrl-C reaches only the supervisor, which then stops them in order.
+* The default cluster is one SYNC_MASTER (`broker-a`, brokerId 0) with one slave (brokerId 1);
+  `slaves=N` gives N slaves (brokerId 1..N, each its own port block and store directory
+  `<data-dir>/<broker>-s<i>`), `master_role` ASYNC_MASTER makes the master answer sends
+  without waiting for a slave. Slaves find their master through the nameserver (the address
+  comes back in each registration answer), as they would in a real deployment.
 * Readiness is probed over the wire, not guessed from logs: the nameserver must answer
-  GET_BROKER_CLUSTER_INFO with every planned broker registered at its planned address, and
-  every broker must answer a request on its listen port. Only then the `ready` event fires.
+  GET_BROKER_CLUSTER_INFO with every planned broker registered at its planned address, every
+  broker must answer GET_BROKER_RUNTIME_INFO on its listen port, and every master must count
+  at least as many HA connections (`haConnectionCount`) as it has planned slaves, so a
+  SYNC_MASTER can acknowledge sends the moment `ready` is printed. Only then `ready` fires.
 * A child that exits on its own is a failure of the whole cluster: the supervisor raises
   `NodeFailed` and stops the others. Shutdown (on cancellation or failure) is shielded and
   bounded: SIGTERM to slaves, then masters (so they unregister while the nameserver still
@@ -109,9 +116,9 @@ def plan_cluster(
     namesrv_port: int = NAMESRV_PORT,
     broker_port: int = BROKER_PORT,
     masters: int = 1,
-    slaves: int = 0,
+    slaves: int = 1,
     cluster: str = "DefaultCluster",
-    master_role: str = "ASYNC_MASTER",
+    master_role: str = "SYNC_MASTER",
 ) -> ClusterPlan:
     """The nodes of a local cluster: `masters` broker names, each with `slaves` slaves."""
     if masters < 1:
@@ -365,16 +372,31 @@ def registered_at(cluster_info: object, node: NodeSpec) -> bool:
     return any(str(k) == str(node.broker_id) and v == node.addr for k, v in addrs.items())
 
 
+def slaves_of(plan: ClusterPlan, master: NodeSpec) -> int:
+    """How many slaves the plan gives `master`'s broker name."""
+    return sum(1 for b in plan.brokers if b.broker_name == master.broker_name and b.broker_id != 0)
+
+
+def ha_connected(runtime_table: dict[str, str], want: int) -> bool:
+    """Whether a master's GET_BROKER_RUNTIME_INFO table counts `want` or more slave connections."""
+    try:
+        return int(runtime_table.get("haConnectionCount", "0")) >= want
+    except ValueError:
+        return False
+
+
 async def probe_cluster(
     plan: ClusterPlan, nodes: tuple[NodeSpec, ...], *, timeout: float = 1.0
 ) -> bool:
     """True once the nameserver answers, lists every broker of `nodes` at its planned
-    address, and each of those brokers answers a request itself.
+    address, each of those brokers answers GET_BROKER_RUNTIME_INFO itself, and each master
+    among them has an HA connection from every planned slave.
 
-    Reads the cluster info as plain JSON instead of through `rmq` (whose import pulls in the
+    Reads the answers as plain JSON instead of through `rmq` (whose import pulls in the
     whole client and the model classes): the probe runs while the nodes start, on the same
     CPUs, so the supervisor's own imports delay them.
     """
+    from cli.status import fetch_runtime_table
     from common.remoting.client import open_remoting_client
     from common.remoting.codes import RequestCode, ResponseCode
     from common.remoting.command import RemotingCommand
@@ -391,8 +413,7 @@ async def probe_cluster(
         if not all(registered_at(info, node) for node in brokers):
             return False
         for node in brokers:
-            # any answer proves the broker serves; the code itself does not matter
-            await remoting.invoke(
-                node.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout
-            )
+            table = await fetch_runtime_table(remoting, node.addr, timeout)
+            if node.broker_id == 0 and not ha_connected(table, slaves_of(plan, node)):
+                return False
     return True

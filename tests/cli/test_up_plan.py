@@ -7,33 +7,69 @@ from pathlib import Path
 
 import pytest
 
-from cli.up import PlanError, node_command, plan_cluster, registered_at
+from cli.up import PlanError, ha_connected, node_command, plan_cluster, registered_at, slaves_of
 
 
-def test_default_plan_is_one_namesrv_and_broker_a():
+def test_default_plan_is_a_sync_master_with_one_slave():
     plan = plan_cluster()
     assert plan.namesrv.addr == "127.0.0.1:9876"
-    [broker] = plan.brokers
-    assert (broker.name, broker.broker_id, broker.role) == ("broker-a", 0, "ASYNC_MASTER")
-    assert (broker.port, broker.ha_port, broker.vip_port) == (10911, 10912, 10909)
-    assert broker.cluster == "DefaultCluster"
+    master, slave = plan.brokers
+    assert (master.name, master.broker_id, master.role) == ("broker-a", 0, "SYNC_MASTER")
+    assert (master.port, master.ha_port, master.vip_port) == (10911, 10912, 10909)
+    assert master.cluster == "DefaultCluster"
+    assert (slave.name, slave.broker_name, slave.broker_id, slave.role) == (
+        "broker-a-s1", "broker-a", 1, "SLAVE",
+    )  # fmt: skip
+    assert (slave.port, slave.ha_port, slave.vip_port) == (10921, 10922, 10919)
+
+
+def test_n_slaves_take_the_next_blocks_with_ids_1_to_n(tmp_path: Path):
+    plan = plan_cluster(slaves=3, master_role="ASYNC_MASTER")
+    got = [(b.name, b.broker_id, b.role, b.port) for b in plan.brokers]
+    assert got == [
+        ("broker-a", 0, "ASYNC_MASTER", 10911),
+        ("broker-a-s1", 1, "SLAVE", 10921),
+        ("broker-a-s2", 2, "SLAVE", 10931),
+        ("broker-a-s3", 3, "SLAVE", 10941),
+    ]
+    # each node its own store directory under the data dir
+    dirs = [node_command(b, plan, tmp_path) for b in plan.brokers]
+    data_dirs = [cmd[cmd.index("--data-dir") + 1] for cmd in dirs]
+    assert data_dirs == [str(tmp_path / b.name) for b in plan.brokers]
+    assert len(set(data_dirs)) == 4
+    assert slaves_of(plan, plan.brokers[0]) == 3
+
+
+def test_no_slaves_is_a_lone_master():
+    plan = plan_cluster(slaves=0, master_role="ASYNC_MASTER")
+    [master] = plan.brokers
+    assert master.role == "ASYNC_MASTER" and slaves_of(plan, master) == 0
+
+
+def test_ha_readiness_needs_a_connection_per_planned_slave():
+    assert ha_connected({"haConnectionCount": "2"}, 2)
+    assert ha_connected({"haConnectionCount": "3"}, 2)
+    assert not ha_connected({"haConnectionCount": "1"}, 2)
+    assert not ha_connected({}, 1)  # a broker without HA info is not ready for slaves
+    assert ha_connected({}, 0)
+    assert not ha_connected({"haConnectionCount": "x"}, 1)
 
 
 def test_masters_take_first_blocks_then_slaves():
     plan = plan_cluster(masters=2, slaves=1)
     got = [(b.name, b.broker_name, b.broker_id, b.role, b.port) for b in plan.brokers]
     assert got == [
-        ("broker-a", "broker-a", 0, "ASYNC_MASTER", 10911),
-        ("broker-b", "broker-b", 0, "ASYNC_MASTER", 10921),
+        ("broker-a", "broker-a", 0, "SYNC_MASTER", 10911),
+        ("broker-b", "broker-b", 0, "SYNC_MASTER", 10921),
         ("broker-a-s1", "broker-a", 1, "SLAVE", 10931),
         ("broker-b-s1", "broker-b", 1, "SLAVE", 10941),
     ]
 
 
 def test_custom_ports_shift_every_block():
-    plan = plan_cluster(namesrv_port=20030, broker_port=20000, masters=3)
-    assert [b.port for b in plan.brokers] == [20000, 20010, 20020]
-    assert plan.namesrv_addr == "127.0.0.1:20030"
+    plan = plan_cluster(namesrv_port=20060, broker_port=20000, masters=3)
+    assert [b.port for b in plan.brokers] == [20000, 20010, 20020, 20030, 20040, 20050]
+    assert plan.namesrv_addr == "127.0.0.1:20060"
 
 
 @pytest.mark.parametrize(
@@ -42,10 +78,13 @@ def test_custom_ports_shift_every_block():
         {"namesrv_port": 10912},  # the broker's HA port
         {"namesrv_port": 10909},  # the broker's VIP port
         {"namesrv_port": 10921, "masters": 2},
+        {"namesrv_port": 10921},  # the default slave's listen port
+        {"namesrv_port": 10941, "slaves": 3},
         {"broker_port": 65535},  # HA port would be 65536
         {"masters": 0},
         {"slaves": -1},
         {"master_role": "SLAVE"},
+        {"master_role": "sync_master"},
     ],
 )
 def test_impossible_plans_are_rejected(kwargs):

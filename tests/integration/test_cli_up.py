@@ -1,12 +1,15 @@
 """`rmq up` end to end: real processes on free loopback ports in tmp_path.
 
-Start `rmq up` (through the suite's `local_cluster` fixture), wait for `ready`, produce and
-consume through `rmq produce` / `rmq consume` and through the Python client, then stop it
-with SIGTERM (or kill it outright) and check that no node process is left behind.
+Start `rmq up` (through the suite's `local_cluster` fixture: the default cluster, a nameserver
+plus a SYNC_MASTER and its slave), wait for `ready`, produce and consume through
+`rmq produce` / `rmq consume` and through the Python client, read a message back from the
+slave's own address, look at the replication state with `rmq cluster`, then stop it with
+SIGTERM (or kill it outright) and check that no node process is left behind.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -33,10 +36,43 @@ def rmq(cluster, *args: str, input: str | None = None, timeout: float = 30.0):
     )
 
 
-def child_pids(cluster) -> list[int]:
+def child_pids(cluster, nodes: int = 3) -> list[int]:
     pids = [int(m.group(1)) for line in cluster.lines if (m := re.search(r" pid (\d+) ", line))]
-    assert len(pids) == 2, cluster.output()
+    assert len(pids) == nodes, cluster.output()
     return pids
+
+
+def pull_from(addr: str, topic: str, queue_id: int, offset: int, *, timeout: float = 15.0):
+    """The messages one broker node (by address, master or slave) returns for one pull; retried
+    until it finds some (a slave builds its queues from replicated bytes, and learns a new
+    topic from its master's config within a few seconds)."""
+    import trio
+
+    from common.message import decode_records
+    from common.remoting.client import open_remoting_client
+    from common.remoting.codes import RequestCode, ResponseCode
+    from common.remoting.command import RemotingCommand
+
+    header = {"consumerGroup": "up-check", "topic": topic, "queueId": queue_id,
+              "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0,
+              "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}  # fmt: skip
+    # sysFlag 4: the subscription travels with the pull (no consumer heartbeat needed)
+
+    async def main():
+        codes = []
+        async with open_remoting_client() as client:
+            with trio.move_on_after(timeout):
+                while True:
+                    r = await client.invoke(
+                        addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), 5
+                    )
+                    if r.code == ResponseCode.SUCCESS:
+                        return decode_records(bytes(r.body), check_crc=True)
+                    codes.append(r.code)
+                    await trio.sleep(0.2)
+        raise AssertionError(f"{addr} found nothing for {topic}:{queue_id}@{offset}: {codes[-3:]}")
+
+    return trio.run(main)
 
 
 def alive(pid: int) -> bool:
@@ -75,10 +111,27 @@ def test_up_produce_consume_and_clean_stop(local_cluster):
     out = cluster.output()
     assert f"127.0.0.1:{cluster.namesrv_port}" in out
     assert f"127.0.0.1:{cluster.broker_port}" in out
+    slave_addr = f"127.0.0.1:{cluster.broker_port + 10}"
+    bp = cluster.broker_port
+    assert re.search(rf"SYNC_MASTER broker-a id 0, .*listen {bp}, ha {bp + 1}, vip {bp - 2}", out)
+    assert re.search(rf"broker-a-s1 +{slave_addr} .*SLAVE broker-a id 1,", out)
     pids = child_pids(cluster)
     assert all(alive(p) for p in pids)
     logs = cluster.data_dir / "logs"
-    assert (logs / "namesrv.log").exists() and (logs / "broker-a.log").exists()
+    for node in ("namesrv", "broker-a", "broker-a-s1"):
+        assert (logs / f"{node}.log").exists()
+    # each broker has its own store under the data dir
+    assert (cluster.data_dir / "broker-a" / "lock").exists()
+    assert (cluster.data_dir / "broker-a-s1" / "lock").exists()
+
+    # `ready` means the slave already replicates: the master counts its HA connection
+    r = rmq(cluster, "cluster", "--json")
+    assert r.returncode == 0, r.stderr
+    brokers = {b["broker_id"]: b for b in json.loads(r.stdout)["brokers"]}
+    assert brokers[0]["role"] == "SYNC_MASTER" and brokers[0]["ha_connections"] == 1
+    assert brokers[1]["role"] == "SLAVE" and brokers[1]["addr"] == slave_addr
+    assert brokers[1]["ha_master_addr"] == f"127.0.0.1:{cluster.broker_port + 1}"
+    assert brokers[1]["ha_client_connected"] is True
 
     # CLI: produce three messages (arguments) and two more (stdin lines)
     r = rmq(cluster, "produce", "--topic", "UpTopic", "--tags", "TagA", "one", "two", "three")
@@ -107,6 +160,22 @@ def test_up_produce_consume_and_clean_stop(local_cluster):
         res = c.pull(mq, sent.queue_offset)
     assert res.status is PullStatus.FOUND
     assert res.messages[0].body == b"from-python" and res.messages[0].uniq_key == sent.msg_id
+
+    # replication: the same message, read from the slave's own address
+    on_slave = pull_from(slave_addr, "UpTopic", sent.message_queue.queueId, sent.queue_offset)
+    assert on_slave[0].body == b"from-python" and on_slave[0].uniq_key == sent.msg_id
+    # and the master saw the slave acknowledge everything: ack == push2SlaveMaxOffset == max
+    r = rmq(cluster, "cluster", "--broker", f"127.0.0.1:{cluster.broker_port}", "--json")
+    assert r.returncode == 0, r.stderr
+    [master] = json.loads(r.stdout)["brokers"]
+    [lag] = master["slaves"]
+    assert lag["ack_offset"] == master["push2slave_max_offset"] == master["max_offset"] > 0
+    assert lag["lag_bytes"] == 0
+    r = rmq(cluster, "cluster")
+    assert r.returncode == 0 and "push2SlaveMaxOffset" in r.stdout and "SLAVE" in r.stdout
+    for node in ("broker-a", "broker-a-s1"):
+        [segment] = (cluster.data_dir / node / "commitlog").iterdir()
+        assert segment.name == "0" * 20
 
     # SIGTERM: the supervisor stops every node and exits 0
     cluster.proc.send_signal(signal.SIGTERM)
