@@ -1,15 +1,16 @@
 """A real `rmq up` cluster in a subprocess, for benchmarks: start, time `ready`, find the broker, stop.
 
-Theory of operation: `start_cluster` picks free loopback ports (the nameserver port P and a
-broker block B-2 .. B+10, each checked by binding it), spawns
-`python -m cli.main up --data-dir D --namesrv-port P --broker-port B`, and reads its stdout in
+Theory of operation: `start_cluster` picks free loopback ports (the nameserver port P and the
+broker blocks B-2 .. B+10k+1 for k extra brokers, each checked by binding it), spawns
+`python -m cli.main up --data-dir D --namesrv-port P --broker-port B [extra args]` (e.g.
+`--slaves 0 --role ASYNC_MASTER` for a lone master), and reads its stdout in
 a thread until the `ready` line. The time from spawning to that line is what a user waits for
 `rmq up` (interpreter start and imports of the supervisor included). `rmq up` prints one line
 per node with its pid; that is how we find the broker process (falling back to the
 supervisor's /proc children list). `stop_cluster` always runs (context manager): SIGTERM to the
 supervisor, SIGKILL after a bound; then any node still alive (they stop by themselves when the
 supervisor's stdin pipe closes) gets the same treatment, by pid, after checking that the pid
-still is one of our `cli.main` processes.
+still is one of our node processes (`python -m cli.node ...`, or `cli.main` for older ones).
 """
 
 from __future__ import annotations
@@ -48,13 +49,15 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def free_ports() -> tuple[int, int]:
-    """(namesrv_port, broker_port) with B-2 .. B+10 and P all bindable right now."""
+def free_ports(brokers: int = 2) -> tuple[int, int]:
+    """(namesrv_port, broker_port) with the `brokers` blocks B-2 .. B+10(brokers-1)+1 and P
+    all bindable right now."""
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    span = 10 * brokers + 10
     for _ in range(500):
-        base = rng.randrange(20000, 60000, 20)
-        broker_ports = range(base - 2, base + 11)
-        namesrv_port = base + 15
+        base = rng.randrange(20000, 60000 - span, span)
+        broker_ports = range(base - 2, base + 10 * (brokers - 1) + 2)
+        namesrv_port = base + 10 * brokers + 5
         if all(_port_free(p) for p in (*broker_ports, namesrv_port)):
             return namesrv_port, base
     raise ClusterError("no free block of loopback ports found")
@@ -78,6 +81,7 @@ class Cluster:
 
     @property
     def broker_pid(self) -> int:
+        """The master `broker-a`."""
         pid = self.node_pids.get("broker-a")
         if pid is not None:
             return pid
@@ -85,6 +89,16 @@ class Cluster:
             if " broker " in f" {_cmdline(pid)} ":
                 return pid
         raise ClusterError(f"cannot find the broker process of `rmq up` pid {self.proc.pid}")
+
+    def pid_of(self, node: str) -> int:
+        try:
+            return self.node_pids[node]
+        except KeyError:
+            raise ClusterError(f"`rmq up` printed no node {node}:\n{self.output()}") from None
+
+    def broker_addr(self, index: int = 0) -> str:
+        """Listen address of the index-th broker block (0 = broker-a, 1 = its first slave)."""
+        return f"127.0.0.1:{self.broker_port + 10 * index}"
 
     def output(self) -> str:
         return "\n".join(self.lines)
@@ -132,14 +146,20 @@ def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
 
 @contextlib.contextmanager
 def start_cluster(
-    data_dir: Path, *, ready_timeout: float = 30.0, env: dict[str, str] | None = None
+    data_dir: Path,
+    *args: str,
+    ready_timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+    brokers: int = 2,
 ) -> Iterator[Cluster]:
-    namesrv_port, broker_port = free_ports()
+    """`rmq up [args]` with `brokers` broker nodes in all (the default cluster has 2)."""
+    namesrv_port, broker_port = free_ports(brokers)
     cmd = [
         sys.executable, "-m", "cli.main", "up",
         "--data-dir", str(data_dir),
         "--namesrv-port", str(namesrv_port),
         "--broker-port", str(broker_port),
+        *args,
     ]  # fmt: skip
     lines: queue.Queue[str | None] = queue.Queue()
     t0 = time.perf_counter()
@@ -205,14 +225,21 @@ def stop_cluster(cluster: Cluster, *, grace: float = 15.0) -> None:
             proc.wait(timeout=5)
     for pid in nodes.values():
         # only processes this harness started (through `rmq up`), and only if still them
-        if not _pid_alive(pid) or "cli.main" not in _cmdline(pid):
+        if not _pid_alive(pid) or not is_node_process(pid):
             continue
         _signal(pid, signal.SIGTERM)
         end = time.monotonic() + 5
         while _pid_alive(pid) and time.monotonic() < end:
             time.sleep(0.05)
-        if _pid_alive(pid) and "cli.main" in _cmdline(pid):
+        if _pid_alive(pid) and is_node_process(pid):
             _signal(pid, signal.SIGKILL)
+
+
+def is_node_process(pid: int) -> bool:
+    """Whether `pid` still runs one of our nodes: `rmq up` spawns `python -m cli.node ...`
+    (older versions spawned `python -m cli.main ...`)."""
+    cmd = _cmdline(pid)
+    return "-m cli.node " in cmd or "-m cli.main " in cmd
 
 
 def cpu_seconds(pid: int) -> float:

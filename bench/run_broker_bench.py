@@ -4,7 +4,9 @@
     .venv/bin/python bench/run_broker_bench.py --runs 1 --profile broker,client --scenario pull
 
 Theory of operation: every run starts a fresh cluster (new data dir, free ports) with
-`python -m cli.main up` and times the `ready` line (the `rmq up` measurement), then runs the
+`python -m cli.main up --slaves 0 --role ASYNC_MASTER` (one broker alone: `rmq up` now starts
+a SYNC_MASTER with a slave by default, which `bench/run_ha_bench.py` measures) and times the
+`ready` line (the `rmq up` measurement), then runs the
 scenarios below against it from this process, each in its own `trio.run` with its own client
 and a short warm-up (connections, routes, the first mapped file) that is not timed:
 
@@ -59,6 +61,9 @@ BODY = bytes(range(256)) * 4  # 1 KiB
 assert len(BODY) == 1024
 
 SCENARIOS = ("batch", "batch-pipelined", "pipelined", "sync", "pull")
+# The issue-2 scenarios measure one broker alone (`rmq up` now defaults to SYNC_MASTER + slave;
+# bench/run_ha_bench.py measures that).
+SINGLE_BROKER = ("--slaves", "0", "--role", "ASYNC_MASTER")
 
 
 class BenchError(RuntimeError):
@@ -319,7 +324,7 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
     data_dir = Path(tempfile.mkdtemp(prefix=f"rmq-bench-{index}-"))
     out: dict = {"load_before": _loadavg()}
     try:
-        with start_cluster(data_dir) as cluster:
+        with start_cluster(data_dir, *SINGLE_BROKER, brokers=1) as cluster:
             out["up_ready_s"] = cluster.ready_seconds
             print("  " + "; ".join(f"{t:.3f} s {line.split()[0]}" for t, line in cluster.timeline))
             spawned = [t for t, line in cluster.timeline if " pid " in line]
@@ -539,8 +544,8 @@ def markdown(rows: list[dict], info: dict[str, str], command: str, sz: dict[str,
         f"Linux {info['kernel']}, Python {info['python']}, trio {info['trio']}; "
         f"commit {info['commit']}.",
         "",
-        "Setup per run: one nameserver + one ASYNC_MASTER broker (ASYNC_FLUSH, the defaults of "
-        f"`rmq up`), topic `{TOPIC}` with {sz['queues']} queues, 1 KiB bodies, the client "
+        "Setup per run: one nameserver + one ASYNC_MASTER broker (ASYNC_FLUSH; "
+        "`rmq up --slaves 0 --role ASYNC_MASTER`), topic `{TOPIC}` with {sz['queues']} queues, 1 KiB bodies, the client "
         "(`rmq.Producer` / `rmq.PullConsumer`) in the benchmark process on the same host. "
         f"Per run: batch {sz['batch_total']:,} msgs in batches of {sz['batch_size']} "
         f"(then again with {sz['batch_inflight']} batches in flight), pipelined "
