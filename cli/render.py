@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from cli.status import BrokerStatus
     from cli.up import UpEvent
     from common.message import MessageExt
-    from common.model import ClusterInfo, TopicRouteData
+    from common.model import TopicRouteData
     from rmq.producer import SendResult
 
 
@@ -148,20 +148,6 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
 
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
-
-
-def cluster_info(info: ClusterInfo) -> None:
-    from rich.table import Table
-
-    table = Table(title="clusters")
-    for col in ("cluster", "broker", "id", "address"):
-        table.add_column(col)
-    for cluster, names in sorted(info.clusterAddrTable.items()):
-        for name in sorted(names):
-            bd = info.brokerAddrTable.get(name)
-            for bid, addr in sorted(bd.brokerAddrs.items()) if bd else []:
-                table.add_row(cluster, name, str(bid), addr)
-    _console().print(table)
 
 
 # --- messages --------------------------------------------------------------------------------
