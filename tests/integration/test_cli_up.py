@@ -255,3 +255,56 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
     assert "typer" in imported  # the check sees real imports
     assert "pydantic" not in imported
     assert not (tmp_path / "rmq" / "logs").exists()
+
+
+def free_block(width: int) -> int:
+    """A base port B with B-2 .. B+width all bindable now."""
+    import random
+    import socket
+
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - width, 10)
+        try:
+            for port in range(base - 2, base + width + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port block")
+
+
+async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path):
+    """`--slaves 2 --role ASYNC_MASTER` through the real supervisor and nodes: `ready` only
+    once the master counts both HA connections; each slave has its id, port and store."""
+    import trio
+
+    from cli.status import cluster_status
+    from cli.up import plan_cluster, run_up
+
+    base = free_block(40)
+    plan = plan_cluster(namesrv_port=base + 35, broker_port=base, slaves=2,
+                        master_role="ASYNC_MASTER")  # fmt: skip
+    events = []
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(60):
+            await nursery.start(
+                lambda task_status: run_up(plan, tmp_path, report=events.append,
+                                           task_status=task_status)
+            )  # fmt: skip
+        # right at `ready`: no waiting, the replication state is already complete
+        statuses = await cluster_status(plan.namesrv_addr)
+        nursery.cancel_scope.cancel()
+    by_id = {s.broker_id: s for s in statuses}
+    assert sorted(by_id) == [0, 1, 2]
+    master = by_id[0]
+    assert master.role == "ASYNC_MASTER" and master.ha_connections == 2
+    assert len(master.slaves) == 2
+    for i in (1, 2):
+        s = by_id[i]
+        assert s.role == "SLAVE" and s.addr == f"127.0.0.1:{base + 10 * i}"
+        assert s.ha_master_addr == f"127.0.0.1:{base + 1}" and s.ha_client_connected
+        assert (tmp_path / f"broker-a-s{i}" / "lock").exists()
+    stopped = [e for e in events if e.kind == "stopped"]
+    assert len(stopped) == 4 and all(e.returncode == 0 for e in stopped)
