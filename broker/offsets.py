@@ -1,4 +1,4 @@
-"""Consumer offsets and small JSON config files (RocketMQ ``ConsumerOffsetManager``, ``ConfigManager``).
+"""Consumer offsets (RocketMQ ``ConsumerOffsetManager``).
 
 Theory of operation
 -------------------
@@ -9,22 +9,19 @@ and is written to ``<storeRoot>/config/consumerOffset.json`` every few seconds a
 by the broker service; a crash loses at most that interval, exactly as in RocketMQ (clients
 re-commit on their own 5 s cadence).
 
-``atomic_write`` is the one way config files reach the disk: write a temp file in the same
-directory, fsync it, rename it over the old one.  A reader (or a broker restarting after a
-crash) sees either the old or the new file, never a torn one.  Loading tolerates fastjson's
-unquoted integer keys so files written by a Java broker can be read.
+Reading and atomically writing the file is :class:`broker.config_manager.DirtyConfigManager`'s
+job (``atomic_write``, ``read_json_file`` and ``config_dir`` are re-exported here for callers).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import attrs
 
+from broker.config_manager import DirtyConfigManager, atomic_write, config_dir, read_json_file
 from common import serde
 
 log = logging.getLogger(__name__)
@@ -32,37 +29,8 @@ log = logging.getLogger(__name__)
 TOPIC_GROUP_SEPARATOR = "@"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_json_file(path: Path) -> Any | None:
-    """The parsed JSON of ``path``, None if it does not exist; ValueError if it is corrupt."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    if not data.strip():
-        return None
-    try:
-        return serde.loads(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
-
-
-def config_dir(store_root: str | os.PathLike[str]) -> Path:
-    return Path(store_root) / "config"
-
-
 @attrs.define(eq=False)
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(DirtyConfigManager):
     # "topic@group" -> {queueId: next offset}; offsets are >= 0 (negative commits are ignored)
     _table: dict[str, dict[int, int]] = attrs.field(factory=dict)
     # set when the table changed since the last persist (skip rewriting an unchanged file)
@@ -143,17 +111,8 @@ class ConsumerOffsetManager:
             table[str(k)] = {int(q): int(o) for q, o in queues.items()}
         return table
 
-    def load(self, path: Path) -> None:
-        obj = read_json_file(path)
-        if obj is None:
-            return
+    def _load_obj(self, obj: Any) -> None:
         self._table = self.parse_table(obj)
-        self._dirty = False
 
-    def persist(self, path: Path, *, force: bool = False) -> bool:
-        """Write the file if anything changed (or ``force``); True when it was written."""
-        if not (self._dirty or force):
-            return False
-        atomic_write(path, self.encode())
-        self._dirty = False
-        return True
+
+__all__ = ["ConsumerOffsetManager", "atomic_write", "config_dir", "read_json_file"]

@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 import trio.lowlevel
 
-from broker.offsets import atomic_write, read_json_file
+from broker.config_manager import DirtyConfigManager
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.store.config import parse_delay_levels as _parse_levels
 from broker.store.results import GetMessageStatus, PutMessageStatus
@@ -100,7 +99,7 @@ def trio_wall_clock_ms() -> Callable[[], int]:
 
 
 @attrs.define(eq=False)
-class ScheduleMessageService:
+class ScheduleMessageService(DirtyConfigManager):
     store: Any
     hold: PullRequestHoldService
     levels: dict[int, int] = attrs.field(factory=lambda: parse_delay_levels(DEFAULT_DELAY_LEVELS))
@@ -130,25 +129,14 @@ class ScheduleMessageService:
         return serde.dumps(self.to_wire())
 
     def decode(self, data: bytes | str) -> None:
-        obj = serde.loads(data)
+        """Slave sync: adopt the master's delay offsets (marked dirty so they get persisted)."""
+        self._load_obj(serde.loads(data))
+        self._dirty = True
+
+    def _load_obj(self, obj: Any) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable", {}), dict):
             raise ValueError('delay offsets: expected {"offsetTable": {...}}')
         self.offset_table = {int(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
-        self._dirty = True
-
-    def load(self, path: Path) -> None:
-        obj = read_json_file(path)
-        if obj is None:
-            return
-        self.decode(serde.dumps(obj))
-        self._dirty = False
-
-    def persist(self, path: Path, *, force: bool = False) -> bool:
-        if not (self._dirty or force):
-            return False
-        atomic_write(path, self.encode())
-        self._dirty = False
-        return True
 
     # --- delivery ---------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
+from typing import ClassVar
 
 import attrs
 
-from broker.offsets import atomic_write, read_json_file
-from common import serde
+from broker.config_manager import VersionedConfigManager
 from common.message import java_string_hash
 from common.model import (
     DataVersion,
@@ -107,7 +106,12 @@ class TagMessageFilter:
 
 
 @attrs.define(eq=False)
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedConfigManager):
+    """Group table; JSON, slave adoption and persistence come from VersionedConfigManager."""
+
+    wrapper_type: ClassVar[type] = SubscriptionGroupWrapper
+    table_field: ClassVar[str] = "subscriptionGroupTable"
+
     auto_create_subscription_group: bool = True
     # called after every change of the table
     on_change: Callable[[], None] | None = None
@@ -119,11 +123,6 @@ class SubscriptionGroupManager:
     def __attrs_post_init__(self) -> None:
         for g in SYSTEM_GROUPS:
             self.table[g] = SubscriptionGroupConfig(groupName=g)
-
-    def _changed(self) -> None:
-        self.data_version = self.data_version.next_version()
-        if self.on_change is not None:
-            self.on_change()
 
     def find_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created if allowed, else None."""
@@ -146,29 +145,3 @@ class SubscriptionGroupManager:
             return False
         self._changed()
         return True
-
-    def wrapper(self) -> SubscriptionGroupWrapper:
-        return SubscriptionGroupWrapper(
-            subscriptionGroupTable=dict(self.table), dataVersion=self.data_version
-        )
-
-    def encode(self) -> bytes:
-        return serde.to_json(self.wrapper())
-
-    def adopt(self, wrapper: SubscriptionGroupWrapper) -> None:
-        self.table = dict(wrapper.subscriptionGroupTable)
-        self.data_version = wrapper.dataVersion
-
-    def load(self, path: Path) -> None:
-        obj = read_json_file(path)
-        if obj is None:
-            return
-        try:
-            w = serde.converter.structure(obj, SubscriptionGroupWrapper)
-        except Exception as exc:
-            raise ValueError(f"{path}: not a SubscriptionGroupWrapper: {exc}") from exc
-        self.table.update(w.subscriptionGroupTable)
-        self.data_version = w.dataVersion
-
-    def persist(self, path: Path) -> None:
-        atomic_write(path, self.encode())

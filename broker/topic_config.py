@@ -31,12 +31,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from typing import ClassVar
 
 import attrs
 
-from broker.offsets import atomic_write, read_json_file
-from common import serde
+from broker.config_manager import VersionedConfigManager
 from common.model import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 
 log = logging.getLogger(__name__)
@@ -88,7 +87,10 @@ def is_system_topic_name(topic: str) -> bool:
 
 
 @attrs.define(eq=False)
-class TopicConfigManager:
+class TopicConfigManager(VersionedConfigManager):
+    wrapper_type: ClassVar[type] = TopicConfigSerializeWrapper
+    table_field: ClassVar[str] = "topicConfigTable"
+
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     auto_create_topic_enable: bool = True
@@ -141,12 +143,7 @@ class TopicConfigManager:
     def topic_names(self) -> list[str]:
         return list(self.table)
 
-    # --- writes -----------------------------------------------------------------------------
-    def _changed(self) -> None:
-        self.data_version = self.data_version.next_version()
-        if self.on_change is not None:
-            self.on_change()
-
+    # --- writes (JSON and persistence: VersionedConfigManager) ------------------------------
     def update_topic_config(self, tc: TopicConfig) -> TopicConfig:
         old = self.table.get(tc.topicName)
         self.table[tc.topicName] = tc
@@ -215,35 +212,6 @@ class TopicConfigManager:
         self.table[topic] = tc
         self._changed()
         return tc
-
-    # --- JSON / persistence -----------------------------------------------------------------
-    def wrapper(self) -> TopicConfigSerializeWrapper:
-        return TopicConfigSerializeWrapper(
-            topicConfigTable=dict(self.table), dataVersion=self.data_version
-        )
-
-    def encode(self) -> bytes:
-        return serde.to_json(self.wrapper())
-
-    def adopt(self, wrapper: TopicConfigSerializeWrapper) -> None:
-        """Slave sync: replace the table and adopt the master's data version."""
-        self.table = dict(wrapper.topicConfigTable)
-        self.data_version = wrapper.dataVersion
-
-    def load(self, path: Path) -> None:
-        obj = read_json_file(path)
-        if obj is None:
-            return
-        try:
-            w = serde.converter.structure(obj, TopicConfigSerializeWrapper)
-        except Exception as exc:
-            raise ValueError(f"{path}: not a TopicConfigSerializeWrapper: {exc}") from exc
-        # Stored topics override the defaults; system topics missing from the file stay.
-        self.table.update(w.topicConfigTable)
-        self.data_version = w.dataVersion
-
-    def persist(self, path: Path) -> None:
-        atomic_write(path, self.encode())
 
     def remove_many(self, topics: Iterable[str]) -> None:
         changed = False

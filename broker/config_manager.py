@@ -1,0 +1,159 @@
+"""The one way broker tables reach and leave their JSON files (RocketMQ ``ConfigManager``).
+
+Theory of operation
+-------------------
+RocketMQ has one abstract ``ConfigManager``: each table says how to ``encode`` itself and how to
+``decode`` a file's text, and the base class reads ``configFilePath`` at start (``load``) and
+rewrites it (``persist``).  Here the same split holds, so reading, error naming and atomic
+writing exist once:
+
+* :func:`atomic_write` writes a temp file in the same directory, fsyncs it and renames it over
+  the old one: a reader (or a broker restarting after a crash) sees the old or the new file,
+  never a torn one.
+* :func:`read_json_file` parses a file with the tolerant reader (fastjson's unquoted integer keys
+  included, so files written by a Java broker load); a missing or blank file means "nothing
+  stored yet".
+* :class:`ConfigManager.load` hands the parsed JSON to the table's ``_load_obj`` and turns any
+  shape error into one ``ValueError`` that names the file, so a broker refusing to start says
+  which file is bad.
+
+Two kinds of tables build on it:
+
+* :class:`VersionedConfigManager` - topic configs and subscription groups: a ``table`` and a
+  ``DataVersion`` bumped on every change, serialised as a ``*Wrapper`` object; slaves compare
+  versions and ``adopt`` the master's wrapper whole.
+* :class:`DirtyConfigManager` - consumer and delay offsets: changed many times a second, so
+  ``persist`` rewrites the file only when something changed since the last write (or ``force``).
+
+The bases carry methods only (no attrs fields), so each table keeps its own attrs fields,
+constructor order and field comments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from common import serde
+from common.model import DataVersion
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json_file(path: Path) -> Any | None:
+    """The parsed JSON of ``path``, None if it does not exist; ValueError if it is corrupt."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data.strip():
+        return None
+    try:
+        return serde.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def config_dir(store_root: str | os.PathLike[str]) -> Path:
+    return Path(store_root) / "config"
+
+
+class ConfigManager:
+    """``encode`` + ``_load_obj`` per table; ``load`` and ``persist`` written once here."""
+
+    __slots__ = ()  # subclasses are slotted attrs classes
+
+    def encode(self) -> bytes:
+        raise NotImplementedError
+
+    def _load_obj(self, obj: Any) -> None:
+        """Take over the parsed JSON of the table's file; ValueError/TypeError on a bad shape."""
+        raise NotImplementedError
+
+    def load(self, path: Path) -> None:
+        """Read ``path`` if it exists; ValueError naming ``path`` if it is not this table."""
+        obj = read_json_file(path)
+        if obj is None:
+            return
+        try:
+            self._load_obj(obj)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        self._loaded()
+
+    def _loaded(self) -> None:
+        """Called after a file was loaded (the table now equals the file)."""
+
+    def persist(self, path: Path) -> None:
+        atomic_write(path, self.encode())
+
+
+class VersionedConfigManager(ConfigManager):
+    """A ``table`` with a ``DataVersion``, stored as ``wrapper_type`` (table in ``table_field``).
+
+    Subclasses are attrs classes with fields ``table``, ``data_version`` and ``on_change``.
+    """
+
+    __slots__ = ()
+
+    wrapper_type: ClassVar[type]
+    table_field: ClassVar[str]
+    table: dict[str, Any]
+    data_version: DataVersion
+    on_change: Any
+
+    def _changed(self) -> None:
+        self.data_version = self.data_version.next_version()
+        if self.on_change is not None:
+            self.on_change()
+
+    def wrapper(self) -> Any:
+        return self.wrapper_type(
+            **{self.table_field: dict(self.table)}, dataVersion=self.data_version
+        )
+
+    def encode(self) -> bytes:
+        return serde.to_json(self.wrapper())
+
+    def adopt(self, wrapper: Any) -> None:
+        """Slave sync: replace the table and adopt the master's data version."""
+        self.table = dict(getattr(wrapper, self.table_field))
+        self.data_version = wrapper.dataVersion
+
+    def _load_obj(self, obj: Any) -> None:
+        try:
+            w = serde.converter.structure(obj, self.wrapper_type)
+        except Exception as exc:
+            raise ValueError(f"not a {self.wrapper_type.__name__}: {exc}") from exc
+        # Stored entries override the defaults; built-in entries missing from the file stay.
+        self.table.update(getattr(w, self.table_field))
+        self.data_version = w.dataVersion
+
+
+class DirtyConfigManager(ConfigManager):
+    """A table written only when it changed: subclasses set ``_dirty`` on every change."""
+
+    __slots__ = ()
+
+    _dirty: bool
+
+    def _loaded(self) -> None:
+        self._dirty = False
+
+    def persist(self, path: Path, *, force: bool = False) -> bool:  # type: ignore[override]
+        """Write the file if anything changed (or ``force``); True when it was written."""
+        if not (self._dirty or force):
+            return False
+        atomic_write(path, self.encode())
+        self._dirty = False
+        return True

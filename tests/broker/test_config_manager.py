@@ -1,0 +1,83 @@
+"""The shared ConfigManager load/persist: every table names its file on a bad shape, writes
+atomically, and the offset tables skip unchanged writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.config_manager import read_json_file
+from broker.offsets import ConsumerOffsetManager
+from broker.processor.pull_hold import PullRequestHoldService
+from broker.schedule import ScheduleMessageService
+from broker.subscription import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
+from common.model import SubscriptionGroupConfig, TopicConfig
+
+
+def _tables() -> list[object]:
+    return [
+        TopicConfigManager(),
+        SubscriptionGroupManager(),
+        ConsumerOffsetManager(),
+        ScheduleMessageService(store=None, hold=PullRequestHoldService()),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_wrong_shape_names_the_file(tmp_path: Path, index: int) -> None:
+    table = _tables()[index]
+    path = tmp_path / "t.json"
+    path.write_text('{"topicConfigTable": 5, "subscriptionGroupTable": 5, "offsetTable": 5}')
+    with pytest.raises(ValueError, match=str(path)):
+        table.load(path)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_missing_or_blank_file_loads_nothing(tmp_path: Path, index: int) -> None:
+    table = _tables()[index]
+    before = table.encode()  # type: ignore[attr-defined]
+    table.load(tmp_path / "absent.json")  # type: ignore[attr-defined]
+    (tmp_path / "blank.json").write_text("  \n")
+    table.load(tmp_path / "blank.json")  # type: ignore[attr-defined]
+    assert table.encode() == before  # type: ignore[attr-defined]
+
+
+def test_versioned_tables_roundtrip_and_adopt(tmp_path: Path) -> None:
+    tcm = TopicConfigManager()
+    tcm.update_topic_config(TopicConfig("T", 4, 4, 6))
+    path = tmp_path / "config" / "topics.json"
+    tcm.persist(path)
+    assert not (tmp_path / "config" / "topics.json.tmp").exists()
+    loaded = TopicConfigManager()
+    loaded.load(path)
+    assert loaded.table["T"] == TopicConfig("T", 4, 4, 6)
+    assert loaded.data_version == tcm.data_version
+
+    master = SubscriptionGroupManager()
+    master.update_subscription_group_config(SubscriptionGroupConfig(groupName="G"))
+    slave = SubscriptionGroupManager()
+    slave.adopt(master.wrapper())
+    assert slave.table == master.table and slave.data_version == master.data_version
+    assert slave.encode() == master.encode()
+
+
+def test_dirty_tables_write_only_when_changed(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    com = ConsumerOffsetManager()
+    assert com.persist(path) is False and not path.exists()
+    com.commit_offset("G", "T", 0, 5)
+    assert com.persist(path) is True
+    assert com.persist(path) is False
+    assert com.persist(path, force=True) is True
+    assert read_json_file(path) == {"offsetTable": {"T@G": {"0": 5}}}
+
+    sched = ScheduleMessageService(store=None, hold=PullRequestHoldService())
+    sched.decode(b'{"offsetTable": {"3": 7}}')  # slave sync marks the table dirty
+    dpath = tmp_path / "delayOffset.json"
+    assert sched.persist(dpath) is True
+    again = ScheduleMessageService(store=None, hold=PullRequestHoldService())
+    again.load(dpath)
+    assert again.offset_table == {3: 7}
+    assert again.persist(dpath) is False  # a freshly loaded table equals its file
