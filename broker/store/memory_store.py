@@ -29,11 +29,9 @@ import trio
 
 from broker.store.config import MessageStoreConfig
 from broker.store.results import (
-    AppendMessageResult,
     GetMessageResult,
     MessageFilter,
     PutMessageResult,
-    PutMessageStatus,
     QueryMessageResult,
 )
 from broker.store.store_util import (
@@ -44,25 +42,20 @@ from broker.store.store_util import (
     PARTIAL,
     DispatchRequest,
     StoreStats,
-    apply_delay,
+    StoreSteps,
     dispatch_tags_code,
-    encode_for_put,
+    group_queue_ids,
     index_keys,
     is_prepared_or_rollback,
     parse_record,
     search_offset_by_time,
     select_messages,
-    validate_put,
 )
 from common.message import (
     BLANK_MAGIC_CODE,
-    PHYSICAL_OFFSET_POSITION,
-    MessageExt,
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
-    create_offset_msg_id,
-    decode_record,
     store_timestamp_position,
 )
 
@@ -84,7 +77,7 @@ class _MemQueue:
 
 
 @attrs.define(eq=False)
-class MemoryMessageStore:
+class MemoryMessageStore(StoreSteps):
     config: MessageStoreConfig
     # commit log "files": starts[i] is the physical offset of files[i]; files are contiguous
     _starts: list[int] = attrs.Factory(list)
@@ -100,7 +93,8 @@ class MemoryMessageStore:
     _reput_from: int = 0
     _listeners: list[ArrivalListener] = attrs.Factory(list)
     _stats: StoreStats = attrs.Factory(StoreStats)
-    _last_store_ts: int = 0
+    # highest store timestamp handed out (store timestamps never go backwards)
+    last_store_timestamp: int = attrs.field(default=0, init=False)
     shutdown: bool = False
     # wall clock in ms for store timestamps; tests replace it
     clock: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
@@ -139,12 +133,6 @@ class MemoryMessageStore:
         size = self.config.mapped_file_size_commit_log
         return phys + size - phys % size
 
-    def _now_ms(self) -> int:
-        # store timestamps never go backwards within one store (by-time search relies on order)
-        ts = max(self.clock(), self._last_store_ts)
-        self._last_store_ts = ts
-        return ts
-
     def _reserve(self, length: int) -> int:
         """Physical offset where ``length`` bytes go, writing a BLANK filler if needed."""
         size = self.config.mapped_file_size_commit_log
@@ -161,12 +149,6 @@ class MemoryMessageStore:
         return self._starts[-1] + len(self._files[-1])
 
     # ------------------------------------------------------------------ put path
-
-    def _too_big(self, length: int) -> bool:
-        return (
-            length > self.config.max_message_size
-            or length + 8 > self.config.mapped_file_size_commit_log
-        )
 
     def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """Append and dispatch now (no await); always a final result here (no disk)."""
@@ -185,51 +167,18 @@ class MemoryMessageStore:
         await trio.lowlevel.checkpoint()
         return result
 
-    def _fail(self, status: PutMessageStatus, remark: str) -> PutMessageResult:
-        self._stats.put_failed += 1
-        return PutMessageResult(status, None, remark)
-
     def _put_sync(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
-        if self.shutdown:
-            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
-        if not batch and msgs:
-            apply_delay(msgs[0], self.config)
-        bad = validate_put(msgs, self.config, batch=batch, role=self.broker_role)
-        if bad is not None:
-            return self._fail(*bad)
-        store_ts = self._now_ms()
         table = self._topic_queue_table
-        buf, sizes, qoffs, next_q = encode_for_put(msgs, table, store_ts)
-        total = len(buf)
-        if self._too_big(total):
-            return self._fail(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                f"message size {total} exceeds the limit {self.config.max_message_size}",
-            )
-        phys = self._reserve(total)
-        first = phys
-        ids = []
-        pos = 0
-        for m, size in zip(msgs, sizes, strict=True):
-            _Q.pack_into(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
-            ids.append(create_offset_msg_id(m.store_host, phys))
-            phys += size
-            pos += size
-        self._files[-1] += buf
-        table.update(next_q)
-        self._stats.on_put(len(msgs), total)
+        put = self._prepare_put(msgs, table, batch=batch)
+        if type(put) is PutMessageResult:
+            return put
+        first = self._reserve(len(put.buf))
+        msg_id = self._stamp_physical_offsets(put, msgs, first)
+        self._files[-1] += put.buf
+        table.update(put.next_q)
+        result = self._put_ok(put, len(msgs), first, msg_id)
         self._dispatch_new()
-        return PutMessageResult(
-            PutMessageStatus.PUT_OK,
-            AppendMessageResult(
-                wrote_offset=first,
-                wrote_bytes=total,
-                msg_id=",".join(ids),
-                store_timestamp=store_ts,
-                logics_offset=qoffs[0],
-                msg_num=len(msgs),
-            ),
-        )
+        return result
 
     # ------------------------------------------------------------------ dispatch (reput)
 
@@ -393,17 +342,6 @@ class MemoryMessageStore:
                 return None
         return self._read(phys_offset, size)
 
-    def look_message_by_offset(
-        self, phys_offset: int, size: int | None = None
-    ) -> MessageExt | None:
-        rec = self.select_one_message_by_offset(phys_offset, size)
-        if rec is None:
-            return None
-        try:
-            return decode_record(rec)
-        except RecordDecodeError:
-            return None
-
     def query_message(
         self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
     ) -> QueryMessageResult:
@@ -448,10 +386,7 @@ class MemoryMessageStore:
     # ------------------------------------------------------------------ admin
 
     def topic_queues(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for topic, qid in self._queues:
-            out.setdefault(topic, []).append(qid)
-        return {t: sorted(q) for t, q in out.items()}
+        return group_queue_ids(self._queues)
 
     def delete_topics(self, topics) -> None:
         topics = set(topics)

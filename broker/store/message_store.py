@@ -53,7 +53,6 @@ from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
 from broker.store.index import IndexService, topic_key_hash
 from broker.store.results import (
-    AppendMessageResult,
     GetMessageResult,
     MessageFilter,
     PendingPut,
@@ -70,26 +69,20 @@ from broker.store.store_util import (
     SCHEDULE_TOPIC,
     DispatchRequest,
     StoreStats,
-    apply_delay,
-    assign_queue_offsets,
+    StoreSteps,
     dispatch_tags_code,
+    group_queue_ids,
     index_keys,
     is_prepared_or_rollback,
     parse_record,
     search_offset_by_time,
     select_messages,
-    validate_put,
 )
 from common.message import (
-    PHYSICAL_OFFSET_POSITION,
     MessageConst,
-    MessageExt,
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
-    create_offset_msg_id,
-    decode_record,
-    encode_records,
     store_timestamp_position,
     tags_code,
 )
@@ -107,7 +100,7 @@ class StoreLockedError(OSError):
     """Another store already runs on this directory."""
 
 
-class DefaultMessageStore:
+class DefaultMessageStore(StoreSteps):
     def __init__(self, config: MessageStoreConfig):
         self.config = config
         root = config.store_path_root_dir
@@ -227,78 +220,28 @@ class DefaultMessageStore:
 
     # ================================================================ put path
 
-    def _now_ms(self) -> int:
-        ts = max(self.clock(), self.last_store_timestamp)
-        self.last_store_timestamp = ts
-        return ts
-
-    def _fail(self, status: PutMessageStatus, remark: str) -> PutMessageResult:
-        self._stats.put_failed += 1
-        return PutMessageResult(status, None, remark)
-
     def _append(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
         """Synchronous part of a put: checks, encode, copy into the CommitLog."""
-        if self.shutdown:
-            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
-        if not batch and msgs:
-            apply_delay(msgs[0], self.config)
-        bad = validate_put(msgs, self.config, batch=batch, role=self.broker_role)
-        if bad is not None:
-            return self._fail(*bad)
-        store_ts = self._now_ms()
         cl = self.commit_log
-        qoffs, next_q = assign_queue_offsets(msgs, cl.topic_queue_table)
-        for m in msgs:
-            m.store_timestamp = store_ts
-        buf, sizes = encode_records(msgs, qoffs, store_ts)
-        total = len(buf)
-        if (
-            total > self.config.max_message_size
-            or total + 8 > self.config.mapped_file_size_commit_log
-        ):
-            return self._fail(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                f"message size {total} exceeds the limit {self.config.max_message_size}",
-            )
+        put = self._prepare_put(msgs, cl.topic_queue_table, batch=batch)
+        if type(put) is PutMessageResult:
+            return put
         # Dispatch inline when the reput task has nothing older left to do: the put is then
         # visible to get_message as soon as this returns, without a round trip through the task.
         caught_up = self.reput_from == cl.max_offset and not self._pending
         try:
-            phys = cl.reserve(total)
+            first = cl.reserve(len(put.buf))
         except OSError as exc:
             log.exception("cannot create a CommitLog segment")
             return self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc))
-        first = phys
-        host_id = None
-        ids = []
-        pos = 0
-        pack_phys = _Q.pack_into
-        for m, size in zip(msgs, sizes, strict=True):
-            pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
-            if m.store_host is not host_id:
-                host_id = m.store_host
-                id_prefix = create_offset_msg_id(host_id, 0)[:-16]
-            ids.append(f"{id_prefix}{phys:016X}")
-            phys += size
-            pos += size
-        cl.write(buf)
+        msg_id = self._stamp_physical_offsets(put, msgs, first)
+        cl.write(put.buf)
         if caught_up:
-            self._dispatch_put(msgs, sizes, qoffs, first, store_ts)
+            self._dispatch_put(msgs, put.sizes, put.qoffs, first, put.store_ts)
         else:
-            self._queue_dispatch(msgs, sizes, qoffs, first, store_ts)
-        cl.topic_queue_table.update(next_q)
-        self._stats.on_put(len(msgs), total)
-        return PutMessageResult(
-            PutMessageStatus.PUT_OK,
-            AppendMessageResult(
-                wrote_offset=first,
-                wrote_bytes=total,
-                msg_id=",".join(ids),
-                store_timestamp=store_ts,
-                logics_offset=qoffs[0],
-                msg_num=len(msgs),
-            ),
-        )
+            self._queue_dispatch(msgs, put.sizes, put.qoffs, first, put.store_ts)
+        cl.topic_queue_table.update(put.next_q)
+        return self._put_ok(put, len(msgs), first, msg_id)
 
     def _finish(self, result: PutMessageResult, wait_store: bool) -> PutMessageResult | PendingPut:
         """Final result if nothing is left to wait for, else a PendingPut."""
@@ -653,17 +596,6 @@ class DefaultMessageStore:
             return None
         return self.commit_log.read(phys_offset, size)
 
-    def look_message_by_offset(
-        self, phys_offset: int, size: int | None = None
-    ) -> MessageExt | None:
-        rec = self.select_one_message_by_offset(phys_offset, size)
-        if rec is None:
-            return None
-        try:
-            return decode_record(rec)
-        except RecordDecodeError:
-            return None
-
     def query_message(
         self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
     ) -> QueryMessageResult:
@@ -710,10 +642,7 @@ class DefaultMessageStore:
     # ================================================================ admin
 
     def topic_queues(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for topic, qid in self.consume_queues:
-            out.setdefault(topic, []).append(qid)
-        return {t: sorted(q) for t, q in out.items()}
+        return group_queue_ids(self.consume_queues)
 
     def delete_topics(self, topics) -> None:
         topics = set(topics)

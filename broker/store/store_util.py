@@ -15,6 +15,9 @@ hold them to RocketMQ's answers:
   scan (which never crosses a CQ file), tag filtering that skips units, and the batch limits
   (``isTheBatchFull``).  The caller supplies the CQ/CommitLog readers.
 * ``search_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime``'s "closest unit" answer.
+* ``StoreSteps``: the put steps around the CommitLog copy (shut-down/delay/validate preamble,
+  encode, size limit, PHYSICALOFFSET stamping and msgIds, the PUT_OK result), as a mixin both
+  stores inherit so the steps exist once.
 * ``StoreStats``: counters behind ``runtime_info`` (``StoreStatsService``), read on Trio's clock.
 """
 
@@ -28,17 +31,28 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from broker.store.config import MessageStoreConfig
-from broker.store.results import GetMessageResult, GetMessageStatus, MessageFilter, PutMessageStatus
+from broker.store.results import (
+    AppendMessageResult,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+)
 from common.message import (
     BLANK_MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
     MessageConst,
+    MessageExt,
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
+    create_offset_msg_id,
     decode_properties,
+    decode_record,
     encode_properties,
     encode_records,
     tags_code,
@@ -168,6 +182,122 @@ def encode_for_put(
         m.store_timestamp = store_ts
     buf, sizes = encode_records(msgs, qoffs, store_ts)
     return buf, sizes, qoffs, next_q
+
+
+class PreparedPut(NamedTuple):
+    """A put that passed every check and is encoded, not yet in the CommitLog."""
+
+    buf: bytearray  # all records, PHYSICALOFFSET still 0
+    sizes: list[int]
+    qoffs: list[int]
+    next_q: dict[tuple[str, int], int]  # topic-queue table updates, applied after the copy
+    store_ts: int
+
+
+_PHYS = struct.Struct(">q")
+
+
+class StoreSteps:
+    """Steps both stores share: the put around the CommitLog copy (``asyncPutMessage``), lookups.
+
+    A mixin: the store provides ``config``, ``shutdown``, ``broker_role``, ``clock`` (ms),
+    ``last_store_timestamp`` and ``_stats``.  Each step runs once per put; the per-message work
+    stays inside the steps' own loops.
+    """
+
+    __slots__ = ()
+
+    def _now_ms(self) -> int:
+        # store timestamps never go backwards within one store (by-time search relies on order)
+        ts = max(self.clock(), self.last_store_timestamp)
+        self.last_store_timestamp = ts
+        return ts
+
+    def _fail(self, status: PutMessageStatus, remark: str) -> PutMessageResult:
+        self._stats.put_failed += 1
+        return PutMessageResult(status, None, remark)
+
+    def _prepare_put(
+        self,
+        msgs: list[MessageExtBrokerInner],
+        table: dict[tuple[str, int], int],
+        *,
+        batch: bool,
+    ) -> PutMessageResult | PreparedPut:
+        """Checks and encoding; a failed PutMessageResult or what to copy into the CommitLog."""
+        if self.shutdown:
+            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
+        config = self.config
+        if not batch and msgs:
+            apply_delay(msgs[0], config)
+        bad = validate_put(msgs, config, batch=batch, role=self.broker_role)
+        if bad is not None:
+            return self._fail(*bad)
+        store_ts = self._now_ms()
+        buf, sizes, qoffs, next_q = encode_for_put(msgs, table, store_ts)
+        total = len(buf)
+        if total > config.max_message_size or total + 8 > config.mapped_file_size_commit_log:
+            return self._fail(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"message size {total} exceeds the limit {config.max_message_size}",
+            )
+        return PreparedPut(buf, sizes, qoffs, next_q, store_ts)
+
+    @staticmethod
+    def _stamp_physical_offsets(
+        put: PreparedPut, msgs: list[MessageExtBrokerInner], first: int
+    ) -> str:
+        """Write each record's PHYSICALOFFSET into ``put.buf``; the (comma-joined) msgId."""
+        buf = put.buf
+        phys = first
+        host_id = None
+        ids = []
+        pos = 0
+        pack_phys = _PHYS.pack_into
+        for m, size in zip(msgs, put.sizes, strict=True):
+            pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
+            if m.store_host is not host_id:
+                host_id = m.store_host
+                id_prefix = create_offset_msg_id(host_id, 0)[:-16]
+            ids.append(f"{id_prefix}{phys:016X}")
+            phys += size
+            pos += size
+        return ",".join(ids)
+
+    def _put_ok(self, put: PreparedPut, n: int, first: int, msg_id: str) -> PutMessageResult:
+        """Count the put and answer PUT_OK."""
+        total = len(put.buf)
+        self._stats.on_put(n, total)
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(
+                wrote_offset=first,
+                wrote_bytes=total,
+                msg_id=msg_id,
+                store_timestamp=put.store_ts,
+                logics_offset=put.qoffs[0],
+                msg_num=n,
+            ),
+        )
+
+    def look_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> MessageExt | None:
+        rec = self.select_one_message_by_offset(phys_offset, size)
+        if rec is None:
+            return None
+        try:
+            return decode_record(rec)
+        except RecordDecodeError:
+            return None
+
+
+def group_queue_ids(keys) -> dict[str, list[int]]:
+    """``{topic: sorted queue ids}`` of (topic, queueId) keys (``topic_queues``)."""
+    out: dict[str, list[int]] = {}
+    for topic, qid in keys:
+        out.setdefault(topic, []).append(qid)
+    return {t: sorted(q) for t, q in out.items()}
 
 
 def delay_level_of(props: dict[str, str]) -> int:
