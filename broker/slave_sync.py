@@ -29,6 +29,7 @@ answer is logged and leaves the slave's tables as they were.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -109,17 +110,37 @@ class SlaveSynchronize:
         self.rounds += 1
         return SyncReport(**done, errors=tuple(errors))
 
+    async def _sync_versioned(
+        self,
+        addr: str,
+        target: str,
+        code: int,
+        wrapper_type: type,
+        manager: Any,
+        persist: Callable[[], None],
+        what: str,
+    ) -> bool:
+        """Fetch a versioned table; adopt and persist it only when its dataVersion differs."""
+        body = await self._call(target, code)
+        wrapper = serde.from_json(body, wrapper_type)
+        if wrapper.dataVersion == manager.data_version:
+            return False
+        manager.adopt(wrapper)
+        persist()
+        log.info("slave sync: %s %s from %s", what, wrapper.dataVersion, addr)
+        return True
+
     async def sync_topic_config(self, addr: str) -> bool:
         target = vip_addr(addr) if self.vip_channel else addr
-        body = await self._call(target, RequestCode.GET_ALL_TOPIC_CONFIG)
-        wrapper = serde.from_json(body, TopicConfigSerializeWrapper)
-        tcm = self.controller.topic_config_manager
-        if wrapper.dataVersion == tcm.data_version:
-            return False
-        tcm.adopt(wrapper)
-        self.controller.persist_topics()
-        log.info("slave sync: topic config %s from %s", wrapper.dataVersion, addr)
-        return True
+        return await self._sync_versioned(
+            addr,
+            target,
+            RequestCode.GET_ALL_TOPIC_CONFIG,
+            TopicConfigSerializeWrapper,
+            self.controller.topic_config_manager,
+            self.controller.persist_topics,
+            "topic config",
+        )
 
     async def sync_consumer_offset(self, addr: str) -> bool:
         body = await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
@@ -137,15 +158,15 @@ class SlaveSynchronize:
         return True
 
     async def sync_subscription_group_config(self, addr: str) -> bool:
-        body = await self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        wrapper = serde.from_json(body, SubscriptionGroupWrapper)
-        sgm = self.controller.subscription_group_manager
-        if wrapper.dataVersion == sgm.data_version:
-            return False
-        sgm.adopt(wrapper)
-        self.controller.persist_groups()
-        log.info("slave sync: subscription groups %s from %s", wrapper.dataVersion, addr)
-        return True
+        return await self._sync_versioned(
+            addr,
+            addr,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+            SubscriptionGroupWrapper,
+            self.controller.subscription_group_manager,
+            self.controller.persist_groups,
+            "subscription groups",
+        )
 
 
 async def run_slave_sync(
