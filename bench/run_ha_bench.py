@@ -630,10 +630,18 @@ def markdown(rows, info, command, sz, runs) -> str:
                 med = {w: statistics.median(v) for w, v in vals.items()}
                 out.append(f"| {role} | {kind} | {med['master']:.1f} | {med['slave']:.1f} | "
                            f"{med['client']:.1f} |")  # fmt: skip
-    loads = [x for r in runs for x in (r.get("load_before"), r.get("load_after")) if x is not None]
+    loads = [
+        part[k]
+        for r in runs
+        for part in (r.get("SYNC_MASTER"), r.get("ASYNC_MASTER"), r.get("catchup"))
+        if part
+        for k in ("load_before", "load_after")
+        if k in part
+    ]
+    load_text = f"{min(loads):.2f} .. {max(loads):.2f}" if loads else "not recorded"
     out += [
         "",
-        f"1-minute load average around the runs: {min(loads):.2f} .. {max(loads):.2f}.",
+        f"1-minute load average around the parts of the runs: {load_text}.",
         "",
         END,
     ]
@@ -641,7 +649,7 @@ def markdown(rows, info, command, sz, runs) -> str:
 
 
 def write_doc(section: str, doc: Path = DOC) -> None:
-    text = doc.read_text()
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
@@ -663,11 +671,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-catchup", action="store_true")
     ap.add_argument("--skip-sends", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write raw results here")
+    ap.add_argument("--doc", type=Path, default=None,
+                    help="write the results section into this file instead (even with --quick)")  # fmt: skip
     ap.add_argument("--work-dir", type=Path, default=None,
                     help="where the filled master store goes (default: a temp dir, removed)")  # fmt: skip
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="no runs: write the doc section from a --json file of earlier runs")  # fmt: skip
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())
+        rows = table(raw["runs"])
+        print_table(rows)
+        doc = args.doc or DOC
+        write_doc(markdown(rows, raw["machine"], raw["command"], raw["sizes"], raw["runs"]), doc)
+        print(f"\nwrote {doc}")
+        return 0
     sz = sizes(args.quick)
     info = machine()
     print(f"machine: {info}", flush=True)
@@ -711,9 +731,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "sizes": sz, "runs": runs,
                                          "table": rows, "command": command}, indent=2))  # fmt: skip
-    if not (args.no_write or args.quick or args.skip_catchup or args.skip_sends):
-        write_doc(markdown(rows, info, command, sz, runs))
-        print(f"\nwrote {DOC}")
+    if args.doc or not (args.no_write or args.quick or args.skip_catchup or args.skip_sends):
+        doc = args.doc or DOC
+        write_doc(markdown(rows, info, command, sz, runs), doc)
+        print(f"\nwrote {doc}")
     return 0
 
 
