@@ -177,7 +177,7 @@ def broker(
         "rmq up --slaves 2                   # slaves on 10921 and 10931 (brokerId 1, 2)",
         "rmq up --slaves 0 --role ASYNC_MASTER",
         "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
-        "rmq up --masters 2 --slaves 1      # broker-a/b on 10911/10921, slaves on 10931/10941",
+        "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
     ),
 )
 def up(
