@@ -57,6 +57,11 @@ def up_event(event: UpEvent) -> None:
         _line(f"{node.name:<14} {node.addr:<21} pid {event.pid:<7} {detail}  log {event.log_path}")
     elif event.kind == "ready":
         _line("ready")
+    elif event.kind == "exited" and node is not None:
+        _line(
+            f"{node.name:<14} exited (code {event.returncode}); the other nodes keep running; "
+            f"log {event.log_path}"
+        )
     elif event.kind == "stopping":
         _line("stopping")
     elif event.kind == "stopped" and node is not None:

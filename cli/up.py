@@ -206,7 +206,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
 
 @attrs.frozen
 class UpEvent:
-    kind: str  # "spawned" | "ready" | "stopping" | "stopped"
+    kind: str  # "spawned" | "ready" | "exited" (died after ready) | "stopping" | "stopped"
     node: NodeSpec | None = None
     pid: int | None = None
     returncode: int | None = None
@@ -271,8 +271,25 @@ async def run_up(
             os.close(log_fd)  # the child holds its own copy
         child = _Child(node, process, log_path)
         children.append(child)
-        nursery.start_soon(_watch, child)
+        nursery.start_soon(watch, child)
         report(UpEvent("spawned", node, process.pid, log_path=log_path))
+
+    # True once `ready` was reported: from then on a node's death is news, not the end
+    ready = False
+
+    async def watch(child: _Child) -> None:
+        code = await child.process.wait()
+        if child.stopping:
+            return
+        if not ready:
+            tail = log_tail(child.log_path)
+            raise NodeFailed(
+                f"{child.node.name} exited with code {code}; log {child.log_path}"
+                + (f":\n{tail}" if tail else "")
+            )
+        # A running cluster outlives one node: when a master dies its slave keeps serving
+        # reads, which is what the slave is for. Report it and keep the others up.
+        report(UpEvent("exited", child.node, child.process.pid, code, child.log_path))
 
     async def wait_serving(nodes: tuple[NodeSpec, ...]) -> None:
         with trio.move_on_at(deadline) as scope:
@@ -291,6 +308,7 @@ async def run_up(
                 for node in plan.nodes:
                     await spawn(node, nursery)
                 await wait_serving(plan.nodes)
+                ready = True
                 report(UpEvent("ready"))
                 task_status.started()
                 await trio.sleep_forever()
@@ -316,16 +334,6 @@ async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec,
         if isinstance(exc, RmqError):
             return False
         raise
-
-
-async def _watch(child: _Child) -> None:
-    code = await child.process.wait()
-    if not child.stopping:
-        tail = log_tail(child.log_path)
-        raise NodeFailed(
-            f"{child.node.name} exited with code {code}; log {child.log_path}"
-            + (f":\n{tail}" if tail else "")
-        )
 
 
 async def _stop_all(children: list[_Child], timeout: float, report) -> None:

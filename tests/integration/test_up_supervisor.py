@@ -8,6 +8,7 @@ bound, readiness has a deadline, shutdown goes slaves -> masters -> nameserver.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -86,6 +87,27 @@ async def test_a_node_that_dies_fails_the_cluster_with_its_log(tmp_path: Path):
     pids = [e.pid for e in events if e.kind == "spawned"]
     assert not any(alive(p) for p in pids)
     assert not any(e.kind == "ready" for e in events)
+
+
+async def test_a_node_that_dies_after_ready_is_reported_and_the_rest_keep_running(tmp_path: Path):
+    plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
+    events: list[UpEvent] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: run_up(plan, tmp_path, report=events.append, probe=always_ready,
+                                       command_for=commands(), task_status=task_status)
+        )  # fmt: skip
+        pids = {e.node.name: e.pid for e in events if e.kind == "spawned"}
+        os.kill(pids["broker-a"], signal.SIGKILL)
+        with trio.fail_after(10):
+            while not any(e.kind == "exited" for e in events):  # noqa: ASYNC110 - a child process
+                await trio.sleep(0.05)
+        exited = [e for e in events if e.kind == "exited"]
+        assert [e.node.name for e in exited] == ["broker-a"]
+        assert exited[0].returncode == -signal.SIGKILL
+        assert alive(pids["broker-a-s1"]) and alive(pids["namesrv"])
+        nursery.cancel_scope.cancel()
+    assert not any(alive(p) for p in pids.values())
 
 
 async def test_not_ready_in_time_is_an_error(tmp_path: Path):
