@@ -151,15 +151,19 @@ class PullConsumer(ClientBase):
     # --- offsets ---------------------------------------------------------------------------
 
     async def query_offset(self, mq: MessageQueue) -> int:
-        """The group's committed offset of `mq`, or -1 when none is stored."""
-        addr = await self.client.master_addr(mq.brokerName, mq.topic)
+        """The group's committed offset of `mq`, or -1 when none is stored.
+
+        Asked of the master, or of a slave while the broker has no master (Java's
+        RemoteBrokerOffsetStore falls back the same way), so consumers keep going on failover.
+        """
+        addr = await self.client.any_addr(mq.brokerName, mq.topic)
         found = await self.client.api.query_consumer_offset(
             addr, self.group, mq, timeout=self.timeout
         )
         return -1 if found is None else found
 
     async def commit_offset(self, mq: MessageQueue, offset: int) -> None:
-        addr = await self.client.master_addr(mq.brokerName, mq.topic)
+        addr = await self.client.any_addr(mq.brokerName, mq.topic)
         await self.client.api.update_consumer_offset(
             addr, self.group, mq, offset, timeout=self.timeout
         )

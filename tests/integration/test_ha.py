@@ -307,3 +307,40 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
         for (qid, qoff), body in ((paused_at, b"paused"), (alone_at, b"alone")):
             stored = {o: b for o, b, _ in await pull_all(client, master.addr, topic, qid)}
             assert stored.get(qoff) == body
+
+
+async def test_our_pull_consumer_fails_over_to_the_slave(procs):
+    """With the master dead, `rmq.PullConsumer` finds the slave through the route and reads,
+    queries and commits offsets there (Java's offset store falls back to any node the same way)."""
+    from common.model import MessageQueue
+    from rmq import PullConsumer, PullStatus
+
+    ns, master, slave = start_pair(procs)
+    topic = "HAFailover"
+    async with open_remoting_client() as client:
+        await wait_serving(client, master)
+        await wait_serving(client, slave)
+        await wait_slave_connected(client, master)
+        async with Producer("ha-fo-pg", ns.addr) as producer:
+            sent = [await producer.send(Message(topic, b"fo-%d" % i)) for i in range(8)]
+        assert all(r.status == SendStatus.SEND_OK for r in sent)
+        master.kill()
+
+        async def master_gone() -> bool:
+            r = await client.invoke(
+                ns.addr,
+                RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}),
+            )
+            return json.loads(bytes(r.body))["brokerDatas"][0]["brokerAddrs"].keys() == {"1"}
+
+        await poll_until(master_gone)
+    async with PullConsumer("ha-fo-cg", ns.addr) as consumer:
+        got = []
+        for qid in range(4):
+            mq = MessageQueue(topic, "broker-a", qid)
+            result = await consumer.pull(mq, 0)
+            if result.status == PullStatus.FOUND:
+                got.extend(m.body for m in result.messages)
+                await consumer.commit_offset(mq, result.next_begin_offset)
+                assert await consumer.query_offset(mq) == result.next_begin_offset
+    assert sorted(got) == sorted(b"fo-%d" % i for i in range(8))
