@@ -545,7 +545,7 @@ def markdown(rows: list[dict], info: dict[str, str], command: str, sz: dict[str,
         f"commit {info['commit']}.",
         "",
         "Setup per run: one nameserver + one ASYNC_MASTER broker (ASYNC_FLUSH; "
-        "`rmq up --slaves 0 --role ASYNC_MASTER`), topic `{TOPIC}` with {sz['queues']} queues, 1 KiB bodies, the client "
+        f"`rmq up --slaves 0 --role ASYNC_MASTER`), topic `{TOPIC}` with {sz['queues']} queues, 1 KiB bodies, the client "
         "(`rmq.Producer` / `rmq.PullConsumer`) in the benchmark process on the same host. "
         f"Per run: batch {sz['batch_total']:,} msgs in batches of {sz['batch_size']} "
         f"(then again with {sz['batch_inflight']} batches in flight), pipelined "
