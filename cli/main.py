@@ -175,7 +175,8 @@ def broker(
     epilog=_examples(
         "rmq up                              # namesrv 9876, SYNC_MASTER 10911 + slave 10921",
         "rmq up --slaves 2                   # slaves on 10921 and 10931 (brokerId 1, 2)",
-        "rmq up --slaves 0 --role ASYNC_MASTER",
+        "rmq up --slaves 0                   # one ASYNC_MASTER alone",
+        "rmq up --role ASYNC_MASTER          # the master answers before the slave has it",
         "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
         "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
     ),
@@ -195,8 +196,13 @@ def up(
         int, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N).")
     ] = 1,
     role: Annotated[
-        str, typer.Option("--role", help="Masters' brokerRole: SYNC_MASTER or ASYNC_MASTER.")
-    ] = "SYNC_MASTER",
+        str,
+        typer.Option(
+            "--role",
+            help="Masters' brokerRole: SYNC_MASTER or ASYNC_MASTER; auto = SYNC_MASTER when "
+            "there are slaves, ASYNC_MASTER without (a SYNC_MASTER alone refuses every send).",
+        ),
+    ] = "auto",
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
     sync_master: Annotated[
         bool, typer.Option("--sync-master", hidden=True, help="Same as --role SYNC_MASTER.")
@@ -222,7 +228,7 @@ def up(
             masters=masters,
             slaves=slaves,
             cluster=cluster,
-            master_role=_master_role(role, sync_master),
+            master_role=master_role(role, slaves=slaves, sync_master=sync_master),
         )
     except PlanError as exc:
         render.error(str(exc))
@@ -258,10 +264,13 @@ def up(
     render.up_stopped()
 
 
-def _master_role(role: str, sync_master: bool) -> str:
+def master_role(role: str, *, slaves: int, sync_master: bool = False) -> str:
+    """The masters' brokerRole for `rmq up --role ROLE [--sync-master]` with `slaves` slaves."""
     from cli.up import PlanError
 
     role = role.upper()
+    if role == "AUTO":
+        role = "SYNC_MASTER" if sync_master or slaves > 0 else "ASYNC_MASTER"
     if sync_master and role != "SYNC_MASTER":
         raise PlanError(f"--sync-master contradicts --role {role}")
     return role

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import render
-from cli.main import app, fast_up_arguments
+from cli.main import app, fast_up_arguments, master_role
 from cli.status import (
     BrokerStatus,
     SlaveLag,
@@ -170,7 +170,24 @@ def test_up_role_errors_are_one_line(tmp_path, args, message):
 def test_up_defaults_are_sync_master_with_one_slave():
     fast = fast_up_arguments(["up"])
     assert fast is not None
-    assert (fast["role"], fast["slaves"], fast["masters"]) == ("SYNC_MASTER", 1, 1)
+    assert (fast["role"], fast["slaves"], fast["masters"]) == ("auto", 1, 1)
+    assert master_role(fast["role"], slaves=fast["slaves"]) == "SYNC_MASTER"
+
+
+@pytest.mark.parametrize(
+    ("role", "slaves", "sync_master", "expected"),
+    [
+        ("auto", 1, False, "SYNC_MASTER"),
+        ("auto", 3, False, "SYNC_MASTER"),
+        ("auto", 0, False, "ASYNC_MASTER"),  # a SYNC_MASTER alone would refuse every send
+        ("auto", 0, True, "SYNC_MASTER"),  # ... unless asked for
+        ("SYNC_MASTER", 0, False, "SYNC_MASTER"),
+        ("async_master", 1, False, "ASYNC_MASTER"),
+        ("SYNC_MASTER", 1, True, "SYNC_MASTER"),
+    ],
+)
+def test_master_role_resolution(role, slaves, sync_master, expected):
+    assert master_role(role, slaves=slaves, sync_master=sync_master) == expected
     assert fast_up_arguments(["up", "--slaves", "-1"]) is None  # typer reports it
     result = runner.invoke(app, ["up", "--slaves", "-1"])
     assert result.exit_code == 2
