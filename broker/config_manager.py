@@ -150,10 +150,28 @@ class DirtyConfigManager(ConfigManager):
     def _loaded(self) -> None:
         self._dirty = False
 
+    def take_snapshot(self, *, force: bool = False) -> bytes | None:
+        """The encoded table if it changed since the last snapshot (or ``force``), now marked
+        clean; None when there is nothing to write. Encode on the event loop (the table changes
+        under it); the bytes can then be written anywhere, e.g. in a worker thread."""
+        if not (self._dirty or force):
+            return None
+        data = self.encode()
+        self._dirty = False
+        return data
+
+    def mark_dirty(self) -> None:
+        """A snapshot was not written after all: write it next time."""
+        self._dirty = True
+
     def persist(self, path: Path, *, force: bool = False) -> bool:  # type: ignore[override]
         """Write the file if anything changed (or ``force``); True when it was written."""
-        if not (self._dirty or force):
+        data = self.take_snapshot(force=force)
+        if data is None:
             return False
-        atomic_write(path, self.encode())
-        self._dirty = False
+        try:
+            atomic_write(path, data)
+        except OSError:
+            self.mark_dirty()
+            raise
         return True

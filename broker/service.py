@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from broker.config import BrokerConfig
+from broker.config_manager import atomic_write
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from broker.ha.service import run_ha_service
 from broker.offsets import ConsumerOffsetManager, config_dir
@@ -264,7 +265,33 @@ class BrokerController:
     async def _persist_task(self) -> None:
         while True:
             await trio.sleep(self.config.flush_consumer_offset_interval)
-            self.persist_offsets()
+            await self.persist_offsets_in_thread()
+
+    async def persist_offsets_in_thread(self) -> None:
+        """The periodic offsets write: snapshot on the event loop, write + fsync in a worker
+        thread, so every connection keeps being served while the disk syncs."""
+        d = self.config_path
+        jobs = []
+        for manager, name in (
+            (self.consumer_offset_manager, "consumerOffset.json"),
+            (self.schedule_service, "delayOffset.json"),
+        ):
+            data = manager.take_snapshot()
+            if data is not None:
+                jobs.append((manager, d / name, data))
+        if not jobs:
+            return
+
+        def write_all() -> None:
+            for _, path, data in jobs:
+                atomic_write(path, data)
+
+        try:
+            await trio.to_thread.run_sync(write_all)
+        except OSError as exc:
+            for manager, _, _ in jobs:
+                manager.mark_dirty()
+            log.error("could not write offsets: %s", exc)
 
     async def _housekeeping_task(self) -> None:
         while True:

@@ -81,3 +81,22 @@ def test_dirty_tables_write_only_when_changed(tmp_path: Path) -> None:
     again.load(dpath)
     assert again.offset_table == {3: 7}
     assert again.persist(dpath) is False  # a freshly loaded table equals its file
+
+
+def test_snapshot_marks_clean_and_a_failed_write_is_retried(tmp_path: Path) -> None:
+    # The periodic offsets write encodes on the event loop and writes in a worker thread:
+    # a snapshot marks the table clean, and a write that failed must be attempted again.
+    offsets = ConsumerOffsetManager()
+    offsets.commit_offset("g", "T", 0, 5)
+    data = offsets.take_snapshot()
+    assert data is not None and b"T@g" in data
+    assert offsets.take_snapshot() is None  # nothing changed since
+    offsets.mark_dirty()
+    assert offsets.take_snapshot() == data
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the config directory should be")
+    offsets.commit_offset("g", "T", 0, 6)
+    with pytest.raises(OSError):
+        offsets.persist(blocked / "consumerOffset.json")
+    assert offsets.persist(tmp_path / "consumerOffset.json")  # still dirty, so written now
+    assert read_json_file(tmp_path / "consumerOffset.json")["offsetTable"]["T@g"] == {"0": 6}
