@@ -1,0 +1,1 @@
+"""`rmq bench` (being built; commands are added here)."""

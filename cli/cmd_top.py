@@ -1,0 +1,1 @@
+"""`rmq top` (being built; commands are added here)."""
