@@ -20,6 +20,17 @@ Theory of operation:
   message gets its own UNIQ_KEY and the result's `msg_id` joins them with commas, like Java.
 * Oneway is a single attempt with no answer; only local errors (no route, connection
   refused) can surface.
+* Ordered sends: `send(msg, selector=fn, arg=x)` asks `fn(queues, msg, x)` for the queue
+  (MessageQueueSelector); `send_orderly(msg, key)` is the hash selector
+  (SelectMessageQueueByHash: |String.hashCode(key)| mod the queue count), so one key always
+  lands on one queue while the route is unchanged. A selected send is one attempt within the
+  timeout and is never moved to another queue (that would break the order), as in Java.
+* `send` is the async send on Trio (an awaitable); `send_async(msg, on_result, on_error,
+  nursery=n)` is the callback style of Java's send(msg, SendCallback): the send runs as a task
+  of the caller's nursery, so it cannot outlive the scope that asked for it.
+* With `retry_another_broker_when_not_store_ok` (Java's retryAnotherBrokerWhenNotStoreOK,
+  default off) a stored-but-not-flushed answer (10/12/11) is sent again elsewhere while
+  attempts remain; the last answer is returned.
 * Per message the client only validates, makes the UNIQ_KEY and the properties string, and
   copies a request header prepared once per queue (`_header`): the send path is CPU-bound
   on a busy host, so nothing per message goes through a dict it does not need.
@@ -28,13 +39,15 @@ Theory of operation:
 from __future__ import annotations
 
 import enum
+import inspect
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import attrs
 import trio
 
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
+from common.message import java_string_hash
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
@@ -75,6 +88,15 @@ _STATUS_BY_CODE = {
 }
 
 
+MessageQueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
+    """SelectMessageQueueByHash: |hashCode(arg)| mod len(mqs) (String.hashCode for a str)."""
+    value = java_string_hash(arg) if isinstance(arg, str) else hash(arg)
+    return mqs[abs(value) % len(mqs)]
+
+
 @attrs.frozen
 class SendResult:
     status: SendStatus
@@ -101,6 +123,7 @@ class Producer(ClientBase):
         create_topic_key: str = "TBW102",
         max_message_size: int = MAX_MESSAGE_SIZE,
         route_max_age: float = 30.0,
+        retry_another_broker_when_not_store_ok: bool = False,
     ) -> None:
         super().__init__(
             namesrv, remoting=remoting, timeout=send_timeout, route_max_age=route_max_age
@@ -113,6 +136,7 @@ class Producer(ClientBase):
         self.default_topic_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
         self.max_message_size = max_message_size
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         # topic -> publish info; replaced when the client's cached route is refetched
         self._publish: dict[str, TopicPublishInfo] = {}
         # (topic, brokerName, queueId, batch) -> request header with str values and placeholders for the
@@ -161,12 +185,19 @@ class Producer(ClientBase):
     # --- sending ---------------------------------------------------------------------------
 
     async def send(
-        self, msg: Message, *, timeout: float | None = None, queue: MessageQueue | None = None
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: object = None,
+        timeout: float | None = None,
     ) -> SendResult:
         """Send and wait for the broker's answer; retries on another broker when retriable.
 
-        With `queue`, the message goes to exactly that queue (one attempt, as Java's
-        send(msg, mq)).
+        With `queue`, the message goes to exactly that queue; with `selector`, to the queue
+        `selector(queues, msg, arg)` picks (ordered messages). Either way it is one attempt,
+        never moved to another queue, as Java's send(msg, mq) / send(msg, selector, arg).
         """
         body, props, uniq = self._prepare(msg)
         flag = msg.flag
@@ -174,7 +205,56 @@ class Producer(ClientBase):
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, props, flag, batch=False), body
 
+        if selector is not None:
+            if queue is not None:
+                raise InvalidMessageError("give either queue or selector, not both")
+            queue = await self._select(msg, selector, arg)
         return await self._send(msg.topic, build, uniq, timeout, queue)
+
+    async def send_orderly(
+        self, msg: Message, sharding_key: str, *, timeout: float | None = None
+    ) -> SendResult:
+        """Same `sharding_key` -> same queue (SelectMessageQueueByHash); one attempt."""
+        if not isinstance(sharding_key, str):
+            raise InvalidMessageError("sharding_key must be a str")
+        return await self.send(msg, selector=select_by_hash, arg=sharding_key, timeout=timeout)
+
+    def send_async(
+        self,
+        msg: Message,
+        on_result: Callable[[SendResult], object],
+        on_error: Callable[[BaseException], object] | None = None,
+        *,
+        nursery: trio.Nursery,
+        timeout: float | None = None,
+    ) -> None:
+        """Java's send(msg, SendCallback): start the send in `nursery` and return at once.
+
+        `on_result(result)` or `on_error(exc)` is called from that task (either may be a plain
+        function or a coroutine function). Without `on_error` a failure is raised into the
+        nursery, so it is never lost. The message is validated here, before the task starts.
+        """
+        self._prepare(msg)  # raises InvalidMessageError in the caller, like Java's send
+
+        async def task() -> None:
+            try:
+                result = await self.send(msg, timeout=timeout)
+            except RmqError as exc:
+                if on_error is None:
+                    raise
+                await _call_back(on_error, exc)
+                return
+            await _call_back(on_result, result)
+
+        nursery.start_soon(task)
+
+    async def _select(self, msg: Message, selector, arg) -> MessageQueue:
+        info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
+        mqs = list(info.queues)
+        mq = selector(mqs, msg, arg)
+        if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:
+            raise InvalidMessageError(f"selector returned {mq!r}, not a queue of {msg.topic}")
+        return mq
 
     async def send_batch(
         self,
@@ -285,12 +365,18 @@ class Producer(ClientBase):
             if addr is None:
                 addr = await client.master_addr(queue.brokerName, topic)
             cmd = self._request(queue, build)
-            resp = await client.remoting.invoke(addr, cmd, deadline - trio.current_time())
-            return self._result(resp, cmd, queue, uniq)
+            try:
+                resp = await client.remoting.invoke(addr, cmd, deadline - trio.current_time())
+                return self._result(resp, cmd, queue, uniq)
+            except RmqError as exc:
+                if exc.retriable:  # not retried here (order), but the next send re-routes
+                    client.invalidate(topic)
+                raise
         info = self._cached_publish_info(topic) or await self.publish_info(topic)
         attempts = 1 + max(0, self.retry_times)
         last_broker: str | None = None
         last_error: RmqError | None = None
+        stored: SendResult | None = None
         for _ in range(attempts):
             remaining = deadline - trio.current_time()
             if remaining <= 0:
@@ -302,12 +388,21 @@ class Producer(ClientBase):
                     addr = await client.master_addr(mq.brokerName, mq.topic)
                 cmd = self._request(mq, build)
                 resp = await client.remoting.invoke(addr, cmd, remaining)
-                return self._result(resp, cmd, mq, uniq)
+                result = self._result(resp, cmd, mq, uniq)
             except RmqError as exc:
                 if not exc.retriable:
                     raise
                 last_error, last_broker = exc, mq.brokerName
                 client.invalidate(topic)
+                continue
+            if (
+                result.status is SendStatus.SEND_OK
+                or not self.retry_another_broker_when_not_store_ok
+            ):
+                return result
+            last_broker, stored = mq.brokerName, result
+        if stored is not None:
+            return stored  # every attempt was stored but not flushed/replicated: say so
         if last_error is not None and trio.current_time() < deadline:
             raise last_error
         detail = f"; last error: {last_error}" if last_error else ""
@@ -331,3 +426,9 @@ class Producer(ClientBase):
             region_id=sent.region_id,
             transaction_id=sent.transaction_id,
         )
+
+
+async def _call_back(fn: Callable, value: object) -> None:
+    out = fn(value)
+    if inspect.isawaitable(out):
+        await out
