@@ -1,19 +1,62 @@
-"""Admin: topics, routes, clusters, offsets (the parts of MQAdminExt the CLI needs).
+"""Admin: topics, routes, clusters, offsets, groups, messages (MQAdminExt for the CLI and TUI).
 
 Theory of operation: reads go to the nameserver (route, cluster, topic list) or to the master
 of a broker name (offsets). `create_topic` sends UPDATE_AND_CREATE_TOPIC to every master of a
 cluster (mqadmin updateTopic -c) or to one broker address (-b); each broker then re-registers
 with the nameserver, so the route appears within one round trip of that registration.
+
+Per-broker questions (consume stats, topic stats, group lists, connections, key queries) are
+asked of every master concerned, concurrently, and the answers merged: for a topic, the
+brokers of its route; for a group without a topic, every master of every cluster (a group has
+no route of its own unless a push consumer made its retry topic). `delete_topic` is the two
+steps of mqadmin deleteTopic: DELETE_TOPIC_IN_BROKER on each master, then
+DELETE_TOPIC_IN_NAMESRV on every nameserver, so no broker re-registers the route afterwards.
+
+Message lookup follows DefaultMQAdminExtImpl: an offset msgId names the broker (store host)
+and the CommitLog offset, so VIEW_MESSAGE_BY_ID goes straight there; an id that is not the
+offset id of a known broker is taken as a UNIQ_KEY and needs the topic, whose brokers are
+asked with QUERY_MESSAGE (`_UNIQUE_KEY_QUERY`). Key queries drop index hash collisions.
 """
 
 from __future__ import annotations
 
-import attrs
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import attrs
+import trio
+
+from common.errors import RemotingError, TopicNotExistError
+from common.message import MessageExt, decode_offset_msg_id
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
+from rmq.admin_api import (
+    TOOLS_CONSUMER,
+    AdminAPI,
+    ConsumerConnection,
+    ConsumeStats,
+    QueueConsumeStats,
+    QueueStats,
+)
+from rmq.client_api import PULL_SUBSCRIPTION
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
 from rmq.topic_publish_info import subscribe_queues
+
+T = TypeVar("T")
+
+__all__ = [
+    "Admin",
+    "ConsumeStats",
+    "ConsumerConnection",
+    "MessageNotFoundError",
+    "QueueConsumeStats",
+    "QueueOffsets",
+    "QueueStats",
+]
+
+
+class MessageNotFoundError(ClientError):
+    """No broker has the message asked for (by id, key or queue offset)."""
 
 
 @attrs.frozen
@@ -124,3 +167,215 @@ class Admin(ClientBase):
         for mq in subscribe_queues(topic, route):
             out.append(QueueOffsets(mq, await self.min_offset(mq), await self.max_offset(mq)))
         return out
+
+    # --- issue 4: runtime, groups, stats, deletion, messages ----------------------------------
+
+    @property
+    def _admin_api(self) -> AdminAPI:
+        return AdminAPI(self.client.remoting)
+
+    async def _each(self, addrs: list[str], call: Callable[[str], Awaitable[T]]) -> list[T]:
+        """`call(addr)` for every address concurrently; results in the order of `addrs`."""
+        from common.errors import unwrap_group
+
+        results: list[T | None] = [None] * len(addrs)
+
+        async def one(i: int, addr: str) -> None:
+            results[i] = await call(addr)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for i, addr in enumerate(addrs):
+                    nursery.start_soon(one, i, addr)
+        except BaseExceptionGroup as group:
+            raise unwrap_group(group) from None
+        return results  # type: ignore[return-value]
+
+    async def _all_masters(self, cluster: str | None = None) -> list[str]:
+        """Masters of `cluster`, or of every cluster when None."""
+        if cluster is not None:
+            return await self.master_addrs(cluster)
+        info = await self.cluster_info()
+        addrs = []
+        for name in sorted(info.brokerAddrTable):
+            addr = info.brokerAddrTable[name].brokerAddrs.get(0)
+            if addr is not None:
+                addrs.append(addr)
+        return addrs
+
+    async def _topic_masters(self, topic: str) -> list[tuple[str, str]]:
+        """(broker name, address) of each broker of `topic`'s route: the master, else any node
+        (a slave still answers reads when its master is gone)."""
+        route = await self.topic_route(topic)
+        out = []
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            if bd.brokerAddrs:
+                out.append(
+                    (bd.brokerName, bd.brokerAddrs.get(0) or bd.brokerAddrs[min(bd.brokerAddrs)])
+                )
+        return out
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of the broker at `addr` (mqadmin brokerStatus)."""
+        return await self._admin_api.broker_runtime_info(addr, timeout=self.timeout)
+
+    async def group_list(self, cluster: str | None = None) -> list[str]:
+        """Subscription groups known to the masters of `cluster` (all clusters when None)."""
+        api = self._admin_api
+        lists = await self._each(
+            await self._all_masters(cluster),
+            lambda addr: api.subscription_groups(addr, timeout=self.timeout),
+        )
+        return sorted({g for groups in lists for g in groups})
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """The group's per-queue progress (mqadmin consumerProgress): broker offset, consumer
+        offset, last consumed store time and lag; over `topic`'s brokers or every master."""
+        api = self._admin_api
+        if topic is not None:
+            addrs = [addr for _, addr in await self._topic_masters(topic)]
+        else:
+            addrs = await self._all_masters()
+        answers = await self._each(
+            addrs, lambda addr: api.consume_stats(addr, group, topic, timeout=self.timeout)
+        )
+        queues = sorted(
+            (q for _, qs in answers for q in qs),
+            key=lambda q: (q.queue.topic, q.queue.brokerName, q.queue.queueId),
+        )
+        return ConsumeStats(group, tuple(queues), sum(tps for tps, _ in answers))
+
+    async def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        """Online clients of `group` as the masters see them, one entry per client id."""
+        api = self._admin_api
+        answers = await self._each(
+            await self._all_masters(),
+            lambda addr: api.consumer_connections(addr, group, timeout=self.timeout),
+        )
+        seen: dict[str, ConsumerConnection] = {}
+        for conns in answers:
+            for c in conns:
+                seen.setdefault(c.client_id, c)
+        return [seen[k] for k in sorted(seen)]
+
+    async def topic_stats(self, topic: str) -> list[QueueStats]:
+        """Per queue min/max offset and last update time (mqadmin topicStatus)."""
+        api = self._admin_api
+        brokers = await self._topic_masters(topic)
+        answers = await self._each(
+            [addr for _, addr in brokers],
+            lambda addr: api.topic_stats(addr, topic, timeout=self.timeout),
+        )
+        return sorted(
+            (q for qs in answers for q in qs),
+            key=lambda q: (q.queue.brokerName, q.queue.queueId),
+        )
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """Delete `topic` from every master of `cluster` (else of its route) and from every
+        nameserver; returns the broker addresses it was deleted on.
+
+        TopicNotExistError when no cluster is given and the nameserver has no route."""
+        api = self._admin_api
+        if cluster is not None:
+            addrs = await self.master_addrs(cluster)
+        else:
+            addrs = [addr for _, addr in await self._topic_masters(topic)]
+        await self._each(
+            addrs, lambda addr: api.delete_topic_in_broker(addr, topic, timeout=self.timeout)
+        )
+        for ns in self.client.namesrv_addrs:
+            await api.delete_topic_in_namesrv(ns, topic, cluster, timeout=self.timeout)
+        self.client.invalidate(topic)
+        return addrs
+
+    async def query_message_by_key(
+        self, topic: str, key: str, max_num: int = 32
+    ) -> list[MessageExt]:
+        """Messages of `topic` whose KEYS hold `key` (mqadmin queryMsgByKey), oldest first."""
+        return await self._query(topic, key, max_num, unique=False)
+
+    async def _query(self, topic: str, key: str, max_num: int, *, unique: bool):
+        api = self._admin_api
+        brokers = await self._topic_masters(topic)
+        answers = await self._each(
+            [addr for _, addr in brokers],
+            lambda addr: api.query_message(
+                addr, topic, key, max_num, unique=unique, timeout=self.timeout
+            ),  # fmt: skip
+        )
+        found = []
+        for msgs in answers:
+            for m in msgs:
+                # the index is a hash table: drop other keys (and other topics) that collide
+                if m.topic != topic:
+                    continue
+                if unique and m.uniq_key != key:
+                    continue
+                if not unique and key not in (m.keys or "").split(" "):
+                    continue
+                found.append(m)
+        found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
+        return found[:max_num] if not unique else found
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with offset msgId or UNIQ_KEY `msg_id` (a UNIQ_KEY needs `topic`).
+
+        ClientError for a malformed id, MessageNotFoundError when no broker has it."""
+        msg_id = msg_id.strip().upper()
+        try:
+            (host, port), phys = decode_offset_msg_id(msg_id)
+        except ValueError:
+            raise ClientError(
+                f"malformed msgId {msg_id!r}: expected 32 hex characters "
+                "(an offset msgId or a UNIQ_KEY)"
+            ) from None
+        addr = f"{host}:{port}"
+        known = await self._known_broker_addrs()
+        if addr in known:
+            try:
+                return await self._admin_api.view_message(addr, phys, timeout=self.timeout)
+            except (RemotingError, ClientError, ValueError) as exc:
+                if topic is None:
+                    raise MessageNotFoundError(f"no message with msgId {msg_id}: {exc}") from None
+        elif topic is None:
+            raise ClientError(
+                f"msgId {msg_id} is not the offset msgId of a broker the nameserver knows; "
+                "if it is a message's UNIQ_KEY, give its topic"
+            )
+        from common.errors import BrokerResponseError
+
+        try:
+            found = await self._query(topic, msg_id, 32, unique=True)
+        except BrokerResponseError as exc:
+            if isinstance(exc, TopicNotExistError):
+                raise
+            found = []
+        if not found:
+            raise MessageNotFoundError(f"no message with msgId {msg_id} in topic {topic}")
+        return found[0]
+
+    async def _known_broker_addrs(self) -> set[str]:
+        info = await self.cluster_info()
+        return {a for bd in info.brokerAddrTable.values() for a in bd.brokerAddrs.values()}
+
+    async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
+        """The message at `offset` of `mq` (mqadmin queryMsgByOffset: pull one, no commit)."""
+        if offset < 0:
+            raise ClientError(f"offset must be >= 0, not {offset}")
+        addr = await self._broker(mq)
+        resp = await self.client.api.pull_message(
+            addr, group=TOOLS_CONSUMER, mq=mq, offset=offset, max_nums=1, sys_flag=PULL_SUBSCRIPTION,
+            commit_offset=0, suspend_ms=0, subscription="*", sub_version=0,
+            timeout=self.timeout,
+        )  # fmt: skip
+        for m in resp.messages:
+            if m.queue_offset == offset:
+                return m
+        raise MessageNotFoundError(
+            f"no message at offset {offset} of {mq.topic} {mq.brokerName}:{mq.queueId} "
+            f"(the queue holds offsets {resp.min_offset}..{max(resp.max_offset - 1, resp.min_offset)})"
+            if resp.max_offset > resp.min_offset
+            else f"no message at offset {offset} of {mq.topic} {mq.brokerName}:{mq.queueId} "
+            "(the queue is empty)"
+        )
