@@ -1,0 +1,263 @@
+"""`rmq top`: draw a `TopSnapshot` (and the one before, for rates) as a rich renderable.
+
+Theory of operation: `render_top(snap, prev, width=...)` is a pure function: the same
+snapshots and width give the same picture, so tests render it into a recording console and
+read the text and the styles back. The live loop (`run_top`) collects a snapshot, renders it
+for the console's current width and hands it to `rich.live.Live`, which redraws in place; a
+resized terminal simply gets a different layout on the next refresh.
+
+Layout: a header line (nameserver, time, node count, how many are down), then three tables:
+nodes (one row per broker process: broker name, brokerId, role, address, state, CommitLog
+max offset, replication lag of a slave in bytes and ms, send/pull TPS, cluster), topics
+(messages = sum of queue max offsets, queue count, the per-queue max offsets) and consumer
+groups (lag, queues, topics). Every column has a priority; `fit_table` measures the table
+and drops the lowest-priority columns until each row fits on one line of the terminal, so a
+narrow terminal still shows who is who and who is down, a wide one shows everything. A node
+that did not answer is a red row saying DOWN, with the reason in a red line under the table;
+a node that answers but that the nameserver no longer lists is yellow.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
+
+DOWN_STYLE = "bold red"
+UNLISTED_STYLE = "yellow"
+MAX_QUEUE_CELLS = 16  # per-queue offsets shown per topic before "..."
+MIN_WRAP_COLUMN = 24  # a wrapping last column is shown only with at least this much room
+
+
+@attrs.frozen
+class Column:
+    name: str
+    priority: int  # lower = kept longer when the terminal is narrow
+    justify: str = "left"
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _tps(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
+
+
+def _table(title: str) -> Table:
+    return Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        header_style="bold cyan",
+    )
+
+
+def fit_table(title: str, columns: list[Column], rows: list[tuple[dict[str, Any], str | None]],
+              width: int, *, wrap_last: Column | None = None) -> Table:  # fmt: skip
+    """A table of the highest-priority columns whose natural width fits `width`.
+
+    Each row is (cells by column name, row style). Columns are dropped lowest priority
+    first until every row fits on one line; with only the top column left the table is
+    built anyway (rich folds it). `wrap_last`, if given, is one more column at the end that
+    may wrap, shown when at least MIN_WRAP_COLUMN columns remain for it.
+    """
+    # measured on an unbounded console: a measurement is clamped to the console width
+    measure = Console(width=100_000, color_system=None, highlight=False)
+    by_priority = sorted(columns, key=lambda c: c.priority)
+    for keep in range(len(by_priority), 0, -1):
+        kept = {c.name for c in by_priority[:keep]}
+        table = _build(title, [c for c in columns if c.name in kept], rows)
+        natural = measure.measure(table).maximum
+        if natural <= width or keep == 1:
+            break
+    if wrap_last is not None and width - natural - 1 >= MIN_WRAP_COLUMN:
+        table = _build(title, [c for c in columns if c.name in kept] + [wrap_last], rows)
+    return table
+
+
+def _build(title: str, columns: list[Column], rows) -> Table:
+    table = _table(title)
+    for col in columns:
+        table.add_column(col.name, justify=col.justify,  # type: ignore[arg-type]
+                         no_wrap=col.priority < 100, overflow="fold")  # fmt: skip
+    for cells, style in rows:
+        table.add_row(*(cells.get(c.name, "") for c in columns), style=style)
+    return table
+
+
+def header(snap: TopSnapshot) -> Text:
+    down = sum(1 for n in snap.nodes if not n.alive)
+    text = Text()
+    text.append("rmq top", style="bold")
+    text.append(f"  namesrv {snap.namesrv}  ")
+    text.append(time.strftime("%H:%M:%S", time.localtime(snap.wall_time)))
+    text.append(f"  {len(snap.nodes)} node{'s' if len(snap.nodes) != 1 else ''}")
+    if down:
+        text.append(f", {down} down", style=DOWN_STYLE)
+    if snap.namesrv_error:
+        text.append(f"  nameserver: {snap.namesrv_error}", style=DOWN_STYLE)
+    return text
+
+
+NODE_COLUMNS = [
+    Column("broker", 0),
+    Column("id", 3, "right"),
+    Column("role", 1),
+    Column("address", 2),
+    Column("state", 4),
+    Column("commitlog max", 5, "right"),
+    Column("repl lag", 6, "right"),
+    Column("send/s", 7, "right"),
+    Column("pull/s", 8, "right"),
+    Column("lag ms", 9, "right"),
+    Column("cluster", 10),
+]
+
+
+def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> Table:
+    """One row per node; a dead node's row is red and says DOWN (the reason goes below)."""
+    tps = rates(snap, prev)
+    rows: list[tuple[dict[str, Any], str | None]] = []
+    for node in snap.nodes:
+        cells: dict[str, Any] = {
+            "cluster": node.cluster,
+            "broker": node.broker_name,
+            "id": str(node.broker_id),
+            "role": node.role or "?",
+            "address": node.addr,
+        }
+        if not node.alive:
+            cells["state"] = "DOWN"
+            rows.append((cells, DOWN_STYLE))
+            continue
+        if not node.is_master:
+            lag = slave_lag(snap.master_of(node), node)
+            cells["repl lag"], cells["lag ms"] = _num(lag.bytes), _num(lag.ms)
+        rate = tps[node.addr]
+        cells["commitlog max"] = _num(node.max_offset)
+        cells["send/s"], cells["pull/s"] = _tps(rate.send_tps), _tps(rate.pull_tps)
+        cells["state"] = _state(node)
+        rows.append((cells, None if node.listed else UNLISTED_STYLE))
+    return fit_table("brokers", NODE_COLUMNS, rows, width)
+
+
+def _state(node: NodeView) -> str:
+    if not node.listed:
+        return "not registered"
+    if node.is_master and node.slaves:
+        return f"up, {len(node.slaves)} slave{'s' if len(node.slaves) != 1 else ''}"
+    return "up"
+
+
+def down_lines(snap: TopSnapshot) -> list[Text]:
+    return [Text(f"{n.broker_name} {n.addr}: {n.error}", style=DOWN_STYLE)
+            for n in snap.nodes if not n.alive]  # fmt: skip
+
+
+TOPIC_COLUMNS = [Column("topic", 0), Column("messages", 1, "right"), Column("queues", 2, "right")]
+QUEUE_OFFSETS = Column("queue max offsets (broker:queue=offset)", 100)
+
+
+def topics_table(snap: TopSnapshot, *, width: int) -> Table:
+    rows: list[tuple[dict[str, Any], str | None]] = []
+    for t in snap.topics:
+        if t.error:
+            rows.append(({"topic": t.topic, "messages": "-", "queues": "-",
+                          QUEUE_OFFSETS.name: f"error: {t.error}"}, DOWN_STYLE))  # fmt: skip
+            continue
+        shown = [f"{q.broker_name}:{q.queue_id}={q.max_offset}"
+                 for q in t.queues[:MAX_QUEUE_CELLS]]  # fmt: skip
+        if len(t.queues) > MAX_QUEUE_CELLS:
+            shown.append("...")
+        rows.append(({"topic": t.topic, "messages": _num(t.total), "queues": str(len(t.queues)),
+                      QUEUE_OFFSETS.name: " ".join(shown)}, None))  # fmt: skip
+    table = fit_table("topics", TOPIC_COLUMNS, rows, width, wrap_last=QUEUE_OFFSETS)
+    if snap.hidden_topics:
+        table.caption = f"+{snap.hidden_topics} more topics"
+    return table
+
+
+GROUP_COLUMNS = [Column("group", 0), Column("lag", 1, "right"), Column("queues", 3, "right")]
+GROUP_TOPICS = Column("topics", 100)
+
+
+def groups_table(snap: TopSnapshot, *, width: int) -> Table:
+    rows: list[tuple[dict[str, Any], str | None]] = []
+    for g in snap.groups:
+        if g.error:
+            rows.append(({"group": g.group, "lag": "-", "queues": "-",
+                          "topics": f"error: {g.error}"}, DOWN_STYLE))  # fmt: skip
+            continue
+        lag = Text(_num(g.lag), style="yellow" if g.lag else "")
+        rows.append(({"group": g.group, "lag": lag, "queues": str(g.queues),
+                      "topics": ", ".join(g.topics) or "-"}, None))  # fmt: skip
+    table = fit_table("consumer groups", GROUP_COLUMNS, rows, width, wrap_last=GROUP_TOPICS)
+    if snap.hidden_groups:
+        table.caption = f"+{snap.hidden_groups} more groups"
+    return table
+
+
+def render_top(snap: TopSnapshot, prev: TopSnapshot | None = None, *,
+               width: int = 120) -> RenderableType:  # fmt: skip
+    """The whole screen for one refresh (`prev` gives the rates; None shows '-')."""
+    parts: list[RenderableType] = [header(snap), nodes_table(snap, prev, width=width)]
+    parts += down_lines(snap)
+    if snap.topics or snap.hidden_topics:
+        parts.append(topics_table(snap, width=width))
+    elif snap.namesrv_error is None:
+        parts.append(Text("no user topics", style="dim"))
+    if snap.groups or snap.hidden_groups:
+        parts.append(groups_table(snap, width=width))
+    parts.append(Text("ctrl-C to quit", style="dim"))
+    return Group(*parts)
+
+
+async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
+                  timeout: float = 2.0, show_system: bool = False, console=None,
+                  frames: int | None = None) -> None:  # fmt: skip
+    """Collect and draw until cancelled (ctrl-C), or one frame with `once`.
+
+    `frames` stops after that many refreshes (tests). With `once` the frame is printed
+    plainly (no Live), after two collections `interval` apart so the rates are real.
+    """
+    import trio
+    from rich.console import Console
+    from rich.live import Live
+
+    from cli.top_model import AdminSource, TopCollector
+    from rmq import Admin
+
+    console = console or Console(highlight=False)
+    async with Admin(namesrv, timeout=timeout) as admin:
+        collector = TopCollector(AdminSource(admin, timeout), namesrv, timeout=timeout,
+                                 show_system=show_system)  # fmt: skip
+        if once:
+            prev = await collector.collect()
+            await trio.sleep(interval)
+            snap = await collector.collect()
+            console.print(render_top(snap, prev, width=console.width))
+            return
+        prev: TopSnapshot | None = None
+        count = 0
+        with Live(console=console, auto_refresh=False, screen=False,
+                  vertical_overflow="crop") as live:  # fmt: skip
+            while frames is None or count < frames:
+                next_at = trio.current_time() + interval
+                snap = await collector.collect()
+                live.update(render_top(snap, prev, width=console.width), refresh=True)
+                prev, count = snap, count + 1
+                await trio.sleep_until(next_at)
