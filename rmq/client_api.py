@@ -14,10 +14,21 @@ import attrs
 
 from common.errors import ProtocolError, error_for_response
 from common.message import decode_records, encode_properties
-from common.model import ClusterInfo, MessageQueue, TopicConfig, TopicList, TopicRouteData
+from common.model import (
+    ClusterInfo,
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    TopicConfig,
+    TopicList,
+    TopicRouteData,
+    UnlockBatchRequestBody,
+)
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.serde import from_json
+from common.serde import from_json, to_json
 
 # Response codes whose send still stored the message (facts §1.7).
 SEND_OK_CODES = frozenset(
@@ -289,3 +300,58 @@ class ClientAPI:
             },
             timeout=timeout,
         )
+
+    # --- broker: consumer groups (MQClientAPIImpl, push consumer side) ---------------------
+
+    async def heartbeat(self, addr: str, data: HeartbeatData, *, timeout: float) -> int:
+        """HEART_BEAT; returns the broker's version (Java reads it from the response)."""
+        resp = await self._call_ok(addr, RequestCode.HEART_BEAT, None, to_json(data),
+                                   timeout=timeout)  # fmt: skip
+        return resp.version
+
+    async def unregister_client(
+        self, addr: str, client_id: str, *, producer_group: str | None = None,
+        consumer_group: str | None = None, timeout: float,
+    ) -> None:  # fmt: skip
+        ext: dict[str, object] = {"clientID": client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        await self._call_ok(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=timeout)
+
+    async def get_consumer_id_list(self, addr: str, group: str, *, timeout: float) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP; the broker answers 1 when the group has no member."""
+        resp = await self._call_ok(
+            addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+            timeout=timeout,
+        )  # fmt: skip
+        return list(from_json(resp.body_bytes(), GetConsumerListByGroupResponseBody).consumerIdList)
+
+    async def lock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: list[MessageQueue], *, timeout: float
+    ) -> set[MessageQueue]:
+        body = to_json(LockBatchRequestBody(consumerGroup=group, clientId=client_id, mqSet=mqs))
+        resp = await self._call_ok(addr, RequestCode.LOCK_BATCH_MQ, None, body, timeout=timeout)
+        return set(from_json(resp.body_bytes(), LockBatchResponseBody).lockOKMQSet)
+
+    async def unlock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: list[MessageQueue], *, timeout: float
+    ) -> None:
+        body = to_json(UnlockBatchRequestBody(consumerGroup=group, clientId=client_id, mqSet=mqs))
+        await self._call_ok(addr, RequestCode.UNLOCK_BATCH_MQ, None, body, timeout=timeout)
+
+    async def consumer_send_msg_back(
+        self, addr: str, msg, group: str, delay_level: int, max_reconsume_times: int,
+        *, timeout: float,
+    ) -> None:  # fmt: skip
+        """CONSUMER_SEND_MSG_BACK of a pulled message (by its CommitLog offset)."""
+        origin_id = msg.properties.get("ORIGIN_MESSAGE_ID") or msg.msg_id
+        await self._call_ok(
+            addr,
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {"offset": msg.commit_log_offset, "group": group, "delayLevel": delay_level,
+             "originMsgId": origin_id, "originTopic": msg.topic, "unitMode": False,
+             "maxReconsumeTimes": max_reconsume_times},
+            timeout=timeout,
+        )  # fmt: skip

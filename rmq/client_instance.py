@@ -13,6 +13,17 @@ Theory of operation (MQClientInstance in the Java client, minus its thread zoo):
   a queue of any known topic can be mapped to its master (publish) or to the node the broker
   suggested (subscribe).
 
+Background work (issue 4): once a consumer or producer group registers with the instance
+(`register_consumer` / `register_producer`), `run` (a task in the client's nursery) sends
+HEART_BEAT every 30 s to the brokers of the topics in use (consumers: every node; producer-only
+clients: masters, as MQClientInstance.sendHeartbeatToAllBroker) and re-fetches the route of
+every topic in use every 30 s, so rebalancing sees new queues and brokers without waiting for
+a send error. A client with nothing registered (a plain Producer or PullConsumer) sends nothing
+in the background. `handle_request` answers what brokers ask clients
+(ClientRemotingProcessor): NOTIFY_CONSUMER_IDS_CHANGED wakes the group's rebalance,
+GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs
+the listener on the given message.
+
 `ClientBase` is the async-context-manager shell of the three public clients: it opens (or
 borrows) one RemotingClient and closes it on exit, unwrapping single-exception groups so a
 user's own exception leaves `async with Producer(...)` as itself.
@@ -21,6 +32,10 @@ user's own exception leaves `async with Producer(...)` as itself.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,14 +48,37 @@ from common.errors import (
     RemotingTimeoutError,
     unwrap_group,
 )
-from common.model import TopicRouteData
+from common.model import HeartbeatData, ProducerData, TopicRouteData
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
 from rmq.topic_publish_info import find_broker_addr_in_subscribe
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 ROUTE_MAX_AGE = 30.0
+HEARTBEAT_INTERVAL = 30.0  # heartbeatBrokerInterval
+POLL_NAMESRV_INTERVAL = 30.0  # pollNameServerInterval
+_instance_seq = itertools.count()
+
+
+def local_ip() -> str:
+    """This host's address as Java's RemotingUtil.getLocalAddress would pick (best effort)."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+    return ip or "127.0.0.1"
+
+
+def make_client_id(instance_name: str | None = None) -> str:
+    """`ip@instance`; the default instance is `<pid>#<n>` so clients of one process differ."""
+    if not instance_name:
+        instance_name = f"{os.getpid()}#{next(_instance_seq)}"
+    return f"{local_ip()}@{instance_name}"
 _NAMESRV_FAILOVER = (RemotingConnectError, RemotingTimeoutError, RemotingSendError)
 
 
@@ -69,6 +107,15 @@ class ClientInstance:
     _routes: dict[str, tuple[TopicRouteData, float]] = attrs.field(factory=dict, init=False)
     # brokerName -> {brokerId: addr}, refreshed from every fetched route
     _brokers: dict[str, dict[int, str]] = attrs.field(factory=dict, init=False)
+    client_id: str = attrs.field(factory=make_client_id)
+    heartbeat_interval: float = HEARTBEAT_INTERVAL
+    poll_namesrv_interval: float = POLL_NAMESRV_INTERVAL
+    # group -> the PushConsumer registered under it (heartbeats, broker requests)
+    consumers: dict[str, Any] = attrs.field(factory=dict, init=False)
+    # producer groups registered with this instance (heartbeats only)
+    producer_groups: set[str] = attrs.field(factory=set, init=False)
+    # set when something registers, so `run` starts its periodic work
+    _registered: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.api = ClientAPI(self.remoting)
@@ -148,6 +195,113 @@ class ClientInstance:
         return found
 
 
+    # --- groups, heartbeats, background work (MQClientInstance) ---------------------------
+
+    def register_consumer(self, group: str, consumer: Any) -> None:
+        if group in self.consumers:
+            raise ClientError(f"consumer group {group} is already registered in this client")
+        self.consumers[group] = consumer
+        self._registered.set()
+
+    def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+
+    def register_producer(self, group: str) -> None:
+        self.producer_groups.add(group)
+        self._registered.set()
+
+    def unregister_producer(self, group: str) -> None:
+        self.producer_groups.discard(group)
+
+    def topics_in_use(self) -> set[str]:
+        topics = set(self._routes)
+        for consumer in self.consumers.values():
+            topics.update(consumer.subscriptions)
+        return topics
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            clientID=self.client_id,
+            producerDataSet=[ProducerData(g) for g in sorted(self.producer_groups)],
+            consumerDataSet=[c.consumer_data() for c in self.consumers.values()],
+        )
+
+    def heartbeat_addrs(self) -> list[str]:
+        """Every node of every known broker with consumers; only the masters without."""
+        out: list[str] = []
+        for name in sorted(self._brokers):
+            for broker_id, addr in sorted(self._brokers[name].items()):
+                if (self.consumers or broker_id == 0) and addr not in out:
+                    out.append(addr)
+        return out
+
+    async def send_heartbeat_to_all_brokers(self) -> None:
+        if not self.consumers and not self.producer_groups:
+            return
+        data = self.heartbeat_data()
+        for addr in self.heartbeat_addrs():
+            try:
+                await self.api.heartbeat(addr, data, timeout=self.timeout)
+            except Exception as exc:
+                log.warning("heartbeat to %s failed: %s", addr, exc)
+
+    async def update_routes(self) -> None:
+        for topic in sorted(self.topics_in_use()):
+            try:
+                await self.fetch_route(topic)
+            except Exception as exc:
+                log.debug("route refresh of %s failed: %s", topic, exc)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Heartbeats and route refreshes while anything is registered; until cancelled."""
+        task_status.started()
+        await self._registered.wait()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._every, self.heartbeat_interval,
+                               self.send_heartbeat_to_all_brokers)  # fmt: skip
+            nursery.start_soon(self._every, self.poll_namesrv_interval, self.update_routes)
+
+    @staticmethod
+    async def _every(interval: float, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await trio.sleep(interval)
+            try:
+                await fn()
+            except Exception as exc:  # periodic work must outlive one bad round
+                log.warning("periodic %s failed: %s", getattr(fn, "__name__", fn), exc)
+
+    # --- requests from brokers (ClientRemotingProcessor) -----------------------------------
+
+    async def handle_request(self, cmd: RemotingCommand, channel: Any) -> RemotingCommand | None:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+            if consumer is not None:
+                log.info("group %s: broker says the members changed", consumer.group)
+                consumer.rebalance_immediately()
+            return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            group = cmd.ext_fields.get("consumerGroup", "")
+            consumer = self.consumers.get(group)
+            if consumer is None:
+                return cmd.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The Consumer Group <{group}> not exist in this consumer",
+                )
+            return cmd.response(body=consumer.running_info_json())
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            group = cmd.ext_fields.get("consumerGroup", "")
+            consumer = self.consumers.get(group)
+            if consumer is None:
+                return cmd.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The Consumer Group <{group}> not exist in this consumer",
+                )
+            return await consumer.consume_message_directly(cmd)
+        return cmd.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+        )
+
+
 class ClientBase:
     """Shared `async with` shell: one RemotingClient (own or borrowed) and a ClientInstance."""
 
@@ -158,13 +312,23 @@ class ClientBase:
         remoting: Any = None,
         timeout: float = 3.0,
         route_max_age: float = ROUTE_MAX_AGE,
+        instance_name: str | None = None,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ) -> None:
         self._namesrv_addrs = parse_namesrv(namesrv)
+        self._client_id = make_client_id(instance_name)
+        self._heartbeat_interval = heartbeat_interval
         self._remoting = remoting
         self._timeout = timeout
         self._route_max_age = route_max_age
         self._stack: contextlib.AsyncExitStack | None = None
         self._instance: ClientInstance | None = None
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def client_id(self) -> str:
+        """`ip@instance`: what brokers list for this client."""
+        return self._client_id
 
     @property
     def client(self) -> ClientInstance:
@@ -184,13 +348,27 @@ class ClientBase:
                 remoting = await stack.enter_async_context(
                     open_remoting_client(connect_timeout=self._timeout)
                 )
+            instance = ClientInstance(
+                remoting,
+                self._namesrv_addrs,
+                self._timeout,
+                self._route_max_age,
+                client_id=self._client_id,
+                heartbeat_interval=self._heartbeat_interval,
+            )
+            # server->client requests (NOTIFY_CONSUMER_IDS_CHANGED ...) of this connection set
+            if hasattr(remoting, "set_request_handler"):
+                remoting.set_request_handler(instance.handle_request)
+            # the instance's periodic work; idle until a group registers
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
+            await nursery.start(instance.run)
+            self._nursery = nursery
         except BaseException as exc:
             await stack.aclose()
             raise unwrap_group(exc) from None
         self._stack = stack
-        self._instance = ClientInstance(
-            remoting, self._namesrv_addrs, self._timeout, self._route_max_age
-        )
+        self._instance = instance
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:

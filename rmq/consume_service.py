@@ -1,0 +1,200 @@
+"""Running the user's listener over pulled messages (Java ConsumeMessageConcurrentlyService / ...OrderlyService).
+
+Theory of operation
+-------------------
+Concurrent (`ConsumeMessageConcurrentlyService`): each pulled batch is cut into pieces of
+`consume_batch_max_size` and each piece becomes a task in the consumer's nursery; a
+`trio.CapacityLimiter(consume_concurrency)` bounds how many listener calls run at once (Java's
+consume thread pool). The listener returns SUCCESS (or None) or RECONSUME_LATER; an exception
+counts as RECONSUME_LATER and is logged. On RECONSUME_LATER in clustering mode each message is
+sent back to the broker (CONSUMER_SEND_MSG_BACK, delay level 0 so the broker picks
+3 + reconsumeTimes, and our max_reconsume_times so it goes to %DLQ%<group> past it). A message
+the broker would not take back stays in the process queue and is consumed again here after
+5 s (Java submitConsumeRequestLater). In broadcasting mode failures are logged and dropped.
+Then the finished messages leave the ProcessQueue and the queue's offset becomes the smallest
+offset still in flight; results for a dropped queue are not committed (its new owner goes on
+from the persisted offset, so at worst a message is consumed twice, never lost).
+
+Orderly (`ConsumeMessageOrderlyService`): one task per queue drains it in offset order, one
+listener call at a time, holding the queue's `consume_lock`. In clustering mode the queue
+must be locked on the broker (and the lock younger than 30 s); otherwise the task asks for the
+lock again and waits. SUSPEND_CURRENT_QUEUE_A_MOMENT puts the messages back in front and
+retries them after 1 s, counting reconsume times locally; a message that reached
+max_reconsume_times is sent back with delay level -1, which the broker stores straight into
+%DLQ%<group>, and the queue moves on (Java sends it to the retry topic past its limit, which
+lands in the same place). The offset is committed after each successful call.
+
+Messages pulled from %RETRY%<group> get their original topic back from the RETRY_TOPIC
+property before the listener sees them (Java resetRetryAndNamespace).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any
+
+import trio
+
+from common.message import MessageConst, MessageExt
+from common.model import MessageQueue
+from rmq.process_queue import ProcessQueue
+
+log = logging.getLogger(__name__)
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+SEND_BACK_RETRY_DELAY = 5.0  # Java submitConsumeRequestLater
+SUSPEND_A_MOMENT = 1.0  # Java suspendCurrentQueueTimeMillis
+LOCK_RETRY_DELAY = 3.0  # Java tryLockLaterAndReconsume (not locked yet)
+
+
+class ConsumeStatus(enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class OrderlyStatus(enum.Enum):
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+def reset_retry_topic(msgs: list[MessageExt], group: str) -> None:
+    retry = RETRY_GROUP_TOPIC_PREFIX + group
+    for m in msgs:
+        original = m.properties.get(MessageConst.RETRY_TOPIC)
+        if original and m.topic == retry:
+            m.topic = original
+
+
+class ConsumeMessageConcurrentlyService:
+    def __init__(self, consumer: Any, listener, nursery: trio.Nursery) -> None:
+        self.c = consumer
+        self.listener = listener
+        self.nursery = nursery
+        self.limiter = trio.CapacityLimiter(consumer.consume_concurrency)
+
+    def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        size = self.c.consume_batch_max_size
+        for i in range(0, len(msgs), size):
+            self.nursery.start_soon(self._consume, msgs[i : i + size], pq, mq)
+
+    async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        try:
+            status = await self.listener(msgs)
+        except Exception:
+            log.exception("listener failed on %d message(s) of %s: will reconsume", len(msgs), mq)
+            return ConsumeStatus.RECONSUME_LATER
+        if status is None:
+            return ConsumeStatus.SUCCESS
+        if not isinstance(status, ConsumeStatus):
+            log.warning("listener returned %r, not a ConsumeStatus: reconsume later", status)
+            return ConsumeStatus.RECONSUME_LATER
+        return status
+
+    async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        async with self.limiter:
+            if pq.dropped:
+                return
+            reset_retry_topic(msgs, self.c.group)
+            status = await self._call_listener(msgs, mq)
+        if pq.dropped:
+            return  # the queue moved on: its new owner consumes from the persisted offset
+        done = msgs
+        if status is ConsumeStatus.RECONSUME_LATER:
+            self.c.stats_failed += len(msgs)
+            if self.c.broadcasting:
+                for m in msgs:
+                    log.warning("broadcasting: dropping failed message %s of %s", m.msg_id, mq)
+            else:
+                failed = [m for m in msgs if not await self.c.send_message_back(m, 0)]
+                if failed:
+                    failed_ids = {id(m) for m in failed}
+                    done = [m for m in msgs if id(m) not in failed_ids]
+                    for m in failed:
+                        m.reconsume_times += 1
+                    self.nursery.start_soon(self._consume_later, failed, pq, mq)
+        offset = pq.remove(done)
+        if offset >= 0 and not pq.dropped:
+            self.c.offset_store.update_offset(mq, offset, increase_only=True)
+
+    async def _consume_later(self, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
+        await trio.sleep(SEND_BACK_RETRY_DELAY)
+        await self._consume(msgs, pq, mq)
+
+
+class ConsumeMessageOrderlyService:
+    def __init__(self, consumer: Any, listener, nursery: trio.Nursery) -> None:
+        self.c = consumer
+        self.listener = listener
+        self.nursery = nursery
+
+    def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        if not pq.consuming_task:
+            pq.consuming_task = True
+            self.nursery.start_soon(self._consume_queue, pq, mq)
+
+    async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> OrderlyStatus:
+        try:
+            status = await self.listener(msgs)
+        except Exception:
+            log.exception("orderly listener failed on %s: suspend a moment", mq)
+            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if status is None:
+            return OrderlyStatus.SUCCESS
+        if not isinstance(status, OrderlyStatus):
+            log.warning("orderly listener returned %r, not an OrderlyStatus: suspend", status)
+            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return status
+
+    async def _consume_queue(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        try:
+            await self._drain(pq, mq)
+        finally:
+            pq.consuming_task = False
+
+    async def _drain(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        c = self.c
+        clustering = not c.broadcasting
+        while not pq.dropped:
+            if clustering and (not pq.locked or pq.lock_expired(trio.current_time())):
+                if not await c.rebalance.lock(mq):
+                    await trio.sleep(LOCK_RETRY_DELAY)
+                    continue
+            suspend = False
+            async with pq.consume_lock:
+                if pq.dropped:
+                    return
+                msgs = pq.take_messages(c.consume_batch_max_size)
+                if not msgs:
+                    return
+                reset_retry_topic(msgs, c.group)
+                status = await self._call_listener(msgs, mq)
+                if status is OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+                    c.stats_failed += len(msgs)
+                    again = await self._check_reconsume_times(msgs)
+                    if again:
+                        suspend = True
+                        for m in again:
+                            m.reconsume_times += 1
+                        # messages that went to the DLQ stay in `consuming`: committed with
+                        # the next successful call, never before the retried ones
+                        pq.make_messages_to_consume_again(again)
+                if not suspend:
+                    offset = pq.commit()
+                    if offset >= 0 and not pq.dropped:
+                        c.offset_store.update_offset(mq, offset, increase_only=False)
+            if suspend:
+                await trio.sleep(SUSPEND_A_MOMENT)
+
+    async def _check_reconsume_times(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """The messages to retry here; ones past max_reconsume_times go to the DLQ instead."""
+        c = self.c
+        again = []
+        for m in msgs:
+            if m.reconsume_times < c.max_reconsume_times:
+                again.append(m)
+            elif c.broadcasting:
+                log.warning("broadcasting: dropping %s past max reconsume times", m.msg_id)
+            elif not await c.send_message_back(m, -1):
+                again.append(m)  # the broker did not take it: keep trying here
+        return again
