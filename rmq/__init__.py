@@ -8,6 +8,7 @@ from common.message import MessageExt
 from common.model import MessageQueue
 from rmq.admin import Admin, QueueOffsets
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
+from rmq.lite_pull_consumer import LitePullConsumer
 from rmq.message import Message
 from rmq.producer import Producer, SendResult, SendStatus
 from rmq.pull_consumer import PullConsumer, PullResult, PullStatus
@@ -17,6 +18,7 @@ __all__ = [
     "BrokerNotFoundError",
     "ClientError",
     "InvalidMessageError",
+    "LitePullConsumer",
     "Message",
     "MessageExt",
     "MessageQueue",
