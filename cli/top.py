@@ -218,10 +218,14 @@ def render_top(snap: TopSnapshot, prev: TopSnapshot | None = None, *,
     parts += down_lines(snap)
     if snap.topics or snap.hidden_topics:
         parts.append(topics_table(snap, width=width))
-    elif snap.namesrv_error is None:
+    elif snap.namesrv_error is None and snap.topics_error is None:
         parts.append(Text("no user topics", style="dim"))
+    if snap.topics_error:
+        parts.append(Text(f"topics: {snap.topics_error}", style=DOWN_STYLE))
     if snap.groups or snap.hidden_groups:
         parts.append(groups_table(snap, width=width))
+    if snap.groups_error:
+        parts.append(Text(f"consumer groups: {snap.groups_error}", style=DOWN_STYLE))
     parts.append(Text("ctrl-C to quit", style="dim"))
     return Group(*parts)
 

@@ -145,6 +145,8 @@ class TopSnapshot:
     namesrv_error: str | None = None
     hidden_topics: int = 0  # user topics beyond the display limit
     hidden_groups: int = 0
+    topics_error: str | None = None  # the topic list could not be read
+    groups_error: str | None = None  # the group list could not be read
 
     def node(self, addr: str) -> NodeView | None:
         return next((n for n in self.nodes if n.addr == addr), None)
@@ -289,6 +291,7 @@ class TopCollector:
         topics: list[TopicView] = []
         groups: list[GroupView] = []
         hidden = [0, 0]
+        list_errors: dict[str, str] = {}
 
         async def one_node(i: int, addr: str, key: tuple[str, str, int]) -> None:
             got = await _bounded(self.timeout, lambda: self.source.node_info(addr))
@@ -297,6 +300,7 @@ class TopCollector:
         async def all_topics() -> None:
             names = await _bounded(self.timeout, self.source.topic_list)
             if isinstance(names, BaseException):
+                list_errors["topics"] = describe_error(names)
                 return
             brokers = {k[1] for k in self._known.values()}
             clusters = {k[0] for k in self._known.values()}
@@ -323,6 +327,7 @@ class TopCollector:
         async def all_groups() -> None:
             names = await _bounded(self.timeout, self.source.group_list)
             if isinstance(names, BaseException):
+                list_errors["groups"] = describe_error(names)
                 return
             user = sorted(g for g in set(names) if self.show_system or g not in SYSTEM_GROUPS)
             hidden[1] = max(0, len(user) - self.max_groups)
@@ -356,6 +361,8 @@ class TopCollector:
             namesrv_error=namesrv_error,
             hidden_topics=hidden[0],
             hidden_groups=hidden[1],
+            topics_error=list_errors.get("topics"),
+            groups_error=list_errors.get("groups"),
         )
 
 
@@ -438,6 +445,4 @@ class AdminSource:
 
     async def group_lag(self, group: str) -> GroupLag:
         stats = await self.admin.consume_stats(group)
-        queues = list(stats.queues)
-        topics = tuple(sorted({q.queue.topic for q in queues}))
-        return GroupLag(topics, stats.lag, len(queues))
+        return GroupLag(tuple(stats.topics()), stats.lag, len(stats.queues))
