@@ -1,104 +1,53 @@
-"""mqadmin-style commands: topics, cluster, produce, consume."""
+"""mqadmin-style commands: cluster, broker, topic, group, message, produce, consume.
+
+Each command parses its options, runs one coroutine through `_run` (errors a user can cause
+-> one `error:` line on stderr, exit 1) and hands the result to `cli/admin_render.py`, which
+prints tables or, with `--json`, one JSON document on stdout.
+
+`rmq broker` is two things: `rmq broker [OPTIONS]` runs a broker (cli/cmd_servers.py) and
+`rmq broker status ADDR` asks one. Click cannot have a command and a group under one name,
+so `broker` here is a group whose class hands any argument list that does not start with one
+of its subcommands to the server command, unchanged (same options, help and errors).
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cli.app import _examples, _namesrv, _run, app, topic_app
+from cli.errors import CliError
 
-# --- topics ----------------------------------------------------------------------------------
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+# Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
+PROGRESS_THRESHOLD = 1000
 
 
-@topic_app.command(
-    "create",
-    epilog=_examples(
-        "rmq topic create TopicTest",
-        "rmq topic create Orders --queues 4 --cluster DefaultCluster",
-        "rmq topic create Orders --broker 127.0.0.1:10911",
-    ),
+def _admin(ctx: typer.Context):
+    from rmq import Admin
+
+    return Admin(_namesrv(ctx))
+
+
+# --- cluster -----------------------------------------------------------------------------
+
+cluster_app = typer.Typer(
+    help="Brokers of the cluster with their role and replication state.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    epilog=_examples("rmq cluster", "rmq cluster list --json"),
 )
-def topic_create(
-    ctx: typer.Context,
-    topic: Annotated[str, typer.Argument(help="Topic name.")],
-    queues: Annotated[
-        int, typer.Option("--queues", "-q", min=1, help="Read and write queue count.")
-    ] = 8,
-    cluster: Annotated[
-        str | None, typer.Option("--cluster", help="Create on every master of it.")
-    ] = None,
-    broker_addr: Annotated[
-        str | None, typer.Option("--broker", help="Create on this broker only.")
-    ] = None,
-    perm: Annotated[
-        int, typer.Option("--perm", help="Permission: 6 read+write, 4 read, 2 write.")
-    ] = 6,
-) -> None:
-    """Create (or update) a topic on the masters of a cluster or on one broker."""
-    from cli import render
+app.add_typer(cluster_app, name="cluster")
 
-    async def main() -> list[str]:
-        from rmq import Admin
-
-        async with Admin(_namesrv(ctx)) as admin:
-            return await admin.create_topic(
-                topic, queues=queues, cluster=cluster, broker_addr=broker_addr, perm=perm
-            )
-
-    render.topic_created(topic, _run(main))
+BrokerAddrOpt = Annotated[
+    str | None, typer.Option("--broker", help="Ask only this broker (host:port).")
+]
 
 
-@topic_app.command("list", epilog=_examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list"))
-def topic_list(ctx: typer.Context) -> None:
-    """List every topic the nameserver knows."""
-    from cli import render
-
-    async def main() -> list[str]:
-        from rmq import Admin
-
-        async with Admin(_namesrv(ctx)) as admin:
-            return await admin.topic_list()
-
-    render.topic_list(_run(main))
-
-
-@topic_app.command("route", epilog=_examples("rmq topic route TopicTest"))
-def topic_route(ctx: typer.Context, topic: str = typer.Argument(..., help="Topic name.")) -> None:
-    """Show the brokers and queues of a topic."""
-    from cli import render
-
-    async def main():
-        from rmq import Admin
-
-        async with Admin(_namesrv(ctx)) as admin:
-            return await admin.topic_route(topic)
-
-    render.topic_route(topic, _run(main))
-
-
-@app.command(
-    "cluster",
-    epilog=_examples(
-        "rmq cluster",
-        "rmq cluster --json",
-        "rmq cluster --broker 127.0.0.1:10911   # one broker, no nameserver needed",
-    ),
-)
-def cluster_list(
-    ctx: typer.Context,
-    broker_addr: Annotated[
-        str | None, typer.Option("--broker", help="Ask only this broker (host:port).")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-) -> None:
-    """List brokers with their role and replication state.
-
-    Per master: push2SlaveMaxOffset and, per connected slave, its HA address, acknowledged
-    offset and lag in bytes and milliseconds. Per slave: its master's HA address, whether it
-    is connected and the offset it last reported.
-    """
+def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) -> None:
     from cli import render
 
     async def main():
@@ -111,7 +60,407 @@ def cluster_list(
     render.cluster_status(_run(main), as_json=as_json)
 
 
+@cluster_app.callback()
+def cluster_default(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
+                    as_json: JsonOpt = False) -> None:  # fmt: skip
+    """List brokers with their role and replication state (same as `rmq cluster list`)."""
+    if ctx.invoked_subcommand is None:
+        _cluster_list(ctx, broker_addr, as_json)
+
+
+@cluster_app.command(
+    "list",
+    epilog=_examples(
+        "rmq cluster list",
+        "rmq cluster list --json",
+        "rmq cluster list --broker 127.0.0.1:10911   # one broker, no nameserver needed",
+    ),
+)
+def cluster_list(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
+                 as_json: JsonOpt = False) -> None:  # fmt: skip
+    """List brokers with their role and replication state.
+
+    Per master: push2SlaveMaxOffset and, per connected slave, its HA address, acknowledged
+    offset and lag in bytes and milliseconds. Per slave: its master's HA address, whether it
+    is connected and the offset it last reported.
+    """
+    _cluster_list(ctx, broker_addr, as_json)
+
+
+# --- broker status ---------------------------------------------------------------------------
+
+
+class _BrokerGroup(typer.core.TyperGroup):
+    """`rmq broker status ADDR`, and anything else goes to the `rmq broker` server command."""
+
+    def _server(self) -> Any:
+        import typer.main
+
+        for info in app.registered_commands:
+            name = info.name or (info.callback.__name__ if info.callback else "")
+            if name == "broker":
+                server = typer.main.get_command_from_info(
+                    info, pretty_exceptions_short=True, rich_markup_mode=None
+                )
+                # a fresh object per call: extending its epilog changes nobody else's
+                server.epilog = (server.epilog or "") + (
+                    "\n\n\b\nAsk a running broker instead:\n"
+                    "  rmq broker status 127.0.0.1:10911 [--json]"
+                )
+                return server
+        return None
+
+    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
+        if not (args and args[0] in self.commands):
+            server = self._server()
+            if server is not None:
+                return server.make_context(info_name, args, parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+broker_app = typer.Typer(
+    cls=_BrokerGroup,
+    help="Run a broker (`rmq broker [OPTIONS]`, see `rmq broker --help`) or ask one "
+    "(`rmq broker status ADDR`).",
+    rich_markup_mode=None,
+)
+app.add_typer(broker_app, name="broker")
+
+
+@broker_app.command(
+    "status",
+    epilog=_examples(
+        "rmq broker status 127.0.0.1:10911", "rmq broker status 127.0.0.1:10911 --json"
+    ),
+)
+def broker_status_cmd(
+    ctx: typer.Context,
+    addr: Annotated[str, typer.Argument(help="Broker address host:port.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Runtime info of one broker (mqadmin brokerStatus): versions, put/get totals, CommitLog
+    offsets, replication state."""
+    from cli import admin_render
+
+    async def main() -> dict[str, str]:
+        async with _admin(ctx) as admin:
+            return await admin.broker_runtime_info(addr)
+
+    admin_render.broker_runtime(addr, _run(main), as_json=as_json)
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+QueuesOpt = Annotated[int, typer.Option("--queues", "-q", min=1, max=1024,
+                                        help="Read and write queue count.")]  # fmt: skip
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
+
+
+@topic_app.command(
+    "create",
+    epilog=_examples(
+        "rmq topic create TopicTest",
+        "rmq topic create Orders --queues 4 --cluster DefaultCluster",
+        "rmq topic create Orders --broker 127.0.0.1:10911 --json",
+    ),
+)
+def topic_create(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    queues: QueuesOpt = 8,
+    cluster: ClusterOpt = None,
+    broker_addr: Annotated[
+        str | None, typer.Option("--broker", help="Create on this broker only.")
+    ] = None,
+    perm: Annotated[
+        int, typer.Option("--perm", help="Permission: 6 read+write, 4 read, 2 write.")
+    ] = 6,
+    order: Annotated[bool, typer.Option("--order", help="Mark as an ordered topic.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create (or update) a topic on the masters of a cluster or on one broker."""
+    from cli import admin_render
+
+    _check_perm(perm)
+
+    async def main() -> list[str]:
+        async with _admin(ctx) as admin:
+            return await admin.create_topic(topic, queues=queues, cluster=cluster,
+                                            broker_addr=broker_addr, perm=perm, order=order)  # fmt: skip
+
+    admin_render.topic_changed("created", topic, _run(main), as_json=as_json)
+
+
+def _check_perm(perm: int | None) -> None:
+    if perm is not None and perm not in (2, 4, 6):
+        raise typer.BadParameter("must be 2 (write), 4 (read) or 6 (read+write)",
+                                 param_hint="--perm")  # fmt: skip
+
+
+@topic_app.command(
+    "update",
+    epilog=_examples(
+        "rmq topic update Orders --queues 16",
+        "rmq topic update Orders --perm 4      # read-only: producers are refused",
+    ),
+)
+def topic_update(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="An existing topic.")],
+    queues: Annotated[
+        int | None,
+        typer.Option("--queues", "-q", min=1, max=1024, help="New queue count (default: keep)."),
+    ] = None,  # fmt: skip
+    perm: Annotated[
+        int | None, typer.Option("--perm", help="New permission (default: keep).")
+    ] = None,
+    cluster: ClusterOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change the queue count or permission of an existing topic on every broker serving it."""
+    from cli import admin_render
+
+    _check_perm(perm)
+
+    async def main() -> list[str]:
+        async with _admin(ctx) as admin:
+            route = await admin.topic_route(topic)  # TopicNotExistError: one line
+            addrs = []
+            for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+                if cluster is not None and bd.cluster != cluster:
+                    continue
+                master = bd.brokerAddrs.get(0)
+                if master is None:
+                    raise CliError(f"broker {bd.brokerName} of {topic} has no master to update")
+                qd = next((q for q in route.queueDatas if q.brokerName == bd.brokerName), None)
+                await admin.create_topic(
+                    topic, broker_addr=master,
+                    queues=queues or (qd.writeQueueNums if qd else 8),
+                    perm=perm if perm is not None else (qd.perm if qd else 6),
+                )  # fmt: skip
+                addrs.append(master)
+            if not addrs:
+                raise CliError(f"topic {topic} has no broker in cluster {cluster}")
+            return addrs
+
+    admin_render.topic_changed("updated", topic, _run(main), as_json=as_json)
+
+
+@topic_app.command(
+    "delete",
+    epilog=_examples("rmq topic delete Orders", "rmq topic delete Orders --cluster DefaultCluster"),
+)
+def topic_delete(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    cluster: ClusterOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a topic from its brokers (its messages become unreachable) and the nameserver."""
+    from cli import admin_render
+
+    async def main() -> list[str]:
+        async with _admin(ctx) as admin:
+            return await admin.delete_topic(topic, cluster)
+
+    admin_render.topic_changed("deleted", topic, _run(main), as_json=as_json)
+
+
+@topic_app.command(
+    "list", epilog=_examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list --json")
+)
+def topic_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List every topic the nameserver knows."""
+    from cli import admin_render
+
+    async def main() -> list[str]:
+        async with _admin(ctx) as admin:
+            return await admin.topic_list()
+
+    admin_render.topic_list(_run(main), as_json=as_json)
+
+
+@topic_app.command(
+    "route", epilog=_examples("rmq topic route TopicTest", "rmq topic route T --json")
+)
+def topic_route(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the brokers and queues of a topic."""
+    from cli import admin_render
+
+    async def main():
+        async with _admin(ctx) as admin:
+            return await admin.topic_route(topic)
+
+    admin_render.topic_route(topic, _run(main), as_json=as_json)
+
+
+@topic_app.command(
+    "status", epilog=_examples("rmq topic status TopicTest", "rmq topic status TopicTest --json")
+)
+def topic_status(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Per queue: min and max offset, message count and the time of the newest message."""
+    from cli import admin_render
+
+    async def main():
+        async with _admin(ctx) as admin:
+            return await admin.topic_stats(topic)
+
+    admin_render.topic_status(topic, _run(main), as_json=as_json)
+
+
+# --- groups ----------------------------------------------------------------------------------
+
+group_app = typer.Typer(
+    help="Consumer groups and their progress.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=_examples("rmq group list", "rmq group progress cg1"),
+)
+app.add_typer(group_app, name="group")
+
+# Groups every broker creates for itself; `group list` hides them unless --all.
+SYSTEM_GROUPS = frozenset({
+    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS",
+    "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS",
+})  # fmt: skip
+
+
+@group_app.command("list", epilog=_examples("rmq group list", "rmq group list --all --json"))
+def group_list(
+    ctx: typer.Context,
+    cluster: ClusterOpt = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Include the brokers' system groups.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the consumer (subscription) groups the masters know."""
+    from cli import admin_render
+
+    async def main() -> list[str]:
+        async with _admin(ctx) as admin:
+            return await admin.group_list(cluster)
+
+    groups = _run(main)
+    if not show_all:
+        groups = [g for g in groups if g not in SYSTEM_GROUPS]
+    admin_render.group_list(groups, as_json=as_json)
+
+
+@group_app.command(
+    "progress",
+    epilog=_examples("rmq group progress cg1", "rmq group progress cg1 --topic Orders --json"),
+)
+def group_progress(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Argument(help="Consumer group.")],
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per queue: broker offset, the group's consumer offset and the lag; totals; online
+    consumers (mqadmin consumerProgress)."""
+    from cli import admin_render
+
+    async def main():
+        async with _admin(ctx) as admin:
+            stats = await admin.consume_stats(group, topic)
+            if not stats.queues:
+                where = f" on topic {topic}" if topic else ""
+                raise CliError(f"consumer group {group} has no offsets{where} (unknown group?)")
+            return stats, await admin.consumer_connections(group)
+
+    stats, conns = _run(main)
+    admin_render.group_progress(stats, conns, topic, as_json=as_json)
+
+
 # --- messages --------------------------------------------------------------------------------
+
+message_app = typer.Typer(
+    help="Find messages by key, msgId or queue offset.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=_examples("rmq message query --topic Orders --key order-1"),
+)
+app.add_typer(message_app, name="message")
+
+
+@message_app.command(
+    "query",
+    epilog=_examples(
+        "rmq message query --topic Orders --key order-1",
+        "rmq message query --id 7F000001000029AF0000000000000000   # offset msgId",
+        "rmq message query --topic Orders --id 0A0B0C0D...            # client msgId (UNIQ_KEY)",
+        "rmq message query --topic Orders --broker broker-a --queue 0 --offset 42 --json",
+    ),
+)
+def message_query(
+    ctx: typer.Context,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Topic.")] = None,
+    key: Annotated[str | None, typer.Option("--key", "-k", help="Message key (KEYS).")] = None,
+    msg_id: Annotated[
+        str | None, typer.Option("--id", "-i", help="Offset msgId or UNIQ_KEY.")
+    ] = None,
+    queue: Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")] = None,
+    broker: Annotated[str | None, typer.Option("--broker", "-b", help="Broker name.")] = None,
+    offset: Annotated[
+        int | None, typer.Option("--offset", "-o", min=0, help="Queue offset.")
+    ] = None,
+    max_num: Annotated[
+        int, typer.Option("--max", min=1, max=1000, help="Most messages for --key.")
+    ] = 32,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show messages with body, tags, keys, properties and store times.
+
+    Exactly one of: --key (needs --topic), --id (an offset msgId alone; a UNIQ_KEY with
+    --topic), or --queue/--offset (needs --topic; --broker when the topic has several).
+    """
+    from cli import admin_render
+
+    by_offset = queue is not None or offset is not None or broker is not None
+    modes = [key is not None, msg_id is not None, by_offset]
+    if sum(modes) != 1:
+        raise typer.BadParameter("give exactly one of --key, --id or --queue/--offset")
+    if key is not None and topic is None:
+        raise typer.BadParameter("--key needs --topic", param_hint="--topic")
+    if by_offset and (topic is None or queue is None or offset is None):
+        raise typer.BadParameter("--queue/--offset need --topic, --queue and --offset")
+
+    async def main():
+        from rmq import MessageQueue
+
+        async with _admin(ctx) as admin:
+            if key is not None:
+                assert topic is not None
+                found = await admin.query_message_by_key(topic, key, max_num)
+                if not found:
+                    raise CliError(f"no message with key {key!r} in topic {topic}")
+                return found
+            if msg_id is not None:
+                return [await admin.view_message(msg_id, topic)]
+            assert topic is not None and queue is not None and offset is not None
+            name = broker
+            if name is None:
+                route = await admin.topic_route(topic)
+                names = sorted({q.brokerName for q in route.queueDatas})
+                if len(names) != 1:
+                    raise CliError(f"topic {topic} is on brokers {', '.join(names)}: pass --broker")
+                name = names[0]
+            return [await admin.message_at(MessageQueue(topic, name, queue), offset)]
+
+    admin_render.messages(_run(main), as_json=as_json)
+
+
+# --- produce / consume -----------------------------------------------------------------------
 
 
 @app.command(
@@ -119,6 +468,7 @@ def cluster_list(
         "rmq produce --topic TopicTest hello world       # two messages",
         "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
         "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
+        "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
     ),
 )
 def produce(
@@ -138,6 +488,15 @@ def produce(
         list[str] | None,
         typer.Option("--property", "-P", metavar="K=V", help="User property K=V (repeatable)."),
     ] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            help=f"Progress bar on stderr (default: for more than {PROGRESS_THRESHOLD} "
+            "stdin lines when stdin is not a terminal).",
+        ),
+    ] = None,  # fmt: skip
+    as_json: JsonOpt = False,
     bodies: Annotated[
         list[str] | None,
         typer.Argument(
@@ -145,15 +504,20 @@ def produce(
         ),
     ] = None,
 ) -> None:
-    """Send messages (arguments, or stdin lines) and print each SendResult."""
-    from cli import render
+    """Send messages (arguments, or stdin lines), print each SendResult and a summary line.
+
+    With a progress bar the per-message lines are left out; --json prints one document with
+    every result instead.
+    """
+    from cli import admin_render, render
 
     properties: dict[str, str] = {}
     for item in prop or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
             raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
-        properties[key] = value
+        properties[k] = v
+    from_stdin = not bodies
     if bodies:
         payloads = list(bodies)
     else:
@@ -162,30 +526,75 @@ def produce(
     if not payloads:
         render.error("nothing to send: give BODY arguments or lines on stdin")
         raise typer.Exit(1)
+    if progress is None:
+        progress = from_stdin and len(payloads) > PROGRESS_THRESHOLD and not _stdin_is_tty()
+    per_line = not as_json and not progress
 
-    async def main() -> None:
+    async def main():
+        import trio
+
         from rmq import Message, Producer
 
-        async with Producer(group, _namesrv(ctx)) as producer:
-            for body in payloads:
-                msg = Message(
-                    topic,
-                    body,
-                    tags=tags,
-                    keys=keys,
-                    properties=properties,
-                    delay_level=delay_level,
-                )
-                render.send_result(await producer.send(msg))
+        results = []
+        started = trio.current_time()
+        bar = _progress_bar(len(payloads)) if progress else None
+        try:
+            async with Producer(group, _namesrv(ctx)) as producer:
+                for body in payloads:
+                    msg = Message(topic, body, tags=tags, keys=keys, properties=properties,
+                                  delay_level=delay_level)  # fmt: skip
+                    result = await producer.send(msg)
+                    results.append(result)
+                    if per_line:
+                        render.send_result(result)
+                    if bar is not None:
+                        bar[0].advance(bar[1])
+        finally:
+            if bar is not None:
+                bar[0].stop()
+        return results, trio.current_time() - started
 
-    _run(main)
+    results, seconds = _run(main)
+    if as_json:
+        admin_render.produce_json(topic, results, seconds)
+        return
+    statuses: dict[str, int] = {}
+    for r in results:
+        if r.status.name != "SEND_OK":
+            statuses[r.status.name] = statuses.get(r.status.name, 0) + 1
+    print(admin_render.produce_summary(topic, len(results), seconds, statuses), flush=True)
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _progress_bar(total: int):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(TextColumn("sending"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(file=sys.stderr), transient=False)  # fmt: skip
+    task = bar.add_task("send", total=total)
+    bar.start()
+    return bar, task
 
 
 @app.command(
     epilog=_examples(
-        "rmq consume --topic TopicTest                      # new messages, until Ctrl-C",
-        "rmq consume --topic TopicTest --from-beginning --count 10",
-        "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v",
+        "rmq consume --topic TopicTest --from-beginning   # everything, then exit",
+        "rmq consume --topic TopicTest -f                 # new messages, until Ctrl-C",
+        "rmq consume --topic TopicTest --from-beginning --count 10 --json",
+        "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v -f",
     ),
 )
 def consume(
@@ -200,6 +609,15 @@ def consume(
             "--from-beginning", help="Start at the oldest message, not the group's offset."
         ),
     ] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep waiting for new messages until Ctrl-C. Default: stop once "
+            "every queue is caught up.",
+        ),
+    ] = False,  # fmt: skip
     count: Annotated[
         int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")
     ] = None,
@@ -211,22 +629,32 @@ def consume(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show queue, offset, ids, tags.")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Pull messages from every queue of a topic and print them (one line each)."""
-    from cli import render
+    """Pull messages from every queue of a topic and print them (one line each).
+
+    Starts at the group's committed offset (the queue's end for a new group) or, with
+    --from-beginning, at the oldest message. Without --follow it stops when every queue is
+    caught up; with it, it waits for new messages until Ctrl-C (or --count / --idle-timeout).
+    The group's offsets are committed on the way out, so the next run continues from there.
+    """
+    from cli import admin_render, render
+
+    collected: list[Any] = []
+
+    def on_message(m: Any) -> None:
+        if as_json:
+            collected.append(m)
+        else:
+            render.message(m, verbose=verbose)
 
     async def main() -> None:
         from cli.consume import consume_topic
 
-        await consume_topic(
-            _namesrv(ctx),
-            topic,
-            group=group,
-            from_beginning=from_beginning,
-            count=count,
-            tags=tags,
-            idle_timeout=idle_timeout,
-            on_message=lambda m: render.message(m, verbose=verbose),
-        )
+        await consume_topic(_namesrv(ctx), topic, group=group, from_beginning=from_beginning,
+                            count=count, tags=tags, idle_timeout=idle_timeout,
+                            on_message=on_message, follow=follow)  # fmt: skip
 
     _run(main)
+    if as_json:
+        admin_render.consumed_json(topic, collected)

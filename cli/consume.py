@@ -39,6 +39,7 @@ async def consume_topic(
     idle_timeout: float | None = None,
     long_poll: float = LONG_POLL,
     handle_signals: bool = True,
+    follow: bool = True,
     remoting=None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`."""
@@ -66,7 +67,8 @@ async def consume_topic(
         async def pull_loop(mq: MessageQueue, stop: trio.CancelScope) -> None:
             nonlocal handed, last_message_at
             while True:
-                result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=long_poll)
+                suspend = long_poll if follow else 0.0
+                result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=suspend)
                 for msg in result.messages:
                     if count is not None and handed >= count:
                         return  # another queue's task reached the count first
@@ -79,6 +81,8 @@ async def consume_topic(
                         return
                 offsets[mq] = result.next_begin_offset
                 if result.status is not PullStatus.FOUND:
+                    if not follow and offsets[mq] >= result.max_offset:
+                        return  # caught up
                     await trio.sleep(EMPTY_PAUSE)
 
         async def idle_watch(stop: trio.CancelScope) -> None:
@@ -99,8 +103,14 @@ async def consume_topic(
         try:
             async with trio.open_nursery() as nursery:
                 stop = nursery.cancel_scope
-                for mq in queues:
-                    nursery.start_soon(pull_loop, mq, stop)
+
+                async def pull_all() -> None:
+                    async with trio.open_nursery() as pulls:
+                        for mq in queues:
+                            pulls.start_soon(pull_loop, mq, stop)
+                    stop.cancel()  # every queue is caught up (follow=False)
+
+                nursery.start_soon(pull_all)
                 if idle_timeout is not None:
                     nursery.start_soon(idle_watch, stop)
                 if handle_signals:

@@ -1,0 +1,334 @@
+"""What the mqadmin-style commands print: rich tables for people, one JSON document for scripts.
+
+Every `*_doc` function turns a model into the JSON document of its command (plain dicts with
+stable snake_case keys; times both as epoch milliseconds and ISO-8601 UTC), and the matching
+renderer prints either that document (`as_json=True`) or tables. Keeping the document as the
+single source means the table and the JSON can never disagree about a number.
+
+Nothing here talks to the network; consoles are made per call (see `cli/render.py`) so
+typer's CliRunner captures the output.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from cli.render import _console, _line
+
+if TYPE_CHECKING:
+    from common.message import MessageExt
+    from common.model import TopicRouteData
+    from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
+    from rmq.producer import SendResult
+
+
+def _json(doc: dict[str, Any]) -> None:
+    _line(json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False))
+
+
+def iso_ms(ms: int) -> str | None:
+    """ISO-8601 UTC of epoch milliseconds; None for 0/negative (never happened)."""
+    if ms <= 0:
+        return None
+    dt = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _time(ms: int) -> str:
+    return iso_ms(ms) or "-"
+
+
+def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[object]], **kw: Any):
+    from rich.table import Table
+
+    table = Table(title=title, **kw)
+    for col in columns:
+        table.add_column(col, justify="right" if col in _NUMERIC else "left")
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    return table
+
+
+_NUMERIC = {"queue", "min offset", "max offset", "messages", "broker offset",
+            "consumer offset", "lag", "read", "write", "id"}  # fmt: skip
+
+
+# --- broker -------------------------------------------------------------------------------
+
+
+def broker_runtime(addr: str, table: dict[str, str], *, as_json: bool = False) -> None:
+    doc = {"addr": addr, "runtime": dict(sorted(table.items()))}
+    if as_json:
+        _json(doc)
+        return
+    _console(min_width=100).print(_table(f"broker {addr}", ("key", "value"), sorted(table.items())))
+
+
+# --- topics -------------------------------------------------------------------------------
+
+
+def topic_changed(action: str, topic: str, addrs: list[str], *, as_json: bool = False) -> None:
+    if as_json:
+        _json({"topic": topic, "action": action, "brokers": addrs})
+        return
+    for addr in addrs:
+        _line(f"{action} topic {topic} on {addr}")
+    if action == "deleted":
+        _line(f"deleted topic {topic} from the nameserver")
+
+
+def topic_list_doc(topics: list[str]) -> dict[str, Any]:
+    return {"topics": sorted(topics)}
+
+
+def topic_list(topics: list[str], *, as_json: bool = False) -> None:
+    if as_json:
+        _json(topic_list_doc(topics))
+        return
+    for topic in sorted(topics):
+        _line(topic)
+
+
+def topic_route_doc(topic: str, route: TopicRouteData) -> dict[str, Any]:
+    from common.model import PermName
+
+    return {
+        "topic": topic,
+        "brokers": [
+            {"broker": bd.brokerName, "cluster": bd.cluster, "id": bid, "addr": addr}
+            for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName)
+            for bid, addr in sorted(bd.brokerAddrs.items())
+        ],
+        "queues": [
+            {
+                "broker": qd.brokerName,
+                "read": qd.readQueueNums,
+                "write": qd.writeQueueNums,
+                "perm": qd.perm,
+                "perm_text": PermName.to_string(qd.perm),
+            }  # fmt: skip
+            for qd in sorted(route.queueDatas, key=lambda q: q.brokerName)
+        ],
+    }
+
+
+def topic_route(topic: str, route: TopicRouteData, *, as_json: bool = False) -> None:
+    doc = topic_route_doc(topic, route)
+    if as_json:
+        _json(doc)
+        return
+    console = _console(min_width=100)
+    console.print(_table(f"brokers of {topic}", ("broker", "cluster", "id", "address"),
+                         ((b["broker"], b["cluster"], b["id"], b["addr"])
+                          for b in doc["brokers"])))  # fmt: skip
+    console.print(_table(f"queues of {topic}", ("broker", "read", "write", "perm"),
+                         ((q["broker"], q["read"], q["write"], q["perm_text"])
+                          for q in doc["queues"])))  # fmt: skip
+
+
+def topic_status_doc(topic: str, stats: list[QueueStats]) -> dict[str, Any]:
+    queues = [
+        {
+            "broker": q.queue.brokerName,
+            "queue": q.queue.queueId,
+            "min_offset": q.min_offset,
+            "max_offset": q.max_offset,
+            "messages": q.count,
+            "last_update_ms": q.last_update_timestamp,
+            "last_update": iso_ms(q.last_update_timestamp),
+        }  # fmt: skip
+        for q in stats
+    ]
+    last = max((q.last_update_timestamp for q in stats), default=0)
+    return {"topic": topic, "queues": queues,
+            "total": {"messages": sum(q.count for q in stats),
+                      "max_offset": sum(q.max_offset for q in stats),
+                      "last_update_ms": last, "last_update": iso_ms(last)}}  # fmt: skip
+
+
+def topic_status(topic: str, stats: list[QueueStats], *, as_json: bool = False) -> None:
+    doc = topic_status_doc(topic, stats)
+    if as_json:
+        _json(doc)
+        return
+    rows = [(q["broker"], q["queue"], q["min_offset"], q["max_offset"], q["messages"],
+             q["last_update"] or "-") for q in doc["queues"]]  # fmt: skip
+    t = doc["total"]
+    rows.append(("total", "", "", t["max_offset"], t["messages"], t["last_update"] or "-"))
+    _console(min_width=100).print(
+        _table(
+            f"status of {topic}",
+            ("broker", "queue", "min offset", "max offset", "messages", "last update (UTC)"),
+            rows,
+        )  # fmt: skip
+    )
+
+
+# --- groups -------------------------------------------------------------------------------
+
+
+def group_list(groups: list[str], *, as_json: bool = False) -> None:
+    if as_json:
+        _json({"groups": sorted(groups)})
+        return
+    for g in sorted(groups):
+        _line(g)
+
+
+def group_progress_doc(
+    stats: ConsumeStats, connections: list[ConsumerConnection], topic: str | None
+) -> dict[str, Any]:
+    return {
+        "group": stats.group,
+        "topic": topic,
+        "queues": [
+            {
+                "topic": q.queue.topic,
+                "broker": q.queue.brokerName,
+                "queue": q.queue.queueId,
+                "broker_offset": q.broker_offset,
+                "consumer_offset": q.consumer_offset,
+                "lag": q.lag,
+                "last_timestamp_ms": q.last_timestamp,
+                "last_timestamp": iso_ms(q.last_timestamp),
+            }  # fmt: skip
+            for q in stats.queues
+        ],
+        "total": {
+            "broker_offset": stats.broker_offset,
+            "consumer_offset": stats.consumer_offset,
+            "lag": stats.lag,
+        },  # fmt: skip
+        "consume_tps": stats.consume_tps,
+        "consumers": [
+            {
+                "client_id": c.client_id,
+                "client_addr": c.client_addr,
+                "language": c.language,
+                "version": c.version,
+                "message_model": c.message_model,
+                "subscriptions": dict(sorted(c.subscriptions.items())),
+            }  # fmt: skip
+            for c in connections
+        ],
+    }
+
+
+def group_progress(
+    stats: ConsumeStats, connections: list[ConsumerConnection], topic: str | None = None, *,
+    as_json: bool = False,
+) -> None:  # fmt: skip
+    doc = group_progress_doc(stats, connections, topic)
+    if as_json:
+        _json(doc)
+        return
+    rows = [(q["topic"], q["broker"], q["queue"], q["broker_offset"], q["consumer_offset"],
+             q["lag"], q["last_timestamp"] or "-") for q in doc["queues"]]  # fmt: skip
+    t = doc["total"]
+    rows.append(("total", "", "", t["broker_offset"], t["consumer_offset"], t["lag"], ""))
+    console = _console(min_width=110)
+    console.print(
+        _table(
+            f"progress of {stats.group}",
+            (
+                "topic",
+                "broker",
+                "queue",
+                "broker offset",
+                "consumer offset",
+                "lag",
+                "last consumed (UTC)",
+            ),
+            rows,
+        )  # fmt: skip
+    )
+    online = ", ".join(c.client_id for c in connections) or "none online"
+    _line(f"total lag {stats.lag}, consume TPS {stats.consume_tps:g}, consumers: {online}")
+
+
+# --- messages -----------------------------------------------------------------------------
+
+
+def message_doc(m: MessageExt) -> dict[str, Any]:
+    try:
+        text: str | None = m.body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {
+        "topic": m.topic,
+        "msg_id": m.uniq_key or m.msg_id,
+        "offset_msg_id": m.msg_id,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commit_log_offset": m.commit_log_offset,
+        "tags": m.tags,
+        "keys": m.keys,
+        "properties": dict(sorted(m.properties.items())),
+        "born_timestamp_ms": m.born_timestamp,
+        "born_timestamp": iso_ms(m.born_timestamp),
+        "born_host": f"{m.born_host[0]}:{m.born_host[1]}",
+        "store_timestamp_ms": m.store_timestamp,
+        "store_timestamp": iso_ms(m.store_timestamp),
+        "store_host": f"{m.store_host[0]}:{m.store_host[1]}",
+        "reconsume_times": m.reconsume_times,
+        "body_size": len(m.body),
+        "body": text,  # null when the body is not UTF-8: use body_base64
+        "body_base64": base64.b64encode(m.body).decode("ascii"),
+    }
+
+
+def messages(msgs: list[MessageExt], *, as_json: bool = False) -> None:
+    docs = [message_doc(m) for m in msgs]
+    if as_json:
+        _json({"count": len(docs), "messages": docs})
+        return
+    for i, d in enumerate(docs):
+        if i:
+            _line("")
+        props = " ".join(f"{k}={v}" for k, v in d["properties"].items())
+        body = d["body"] if d["body"] is not None else f"(binary) base64:{d['body_base64']}"
+        for label, value in (
+            ("msgId", d["msg_id"]),
+            ("offsetMsgId", d["offset_msg_id"]),
+            ("topic", d["topic"]),
+            ("tags", d["tags"] or "-"),
+            ("keys", d["keys"] or "-"),
+            (
+                "queue",
+                f"{d['queue_id']} offset {d['queue_offset']} (commitlog {d['commit_log_offset']})",
+            ),  # fmt: skip
+            ("born", f"{d['born_timestamp']} from {d['born_host']}"),
+            ("stored", f"{d['store_timestamp']} at {d['store_host']}"),
+            ("reconsumeTimes", d["reconsume_times"]),
+            ("properties", props or "-"),
+            (f"body ({d['body_size']} bytes)", body),
+        ):
+            _line(f"{label + ':':<18} {value}")
+
+
+def send_result_doc(r: SendResult) -> dict[str, Any]:
+    mq = r.message_queue
+    return {"status": r.status.name, "msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
+            "broker": mq.brokerName, "queue": mq.queueId,
+            "queue_offset": r.queue_offset}  # fmt: skip
+
+
+def produce_summary(topic: str, sent: int, seconds: float, statuses: dict[str, int]) -> str:
+    rate = f", {sent / seconds:,.0f} msg/s" if seconds > 0 and sent else ""
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+    return f"sent {sent} message(s) to {topic} in {seconds:.2f}s{rate}" + (
+        f" ({parts})" if parts else ""
+    )
+
+
+def produce_json(topic: str, results: list[SendResult], seconds: float) -> None:
+    _json({"topic": topic, "sent": len(results), "seconds": round(seconds, 3),
+           "results": [send_result_doc(r) for r in results]})  # fmt: skip
+
+
+def consumed_json(topic: str, msgs: list[MessageExt]) -> None:
+    _json({"topic": topic, "count": len(msgs), "messages": [message_doc(m) for m in msgs]})
