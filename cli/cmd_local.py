@@ -1,4 +1,11 @@
-"""A local cluster: `rmq up` (and, with issue 4, down/status/kill/restart).
+"""A local cluster: `rmq up`, `status`, `kill`, `restart`, `down`.
+
+`up` resolves its topology (`cli/topology.py`: flags over a TOML file over defaults) into a
+plan, refuses what cannot start (bad file, DLedger, a cluster already running in the data dir,
+busy ports) with one line, then runs the supervisor (`cli/up.py` + `cli/supervisor.py`) in the
+foreground, or with `--detach` as a background process in its own session, returning once the
+cluster is ready. The other commands talk to that supervisor through the data dir's control
+socket (`cli/local_state.py`) and never start Trio.
 
 `fast_up_arguments` lets `cli/main.py` run `up` without typer's parameter conversion, which
 imports pydantic and costs `rmq up` ~0.1 s before the first node is spawned.
@@ -13,6 +20,9 @@ import typer
 
 from cli.app import _examples, _run, app
 
+_DATA_DIR_HELP = "Data dir of the cluster (as given to `rmq up`)."
+_CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-dir is not given."
+
 
 @app.command(
     epilog=_examples(
@@ -22,65 +32,113 @@ from cli.app import _examples, _run, app
         "rmq up --role ASYNC_MASTER          # the master answers before the slave has it",
         "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
         "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
+        "rmq up --config cluster.toml        # topology from a file (flags override it)",
+        "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
     ),
 )
 def up(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Topology TOML file (cluster, masters, slaves, role, ports, data_dir, "
+            "[broker_conf], [nodes.<name>] port/broker_conf); flags override it.",
+        ),
+    ] = None,
     data_dir: Annotated[
-        Path, typer.Option("--data-dir", help="Data and logs of every node.")
-    ] = Path(".rmq"),
-    namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="Nameserver port.")] = 9876,
+        Path | None, typer.Option("--data-dir", help="Data and logs of every node [.rmq].")
+    ] = None,
+    namesrv_port: Annotated[
+        int | None, typer.Option("--namesrv-port", help="Nameserver port [9876].")
+    ] = None,
     broker_port: Annotated[
-        int, typer.Option("--broker-port", help="First broker port; next nodes take +10, +20, ...")
-    ] = 10911,
+        int | None,
+        typer.Option("--broker-port", help="First broker port; next nodes take +10, +20 [10911]."),
+    ] = None,
     masters: Annotated[
-        int, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...).")
-    ] = 1,
+        int | None, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...) [1].")
+    ] = None,
     slaves: Annotated[
-        int, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N).")
-    ] = 1,
+        int | None, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N) [1].")
+    ] = None,
     role: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--role",
             help="Masters' brokerRole: SYNC_MASTER or ASYNC_MASTER; auto = SYNC_MASTER when "
             "there are slaves, ASYNC_MASTER without (a SYNC_MASTER alone refuses every send).",
         ),
-    ] = "auto",
-    cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Cluster name [DefaultCluster].")
+    ] = None,
+    dledger: Annotated[
+        int | None,
+        typer.Option("--dledger", help="DLedger group size (not built in trio-rmq yet)."),
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", "-d", help="Run in the background; return once ready."),
+    ] = False,
     sync_master: Annotated[
         bool, typer.Option("--sync-master", hidden=True, help="Same as --role SYNC_MASTER.")
     ] = False,
     ready_timeout: Annotated[
-        float, typer.Option("--ready-timeout", help="Seconds to wait for ready.")
-    ] = 30.0,
+        float | None, typer.Option("--ready-timeout", help="Seconds to wait for ready [30].")
+    ] = None,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
     process.
 
     Prints every node's role, brokerId and ports, then `ready` once all of them serve, every
-    broker is registered and every slave replicates from its master; runs until Ctrl-C or
-    SIGTERM, then stops every node.
+    broker is registered and every slave replicates from its master; runs until Ctrl-C,
+    SIGTERM or `rmq down`, then stops every node. A node that dies is shown with its exit
+    code and last log lines; `rmq restart <node>` starts it again. Logs: <data-dir>/logs/.
     """
-    from cli import render
-    from cli.up import PlanError, busy_ports, plan_cluster
+    from cli import local_render
+    from cli.local_state import running_supervisor
+    from cli.up import PlanError, busy_ports
 
+    given = {
+        "data_dir": data_dir, "namesrv_port": namesrv_port, "broker_port": broker_port,
+        "masters": masters, "slaves": slaves, "role": role, "cluster": cluster,
+        "dledger": dledger, "ready_timeout": ready_timeout,
+    }  # fmt: skip
     try:
-        plan = plan_cluster(
-            namesrv_port=namesrv_port,
-            broker_port=broker_port,
-            masters=masters,
-            slaves=slaves,
-            cluster=cluster,
-            master_role=master_role(role, slaves=slaves, sync_master=sync_master),
-        )
+        from cli.topology import resolve
+
+        topo = resolve(config, **given)
+        plan = topo.plan(sync_master=sync_master)
     except PlanError as exc:
-        render.error(str(exc))
+        local_render.error(str(exc))
         raise typer.Exit(1) from None
+    data_dir = topo.data_dir
+    other = running_supervisor(data_dir)
+    if other is not None:
+        local_render.error(
+            f"a cluster is already running in {data_dir} (supervisor pid "
+            f"{other['supervisor_pid']}); see `rmq status --data-dir {data_dir}`, stop it "
+            f"with `rmq down --data-dir {data_dir}`"
+        )
+        raise typer.Exit(1)
     busy = busy_ports(plan)
     if busy:
         node, port = busy[0]
-        render.error(f"port {port} ({node.name}) is already in use; is another `rmq up` running?")
+        local_render.error(
+            f"port {port} ({node.name}) is already in use; is another `rmq up` running?"
+        )
         raise typer.Exit(1)
+    if detach:
+        argv = ["--data-dir", str(data_dir.absolute())]
+        if config is not None:
+            argv += ["--config", str(config.absolute())]
+        for name, value in given.items():
+            if value is not None and name != "data_dir":
+                argv += [f"--{name.replace('_', '-')}", str(value)]
+        if sync_master:
+            argv.append("--sync-master")
+        _detach(argv, data_dir, topo.ready_timeout)
+        return
 
     async def main() -> None:
         import signal
@@ -91,20 +149,224 @@ def up(
 
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    lambda: run_up(
-                        plan, data_dir, report=render.up_event, ready_timeout=ready_timeout
-                    )
-                )
+
+                async def supervise() -> None:
+                    await run_up(plan, data_dir, report=local_render.up_event,
+                                 ready_timeout=topo.ready_timeout)  # fmt: skip
+                    nursery.cancel_scope.cancel()  # `rmq down`: done
+
+                nursery.start_soon(supervise)
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     break
 
+    _run(main)
+    local_render.up_stopped()
+
+
+def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
+    """Start `rmq up <argv>` as a background process (own session, output to
+    <data-dir>/logs/supervisor.log) and return once it reports ready."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from cli import local_render
+    from cli.local_state import Refused, request
+
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "supervisor.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "up", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # no terminal signal (Ctrl-C, hang-up) reaches it
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    start = log_path.stat().st_size if log_path.exists() else 0
+    deadline = time.monotonic() + ready_timeout + 15  # its own deadline fires first
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            local_render.error(_first_error(log_path, start) or
+                               f"`rmq up` exited with code {code}; see {log_path}")  # fmt: skip
+            raise typer.Exit(1)
+        try:
+            status = request(data_dir, "status", timeout=2.0)
+        except Refused:
+            raise
+        except Exception:  # not listening yet
+            status = None
+        if status is not None and status.get("state") == "ready":
+            proc.returncode = 0  # detached on purpose: nobody waits for it here
+            local_render.detached(status)
+            return
+        time.sleep(0.05)
+    proc.terminate()
+    proc.wait(timeout=30)
+    local_render.error(f"cluster not ready after {ready_timeout:g} s; see {log_path}")
+    raise typer.Exit(1)
+
+
+def _first_error(log_path: Path, start: int) -> str | None:
     try:
-        _run(main)
-    except typer.Exit:
-        raise
-    render.up_stopped()
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("error: "):
+            return line[len("error: "):]
+    return None
+
+
+def _cluster_dir(data_dir: Path | None, config: Path | None) -> Path:
+    if data_dir is not None or config is None:
+        return data_dir or Path(".rmq")
+    from cli.topology import load_topology_file
+
+    return load_topology_file(config).get("data_dir", Path(".rmq"))
+
+
+def _control(data_dir: Path | None, config: Path | None, op: str, *, timeout: float = 10.0,
+             **args: Any) -> dict[str, Any]:  # fmt: skip
+    # `timeout` bounds the wait for the answer; `args` travel in the request
+    """One control request; known failures -> one stderr line, exit 1."""
+    from cli import local_render
+    from cli.errors import CliError
+    from cli.local_state import request
+
+    try:
+        return request(_cluster_dir(data_dir, config), op, args, timeout=timeout)
+    except CliError as exc:
+        local_render.error(str(exc))
+        raise typer.Exit(1) from None
+
+
+DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help=_DATA_DIR_HELP)]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)]
+
+
+@app.command(
+    epilog=_examples(
+        "rmq status                          # the cluster of ./.rmq",
+        "rmq status --data-dir /tmp/rmq --json",
+    ),
+)
+def status(
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Every node of a local cluster: role, brokerId, ports, pid, alive/exited/restarting."""
+    from cli import local_render
+
+    local_render.status(_control(data_dir, config, "status"), as_json=as_json)
+
+
+@app.command(
+    epilog=_examples(
+        "rmq kill broker-a                   # SIGKILL the master; its slave keeps serving",
+        "rmq kill broker-a-s1 --data-dir /tmp/rmq",
+    ),
+)
+def kill(
+    node: Annotated[str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, ...")],
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """SIGKILL one node of a local cluster (the supervisor shows it as exited)."""
+    from cli import local_render
+
+    local_render.killed(_control(data_dir, config, "kill", node=node)["node"])
+
+
+@app.command(
+    epilog=_examples(
+        "rmq restart broker-a                # same ports, same store, log appended",
+        "rmq restart namesrv --timeout 60",
+    ),
+)
+def restart(
+    node: Annotated[str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, ...")],
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait until it serves.")
+    ] = 30.0,
+) -> None:
+    """Start one node of a local cluster again (stopping it first if it runs)."""
+    from cli import local_render
+
+    reply = _control(data_dir, config, "restart", timeout=timeout + 15,
+                     node=node, wait=timeout)  # fmt: skip
+    local_render.restarted(reply["node"])
+
+
+@app.command(
+    epilog=_examples(
+        "rmq down                            # the cluster of ./.rmq",
+        "rmq down --data-dir /tmp/rmq",
+    ),
+)
+def down(
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait until every node is gone.")
+    ] = 60.0,
+) -> None:
+    """Stop a local cluster (`rmq up`, foreground or --detach): every node, then its
+    supervisor; returns once every process is gone."""
+    import os
+    import signal
+    import time
+
+    from cli import local_render
+    from cli.local_state import (
+        NoCluster,
+        Unreachable,
+        pid_running,
+        read_state,
+        remove_state,
+        request,
+    )
+
+    where = _cluster_dir(data_dir, config)
+    state = read_state(where)
+    if state is None:
+        local_render.error(f"no cluster is running in {where} (nothing to stop)")
+        raise typer.Exit(1)
+    sup_pid = state["supervisor_pid"]
+    try:
+        status = request(where, "down")
+    except NoCluster:
+        remove_state(where, pid=sup_pid)
+        local_render.error(
+            f"no cluster is running in {where} (its supervisor, pid {sup_pid}, is gone; "
+            "removed its stale state file)"
+        )
+        raise typer.Exit(1) from None
+    except Unreachable:
+        os.kill(sup_pid, signal.SIGTERM)  # it stops its nodes on SIGTERM as on Ctrl-C
+        status = state
+    local_render.down_begun(status)
+    node_pids = [n["pid"] for n in status["nodes"] if n.get("pid")]
+    deadline = time.monotonic() + timeout
+    left = node_pids
+    while time.monotonic() < deadline:
+        left = [p for p in node_pids if pid_running(p)]
+        if not left and not pid_running(sup_pid, state.get("start_time")):
+            local_render.down_done([n["name"] for n in status["nodes"]])
+            return
+        time.sleep(0.05)
+    local_render.error(f"still running after {timeout:g} s: pids {left + [sup_pid]}")
+    raise typer.Exit(1)
 
 
 def master_role(role: str, *, slaves: int, sync_master: bool = False) -> str:
@@ -131,6 +393,7 @@ def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:
     if not argv or argv[0] != "up":
         return None
     import inspect
+    import types
     import typing
 
     hints = typing.get_type_hints(up, include_extras=True)
@@ -138,6 +401,10 @@ def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:
     options: dict[str, tuple[str, Any, Any]] = {}
     for name, param in inspect.signature(up).parameters.items():
         base, info = typing.get_args(hints[name])[:2]
+        if typing.get_origin(base) in (typing.Union, types.UnionType):
+            # `X | None`: an option without a default of its own (the TOML file may set it)
+            inner = [a for a in typing.get_args(base) if a is not type(None)]
+            base = inner[0] if len(inner) == 1 else None
         if base not in (int, float, str, bool, Path):
             return None
         kwargs[name] = param.default

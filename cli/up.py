@@ -24,28 +24,29 @@ Theory of operation:
   broker must answer GET_BROKER_RUNTIME_INFO on its listen port, and every master must count
   at least as many HA connections (`haConnectionCount`) as it has planned slaves, so a
   SYNC_MASTER can acknowledge sends the moment `ready` is printed. Only then `ready` fires.
-* A child that exits on its own is a failure of the whole cluster: the supervisor raises
-  `NodeFailed` and stops the others. Shutdown (on cancellation or failure) is shielded and
-  bounded: SIGTERM to slaves, then masters (so they unregister while the nameserver still
-  runs), then the nameserver; SIGKILL after `stop_timeout`; every child is reaped.
+* The processes themselves are run by `cli/supervisor.py` (a child that exits before ready
+  fails the start; after ready it is shown and can be restarted; ordered, bounded shutdown),
+  and `cli/local_state.py` serves `rmq status/kill/restart/down` while the cluster runs.
+  `plan_cluster` takes per-node ports and broker.conf properties; `cli/topology.py` builds
+  them from flags and a TOML file.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import string
-import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from cli.errors import CliError
-from common.errors import unwrapping_groups
+
+if TYPE_CHECKING:
+    from cli.supervisor import Supervisor
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
@@ -70,6 +71,9 @@ class NodeSpec:
     broker_name: str | None = None
     broker_id: int = 0
     role: str | None = None  # ASYNC_MASTER | SYNC_MASTER | SLAVE for brokers
+    # extra broker.conf properties (sorted pairs, so the spec stays hashable); written to
+    # `<data-dir>/conf/<name>.conf` and passed with --config; the flags the plan sets win
+    properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def addr(self) -> str:
@@ -119,8 +123,14 @@ def plan_cluster(
     slaves: int = 1,
     cluster: str = "DefaultCluster",
     master_role: str = "SYNC_MASTER",
+    ports: Mapping[str, int] | None = None,
+    properties: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ClusterPlan:
-    """The nodes of a local cluster: `masters` broker names, each with `slaves` slaves."""
+    """The nodes of a local cluster: `masters` broker names, each with `slaves` slaves.
+
+    `ports` moves single nodes (by node name) off their block; `properties` gives a node
+    (by name) extra broker.conf properties. Names that are not in the plan are an error.
+    """
     if masters < 1:
         raise PlanError("a cluster needs at least one master")
     if slaves < 0:
@@ -154,8 +164,30 @@ def plan_cluster(
             )
             block += 1
     plan = ClusterPlan(namesrv, tuple(brokers))
+    plan = _customised(plan, ports or {}, properties or {})
     _check_ports(plan)
     return plan
+
+
+def _customised(
+    plan: ClusterPlan, ports: Mapping[str, int], properties: Mapping[str, Mapping[str, str]]
+) -> ClusterPlan:
+    names = [n.name for n in plan.nodes]
+    for what, table in (("port", ports), ("broker.conf properties", properties)):
+        for name in table:
+            if name not in names:
+                raise PlanError(
+                    f"{what} for {name!r}, which is not a node of this cluster "
+                    f"(nodes: {', '.join(names)})"
+                )
+    if properties.get(plan.namesrv.name):
+        raise PlanError("broker.conf properties are for brokers, not the nameserver")
+
+    def custom(node: NodeSpec) -> NodeSpec:
+        props = tuple(sorted((k, str(v)) for k, v in properties.get(node.name, {}).items()))
+        return attrs.evolve(node, port=ports.get(node.name, node.port), properties=props)
+
+    return ClusterPlan(custom(plan.namesrv), tuple(custom(b) for b in plan.brokers))
 
 
 def _check_ports(plan: ClusterPlan) -> None:
@@ -183,6 +215,22 @@ def busy_ports(plan: ClusterPlan) -> list[tuple[NodeSpec, int]]:
     return busy
 
 
+def node_config_path(node: NodeSpec, data_dir: Path) -> Path:
+    """Where a broker's extra broker.conf properties are written (see `write_node_config`)."""
+    return data_dir / "conf" / f"{node.name}.conf"
+
+
+def write_node_config(node: NodeSpec, data_dir: Path) -> None:
+    """Write `node`'s extra broker.conf properties (nothing for a node without any)."""
+    if not node.properties:
+        return
+    from cli.node import properties_text
+
+    path = node_config_path(node, data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(properties_text(dict(node.properties)))
+
+
 def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
     """The child command line; `python -m cli.node` keeps the child's imports lean."""
     base = [sys.executable, "-m", "cli.node"]
@@ -201,16 +249,21 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         "--namesrv", plan.namesrv_addr,
         "--data-dir", node_dir,
         "--watch-stdin",
+        # extra properties from a file; the flags above win over it (see cli.node)
+        *(["--config", str(node_config_path(node, data_dir))] if node.properties else []),
     ]  # fmt: skip
 
 
 @attrs.frozen
 class UpEvent:
-    kind: str  # "spawned" | "ready" | "exited" (died after ready) | "stopping" | "stopped"
+    # "spawned" | "ready" | "exited" (ended after ready: crash or `rmq kill`) | "restarting" |
+    # "restarted" (serves again) | "stopping" | "stopped"
+    kind: str
     node: NodeSpec | None = None
     pid: int | None = None
     returncode: int | None = None
     log_path: Path | None = None
+    detail: str | None = None  # "exited" on its own: the last lines of its log
 
 
 # probe(plan, nodes) -> True once every node of `nodes` serves
@@ -226,15 +279,6 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-@attrs.define(eq=False)
-class _Child:
-    node: NodeSpec
-    process: trio.Process
-    log_path: Path
-    # set once the supervisor itself asked this child to stop; an exit before that is a failure
-    stopping: bool = False
-
-
 async def run_up(
     plan: ClusterPlan,
     data_dir: Path,
@@ -245,82 +289,34 @@ async def run_up(
     ready_timeout: float = 30.0,
     stop_timeout: float = 10.0,
     poll_interval: float = 0.05,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    control: bool = True,
+    task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Spawn every node, report `ready` once all serve, run until cancelled, then stop all."""
-    probe = probe or probe_cluster
-    log_dir = data_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    children: list[_Child] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    deadline = trio.current_time() + ready_timeout
+    """Spawn every node, report `ready` once all serve, run until cancelled or `rmq down`,
+    then stop all. `task_status.started` hands over the `Supervisor` (cli/supervisor.py).
 
-    async def spawn(node: NodeSpec, nursery: trio.Nursery) -> None:
-        log_path = log_dir / f"{node.name}.log"
-        log_fd = _open_log(log_path)
-        try:
-            process = await trio.lowlevel.open_process(
-                command_for(node, plan, data_dir),
-                stdin=subprocess.PIPE,
-                stdout=log_fd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
-        finally:
-            os.close(log_fd)  # the child holds its own copy
-        child = _Child(node, process, log_path)
-        children.append(child)
-        nursery.start_soon(watch, child)
-        report(UpEvent("spawned", node, process.pid, log_path=log_path))
+    With `control` the supervisor also serves `rmq status/kill/restart/down` on a Unix socket
+    and records itself in the data dir's state file (cli/local_state.py) while it runs.
+    """
+    from cli.supervisor import Supervisor
 
-    # True once `ready` was reported: from then on a node's death is news, not the end
-    ready = False
+    supervisor = Supervisor(
+        plan,
+        data_dir,
+        report,
+        probe or probe_cluster,
+        command_for,
+        ready_timeout=ready_timeout,
+        stop_timeout=stop_timeout,
+        poll_interval=poll_interval,
+    )
+    if not control:
+        await supervisor.run(task_status=task_status)
+        return
+    from cli.local_state import control_channel
 
-    async def watch(child: _Child) -> None:
-        code = await child.process.wait()
-        if child.stopping:
-            return
-        if not ready:
-            tail = log_tail(child.log_path)
-            raise NodeFailed(
-                f"{child.node.name} exited with code {code}; log {child.log_path}"
-                + (f":\n{tail}" if tail else "")
-            )
-        # A running cluster outlives one node: when a master dies its slave keeps serving
-        # reads, which is what the slave is for. Report it and keep the others up.
-        report(UpEvent("exited", child.node, child.process.pid, code, child.log_path))
-
-    async def wait_serving(nodes: tuple[NodeSpec, ...]) -> None:
-        with trio.move_on_at(deadline) as scope:
-            while True:
-                if await _probe_quietly(probe, plan, nodes):
-                    return
-                await trio.sleep(poll_interval)
-        if scope.cancelled_caught:
-            raise NodeFailed(f"cluster not ready after {ready_timeout:g} s; logs are in {log_dir}")
-
-    try:
-        with unwrapping_groups():
-            async with trio.open_nursery() as nursery:
-                # All at once: a broker retries its registration quickly until the
-                # nameserver listens, so nothing waits for another interpreter to start.
-                for node in plan.nodes:
-                    await spawn(node, nursery)
-                await wait_serving(plan.nodes)
-                ready = True
-                report(UpEvent("ready"))
-                task_status.started()
-                await trio.sleep_forever()
-    finally:
-        with trio.CancelScope(shield=True):
-            if children:
-                report(UpEvent("stopping"))
-            await _stop_all(children, stop_timeout, report)
-
-
-def _open_log(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    async with control_channel(supervisor):
+        await supervisor.run(task_status=task_status)
 
 
 async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
@@ -334,35 +330,6 @@ async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec,
         if isinstance(exc, RmqError):
             return False
         raise
-
-
-async def _stop_all(children: list[_Child], timeout: float, report) -> None:
-    # Slaves first, then masters, then the nameserver: each broker unregisters while the
-    # nameserver still listens.
-    def rank(c: _Child) -> int:
-        if c.node.kind == "namesrv":
-            return 2
-        return 0 if c.node.broker_id else 1
-
-    for r in (0, 1, 2):
-        group = [c for c in children if rank(c) == r]
-        for c in group:
-            c.stopping = True
-            if c.process.returncode is None:
-                try:
-                    c.process.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        with trio.move_on_after(timeout):
-            for c in group:
-                await c.process.wait()
-        for c in group:
-            if c.process.returncode is None:
-                c.process.kill()
-                await c.process.wait()
-            if c.process.stdin is not None:
-                await c.process.stdin.aclose()
-            report(UpEvent("stopped", c.node, c.process.pid, c.process.returncode))
 
 
 def registered_at(cluster_info: object, node: NodeSpec) -> bool:

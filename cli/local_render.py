@@ -1,0 +1,146 @@
+"""What the local-cluster commands print (`rmq up`, `status`, `kill`, `restart`, `down`).
+
+Lines that scripts read are plain, one per fact: each node's line
+`<name> <host:port> pid <pid> <detail>  log <path>` (bench/cluster.py and the tests parse the
+name, address and pid), `ready`, `stopped`. `rmq up` prints the same node lines whether it runs
+in the foreground (from the supervisor's events) or with `--detach` (from the supervisor's
+status), so a script reads both the same way. No markup, no wrapping.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cli.up import NodeSpec, UpEvent
+
+
+def _line(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def error(text: str) -> None:
+    """One line (the first of `text`) on stderr; the rest, if any, indented below it."""
+    first, _, rest = text.partition("\n")
+    print(f"error: {first}", file=sys.stderr, flush=True)
+    for line in rest.splitlines():
+        print(f"  {line}", file=sys.stderr, flush=True)
+
+
+def _detail(kind: str, role: str | None, broker_name: str | None, broker_id: int | None,
+            cluster: str, port: int) -> str:  # fmt: skip
+    if kind == "namesrv":
+        return "nameserver"
+    return (f"{role} {broker_name} id {broker_id}, cluster {cluster}, "
+            f"listen {port}, ha {port + 1}, vip {port - 2}")  # fmt: skip
+
+
+def node_line(name: str, addr: str, pid: int | None, detail: str, log: object) -> None:
+    _line(f"{name:<14} {addr:<21} pid {pid if pid is not None else '-':<7} {detail}  log {log}")
+
+
+def spec_detail(node: NodeSpec) -> str:
+    return _detail(node.kind, node.role, node.broker_name, node.broker_id, node.cluster,
+                   node.port)  # fmt: skip
+
+
+def up_event(event: UpEvent) -> None:
+    """One supervisor event of a foreground `rmq up`."""
+    node = event.node
+    if event.kind == "spawned" and node is not None:
+        node_line(node.name, node.addr, event.pid, spec_detail(node), event.log_path)
+    elif event.kind == "ready":
+        _line("ready")
+    elif event.kind == "exited" and node is not None:
+        how = "killed" if event.returncode == -9 and event.detail is None else "exited"
+        _line(f"{node.name:<14} {how} (exit code {event.returncode}); the other nodes keep "
+              f"running; `rmq restart {node.name}` starts it again; log {event.log_path}")  # fmt: skip
+        for line in (event.detail or "").splitlines():
+            _line(f"{'':<14} | {line}")
+    elif event.kind == "restarting" and node is not None:
+        _line(f"{node.name:<14} restarting")
+    elif event.kind == "restarted" and node is not None:
+        _line(f"{node.name:<14} restarted (pid {event.pid}), serving on {node.addr}")
+    elif event.kind == "stopping":
+        _line("stopping")
+    elif event.kind == "stopped" and node is not None:
+        _line(f"{node.name:<14} stopped (exit code {event.returncode})")
+
+
+def up_stopped() -> None:
+    _line("stopped")
+
+
+def topology(status: dict[str, Any]) -> None:
+    """The node lines of a detached cluster, as a foreground `rmq up` prints them."""
+    for n in status["nodes"]:
+        detail = _detail(n["kind"], n["role"], n["broker_name"], n["broker_id"], n["cluster"],
+                         n["port"])  # fmt: skip
+        node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
+
+
+def detached(status: dict[str, Any]) -> None:
+    topology(status)
+    _line("ready")
+    _line(f"supervisor pid {status['supervisor_pid']}; `rmq status --data-dir "
+          f"{status['data_dir']}` shows it, `rmq down --data-dir {status['data_dir']}` "
+          "stops it")  # fmt: skip
+
+
+def status(status: dict[str, Any], *, as_json: bool = False) -> None:
+    """`rmq status`: one row per node."""
+    if as_json:
+        import json
+
+        _line(json.dumps(status, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{status['cluster']} in {status['data_dir']}: {status['state']} "
+        f"(supervisor pid {status['supervisor_pid']})"
+    )
+    for col in ("node", "role", "brokerId", "address", "ha", "vip", "pid", "status"):
+        table.add_column(col)
+    colours = {"alive": "green", "exited": "red", "restarting": "yellow", "starting": "yellow"}
+    for n in status["nodes"]:
+        state = n["status"]
+        if state == "exited":
+            state = f"exited ({n['returncode']})"
+        if n["restarts"]:
+            state += f", restarted {n['restarts']}x"
+        colour = colours.get(n["status"], "")
+        table.add_row(
+            n["name"], n["role"], "-" if n["broker_id"] is None else str(n["broker_id"]),
+            n["addr"], str(n["ha_port"] or "-"), str(n["vip_port"] or "-"),
+            str(n["pid"] or "-"), f"[{colour}]{state}[/]" if colour else state,
+        )  # fmt: skip
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    if console.width < 110:
+        console.width = 110  # a pipe reports 80 columns: do not fold the rows
+    console.print(table)
+    for n in status["nodes"]:
+        if n["status"] == "exited":
+            _line(f"{n['name']} exited; last log lines ({n['log']}):")
+            for line in (n.get("log_tail") or "").splitlines():
+                _line(f"  | {line}")
+
+
+def killed(node: dict[str, Any]) -> None:
+    _line(f"{node['name']} killed (pid {node['pid']}, exit code {node['returncode']}); "
+          f"`rmq restart {node['name']}` starts it again")  # fmt: skip
+
+
+def restarted(node: dict[str, Any]) -> None:
+    _line(f"{node['name']} restarted (pid {node['pid']}), serving on {node['addr']}")
+
+
+def down_begun(status: dict[str, Any]) -> None:
+    _line(f"stopping {status['cluster']} in {status['data_dir']} "
+          f"(supervisor pid {status['supervisor_pid']})")  # fmt: skip
+
+
+def down_done(names: list[str]) -> None:
+    _line(f"stopped {', '.join(names)}" if names else "stopped")

@@ -1,0 +1,382 @@
+"""The `rmq up` supervisor: one OS process per node, watched from one Trio nursery.
+
+Theory of operation:
+
+* Every node of the plan has a `NodeState`. Spawning a node opens its process (stdout and
+  stderr appended to `<data-dir>/logs/<node>.log`, stdin a pipe only the supervisor holds, its
+  own session so a terminal Ctrl-C reaches only the supervisor) and starts one watcher task for
+  that process in the supervisor's nursery. The watcher is the only place that learns a
+  process ended: it records the exit code, sets the state's `exited` event and reports.
+* Before `ready`, a node that exits fails the whole start (`NodeFailed`, with its log tail):
+  the user asked for a cluster and did not get it. After `ready`, a node that exits is shown
+  (exit code, last log lines) and the others keep running: a slave must outlive its master,
+  that is what it is for. Such a node can be started again (`restart`).
+* `kill` sends SIGKILL and waits for the watcher to see the exit; `restart` stops the node
+  (SIGTERM, SIGKILL after `stop_timeout`) when it runs and spawns the same command line again:
+  same ports, same store directory, same log file (appended). A restarted node is
+  `restarting` until the readiness probe sees it serve, then `alive` again. An exit the
+  supervisor asked for (`exit_requested`) is never reported as a crash.
+* Shutdown (`stop_all`, shielded by the caller) goes slaves -> masters -> nameserver, so each
+  broker unregisters while the nameserver still listens; SIGKILL after `stop_timeout`; every
+  child is reaped, so nothing outlives the supervisor. Should the supervisor itself die, every
+  child sees EOF on its stdin and stops by itself.
+* `snapshot()` is what `rmq status` shows and what the state file records: per node its
+  name, role, brokerId, ports, pid, status and last exit code.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from cli.errors import CliError
+from cli.up import (
+    ClusterPlan,
+    CommandFor,
+    NodeFailed,
+    NodeSpec,
+    Probe,
+    UpEvent,
+    log_tail,
+    write_node_config,
+)
+
+
+class ControlError(CliError):
+    """An operation on a running cluster the supervisor refuses (unknown node, not running...)."""
+
+
+class NodeStatus(enum.Enum):
+    STARTING = "starting"  # spawned, the cluster is not ready yet
+    ALIVE = "alive"
+    EXITED = "exited"  # ended without the supervisor stopping it (crash or `rmq kill`)
+    RESTARTING = "restarting"  # being stopped or respawned, or respawned and not serving yet
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class ClusterState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@attrs.define(eq=False)
+class NodeState:
+    node: NodeSpec
+    log_path: Path
+    process: trio.Process | None = None  # the latest process; None before the first spawn
+    status: NodeStatus = NodeStatus.STARTING
+    returncode: int | None = None  # exit code of the latest process once it ended
+    restarts: int = 0
+    # True while the supervisor itself ends `process` (kill, restart, stop): not a crash
+    exit_requested: bool = False
+    # set by the watcher once `process` ended; replaced on every spawn
+    exited: trio.Event = attrs.Factory(trio.Event)
+    # set once `process` serves after a restart; replaced on every spawn
+    serving: trio.Event = attrs.Factory(trio.Event)
+    # a kill/restart of this node is under way; a second one is refused
+    busy: bool = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def to_json(self) -> dict[str, Any]:
+        n = self.node
+        return {
+            "name": n.name,
+            "kind": n.kind,
+            "role": n.role or "NAMESRV",
+            "broker_name": n.broker_name,
+            "broker_id": n.broker_id if n.kind == "broker" else None,
+            "cluster": n.cluster,
+            "addr": n.addr,
+            "port": n.port,
+            "ha_port": n.ha_port,
+            "vip_port": n.vip_port,
+            "pid": self.pid,
+            "status": self.status.value,
+            "returncode": self.returncode,
+            "restarts": self.restarts,
+            "log": str(self.log_path),
+            "log_tail": log_tail(self.log_path, 5) if self.status is NodeStatus.EXITED else None,
+        }
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    plan: ClusterPlan
+    data_dir: Path
+    report: Callable[[UpEvent], None]
+    probe: Probe
+    command_for: CommandFor
+    ready_timeout: float = 30.0
+    stop_timeout: float = 10.0
+    poll_interval: float = 0.05
+    # called after every change a state file should record (spawns, statuses)
+    on_change: Callable[[], None] = lambda: None
+    state: ClusterState = ClusterState.STARTING
+    # set by `down` (control channel): `run` returns and its caller stops everything
+    stop_requested: trio.Event = attrs.Factory(trio.Event)
+    nodes: dict[str, NodeState] = attrs.Factory(dict)
+    # the nursery watchers run in; set by `run` before the first spawn
+    _nursery: trio.Nursery | None = None
+
+    def __attrs_post_init__(self) -> None:
+        log_dir = self.data_dir / "logs"
+        for node in self.plan.nodes:
+            self.nodes[node.name] = NodeState(node, log_dir / f"{node.name}.log")
+
+    # --- the lifecycle ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Supervisor]) -> None:
+        """Spawn every node, wait until all serve, report `ready`, run until `stop_requested`
+        or cancelled; then stop every node (shielded, bounded)."""
+        from common.errors import unwrapping_groups
+
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        deadline = trio.current_time() + self.ready_timeout
+        try:
+            with unwrapping_groups():
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    # All at once: a broker retries its registration quickly until the
+                    # nameserver listens, so nothing waits for another interpreter to start.
+                    for ns in self.nodes.values():
+                        await self._spawn(ns, NodeStatus.STARTING)
+                    if not await self._wait_serving(self.plan.nodes, deadline):
+                        raise NodeFailed(
+                            f"cluster not ready after {self.ready_timeout:g} s; "
+                            f"logs are in {self.data_dir / 'logs'}"
+                        )
+                    self.state = ClusterState.READY
+                    for ns in self.nodes.values():
+                        if ns.running:
+                            ns.status = NodeStatus.ALIVE
+                    self.on_change()
+                    self.report(UpEvent("ready"))
+                    task_status.started(self)
+                    await self.stop_requested.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                self.state = ClusterState.STOPPING
+                if any(ns.process is not None for ns in self.nodes.values()):
+                    self.report(UpEvent("stopping"))
+                await self.stop_all()
+
+    async def _spawn(self, ns: NodeState, status: NodeStatus) -> None:
+        assert self._nursery is not None
+        write_node_config(ns.node, self.data_dir)
+        log_fd = os.open(ns.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            process = await trio.lowlevel.open_process(
+                self.command_for(ns.node, self.plan, self.data_dir),
+                stdin=subprocess.PIPE,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        finally:
+            os.close(log_fd)  # the child holds its own copy
+        ns.process = process
+        ns.status = status
+        ns.returncode = None
+        ns.exit_requested = False
+        ns.exited = trio.Event()
+        ns.serving = trio.Event()
+        self._nursery.start_soon(self._watch, ns, process)
+        self.report(UpEvent("spawned", ns.node, process.pid, log_path=ns.log_path))
+        self.on_change()
+
+    async def _watch(self, ns: NodeState, process: trio.Process) -> None:
+        code = await process.wait()
+        if ns.process is not process:
+            return  # already replaced (cannot happen while the old one runs, but be sure)
+        ns.returncode = code
+        ns.exited.set()
+        if ns.exit_requested and ns.status in (NodeStatus.STOPPING, NodeStatus.RESTARTING):
+            return  # stop_all / restart report it themselves
+        if self.state is ClusterState.STARTING:
+            tail = log_tail(ns.log_path)
+            raise NodeFailed(
+                f"{ns.node.name} exited with code {code}; log {ns.log_path}"
+                + (f":\n{tail}" if tail else "")
+            )
+        # A running cluster outlives one node: report it and keep the others up.
+        requested = ns.exit_requested
+        ns.status = NodeStatus.EXITED
+        self.on_change()
+        detail = None if requested else log_tail(ns.log_path, 5)
+        self.report(UpEvent("exited", ns.node, process.pid, code, ns.log_path, detail=detail))
+
+    async def _wait_serving(self, nodes: tuple[NodeSpec, ...], deadline: float) -> bool:
+        from cli.up import _probe_quietly
+
+        with trio.move_on_at(deadline):
+            while True:
+                if await _probe_quietly(self.probe, self.plan, nodes):
+                    return True
+                await trio.sleep(self.poll_interval)
+        return False
+
+    async def _until_serving(self, ns: NodeState, process: trio.Process) -> None:
+        """After a restart: `alive` once the probe sees the node serve (or its process ended)."""
+        from cli.up import _probe_quietly
+
+        while ns.process is process and process.returncode is None:
+            if await _probe_quietly(self.probe, self.plan, (ns.node,)):
+                if ns.process is process and process.returncode is None:
+                    ns.status = NodeStatus.ALIVE
+                    ns.serving.set()
+                    self.on_change()
+                    self.report(UpEvent("restarted", ns.node, process.pid, log_path=ns.log_path))
+                return
+            await trio.sleep(self.poll_interval)
+
+    # --- operations of the control channel -----------------------------------------------
+
+    def node(self, name: str) -> NodeState:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise ControlError(
+                f"no node named {name!r} in this cluster (nodes: {', '.join(self.nodes)})"
+            ) from None
+
+    def _operable(self, name: str) -> NodeState:
+        ns = self.node(name)
+        if self.state is not ClusterState.READY:
+            raise ControlError(f"the cluster is {self.state.value}; try again once it is ready")
+        if ns.busy:
+            raise ControlError(f"{name} is already being killed or restarted")
+        return ns
+
+    async def kill(self, name: str) -> NodeState:
+        """SIGKILL `name`; returns once the supervisor has seen it exit."""
+        ns = self._operable(name)
+        if not ns.running or ns.process is None:
+            raise ControlError(
+                f"{name} is not running ({ns.status.value}, exit code {ns.returncode}); "
+                f"`rmq restart {name}` starts it again"
+            )
+        ns.busy = True
+        try:
+            ns.exit_requested = True
+            ns.process.kill()
+            with trio.fail_after(self.stop_timeout):
+                await ns.exited.wait()
+        finally:
+            ns.busy = False
+        return ns
+
+    async def restart(self, name: str, timeout: float | None = None) -> NodeState:
+        """Stop `name` if it runs, spawn it again (same ports and data) and wait until it
+        serves; `ControlError` if it exits again or does not serve within `timeout`."""
+        ns = self._operable(name)
+        ns.busy = True
+        try:
+            ns.status = NodeStatus.RESTARTING
+            self.report(UpEvent("restarting", ns.node, ns.pid))
+            await self._end(ns)
+            ns.restarts += 1
+            await self._spawn(ns, NodeStatus.RESTARTING)
+            process = ns.process
+            assert process is not None and self._nursery is not None
+            self._nursery.start_soon(self._until_serving, ns, process)
+            with trio.move_on_after(self.ready_timeout if timeout is None else timeout):
+                async with trio.open_nursery() as race:
+
+                    async def first(event: trio.Event) -> None:
+                        await event.wait()
+                        race.cancel_scope.cancel()
+
+                    race.start_soon(first, ns.serving)
+                    race.start_soon(first, ns.exited)
+            if ns.serving.is_set():
+                return ns
+            if ns.exited.is_set():
+                tail = log_tail(ns.log_path, 5)
+                raise ControlError(
+                    f"{name} exited again with code {ns.returncode}; log {ns.log_path}"
+                    + (f":\n{tail}" if tail else "")
+                )
+            raise ControlError(
+                f"{name} was restarted (pid {process.pid}) but does not serve yet; "
+                f"see `rmq status` and its log {ns.log_path}"
+            )
+        finally:
+            ns.busy = False
+
+    async def _end(self, ns: NodeState) -> None:
+        """SIGTERM, SIGKILL after the bound, reap, close its stdin pipe."""
+        process = ns.process
+        if process is None:
+            return
+        ns.exit_requested = True
+        if process.returncode is None:
+            try:
+                process.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            with trio.move_on_after(self.stop_timeout):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        ns.returncode = process.returncode
+        if process.stdin is not None:
+            await process.stdin.aclose()
+
+    async def stop_all(self) -> None:
+        """Slaves first, then masters, then the nameserver; each group bounded by the timeout."""
+
+        def rank(ns: NodeState) -> int:
+            if ns.node.kind == "namesrv":
+                return 2
+            return 0 if ns.node.broker_id else 1
+
+        for r in (0, 1, 2):
+            group = [ns for ns in self.nodes.values() if rank(ns) == r and ns.process]
+            for ns in group:
+                ns.exit_requested = True
+                ns.status = NodeStatus.STOPPING
+                if ns.running and ns.process is not None:
+                    try:
+                        ns.process.send_signal(signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            with trio.move_on_after(self.stop_timeout):
+                for ns in group:
+                    assert ns.process is not None
+                    await ns.process.wait()
+            for ns in group:
+                await self._end(ns)
+                ns.status = NodeStatus.STOPPED
+                self.report(UpEvent("stopped", ns.node, ns.pid, ns.returncode))
+        self.on_change()
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `rmq status` shows and the state file records."""
+        return {
+            "supervisor_pid": os.getpid(),
+            "state": self.state.value,
+            "cluster": self.plan.namesrv.cluster,
+            "namesrv": self.plan.namesrv_addr,
+            "data_dir": str(self.data_dir),
+            "nodes": [ns.to_json() for ns in self.nodes.values()],
+        }
