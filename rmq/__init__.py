@@ -12,9 +12,23 @@ from rmq.lite_pull_consumer import LitePullConsumer
 from rmq.message import Message
 from rmq.producer import Producer, SendResult, SendStatus
 from rmq.pull_consumer import PullConsumer, PullResult, PullStatus
+from rmq.push_consumer import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    MessageModel,
+    OrderlyStatus,
+    PushConsumer,
+    allocate_averagely,
+)
 
 __all__ = [
     "Admin",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "MessageModel",
+    "OrderlyStatus",
+    "PushConsumer",
+    "allocate_averagely",
     "BrokerNotFoundError",
     "ClientError",
     "InvalidMessageError",

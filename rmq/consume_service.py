@@ -106,7 +106,7 @@ class ConsumeMessageConcurrentlyService:
                 for m in msgs:
                     log.warning("broadcasting: dropping failed message %s of %s", m.msg_id, mq)
             else:
-                failed = [m for m in msgs if not await self.c.send_message_back(m, 0)]
+                failed = [m for m in msgs if not await self.c.send_message_back(m, 0, mq)]
                 if failed:
                     failed_ids = {id(m) for m in failed}
                     done = [m for m in msgs if id(m) not in failed_ids]
@@ -171,7 +171,7 @@ class ConsumeMessageOrderlyService:
                 status = await self._call_listener(msgs, mq)
                 if status is OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
                     c.stats_failed += len(msgs)
-                    again = await self._check_reconsume_times(msgs)
+                    again = await self._check_reconsume_times(msgs, mq)
                     if again:
                         suspend = True
                         for m in again:
@@ -186,7 +186,9 @@ class ConsumeMessageOrderlyService:
             if suspend:
                 await trio.sleep(SUSPEND_A_MOMENT)
 
-    async def _check_reconsume_times(self, msgs: list[MessageExt]) -> list[MessageExt]:
+    async def _check_reconsume_times(
+        self, msgs: list[MessageExt], mq: MessageQueue
+    ) -> list[MessageExt]:
         """The messages to retry here; ones past max_reconsume_times go to the DLQ instead."""
         c = self.c
         again = []
@@ -195,6 +197,6 @@ class ConsumeMessageOrderlyService:
                 again.append(m)
             elif c.broadcasting:
                 log.warning("broadcasting: dropping %s past max reconsume times", m.msg_id)
-            elif not await c.send_message_back(m, -1):
+            elif not await c.send_message_back(m, -1, mq):
                 again.append(m)  # the broker did not take it: keep trying here
         return again

@@ -12,6 +12,16 @@ raises RemotingConnectError for an address that is down, and for a broker told t
 out the timeout and raises RemotingTimeoutError. Failures are injected per broker:
 `fail_next_sends` (response codes to answer the next sends with), `down`, `hang`.
 
+Consumer groups (issue 4): HEART_BEAT registers each consumer group member (by client id, with
+the FakeRemoting it came through) and creates `%RETRY%<group>`; a membership change queues a
+NOTIFY_CONSUMER_IDS_CHANGED for every member, delivered through that member's request handler
+right after the request that caused it (`disconnect(client_id)` plays a dropped connection).
+GET_CONSUMER_LIST_BY_GROUP, LOCK/UNLOCK_BATCH_MQ (locks expire after 60 s of Trio time),
+CONSUMER_SEND_MSG_BACK (to `%RETRY%<group>`, or `%DLQ%<group>` past maxReconsumeTimes or for
+delay level < 0; the delay level is recorded in DELAY but not waited for) and the COMMIT_OFFSET
+bit of pulls. A pull with the SUSPEND bit that finds nothing is held until a message arrives
+or the suspend time passes, like the broker's long polling, so pull loops do not spin.
+
 This is test support, kept in the package so tests of several directories can share it.
 """
 
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -30,6 +41,7 @@ from common.message import (
     create_offset_msg_id,
     decode_batch_body,
     decode_properties,
+    decode_record,
     encode_record,
     java_string_hash,
     tags_code,
@@ -37,15 +49,20 @@ from common.message import (
 from common.model import (
     BrokerData,
     ClusterInfo,
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
     PermName,
     QueueData,
     TopicList,
     TopicRouteData,
+    UnlockBatchRequestBody,
 )
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.serde import to_json
+from common.serde import from_json, to_json
 
 AUTO_CREATE_TOPIC = "TBW102"
 
@@ -79,6 +96,10 @@ class FakeBroker:
     requests: list[RemotingCommand] = attrs.Factory(list)
     # next commitlog offset; increases by each record's size like a real CommitLog
     phys_offset: int = 0
+    # commitlog offset -> (topic, queue id, queue offset) of each record
+    by_phys: dict[int, tuple[str, int, int]] = attrs.Factory(dict)
+    # called after each append (the cluster wakes held pulls)
+    on_append: Callable[[], None] | None = None
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -100,8 +121,22 @@ class FakeBroker:
         record = encode_record(inner, len(q), self.phys_offset, int(time.time() * 1000))
         q.append((record, tags_code(props.get(MessageConst.TAGS))))
         msg_id = create_offset_msg_id(self.host_port, self.phys_offset)
+        self.by_phys[self.phys_offset] = (topic, queue_id, len(q) - 1)
         self.phys_offset += len(record)
+        if self.on_append is not None:
+            self.on_append()
         return msg_id, len(q) - 1
+
+    def append_inner(self, inner: MessageExtBrokerInner):
+        """Append a prepared message (send-back): keeps reconsume times and flags."""
+        q = self.queues.setdefault((inner.topic, inner.queue_id), [])
+        record = encode_record(inner, len(q), self.phys_offset, int(time.time() * 1000))
+        q.append((record, tags_code(inner.properties.get(MessageConst.TAGS))))
+        self.by_phys[self.phys_offset] = (inner.topic, inner.queue_id, len(q) - 1)
+        self.phys_offset += len(record)
+        if self.on_append is not None:
+            self.on_append()
+        return len(q) - 1
 
     def messages(self, topic: str, queue_id: int) -> list[bytes]:
         return [r for r, _ in self.queues.get((topic, queue_id), [])]
@@ -116,9 +151,51 @@ class FakeCluster:
     namesrv_requests: list[RemotingCommand] = attrs.Factory(list)
     # called with (broker, request, response) before a broker answer leaves; may edit it
     response_hook: Callable[[FakeBroker, RemotingCommand, RemotingCommand], None] | None = None
+    # group -> {client id: the FakeRemoting its heartbeats came through}, in join order
+    groups: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    # (group, MessageQueue) -> (client id, Trio time of the last lock)
+    locks: dict[tuple[str, Any], tuple[str, float]] = attrs.Factory(dict)
+    lock_max_live_time: float = 60.0
+    # SEARCH_OFFSET_BY_TIMESTAMP answers 3 (not supported) unless enabled (older tests rely on it)
+    search_offset_enabled: bool = False
+    # (remoting, NOTIFY command) waiting to be delivered
+    pending_notifies: list[tuple[Any, RemotingCommand]] = attrs.Factory(list)
+    # every CONSUMER_SEND_MSG_BACK: (group, original offset msgId, target topic)
+    send_backs: list[tuple[str, str, str]] = attrs.Factory(list)
+    # the FakeRemoting whose request is being handled (set around each broker request)
+    current_remoting: Any = None
+    # replaced on every append: held pulls wait on it
+    arrival: trio.Event = attrs.Factory(trio.Event)
+
+    def _arrived(self) -> None:
+        self.arrival.set()
+        self.arrival = trio.Event()
+
+    def members(self, group: str) -> list[str]:
+        return list(self.groups.get(group, {}))
+
+    def _notify_group(self, group: str) -> None:
+        for remoting in self.groups.get(group, {}).values():
+            cmd = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+            )
+            self.pending_notifies.append((remoting, cmd))
+
+    async def deliver_notifies(self) -> None:
+        while self.pending_notifies:
+            remoting, cmd = self.pending_notifies.pop(0)
+            await remoting.deliver(cmd)
+
+    async def disconnect(self, client_id: str) -> None:
+        """The client's connections closed: it leaves every group and the rest are told."""
+        for group, members in self.groups.items():
+            if members.pop(client_id, None) is not None:
+                self._notify_group(group)
+        await self.deliver_notifies()
 
     def add_broker(self, name: str, addr: str, broker_id: int = 0, **kw) -> FakeBroker:
         broker = FakeBroker(name, addr, broker_id, **kw)
+        broker.on_append = self._arrived
         if self.auto_create and broker_id == 0:
             broker.topics[AUTO_CREATE_TOPIC] = FakeTopic(8, 8, 7)
         self.brokers.append(broker)
@@ -235,6 +312,8 @@ def _pull(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> Remoting
     queue_id = cmd.get_int("queueId")
     offset = cmd.get_int("queueOffset")
     max_nums = cmd.get_int("maxMsgNums")
+    if cmd.get_int("sysFlag") & 0x1 and b.broker_id == 0:
+        b.offsets[(cmd.get_str("consumerGroup"), topic, queue_id)] = cmd.get_int("commitOffset")
     q = b.queues.get((topic, queue_id), [])
     sub = cmd.ext_fields.get("subscription", "*").strip()
     codes = None if sub in ("", "*") else {java_string_hash(t.strip()) for t in sub.split("||")}
@@ -297,7 +376,110 @@ def _runtime_info(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingComma
     return cmd.response(body=b'{"table":{}}')
 
 
+def _heart_beat(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    hb = from_json(cmd.body_bytes(), HeartbeatData)
+    for cd in hb.consumerDataSet:
+        retry = "%RETRY%" + cd.groupName
+        if b.broker_id == 0 and retry not in b.topics:
+            b.topics[retry] = FakeTopic(1, 1)
+        members = cluster.groups.setdefault(cd.groupName, {})
+        if hb.clientID not in members:
+            members[hb.clientID] = cluster.current_remoting
+            cluster._notify_group(cd.groupName)
+    return cmd.response()
+
+
+def _unregister(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.ext_fields.get("consumerGroup")
+    if group and cluster.groups.get(group, {}).pop(cmd.get_str("clientID"), None) is not None:
+        cluster._notify_group(group)
+    return cmd.response()
+
+
+def _consumer_list(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.get_str("consumerGroup")
+    ids = cluster.members(group)
+    if not ids:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return cmd.response(body=to_json(GetConsumerListByGroupResponseBody(ids)))
+
+
+def _lock(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    body = from_json(cmd.body_bytes(), LockBatchRequestBody)
+    now = trio.current_time()
+    ok = []
+    for mq in body.mqSet:
+        held = cluster.locks.get((body.consumerGroup, mq))
+        if held is None or held[0] == body.clientId or now - held[1] > cluster.lock_max_live_time:
+            cluster.locks[(body.consumerGroup, mq)] = (body.clientId, now)
+            ok.append(mq)
+    return cmd.response(body=to_json(LockBatchResponseBody(ok)))
+
+
+def _unlock(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    body = from_json(cmd.body_bytes(), UnlockBatchRequestBody)
+    for mq in body.mqSet:
+        held = cluster.locks.get((body.consumerGroup, mq))
+        if held is not None and held[0] == body.clientId:
+            del cluster.locks[(body.consumerGroup, mq)]
+    return cmd.response()
+
+
+def _send_back(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.get_str("group")
+    phys = cmd.get_int("offset")
+    delay = cmd.get_int("delayLevel")
+    where = b.by_phys.get(phys)
+    if where is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
+    topic, qid, idx = where
+    orig = decode_record(b.queues[(topic, qid)][idx][0])
+    props = dict(orig.properties)
+    props.setdefault(MessageConst.RETRY_TOPIC, orig.topic)
+    props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, orig.msg_id)
+    max_times = cmd.get_int("maxReconsumeTimes", 16)
+    if orig.reconsume_times >= max_times or delay < 0:
+        target = "%DLQ%" + group
+        props.pop(MessageConst.DELAY, None)
+    else:
+        target = "%RETRY%" + group
+        props[MessageConst.DELAY] = str(delay or 3 + orig.reconsume_times)
+    b.topics.setdefault(target, FakeTopic(1, 1))
+    inner = MessageExtBrokerInner(
+        topic=target,
+        queue_id=0,
+        flag=orig.flag,
+        body=orig.body,
+        properties=props,
+        born_timestamp=orig.born_timestamp,
+        born_host=orig.born_host,
+        store_host=b.host_port,
+        reconsume_times=orig.reconsume_times + 1,
+    )
+    b.append_inner(inner)
+    cluster.send_backs.append((group, orig.msg_id, target))
+    return cmd.response()
+
+
+def _search_offset(cluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    if not cluster.search_offset_enabled:
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"code {cmd.code}")
+    q = b.queues.get((cmd.get_str("topic"), cmd.get_int("queueId")), [])
+    ts = cmd.get_int("timestamp")
+    for i, (record, _) in enumerate(q):
+        if decode_record(record).store_timestamp >= ts:
+            return cmd.response(ext_fields={"offset": i})
+    return cmd.response(ext_fields={"offset": len(q)})
+
+
 _BROKER_HANDLERS: dict[int, Callable] = {
+    RequestCode.HEART_BEAT: _heart_beat,
+    RequestCode.UNREGISTER_CLIENT: _unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _consumer_list,
+    RequestCode.LOCK_BATCH_MQ: _lock,
+    RequestCode.UNLOCK_BATCH_MQ: _unlock,
+    RequestCode.CONSUMER_SEND_MSG_BACK: _send_back,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _search_offset,
     RequestCode.SEND_MESSAGE_V2: _send,
     RequestCode.SEND_BATCH_MESSAGE: _send,
     RequestCode.PULL_MESSAGE: _pull,
@@ -317,6 +499,23 @@ class FakeRemoting:
     cluster: FakeCluster
     # every (addr, request) in order, oneway ones included
     sent: list[tuple[str, RemotingCommand]] = attrs.Factory(list)
+    # the client's handler of broker->client requests (set_request_handler)
+    handler: Callable | None = None
+    # answers the client gave to broker->client requests
+    answers: list[RemotingCommand] = attrs.Factory(list)
+
+    def set_request_handler(self, handler) -> None:
+        self.handler = handler
+
+    async def deliver(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """A broker->client request reaches this client (through the codec)."""
+        if self.handler is None:
+            return None
+        resp = await self.handler(wire_roundtrip(cmd), None)
+        if resp is not None:
+            resp = wire_roundtrip(resp)
+            self.answers.append(resp)
+        return resp
 
     def _handle(self, addr: str, cmd: RemotingCommand) -> RemotingCommand | None:
         if addr in self.cluster.namesrv_addrs:
@@ -329,7 +528,11 @@ class FakeRemoting:
         if broker.hang:
             broker.requests.append(cmd)
             return None
-        return self.cluster.handle_broker(broker, cmd)
+        self.cluster.current_remoting = self
+        try:
+            return self.cluster.handle_broker(broker, cmd)
+        finally:
+            self.cluster.current_remoting = None
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0):
         await trio.lowlevel.checkpoint()
@@ -339,6 +542,20 @@ class FakeRemoting:
         if resp is None:
             await trio.sleep(timeout)
             raise RemotingTimeoutError(f"wait response on {addr} timeout {timeout} s")
+        if (
+            req.code == RequestCode.PULL_MESSAGE
+            and resp.code == ResponseCode.PULL_NOT_FOUND
+            and req.get_int("sysFlag") & 0x2
+        ):
+            # long polling: hold until a message arrives or the suspend time is up
+            with trio.move_on_after(min(timeout, req.get_int("suspendTimeoutMillis") / 1000)):
+                while resp.code == ResponseCode.PULL_NOT_FOUND:
+                    await self.cluster.arrival.wait()
+                    resp = self._handle(addr, req)
+                    if resp is None:
+                        await trio.sleep(timeout)
+                        raise RemotingTimeoutError(f"wait response on {addr} timeout {timeout} s")
+        await self.cluster.deliver_notifies()
         # A real response wakes the waiting task without a cancellation check (the reader task
         # reschedules it); yield the same way so callers meet the same interleavings.
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -350,3 +567,4 @@ class FakeRemoting:
         assert req.is_oneway
         self.sent.append((addr, req))
         self._handle(addr, req)
+        await self.cluster.deliver_notifies()

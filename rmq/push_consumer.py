@@ -1,0 +1,473 @@
+"""PushConsumer: the broker's messages delivered to a listener (Java DefaultMQPushConsumerImpl).
+
+Theory of operation
+-------------------
+`async with PushConsumer(group, namesrv) as c:` registers the group with its ClientInstance,
+fetches the routes of the subscribed topics (and of `%RETRY%<group>` in clustering mode, which
+Java subscribes automatically), sends HEART_BEAT to their brokers and rebalances at once. Then
+these tasks run in the consumer's nursery until the `async with` ends:
+
+* rebalance: every `rebalance_interval` (20 s) and whenever the broker sends
+  NOTIFY_CONSUMER_IDS_CHANGED (`rebalance_immediately`), `RebalanceImpl.do_rebalance`.
+* one pull loop per assigned queue (PullMessageService + the PullCallback): PULL_MESSAGE with
+  long polling (the broker holds it up to 15 s; we wait 30 s), the subscription in the request
+  (Java's postSubscriptionWhenPull, so a pull never depends on a heartbeat having arrived), and
+  the COMMIT_OFFSET bit plus the queue's in-memory offset when there is one and we pull from the
+  master. It pulls from the node the broker suggested (suggestWhichBrokerId, e.g. a slave while
+  the master is far behind). FOUND: messages are tag-filtered again on the client (the broker
+  compares tag hash codes only), put into the ProcessQueue and handed to the consume service.
+  NO_NEW_MSG / NO_MATCHED_MSG: move on; with nothing cached, the offset store follows
+  (correctTagsOffset). OFFSET_ILLEGAL: the queue is dropped with the broker's next offset
+  persisted, and the next rebalance starts it again from there. Errors wait 3 s.
+  Flow control: while the ProcessQueue holds more than `pull_threshold_for_queue` messages or
+  `pull_threshold_size_for_queue_mib` MiB, the loop waits 50 ms and checks again.
+* offsets: `persist_interval` (5 s) persistAll of the assigned queues.
+* orderly only: `lock_all` every 20 s.
+
+Start offsets (RebalancePushImpl.computePullFromWhere) when the store has none: LAST_OFFSET ->
+the queue's max offset (0 for a retry topic), FIRST_OFFSET -> 0, TIMESTAMP -> the broker's
+SEARCH_OFFSET_BY_TIMESTAMP for `consume_timestamp_ms` (default: 30 minutes ago; a retry topic
+starts at its max offset).
+
+Leaving the `async with` stops pulling, persists every offset, unlocks orderly queues and
+sends UNREGISTER_CLIENT to every broker (shielded, 3 s at most), so the group rebalances
+without waiting 120 s for the broker to expire us. Deviation: our client objects each own
+their ClientInstance (Java shares one per instance name and JVM).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+from pathlib import Path
+
+import trio
+
+from common import model as wire
+from common import serde
+from common.message import decode_record, java_string_hash
+from common.model import ConsumerData, ConsumeType, MessageQueue, SubscriptionData
+from common.remoting.codes import ResponseCode
+from common.remoting.command import RemotingCommand
+from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from rmq.client_instance import ClientBase
+from rmq.consume_service import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    ConsumeStatus,
+    OrderlyStatus,
+)
+from rmq.errors import ClientError
+from rmq.offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from rmq.process_queue import ProcessQueue
+from rmq.pull_consumer import parse_tag_expression
+from rmq.rebalance import RebalanceImpl, allocate_averagely
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "MessageModel",
+    "OrderlyStatus",
+    "PushConsumer",
+    "allocate_averagely",
+]
+
+BROKER_SUSPEND_MAX_TIME = 15.0  # BROKER_SUSPEND_MAX_TIME_MILLIS
+CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0  # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
+PULL_DELAY_WHEN_FLOW_CONTROL = 0.05
+PULL_DELAY_WHEN_EXCEPTION = 3.0
+LOCK_INTERVAL = 20.0
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(enum.Enum):
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
+    """FilterAPI.buildSubscriptionData: tags split on '||', hash codes of each."""
+    tags = parse_tag_expression(expression)
+    if tags is None:
+        return SubscriptionData(topic, "*", subVersion=int(time.time() * 1000))
+    ordered = sorted(tags)
+    return SubscriptionData(
+        topic,
+        expression.strip(),
+        tagsSet=ordered,
+        codeSet=[java_string_hash(t) for t in ordered],
+        subVersion=int(time.time() * 1000),
+    )
+
+
+class PushConsumer(ClientBase):
+    """`async with PushConsumer("cg", ns) as c:` after `subscribe` and `register_listener`."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | list[str] = "127.0.0.1:9876",
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
+        max_reconsume_times: int = 16,
+        pull_batch_size: int = 32,
+        consume_batch_max_size: int = 1,
+        consume_concurrency: int = 20,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue_mib: int = 100,
+        offset_store_dir: str | os.PathLike | None = None,
+        instance_name: str | None = None,
+        rebalance_interval: float = 20.0,
+        persist_interval: float = 5.0,
+        heartbeat_interval: float = 30.0,
+        timeout: float = 3.0,
+        remoting=None,
+    ) -> None:
+        super().__init__(
+            namesrv,
+            remoting=remoting,
+            timeout=timeout,
+            instance_name=instance_name,
+            heartbeat_interval=heartbeat_interval,
+        )
+        if not group:
+            raise ClientError("consumer group is empty")
+        if not 1 <= pull_batch_size <= 1024:
+            raise ClientError("pull_batch_size must be within 1..1024")
+        if not 1 <= consume_batch_max_size <= 1024:
+            raise ClientError("consume_batch_max_size must be within 1..1024")
+        if consume_concurrency < 1:
+            raise ClientError("consume_concurrency must be >= 1")
+        self.group = group
+        self.message_model = MessageModel(message_model)
+        self.consume_from = ConsumeFromWhere(consume_from)
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.max_reconsume_times = max_reconsume_times
+        self.pull_batch_size = pull_batch_size
+        self.consume_batch_max_size = consume_batch_max_size
+        self.consume_concurrency = consume_concurrency
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self.offset_store_dir = Path(
+            offset_store_dir if offset_store_dir is not None else Path.home() / ".rocketmq_offsets"
+        )
+        self.rebalance_interval = rebalance_interval
+        self.persist_interval = persist_interval
+        self.timeout = timeout
+        # topic -> subscription (the user's, plus %RETRY%group in clustering mode)
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self._listener = None
+        self.orderly = False
+        self.rebalance = RebalanceImpl(self)
+        self.offset_store = None
+        self._consume_service = None
+        # set to run a rebalance now rather than at the next interval
+        self._rebalance_wakeup = trio.Event()
+        # queue -> broker id the broker suggested on the last pull
+        self._suggested: dict[MessageQueue, int] = {}
+        self._start_ms = 0
+        self.stats_consumed = 0
+        self.stats_failed = 0
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.message_model is MessageModel.BROADCASTING
+
+    # --- configuration -----------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        if self._stack is not None:
+            raise ClientError("subscribe before entering `async with PushConsumer(...)`")
+        if not topic:
+            raise ClientError("topic is empty")
+        self.subscriptions[topic] = build_subscription(topic, expression)
+
+    def register_listener(self, fn) -> None:
+        self._listener, self.orderly = fn, False
+
+    def register_orderly_listener(self, fn) -> None:
+        self._listener, self.orderly = fn, True
+
+    def assigned_queues(self) -> frozenset[MessageQueue]:
+        return self.rebalance.assigned()
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance_wakeup.set()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> PushConsumer:
+        if self._listener is None:
+            raise ClientError("register a listener before starting the consumer")
+        if not self.subscriptions:
+            raise ClientError("subscribe to at least one topic before starting the consumer")
+        if not self.broadcasting:
+            retry = RETRY_GROUP_TOPIC_PREFIX + self.group
+            self.subscriptions.setdefault(retry, build_subscription(retry, "*"))
+        await super().__aenter__()
+        try:
+            await self._start()
+        except BaseException:
+            await super().__aexit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        client = self.client
+        assert self._stack is not None
+        self._start_ms = int(time.time() * 1000)
+        if self.broadcasting:
+            self.offset_store = LocalFileOffsetStore(
+                self.offset_store_dir, self.client_id, self.group
+            )
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(client, self.group, self.timeout)
+        self.offset_store.load()
+        client.register_consumer(self.group, self)
+        self._stack.callback(client.unregister_consumer, self.group)
+        nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._stack.callback(nursery.cancel_scope.cancel)
+        # runs first on exit (LIFO): persist/unlock/unregister while the connections are alive
+        self._stack.push_async_callback(self._shutdown, nursery)
+        service = (
+            ConsumeMessageOrderlyService if self.orderly else ConsumeMessageConcurrentlyService
+        )
+        self._consume_service = service(self, self._listener, nursery)
+        self._nursery = nursery
+        await client.update_routes()
+        await client.send_heartbeat_to_all_brokers()
+        await self.rebalance.do_rebalance()
+        nursery.start_soon(self._rebalance_loop)
+        nursery.start_soon(self._persist_loop)
+        if self.orderly and not self.broadcasting:
+            nursery.start_soon(self._lock_loop)
+
+    async def _shutdown(self, nursery: trio.Nursery) -> None:
+        nursery.cancel_scope.cancel()  # stop pulling and consuming first
+        with trio.CancelScope(shield=True), trio.move_on_after(3 * self.timeout):
+            mqs = list(self.rebalance.process_queue_table)
+            for pq in self.rebalance.process_queue_table.values():
+                pq.dropped = True
+            await self.offset_store.persist_all(mqs)
+            if self.orderly and not self.broadcasting:
+                await self.rebalance.unlock(mqs)
+            self.client.unregister_consumer(self.group)
+            for addr in self.client.heartbeat_addrs():
+                try:
+                    await self.client.api.unregister_client(
+                        addr, self.client_id, consumer_group=self.group, timeout=self.timeout
+                    )
+                except Exception as exc:
+                    log.info("unregister from %s failed: %s", addr, exc)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.rebalance_interval):
+                await self._rebalance_wakeup.wait()
+            self._rebalance_wakeup = trio.Event()
+            await self.rebalance.do_rebalance()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await trio.sleep(self.persist_interval)
+            await self.offset_store.persist_all(list(self.rebalance.process_queue_table))
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await trio.sleep(LOCK_INTERVAL)
+            await self.rebalance.lock_all()
+
+    # --- what rebalance and the consume services call ------------------------------------
+
+    def consumer_data(self) -> ConsumerData:
+        cfw = {
+            ConsumeFromWhere.LAST_OFFSET: wire.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+            ConsumeFromWhere.FIRST_OFFSET: wire.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            ConsumeFromWhere.TIMESTAMP: wire.ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+        }[self.consume_from]
+        return ConsumerData(
+            groupName=self.group,
+            consumeType=ConsumeType.CONSUME_PASSIVELY,
+            messageModel=wire.MessageModel[self.message_model.value],
+            consumeFromWhere=cfw,
+            subscriptionDataSet=list(self.subscriptions.values()),
+        )
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        last = await self.offset_store.read_offset(mq, ReadOffsetType.STORE)
+        if last >= 0:
+            return last
+        if last != -1:
+            return -1  # the broker could not be asked: try at the next rebalance
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        try:
+            addr = await self.client.any_addr(mq.brokerName, mq.topic)
+            api = self.client.api
+            if self.consume_from is ConsumeFromWhere.FIRST_OFFSET:
+                return 0
+            if self.consume_from is ConsumeFromWhere.LAST_OFFSET:
+                if is_retry:
+                    return 0
+                return await api.get_max_offset(addr, mq, timeout=self.timeout)
+            if is_retry:
+                return await api.get_max_offset(addr, mq, timeout=self.timeout)
+            ts = self.consume_timestamp_ms
+            if ts is None:
+                ts = self._start_ms - 30 * 60 * 1000
+            return await api.search_offset(addr, mq, ts, timeout=self.timeout)
+        except Exception as exc:
+            log.warning("start offset of %s: %s", mq, exc)
+            return -1
+
+    def start_pull(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._pull_loop, mq, pq, offset)
+
+    async def send_message_back(self, msg, delay_level: int, mq: MessageQueue) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the master of the queue's broker; False when it failed."""
+        try:
+            addr = await self.client.master_addr(mq.brokerName, mq.topic)
+            await self.client.api.consumer_send_msg_back(
+                addr, msg, self.group, delay_level, self.max_reconsume_times,
+                timeout=self.timeout,
+            )  # fmt: skip
+        except Exception as exc:
+            log.warning("send back of %s failed: %s", msg.msg_id, exc)
+            return False
+        return True
+
+    # --- the pull loop ------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        sub = self.subscriptions.get(mq.topic)
+        wanted = set(sub.tagsSet) if sub is not None and not sub.subscribes_all else None
+        while not pq.dropped:
+            if (
+                pq.msg_count > self.pull_threshold_for_queue
+                or pq.msg_size > self.pull_threshold_size
+            ):
+                await trio.sleep(PULL_DELAY_WHEN_FLOW_CONTROL)
+                continue
+            if self.orderly and not self.broadcasting and not pq.locked:
+                await trio.sleep(PULL_DELAY_WHEN_EXCEPTION)
+                continue
+            sub = self.subscriptions.get(mq.topic)
+            if sub is None:
+                return
+            try:
+                resp = await self._pull_once(mq, offset, sub)
+            except Exception as exc:
+                log.warning("pull %s at %d failed: %s", mq, offset, exc)
+                if getattr(exc, "retriable", False):
+                    self.client.invalidate(mq.topic)
+                    self._suggested.pop(mq, None)
+                await trio.sleep(PULL_DELAY_WHEN_EXCEPTION)
+                continue
+            if pq.dropped:
+                return
+            self._suggested[mq] = resp.suggest_which_broker_id
+            if resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                log.warning("%s: offset %d illegal, broker says %d", mq, offset,
+                            resp.next_begin_offset)  # fmt: skip
+                pq.dropped = True
+                self.offset_store.update_offset(mq, resp.next_begin_offset)
+                await self.offset_store.persist(mq)
+                self.rebalance.remove_process_queue(mq)
+                self.rebalance_immediately()
+                return
+            offset = resp.next_begin_offset
+            msgs = resp.messages
+            if wanted is not None:
+                msgs = [m for m in msgs if m.tags in wanted]
+            if msgs:
+                pq.put(msgs)
+                self.stats_consumed += len(msgs)
+                self._consume_service.submit(msgs, pq, mq)
+            elif pq.msg_count == 0:
+                # correctTagsOffset: nothing cached, so the next offset is safe to commit
+                self.offset_store.update_offset(mq, offset, increase_only=True)
+
+    async def _pull_once(self, mq: MessageQueue, offset: int, sub: SubscriptionData):
+        client = self.client
+        addr, is_slave = await client.subscribe_addr(
+            mq.brokerName, self._suggested.get(mq, 0), mq.topic
+        )
+        commit = -1
+        if not self.broadcasting:
+            commit = await self.offset_store.read_offset(mq, ReadOffsetType.MEMORY)
+        sys_flag = PULL_SUSPEND | PULL_SUBSCRIPTION
+        if commit > 0 and not is_slave:
+            sys_flag |= PULL_COMMIT_OFFSET
+        return await client.api.pull_message(
+            addr,
+            group=self.group,
+            mq=mq,
+            offset=offset,
+            max_nums=self.pull_batch_size,
+            sys_flag=sys_flag,
+            commit_offset=max(commit, 0),
+            suspend_ms=int(BROKER_SUSPEND_MAX_TIME * 1000),
+            subscription=sub.subString,
+            sub_version=sub.subVersion,
+            timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
+        )
+
+    # --- broker requests ----------------------------------------------------------------------
+
+    def running_info_json(self) -> bytes:
+        """A minimal ConsumerRunningInfo (properties + subscriptionSet)."""
+        props = {
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(self.consume_concurrency),
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._start_ms),
+            "PROP_CLIENT_VERSION": "V4_9_7",
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consumer_data().consumeFromWhere.name,
+        }
+        body = {
+            "properties": props,
+            "subscriptionSet": [
+                serde.converter.unstructure(s) for s in self.subscriptions.values()
+            ],
+            "mqTable": {},
+            "statusTable": {},
+        }
+        return serde.dumps(body)
+
+    async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY: run the listener on the record in the body."""
+        try:
+            msg = decode_record(cmd.body_bytes())
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad message body: {exc}")
+        started = time.monotonic()
+        remark = None
+        try:
+            status = await self._listener([msg])
+        except Exception as exc:
+            status, remark = None, repr(exc)
+            result = "CR_THROW_EXCEPTION"
+        else:
+            ok = status is None or status in (ConsumeStatus.SUCCESS, OrderlyStatus.SUCCESS)
+            result = "CR_SUCCESS" if ok else "CR_LATER"
+        body = {
+            "order": self.orderly,
+            "autoCommit": True,
+            "consumeResult": result,
+            "remark": remark,
+            "spentTimeMills": int((time.monotonic() - started) * 1000),
+        }
+        return cmd.response(body=serde.dumps(body))
