@@ -1,4 +1,5 @@
-"""Synchronous Producer, PullConsumer and Admin with the same shape as the async ones.
+"""Synchronous Producer, PullConsumer, LitePullConsumer, PushConsumer and Admin with the same
+shape as the async ones.
 
     from rmq.sync import Producer
     from rmq import Message
@@ -19,30 +20,45 @@ waits for a release event; `close()` sets the event and waits until the holder h
 `async with`, re-raising anything the exit raised. Calls from several threads may share one
 object: each becomes its own task in the portal, like concurrent tasks sharing the client.
 
+`_Portal.submit` is the non-blocking form of `run`: it starts the coroutine as a task of the
+portal and returns a `concurrent.futures.Future`; cancelling that future cancels the task.
+`rmq.aio` builds the asyncio bridge on it, and `Producer.send_async` uses it here.
+
+Listeners: a sync PushConsumer listener is a plain function; the portal runs each call in a
+worker thread (`trio.to_thread.run_sync`), so a slow listener never stalls the pulls.
+Methods of the async clients without an explicit twin here (e.g. new Admin calls) are
+reached through `__getattr__`: any coroutine method becomes a blocking one.
+
 Do not call these from inside a Trio task (that would block the event loop); use the async
 clients there.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import inspect
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 import trio
 
-from common.errors import unwrap_group
+from common.errors import RmqError, unwrap_group
 from common.message import MessageExt
 from common.model import ClusterInfo, MessageQueue, TopicRouteData
 from rmq import admin as _admin
+from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq.errors import ClientError
 from rmq.message import Message
 from rmq.producer import SendResult
 from rmq.pull_consumer import PullResult
+
+log = logging.getLogger(__name__)
 
 
 @attrs.define(eq=False)
@@ -84,6 +100,42 @@ class _Portal:
                 raise
             raise inner from None
 
+    @property
+    def token(self) -> trio.lowlevel.TrioToken:
+        assert self._token is not None
+        return self._token
+
+    def submit(self, afn, *args) -> concurrent.futures.Future:
+        """Start `afn(*args)` as a portal task now; its outcome lands in the returned future.
+
+        Never blocks (safe from an asyncio loop). Cancelling the future cancels the task; a
+        task the portal itself cancels leaves the future cancelled, never pending forever.
+        """
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        scope = trio.CancelScope()
+
+        async def runner() -> None:
+            try:
+                with scope:
+                    _settle(fut, result=await afn(*args))
+            except Exception as exc:
+                _settle(fut, error=unwrap_group(exc))
+            finally:
+                if not fut.done():
+                    fut.cancel()
+
+        def on_done(f: concurrent.futures.Future) -> None:
+            if f.cancelled():
+                try:
+                    self.token.run_sync_soon(scope.cancel)
+                except trio.RunFinishedError:
+                    pass
+
+        fut.add_done_callback(on_done)
+        assert self._nursery is not None
+        self.token.run_sync_soon(self._nursery.start_soon, runner)
+        return fut
+
     def enter(self, acm) -> _Lease:
         assert self._nursery is not None
         return self.run(self._nursery.start, _hold, acm)
@@ -93,6 +145,17 @@ class _Portal:
         self.run(lease.exited.wait)
         if lease.error is not None:
             raise lease.error
+
+
+def _settle(fut: concurrent.futures.Future, *, result: Any = None, error=None) -> None:
+    """Complete `fut` unless its waiter cancelled it meanwhile (then the outcome is dropped)."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
 
 
 async def _hold(acm, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -152,16 +215,74 @@ class _SyncClient:
             raise ClientError(f"{type(self).__name__} is not open: use `with` or open()")
         return _get_portal().run(functools.partial(getattr(self._async, name), *args, **kwargs))
 
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names not defined on the sync class: mirror the async client
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = getattr(self._async, name)
+        if inspect.iscoroutinefunction(value):
+            return functools.partial(self._call, name)
+        return value
+
 
 class Producer(_SyncClient):
     """Blocking twin of `rmq.Producer` (same constructor arguments)."""
 
     _async_cls = _producer.Producer
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # send_async futures not yet done; close() waits for them
+        self._inflight: set[concurrent.futures.Future] = set()
+        self._inflight_lock = threading.Lock()
+
     def send(
-        self, msg: Message, *, timeout: float | None = None, queue: MessageQueue | None = None
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: Callable | None = None,
+        arg: object = None,
+        timeout: float | None = None,
     ) -> SendResult:
-        return self._call("send", msg, timeout=timeout, queue=queue)
+        return self._call("send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout)
+
+    def send_orderly(
+        self, msg: Message, sharding_key: str, *, timeout: float | None = None
+    ) -> SendResult:
+        return self._call("send_orderly", msg, sharding_key, timeout=timeout)
+
+    def send_async(
+        self,
+        msg: Message,
+        on_result: Callable[[SendResult], object],
+        on_error: Callable[[BaseException], object] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future:
+        """Start the send and return at once; the callback runs in a worker thread.
+
+        Without `on_error` a failure is logged (there is no caller left to raise it to) and
+        is in the returned future. `close()` waits for sends still in flight.
+        """
+        if self._lease is None:
+            raise ClientError("Producer is not open: use `with` or open()")
+        self._async._prepare(msg)  # invalid messages raise here, in the caller
+        fut = _get_portal().submit(_send_then_call, self._async, msg, on_result, on_error, timeout)
+        with self._inflight_lock:
+            self._inflight.add(fut)
+        fut.add_done_callback(self._forget)
+        return fut
+
+    def _forget(self, fut: concurrent.futures.Future) -> None:
+        with self._inflight_lock:
+            self._inflight.discard(fut)
+
+    def close(self) -> None:
+        with self._inflight_lock:
+            pending = list(self._inflight)
+        concurrent.futures.wait(pending)
+        super().close()
 
     def send_batch(
         self,
@@ -213,6 +334,99 @@ class PullConsumer(_SyncClient):
         return self._call("search_offset", mq, timestamp_ms)
 
 
+async def _send_then_call(producer, msg, on_result, on_error, timeout) -> SendResult:
+    try:
+        result = await producer.send(msg, timeout=timeout)
+    except RmqError as exc:
+        if on_error is None:
+            log.warning("send_async of a message to %s failed: %s", msg.topic, exc)
+        else:
+            await trio.to_thread.run_sync(on_error, exc)
+        raise
+    await trio.to_thread.run_sync(on_result, result)
+    return result
+
+
+class LitePullConsumer(_SyncClient):
+    """Blocking twin of `rmq.LitePullConsumer` (assign / seek / poll / commit)."""
+
+    _async_cls = _lite.LitePullConsumer
+
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return self._call("fetch_queues", topic)
+
+    def assign(self, mqs: Iterable[MessageQueue]) -> None:
+        # assign starts prefetch tasks in the consumer's nursery: run it on the portal
+        mqs = list(mqs)
+        if self._lease is None:
+            self._async.assign(mqs)
+        else:
+            _get_portal().run(_run_sync_in_trio, self._async.assign, mqs)
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        return self._async.assignment()
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        return self._call("seek", mq, offset)
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        return self._call("seek_to_begin", mq)
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        return self._call("seek_to_end", mq)
+
+    def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        return self._call("poll", timeout)
+
+    def commit(self) -> None:
+        return self._call("commit")
+
+    def committed(self, mq: MessageQueue) -> int:
+        return self._call("committed", mq)
+
+
+async def _run_sync_in_trio(fn, *args) -> Any:
+    return fn(*args)
+
+
+def _thread_listener(fn: Callable) -> Callable:
+    """A Trio listener that runs the plain function `fn` in a worker thread."""
+
+    async def listener(msgs):
+        return await trio.to_thread.run_sync(fn, msgs)
+
+    return listener
+
+
+class PushConsumer(_SyncClient):
+    """Blocking twin of `rmq.PushConsumer`: subscribe, register a plain-function listener,
+    then `with consumer:` consumes in the background until the block ends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from rmq import push_consumer as _push  # its own module; imported when first used
+
+        self._async_cls = _push.PushConsumer
+        super().__init__(*args, **kwargs)
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._async.subscribe(topic, expression)
+
+    def register_listener(self, fn: Callable) -> None:
+        """`fn(msgs) -> ConsumeStatus | None`, called in a worker thread."""
+        self._async.register_listener(_thread_listener(fn))
+
+    def register_orderly_listener(self, fn: Callable) -> None:
+        """`fn(msgs) -> OrderlyStatus | None`, called in a worker thread."""
+        self._async.register_orderly_listener(_thread_listener(fn))
+
+    def assigned_queues(self) -> frozenset[MessageQueue]:
+        return self._async.assigned_queues()
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+
 class Admin(_SyncClient):
     """Blocking twin of `rmq.Admin`."""
 
@@ -246,4 +460,12 @@ class Admin(_SyncClient):
         return self._call("topic_offsets", topic)
 
 
-__all__ = ["Admin", "Message", "MessageExt", "Producer", "PullConsumer"]
+__all__ = [
+    "Admin",
+    "LitePullConsumer",
+    "Message",
+    "MessageExt",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+]

@@ -1,0 +1,337 @@
+"""The client for asyncio code: Producer, PullConsumer, LitePullConsumer, PushConsumer, Admin.
+
+    import asyncio
+    from rmq import Message
+    from rmq.aio import Producer
+
+    async def main():
+        async with Producer("pg", "127.0.0.1:9876") as p:
+            print(await p.send(Message("TopicTest", b"hello")))
+
+    asyncio.run(main())
+
+Same names, arguments and results as the Trio clients (`rmq.Producer` ...); every method that
+is a coroutine there is a coroutine here.
+
+Theory of operation (the bridge):
+
+* What runs where. The real clients are the Trio ones. They run on the process-wide Trio
+  "portal" thread of `rmq.sync` (one daemon thread running `trio.run`, started on first use).
+  Each asyncio call hands its coroutine to that thread with `_Portal.submit`, which starts
+  it as a portal task at once without blocking the asyncio loop, and returns a
+  `concurrent.futures.Future`; the asyncio side awaits it through `asyncio.wrap_future`.
+  Connections, long polls, heartbeats and offset commits therefore all live on the portal
+  thread; the asyncio loop only waits for results. Several asyncio loops (or threads) may
+  use the bridge at once: each call is its own portal task.
+* `async with` opens the Trio client in a "holder" task of the portal (a nursery must be
+  entered and left by one task) and `__aexit__` releases it and awaits its exit, so
+  connections and background tasks are closed when the `async with` ends.
+* Errors propagate as themselves: the portal task's exception is set on the future and
+  re-raised by `await` in the asyncio task (single-exception groups unwrapped), so
+  `except MessageIllegalError` or `exc.retriable` work as on Trio.
+* Cancellation propagates both ways. Cancelling the awaiting asyncio task (e.g.
+  `asyncio.wait_for` timing out) cancels the wrapped future, whose done-callback cancels the
+  portal task's cancel scope: the request is abandoned on the Trio side too. A portal task
+  cancelled from the Trio side (shutdown) cancels the future, which raises
+  `asyncio.CancelledError` in the awaiting task.
+* Listeners. A PushConsumer listener here is an `async def` (or plain) function of the
+  asyncio program; the Trio consumer calls a shim that schedules it on the caller's loop
+  (the loop running at `register_listener`) with `asyncio.run_coroutine_threadsafe` and
+  waits for it without blocking the portal; its return value (ConsumeStatus / None) or
+  exception goes back to the consumer exactly as if a Trio listener had returned/raised.
+  If the Trio side gives up on a call (shutdown), the asyncio coroutine is cancelled.
+* `Producer.send_async(msg, on_result, on_error)` is the callback style on asyncio: the send
+  becomes an asyncio task of the running loop and the callbacks run on that loop (plain
+  functions or coroutines); `__aexit__` waits for sends still in flight.
+
+Never use these from inside Trio (use `rmq` directly) and never block the asyncio loop
+waiting for the portal: every call here is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import trio
+
+from common.errors import RmqError
+from common.message import MessageExt
+from common.model import MessageQueue
+from rmq import admin as _admin
+from rmq import lite_pull_consumer as _lite
+from rmq import producer as _producer
+from rmq import pull_consumer as _pull
+from rmq.errors import ClientError
+from rmq.message import Message
+from rmq.producer import SendResult
+from rmq.pull_consumer import PullResult
+from rmq.sync import _get_portal, _hold, _Lease
+
+log = logging.getLogger(__name__)
+
+
+async def _bridge(afn, *args: Any, **kwargs: Any) -> Any:
+    """Run the Trio coroutine function `afn` on the portal; await it from asyncio."""
+    portal = _get_portal()
+    fut = portal.submit(functools.partial(afn, *args, **kwargs))
+    return await asyncio.wrap_future(fut)
+
+
+class _AioClient:
+    _async_cls: type
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._async = self._async_cls(*args, **kwargs)
+        self._lease: _Lease | None = None
+
+    async def __aenter__(self):
+        if self._lease is not None:
+            raise ClientError(f"{type(self).__name__} is already open")
+        portal = _get_portal()
+        assert portal._nursery is not None
+        self._lease = await _bridge(portal._nursery.start, _hold, self._async)
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        portal = _get_portal()
+        portal.token.run_sync_soon(lease.release.set)
+        await asyncio.shield(_bridge(lease.exited.wait))
+        if lease.error is not None:
+            raise lease.error
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._lease is None:
+            raise ClientError(f"{type(self).__name__} is not open: use `async with`")
+        return await _bridge(getattr(self._async, name), *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names not defined here: mirror the Trio client's coroutines
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = getattr(self._async, name)
+        if inspect.iscoroutinefunction(value):
+            return functools.partial(self._call, name)
+        return value
+
+
+class Producer(_AioClient):
+    """asyncio twin of `rmq.Producer` (same constructor arguments)."""
+
+    _async_cls = _producer.Producer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # send_async tasks not yet done; __aexit__ waits for them
+        self._inflight: set[asyncio.Task] = set()
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: Callable | None = None,
+        arg: object = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        return await self._call(
+            "send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout
+        )
+
+    async def send_orderly(
+        self, msg: Message, sharding_key: str, *, timeout: float | None = None
+    ) -> SendResult:
+        return await self._call("send_orderly", msg, sharding_key, timeout=timeout)
+
+    async def send_batch(self, msgs: Iterable[Message], **kwargs: Any) -> SendResult:
+        return await self._call("send_batch", list(msgs), **kwargs)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        return await self._call("send_oneway", msg, queue=queue)
+
+    def send_async(
+        self,
+        msg: Message,
+        on_result: Callable[[SendResult], object],
+        on_error: Callable[[BaseException], object] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> asyncio.Task:
+        """Start the send as a task of the running loop; callbacks run on that loop.
+
+        Without `on_error` a failure stays in the returned task (await it to see it).
+        """
+        if self._lease is None:
+            raise ClientError("Producer is not open: use `async with`")
+        self._async._prepare(msg)  # invalid messages raise here, in the caller
+
+        async def run() -> SendResult:
+            try:
+                result = await self.send(msg, timeout=timeout)
+            except RmqError as exc:
+                if on_error is not None:
+                    await _maybe_await(on_error(exc))
+                raise
+            await _maybe_await(on_result(result))
+            return result
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._inflight:
+            await asyncio.wait(list(self._inflight))
+        await super().__aexit__(*exc_info)
+
+
+async def _maybe_await(value: object) -> None:
+    if inspect.isawaitable(value):
+        await value
+
+
+class PullConsumer(_AioClient):
+    """asyncio twin of `rmq.PullConsumer`."""
+
+    _async_cls = _pull.PullConsumer
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return await self._call("fetch_queues", topic)
+
+    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw) -> PullResult:
+        return await self._call("pull", mq, offset, max_nums, **kw)
+
+    async def query_offset(self, mq: MessageQueue) -> int:
+        return await self._call("query_offset", mq)
+
+    async def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        return await self._call("commit_offset", mq, offset)
+
+
+class LitePullConsumer(_AioClient):
+    """asyncio twin of `rmq.LitePullConsumer` (assign / seek / poll / commit)."""
+
+    _async_cls = _lite.LitePullConsumer
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return await self._call("fetch_queues", topic)
+
+    def assign(self, mqs: Iterable[MessageQueue]) -> None:
+        """Takes effect at once before `async with`; when open, on the portal (non-blocking:
+        the next poll/seek is ordered after it, as both go through the same Trio token)."""
+        mqs = list(mqs)
+        for mq in mqs:
+            if not isinstance(mq, MessageQueue):
+                raise ClientError(f"assign wants MessageQueue objects, got {mq!r}")
+        if self._lease is None:
+            self._async.assign(mqs)
+        else:
+            _get_portal().token.run_sync_soon(self._assign_on_portal, mqs)
+
+    def _assign_on_portal(self, mqs: list[MessageQueue]) -> None:
+        # runs as a Trio run_sync_soon callback, where an exception would kill the portal
+        try:
+            self._async.assign(mqs)
+        except Exception:
+            log.exception("assign(%s) failed", mqs)
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        return self._async.assignment()
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        return await self._call("seek", mq, offset)
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        return await self._call("seek_to_begin", mq)
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        return await self._call("seek_to_end", mq)
+
+    async def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        return await self._call("poll", timeout)
+
+    async def commit(self) -> None:
+        return await self._call("commit")
+
+    async def committed(self, mq: MessageQueue) -> int:
+        return await self._call("committed", mq)
+
+
+def _loop_listener(fn: Callable, loop: asyncio.AbstractEventLoop) -> Callable:
+    """A Trio listener that runs `fn(msgs)` on the asyncio `loop` and waits for it."""
+
+    async def on_loop(msgs):
+        return await _maybe_result(fn(msgs))
+
+    async def listener(msgs):
+        fut = asyncio.run_coroutine_threadsafe(on_loop(msgs), loop)
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        fut.add_done_callback(lambda _f: token.run_sync_soon(done.set))
+        try:
+            await done.wait()
+        except trio.Cancelled:
+            fut.cancel()
+            raise
+        return fut.result()
+
+    return listener
+
+
+async def _maybe_result(value: object) -> object:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class PushConsumer(_AioClient):
+    """asyncio twin of `rmq.PushConsumer`; listeners run on the caller's asyncio loop."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from rmq import push_consumer as _push  # its own module; imported when first used
+
+        self._async_cls = _push.PushConsumer
+        super().__init__(*args, **kwargs)
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._async.subscribe(topic, expression)
+
+    def register_listener(self, fn: Callable) -> None:
+        """`async def fn(msgs) -> ConsumeStatus | None`; call from inside the asyncio loop."""
+        self._async.register_listener(_loop_listener(fn, asyncio.get_running_loop()))
+
+    def register_orderly_listener(self, fn: Callable) -> None:
+        """`async def fn(msgs) -> OrderlyStatus | None`; call from inside the asyncio loop."""
+        self._async.register_orderly_listener(_loop_listener(fn, asyncio.get_running_loop()))
+
+    def assigned_queues(self) -> frozenset[MessageQueue]:
+        return self._async.assigned_queues()
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+
+class Admin(_AioClient):
+    """asyncio twin of `rmq.Admin`; every coroutine method of it is one here too."""
+
+    _async_cls = _admin.Admin
+
+
+__all__ = [
+    "Admin",
+    "LitePullConsumer",
+    "Message",
+    "MessageExt",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+]

@@ -1,0 +1,156 @@
+"""rmq.aio: a real asyncio loop (asyncio.run in plain test functions) driving the Trio
+clients on the portal thread, against rmq.testing fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import trio
+
+from common.errors import MessageIllegalError
+from common.model import MessageQueue
+from rmq import Message, PullStatus, SendStatus, aio
+from rmq.errors import ClientError, InvalidMessageError
+from rmq.producer import select_by_hash
+from rmq.sync import _get_portal
+from rmq.testing import FakeCluster, FakeRemoting
+
+NS = "127.0.0.1:9876"
+MQ0 = MessageQueue("T", "broker-a", 0)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    c = FakeCluster()
+    c.add_broker("broker-a", "127.0.0.1:10911")
+    c.create_topic("T", 2)
+    return c
+
+
+def test_produce_orderly_batch_and_pull_from_asyncio(cluster):
+    remoting = FakeRemoting(cluster)
+
+    async def main():
+        async with aio.Producer("pg", NS, remoting=remoting) as p:
+            results = await asyncio.gather(*(p.send(Message("T", f"m{i}")) for i in range(10)))
+            ordered = [await p.send_orderly(Message("T", f"o{i}"), "key-1") for i in range(3)]
+            batch = await p.send_batch([Message("T", "b0"), Message("T", "b1")], queue=MQ0)
+        async with aio.PullConsumer("cg", NS, remoting=remoting) as c:
+            queues = await c.fetch_queues("T")
+            found = [await c.pull(q, 0, 64) for q in queues]
+        return results, ordered, batch, queues, found
+
+    results, ordered, batch, queues, found = asyncio.run(main())
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == 10
+    assert {r.message_queue for r in ordered} == {select_by_hash(queues, None, "key-1")}
+    assert batch.message_queue == MQ0
+    assert all(r.status is PullStatus.FOUND for r in found)
+    assert sum(len(r.messages) for r in found) == 15
+
+
+def test_errors_arrive_as_themselves_and_misuse_is_a_client_error(cluster):
+    cluster.brokers[0].fail_next_sends = [13]
+
+    async def main():
+        p = aio.Producer("pg", NS, remoting=FakeRemoting(cluster))
+        with pytest.raises(ClientError, match="not open"):
+            await p.send(Message("T", b"x"))
+        async with p:
+            with pytest.raises(MessageIllegalError) as info:
+                await p.send(Message("T", b"x"))
+            assert not info.value.retriable
+            with pytest.raises(InvalidMessageError):
+                await p.send(Message("T", b""))
+            with pytest.raises(ClientError, match="already open"):
+                await p.__aenter__()
+        # a user exception leaves `async with` unchanged, and the client still closes
+        with pytest.raises(KeyError):
+            async with aio.Producer("pg", NS, remoting=FakeRemoting(cluster)):
+                raise KeyError("mine")
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_asyncio_await_cancels_the_trio_task(cluster):
+    events = []
+
+    async def trio_side():
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            events.append("trio task cancelled")
+            raise
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(aio._bridge(trio_side), 0.2)
+
+    asyncio.run(main())
+    # the cancellation travels to the portal thread: wait for it there
+    fut = _get_portal().submit(trio.sleep, 0.1)
+    fut.result(timeout=5)
+    assert events == ["trio task cancelled"]
+
+
+def test_lite_pull_from_asyncio_assign_seek_poll_commit(cluster):
+    remoting = FakeRemoting(cluster)
+
+    async def main():
+        async with aio.Producer("pg", NS, remoting=remoting) as p:
+            for i in range(5):
+                await p.send(Message("T", f"m{i}"), queue=MQ0)
+        async with aio.LitePullConsumer(
+            "lg", NS, remoting=remoting, consume_from="FIRST_OFFSET", auto_commit=False
+        ) as c:
+            c.assign([MQ0])
+            got = []
+            while len(got) < 5:
+                got += [m.body for m in await c.poll(2.0)]
+            await c.seek(MQ0, 3)
+            again = await c.poll(2.0)
+            await c.commit()
+            return got, [m.body for m in again], await c.committed(MQ0)
+
+    got, again, committed = asyncio.run(main())
+    assert got == [f"m{i}".encode() for i in range(5)]
+    assert again == [b"m3", b"m4"]
+    assert committed == 5
+
+
+def test_send_async_callbacks_run_on_the_loop_and_exit_waits_for_them(cluster):
+    async def main():
+        loop_thread = threading.get_ident()
+        seen = []
+
+        async def on_error(exc):
+            seen.append(("error", type(exc), threading.get_ident() == loop_thread))
+
+        async with aio.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+            first = p.send_async(
+                Message("T", b"a"),
+                lambda r: seen.append(("ok", r.status, threading.get_ident() == loop_thread)),
+            )
+            assert not first.done()  # send_async returned before the send finished
+            assert (await first).status is SendStatus.SEND_OK
+            cluster.brokers[0].fail_next_sends = [13]
+            t = p.send_async(Message("T", b"b"), seen.append, on_error)
+            with pytest.raises(InvalidMessageError):
+                p.send_async(Message("T", b""), seen.append)
+        assert t.done()  # __aexit__ waited for the sends in flight
+        assert isinstance(t.exception(), MessageIllegalError)
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen == [("ok", SendStatus.SEND_OK, True), ("error", MessageIllegalError, True)]
+
+
+def test_admin_coroutines_are_mirrored(cluster):
+    async def main():
+        async with aio.Admin(NS, remoting=FakeRemoting(cluster)) as admin:
+            return await admin.topic_list(), await admin.max_offset(MQ0)
+
+    topics, max_offset = asyncio.run(main())
+    assert "T" in topics and max_offset == 0

@@ -1,0 +1,104 @@
+"""rmq.sync issue-4 additions: LitePullConsumer, ordered sends, send_async with callbacks in
+worker threads, and coroutine methods mirrored through __getattr__ (rmq.testing fakes)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from common.errors import MessageIllegalError
+from common.model import MessageQueue
+from rmq import Message, SendStatus, sync
+from rmq.errors import ClientError, InvalidMessageError
+from rmq.producer import select_by_hash
+from rmq.testing import FakeCluster, FakeRemoting
+
+NS = "127.0.0.1:9876"
+MQ0 = MessageQueue("T", "broker-a", 0)
+MQ1 = MessageQueue("T", "broker-a", 1)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    c = FakeCluster()
+    c.add_broker("broker-a", "127.0.0.1:10911")
+    c.create_topic("T", 2)
+    return c
+
+
+def test_lite_pull_consumer_blocking_assign_poll_seek_commit(cluster):
+    remoting = FakeRemoting(cluster)
+    with sync.Producer("pg", NS, remoting=remoting) as p:
+        for i in range(4):
+            p.send(Message("T", f"a{i}"), queue=MQ0)
+        p.send(Message("T", "b0"), queue=MQ1)
+    c = sync.LitePullConsumer("lg", NS, remoting=remoting, consume_from="FIRST_OFFSET")
+    c.assign([MQ0])  # before open: taken when the consumer starts
+    with c:
+        got = []
+        while len(got) < 4:
+            got += [m.body for m in c.poll(2.0)]
+        assert got == [b"a0", b"a1", b"a2", b"a3"]
+        c.assign([MQ0, MQ1])  # while open: starts prefetching the new queue
+        assert c.assignment() == {MQ0, MQ1}
+        assert [m.body for m in c.poll(3.0)] == [b"b0"]
+        c.seek_to_begin(MQ0)
+        again = c.poll(3.0)
+        assert [m.body for m in again] == [b"a0", b"a1", b"a2", b"a3"]
+        c.seek(MQ0, 1)
+        c.commit()
+        assert c.committed(MQ0) == 1 and c.committed(MQ1) == 1
+        with pytest.raises(ClientError, match="illegal"):
+            c.seek(MQ0, 100)
+    # seek moved the committed offset back, and the exit kept it there
+    assert cluster.brokers[0].offsets[("lg", "T", 0)] == 1
+
+
+def test_send_orderly_and_selector_from_sync_code(cluster):
+    with sync.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+        rs = [p.send_orderly(Message("T", f"m{i}"), "user-42") for i in range(3)]
+        picked = p.send(Message("T", b"x"), selector=lambda mqs, m, arg: mqs[arg], arg=1)
+    queues = [MQ0, MQ1]
+    assert {r.message_queue for r in rs} == {select_by_hash(queues, None, "user-42")}
+    assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
+    assert picked.message_queue == MQ1
+
+
+def test_send_async_runs_callbacks_in_worker_threads_and_close_waits(cluster):
+    main = threading.get_ident()
+    seen = []
+    lock = threading.Lock()
+
+    def on_result(r):
+        with lock:
+            seen.append(("ok", r.status, threading.get_ident() != main))
+
+    def on_error(exc):
+        with lock:
+            seen.append(("error", type(exc), threading.get_ident() != main))
+
+    p = sync.Producer("pg", NS, remoting=FakeRemoting(cluster))
+    with pytest.raises(ClientError, match="not open"):
+        p.send_async(Message("T", b"x"), on_result)
+    with p:
+        futs = [p.send_async(Message("T", f"m{i}"), on_result, on_error) for i in range(5)]
+        with pytest.raises(InvalidMessageError):
+            p.send_async(Message("T", b""), on_result)
+    assert all(f.done() for f in futs)  # close() waited for every send in flight
+    assert sorted(seen, key=str) == [("ok", SendStatus.SEND_OK, True)] * 5
+
+    cluster.brokers[0].fail_next_sends = [13]
+    with sync.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+        fut = p.send_async(Message("T", b"bad"), on_result, on_error)
+        with pytest.raises(MessageIllegalError):
+            fut.result(timeout=5)
+    assert seen[-1] == ("error", MessageIllegalError, True)
+
+
+def test_async_methods_without_a_sync_twin_are_mirrored(cluster):
+    with sync.Admin(NS, remoting=FakeRemoting(cluster)) as admin:
+        # master_addrs has no explicit sync twin: reached through __getattr__
+        assert admin.master_addrs() == ["127.0.0.1:10911"]
+        with pytest.raises(AttributeError):
+            admin.no_such_method  # noqa: B018
