@@ -23,6 +23,14 @@ COMMANDS = [
     ["topic", "create"],
     ["topic", "list"],
     ["topic", "route"],
+    ["topic", "update"],
+    ["topic", "delete"],
+    ["topic", "status"],
+    ["cluster", "list"],
+    ["broker", "status"],
+    ["group", "list"],
+    ["group", "progress"],
+    ["message", "query"],
 ]
 
 
@@ -55,8 +63,16 @@ def closed_port() -> int:
         ["cluster"],
         ["produce", "--topic", "T", "hello"],
         ["consume", "--topic", "T", "--count", "1"],
+        ["cluster", "list", "--json"],
+        ["topic", "update", "T", "--queues", "2"],
+        ["topic", "delete", "T"],
+        ["topic", "status", "T", "--json"],
+        ["group", "list"],
+        ["group", "progress", "g"],
+        ["message", "query", "--topic", "T", "--key", "k"],
+        ["message", "query", "--id", "7F000001000029AF0000000000000000"],
     ],
-    ids=lambda a: " ".join(a[:2]),
+    ids=lambda a: " ".join(a[:3]),
 )
 def test_connection_refused_is_one_line_on_stderr(args):
     result = runner.invoke(app, ["--namesrv", f"127.0.0.1:{closed_port()}", *args])

@@ -57,3 +57,32 @@ async def test_group_resumes_and_new_group_starts_at_the_end(autojump_clock):
                                 on_message=lambda m: fresh.append(m.body),
                                 handle_signals=False, remoting=remoting)  # fmt: skip
     assert n == 0 and fresh == []
+
+
+async def test_without_follow_it_stops_once_every_queue_is_caught_up(autojump_clock):
+    cluster = await filled_cluster(3)
+    seen: list[bytes] = []
+    start = trio.current_time()
+    with trio.fail_after(60):
+        n = await consume_topic(NS, "T", group="g", from_beginning=True, follow=False,
+                                on_message=lambda m: seen.append(m.body),
+                                handle_signals=False, remoting=FakeRemoting(cluster))  # fmt: skip
+    assert n == 12 and sorted(seen) == sorted(f"q{q}-{i}".encode() for q in range(4)
+                                              for i in range(3))  # fmt: skip
+    assert trio.current_time() - start < 1.0  # no long poll when not following
+    # caught up already: a second run of the group returns at once with nothing
+    with trio.fail_after(60):
+        again = await consume_topic(NS, "T", group="g", follow=False, on_message=seen.append,
+                                    handle_signals=False, remoting=FakeRemoting(cluster))  # fmt: skip
+    assert again == 0
+
+
+async def test_follow_keeps_waiting_until_the_idle_timeout(autojump_clock):
+    cluster = await filled_cluster(1)
+    start = trio.current_time()
+    with trio.fail_after(600):
+        n = await consume_topic(NS, "T", group="g", from_beginning=True, follow=True,
+                                idle_timeout=30.0, on_message=lambda m: None,
+                                handle_signals=False, remoting=FakeRemoting(cluster))  # fmt: skip
+    assert n == 4
+    assert trio.current_time() - start >= 30.0
