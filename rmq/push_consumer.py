@@ -178,8 +178,17 @@ class PushConsumer(ClientBase):
         # queue -> broker id the broker suggested on the last pull
         self._suggested: dict[MessageQueue, int] = {}
         self._start_ms = 0
+        # the ClientInstance from start until the end of shutdown
+        self._live = None
         self.stats_consumed = 0
         self.stats_failed = 0
+
+    @property
+    def client(self):
+        # ClientBase forgets its instance before the exit stack runs; our shutdown still needs it
+        if self._live is not None:
+            return self._live
+        return super().client
 
     @property
     def broadcasting(self) -> bool:
@@ -225,8 +234,9 @@ class PushConsumer(ClientBase):
         return self
 
     async def _start(self) -> None:
-        client = self.client
+        client = self._live = self.client
         assert self._stack is not None
+        self._stack.callback(setattr, self, "_live", None)
         self._start_ms = int(time.time() * 1000)
         if self.broadcasting:
             self.offset_store = LocalFileOffsetStore(
