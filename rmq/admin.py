@@ -322,12 +322,12 @@ class Admin(ClientBase):
         """The message with offset msgId or UNIQ_KEY `msg_id` (a UNIQ_KEY needs `topic`).
 
         ClientError for a malformed id, MessageNotFoundError when no broker has it."""
-        msg_id = msg_id.strip().upper()
+        given, msg_id = msg_id, msg_id.strip().upper()
         try:
             (host, port), phys = decode_offset_msg_id(msg_id)
         except ValueError:
             raise ClientError(
-                f"malformed msgId {msg_id!r}: expected 32 hex characters "
+                f"malformed msgId {given!r}: expected 32 hex characters "
                 "(an offset msgId or a UNIQ_KEY)"
             ) from None
         addr = f"{host}:{port}"
