@@ -74,9 +74,6 @@ class Topology:
                 f"DLedger mode (--dledger {self.dledger}) is not built in trio-rmq yet; "
                 "use master/slave replication instead, e.g. `rmq up --slaves 2`"
             )
-        from cli.cmd_local import master_role
-
-        role = master_role(self.role, slaves=self.slaves, sync_master=sync_master)
         names = _planned_names(self.masters, self.slaves)
         properties: dict[str, dict[str, str]] = {}
         for name in names:
@@ -88,6 +85,17 @@ class Topology:
         for name in self.node_conf:
             if name not in names:
                 properties[name] = self.node_conf[name]  # plan_cluster names the bad node
+        try:
+            from cli.cmd_local import master_role
+
+            role = master_role(self.role, slaves=self.slaves, sync_master=sync_master)
+            return self._plan(role, properties)
+        except TopologyError:
+            raise
+        except PlanError as exc:  # one class for everything wrong with a topology
+            raise TopologyError(str(exc)) from None
+
+    def _plan(self, role: str, properties: dict[str, dict[str, str]]) -> ClusterPlan:
         return plan_cluster(
             namesrv_port=self.namesrv_port,
             broker_port=self.broker_port,
