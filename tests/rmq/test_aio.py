@@ -154,3 +154,46 @@ def test_admin_coroutines_are_mirrored(cluster):
 
     topics, max_offset = asyncio.run(main())
     assert "T" in topics and max_offset == 0
+
+
+def test_push_consumer_async_listener_runs_on_the_callers_loop(cluster):
+    from rmq.push_consumer import ConsumeFromWhere, ConsumeStatus
+
+    remoting = FakeRemoting(cluster)
+
+    async def main():
+        loop_thread = threading.get_ident()
+        got, threads = [], set()
+        done = asyncio.Event()
+        failed_once = set()
+
+        async def listener(msgs):
+            await asyncio.sleep(0)  # a real asyncio coroutine, on this loop
+            threads.add(threading.get_ident())
+            for m in msgs:
+                if m.body == b"m3" and m.body not in failed_once:
+                    failed_once.add(m.body)
+                    raise RuntimeError("first delivery of m3 fails")  # -> RECONSUME_LATER
+                got.append(m.body)
+            if len(set(got)) >= 6:
+                done.set()
+            return ConsumeStatus.SUCCESS
+
+        async with aio.Producer("pg", NS, remoting=remoting) as p:
+            for i in range(6):
+                await p.send(Message("T", f"m{i}"))
+        c = aio.PushConsumer(
+            "ag", NS, remoting=remoting, consume_from=ConsumeFromWhere.FIRST_OFFSET
+        )
+        c.subscribe("T")
+        c.register_listener(listener)
+        async with c:
+            await asyncio.wait_for(done.wait(), 30)
+            assert c.assigned_queues()
+            assert c.client_id
+        return got, threads, loop_thread, failed_once
+
+    got, threads, loop_thread, failed_once = asyncio.run(main())
+    assert threads == {loop_thread}
+    assert failed_once == {b"m3"}  # the exception became a failed consume, not a crash
+    assert set(got) == {f"m{i}".encode() for i in range(6)}  # m3 came back after its failure

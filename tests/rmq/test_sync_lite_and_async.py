@@ -102,3 +102,32 @@ def test_async_methods_without_a_sync_twin_are_mirrored(cluster):
         assert admin.master_addrs() == ["127.0.0.1:10911"]
         with pytest.raises(AttributeError):
             admin.no_such_method  # noqa: B018
+
+
+def test_push_consumer_plain_listener_runs_in_worker_threads(cluster):
+    from rmq.push_consumer import ConsumeFromWhere
+
+    remoting = FakeRemoting(cluster)
+    with sync.Producer("pg", NS, remoting=remoting) as p:
+        for i in range(5):
+            p.send(Message("T", f"m{i}"))
+    got, threads = [], set()
+    done = threading.Event()
+
+    def listener(msgs):  # returns None: success
+        threads.add(threading.get_ident())
+        got.extend(m.body for m in msgs)
+        if len(got) >= 5:
+            done.set()
+
+    c = sync.PushConsumer("sg", NS, remoting=remoting, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("T")
+    c.register_listener(listener)
+    with c:
+        assert done.wait(30)
+        assert {MQ0, MQ1} <= c.assigned_queues()  # plus %RETRY%sg, subscribed by itself
+    assert sorted(got) == [f"m{i}".encode() for i in range(5)]
+    assert threading.get_ident() not in threads
+    # the exit persisted the consumed offsets on the broker
+    offsets = cluster.brokers[0].offsets
+    assert offsets[("sg", "T", 0)] + offsets[("sg", "T", 1)] == 5
