@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import trio
 
+from broker.broker_stats_manager import GroupGetNums
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
@@ -68,6 +69,7 @@ class BrokerStats:
     get_found: int = 0
     get_miss: int = 0
     send_back_count: int = 0
+    group_get_nums: GroupGetNums = attrs.field(factory=GroupGetNums)
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from broker.topic_config import validate_topic
 from common import serde
@@ -298,7 +299,10 @@ class AdminBrokerProcessor:
         only = req.ext_fields.get("topic")
         topics = [only] if only else sorted(b.consumer_offset_manager.topics_of_group(group))
         entries = []
+        now = trio.current_time()
+        consume_tps = 0.0
         for topic in topics:
+            consume_tps += b.stats.group_get_nums.tps(topic, group, now)
             tc = b.topic_config_manager.select_topic_config(topic)
             if tc is None:
                 continue
@@ -314,5 +318,9 @@ class AdminBrokerProcessor:
                         },
                     )
                 )
-        body = b'{"consumeTps":0.0,"offsetTable":' + _mq_key_map(entries) + b"}"
+        body = (
+            b'{"consumeTps":%s,"offsetTable":' % repr(consume_tps).encode()
+            + _mq_key_map(entries)
+            + b"}"
+        )
         return req.response(ResponseCode.SUCCESS, body=body)

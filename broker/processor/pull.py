@@ -33,6 +33,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from broker.processor.pull_hold import ParkedPull
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
@@ -245,6 +247,7 @@ class PullMessageProcessor:
 
         if code == ResponseCode.SUCCESS:
             b.stats.get_found += result.message_count
+            b.stats.group_get_nums.add(topic, group, result.message_count, trio.current_time())
             return req.response(code, result.status.name, ext, body=list(result.buffers))
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             if cfg.long_polling_enable:

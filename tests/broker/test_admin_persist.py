@@ -288,4 +288,23 @@ async def test_topic_and_consume_stats_in_fastjson_shape(tmp_path: Path) -> None
         pairs = dict(re.findall(r'(\{"brokerName"[^}]*\}):(\{[^}]*\})', text))
         q1 = json.loads(pairs['{"brokerName":"broker-a","queueId":1,"topic":"ST"}'])
         assert q1["brokerOffset"] == 3 and q1["consumerOffset"] == 2 and q1["lastTimestamp"] > 0
+
+        # consumeTps: what the group pulled over the last minute (BrokerStatsManager GROUP_GET_NUMS)
+        pull = {
+            "consumerGroup": "sg",
+            "topic": "ST",
+            "queueId": 1,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": 4,  # FLAG_SUBSCRIPTION: the subscription travels with the pull
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        }
+        assert (await call(RequestCode.PULL_MESSAGE, pull)).code == 0
+        r = await call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "sg"})
+        assert json.loads(r.body_bytes().decode().split(',"offsetTable"')[0] + "}") == {
+            "consumeTps": 3 / 60
+        }
         n.cancel_scope.cancel()
