@@ -272,7 +272,7 @@ class PushConsumer(ClientBase):
                 pq.dropped = True
             await self.offset_store.persist_all(mqs)
             if self.orderly and not self.broadcasting:
-                await self.rebalance.unlock(mqs)
+                await self.rebalance.unlock_all()
             self.client.unregister_consumer(self.group)
             for addr in self.client.heartbeat_addrs():
                 try:

@@ -78,6 +78,9 @@ class RebalanceImpl:
         self.c = consumer
         # queue -> its ProcessQueue while this consumer owns it (pull loop running)
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        # queues a LOCK_BATCH_MQ was sent for and no unlock since: a lock granted to a
+        # rebalance that was cancelled before it recorded the queue is still released
+        self.lock_requested: set[MessageQueue] = set()
 
     # --- rebalance ----------------------------------------------------------------------------
 
@@ -181,6 +184,7 @@ class RebalanceImpl:
         addr = await self._master(mq)
         if addr is None:
             return False
+        self.lock_requested.add(mq)
         try:
             ok = await self.c.client.api.lock_batch_mq(
                 addr, self.c.group, self.c.client_id, [mq], timeout=self.c.timeout
@@ -226,6 +230,7 @@ class RebalanceImpl:
         for mq in mqs:
             by_broker.setdefault(mq.brokerName, []).append(mq)
         for group_mqs in by_broker.values():
+            self.lock_requested.difference_update(group_mqs)
             addr = await self._master(group_mqs[0])
             if addr is None:
                 continue
@@ -241,4 +246,4 @@ class RebalanceImpl:
                     pq.locked = False
 
     async def unlock_all(self) -> None:
-        await self.unlock(list(self.process_queue_table))
+        await self.unlock(set(self.process_queue_table) | self.lock_requested)

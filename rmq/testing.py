@@ -98,6 +98,8 @@ class FakeBroker:
     phys_offset: int = 0
     # commitlog offset -> (topic, queue id, queue offset) of each record
     by_phys: dict[int, tuple[str, int, int]] = attrs.Factory(dict)
+    # answer CONSUMER_SEND_MSG_BACK with SYSTEM_ERROR (storing nothing)
+    refuse_send_back: bool = False
     # called after each append (the cluster wakes held pulls)
     on_append: Callable[[], None] | None = None
 
@@ -426,6 +428,8 @@ def _unlock(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> Remoti
 
 
 def _send_back(cluster: FakeCluster, b: FakeBroker, cmd: RemotingCommand) -> RemotingCommand:
+    if b.refuse_send_back:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "injected: send back refused")
     group = cmd.get_str("group")
     phys = cmd.get_int("offset")
     delay = cmd.get_int("delayLevel")
