@@ -37,6 +37,7 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
     ),
 )
 def up(
+    ctx: typer.Context = None,  # type: ignore[assignment] # typer passes it; None if called directly
     config: Annotated[
         Path | None,
         typer.Option(
@@ -46,36 +47,34 @@ def up(
         ),
     ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Data and logs of every node [.rmq].")
-    ] = None,
+        Path, typer.Option("--data-dir", help="Data and logs of every node.")
+    ] = Path(".rmq"),
     namesrv_port: Annotated[
-        int | None, typer.Option("--namesrv-port", help="Nameserver port [9876].")
-    ] = None,
+        int, typer.Option("--namesrv-port", help="Nameserver port.")
+    ] = 9876,
     broker_port: Annotated[
-        int | None,
-        typer.Option("--broker-port", help="First broker port; next nodes take +10, +20 [10911]."),
-    ] = None,
+        int, typer.Option("--broker-port", help="First broker port; next nodes take +10, +20, ...")
+    ] = 10911,
     masters: Annotated[
-        int | None, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...) [1].")
-    ] = None,
+        int, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...).")
+    ] = 1,
     slaves: Annotated[
-        int | None, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N) [1].")
-    ] = None,
+        int, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N).")
+    ] = 1,
     role: Annotated[
-        str | None,
+        str,
         typer.Option(
             "--role",
             help="Masters' brokerRole: SYNC_MASTER or ASYNC_MASTER; auto = SYNC_MASTER when "
             "there are slaves, ASYNC_MASTER without (a SYNC_MASTER alone refuses every send).",
         ),
-    ] = None,
+    ] = "auto",
     cluster: Annotated[
-        str | None, typer.Option("--cluster", help="Cluster name [DefaultCluster].")
-    ] = None,
+        str, typer.Option("--cluster", help="Cluster name.")
+    ] = "DefaultCluster",
     dledger: Annotated[
-        int | None,
-        typer.Option("--dledger", help="DLedger group size (not built in trio-rmq yet)."),
-    ] = None,
+        int, typer.Option("--dledger", help="DLedger group size (not built in trio-rmq yet).")
+    ] = 0,
     detach: Annotated[
         bool,
         typer.Option("--detach", "-d", help="Run in the background; return once ready."),
@@ -84,8 +83,8 @@ def up(
         bool, typer.Option("--sync-master", hidden=True, help="Same as --role SYNC_MASTER.")
     ] = False,
     ready_timeout: Annotated[
-        float | None, typer.Option("--ready-timeout", help="Seconds to wait for ready [30].")
-    ] = None,
+        float, typer.Option("--ready-timeout", help="Seconds to wait for ready.")
+    ] = 30.0,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
     process.
@@ -99,11 +98,14 @@ def up(
     from cli.local_state import running_supervisor
     from cli.up import PlanError, busy_ports
 
-    given = {
+    given: dict[str, Any] = {
         "data_dir": data_dir, "namesrv_port": namesrv_port, "broker_port": broker_port,
         "masters": masters, "slaves": slaves, "role": role, "cluster": cluster,
         "dledger": dledger, "ready_timeout": ready_timeout,
     }  # fmt: skip
+    if config is not None:
+        # only the flags typed on the command line override the file
+        given = {k: (v if _typed(ctx, k) else None) for k, v in given.items()}
     try:
         from cli.topology import resolve
 
@@ -162,6 +164,15 @@ def up(
 
     _run(main)
     local_render.up_stopped()
+
+
+def _typed(ctx: typer.Context | None, param: str) -> bool:
+    """Whether option `param` came from the command line (or its environment) rather than
+    its default. Without a typer context (a direct call) every value counts as typed."""
+    if ctx is None:
+        return True
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name != "DEFAULT"
 
 
 def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
@@ -400,6 +411,8 @@ def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:
     kwargs: dict[str, Any] = {}
     options: dict[str, tuple[str, Any, Any]] = {}
     for name, param in inspect.signature(up).parameters.items():
+        if hints[name] is typer.Context:
+            continue  # typer's own, not an option
         base, info = typing.get_args(hints[name])[:2]
         if typing.get_origin(base) in (typing.Union, types.UnionType):
             # `X | None`: an option without a default of its own (the TOML file may set it)
@@ -412,6 +425,10 @@ def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:
             if isinstance(decl, str) and decl.startswith("--"):
                 options[decl] = (name, base, info)
     args = argv[1:]
+    if "--config" in args:
+        # with a topology file, which flags were typed matters (they override the file):
+        # typer's parser knows that (parameter sources), this one does not
+        return None
     i = 0
     while i < len(args):
         found = options.get(args[i])

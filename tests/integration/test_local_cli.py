@@ -278,15 +278,17 @@ def test_a_topology_file_starts_its_cluster_with_its_properties(tmp_path: Path):
     data = tmp_path / "from-file"
     conf = tmp_path / "cluster.toml"
     conf.write_text(
-        f'cluster = "FileCluster"\nslaves = 0\nnamesrv_port = {base + 35}\n'
+        f'cluster = "FileCluster"\nslaves = 2\nnamesrv_port = {base + 35}\n'
         f'broker_port = {base}\ndata_dir = "{data}"\n'
         "[nodes.broker-a]\nbroker_conf = { maxMessageSize = 2048 }\n"
     )
     seen: list[int] = []
     try:
-        r = rmq("up", "--detach", "--config", str(conf))
+        # a typed flag wins over the file (slaves 2 -> 0); untyped defaults do not (cluster)
+        r = rmq("up", "--detach", "--config", str(conf), "--slaves", "0")
         assert r.returncode == 0, r.stderr
         seen = [n["pid"] for n in read_state(data)["nodes"]]
+        assert [n["name"] for n in read_state(data)["nodes"]] == ["namesrv", "broker-a"]
         assert "ASYNC_MASTER broker-a id 0, cluster FileCluster" in r.stdout
         # the broker runs with the file's property: it refuses a body over 2048 bytes
         from rmq import Message, sync
