@@ -1,1 +1,52 @@
-"""`rmq top` (being built; commands are added here)."""
+"""`rmq top`: the live view of a cluster (collector in cli/top_model.py, drawing in cli/top.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.app import _examples, _namesrv, _run, app
+
+
+@app.command(
+    "top",
+    epilog=_examples(
+        "rmq top                          # refresh every second until ctrl-C",
+        "rmq top --interval 5",
+        "rmq top --once                   # print one frame (rates over --interval) and exit",
+        "rmq -n 10.0.0.1:9876 top --system   # include TBW102, %RETRY% topics, system groups",
+    ),
+)
+def top(
+    ctx: typer.Context,
+    interval: Annotated[
+        float, typer.Option("--interval", "-i", min=0.1, help="Seconds between refreshes.")
+    ] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each node.")
+    ] = 2.0,
+    system: Annotated[
+        bool, typer.Option("--system", help="Also show system topics and groups.")
+    ] = False,
+) -> None:
+    """Live view of the cluster: brokers, roles, offsets, replication lag, TPS, topics, groups.
+
+    A node that stops answering turns red and top keeps running; it turns normal again when
+    it is back. Ctrl-C quits.
+    """
+    namesrv = _namesrv(ctx)
+
+    async def main() -> None:
+        from cli.top import run_top
+
+        await run_top(namesrv, interval=interval, once=once, timeout=timeout,
+                      show_system=system)  # fmt: skip
+
+    try:
+        _run(main)
+    except typer.Exit as exc:
+        if exc.exit_code == 130:  # ctrl-C is how one leaves top: not a failure
+            raise typer.Exit(0) from None
+        raise

@@ -242,6 +242,7 @@ async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
     from rich.console import Console
     from rich.live import Live
 
+    from cli.errors import CliError
     from cli.top_model import AdminSource, TopCollector
     from rmq import Admin
 
@@ -251,6 +252,8 @@ async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
                                  show_system=show_system)  # fmt: skip
         if once:
             prev = await collector.collect()
+            if prev.namesrv_error and not prev.nodes:
+                raise CliError(f"cannot reach the nameserver {namesrv}: {prev.namesrv_error}")
             await trio.sleep(interval)
             snap = await collector.collect()
             console.print(render_top(snap, prev, width=console.width))

@@ -272,6 +272,8 @@ class TopCollector:
     # addr -> (cluster, brokerName, brokerId) of every node the nameserver ever listed;
     # the newest listing of an address wins
     _known: dict[str, tuple[str, str, int]] = attrs.field(factory=dict, init=False)
+    # addr -> the role it last reported, so a node that stops answering keeps showing it
+    _roles: dict[str, str] = attrs.field(factory=dict, init=False)
 
     async def collect(self) -> TopSnapshot:
         import time
@@ -295,7 +297,12 @@ class TopCollector:
 
         async def one_node(i: int, addr: str, key: tuple[str, str, int]) -> None:
             got = await _bounded(self.timeout, lambda: self.source.node_info(addr))
-            nodes[i] = node_view(addr, key, got, listed=addr in listed)
+            if isinstance(got, NodeInfo) and got.role:
+                self._roles[addr] = got.role
+            view = node_view(addr, key, got, listed=addr in listed)
+            if not view.alive:
+                view = attrs.evolve(view, role=self._roles.get(addr, ""))
+            nodes[i] = view
 
         async def all_topics() -> None:
             names = await _bounded(self.timeout, self.source.topic_list)

@@ -130,6 +130,7 @@ async def test_node_dropped_by_nameserver_stays_red_then_comes_back(autojump_clo
     assert slave is not None and not slave.alive and not slave.listed
     assert slave.error == "down (connection refused)"
     assert (slave.broker_name, slave.broker_id) == ("broker-a", 1)  # remembered identity
+    assert slave.role == "SLAVE"  # and role
     # it restarts and registers again
     source.down.clear()
     source.listed[SLAVE] = 1
