@@ -78,6 +78,11 @@ async def test_every_message_once_and_offsets_committed(cluster, autojump_clock)
         (b.name, *k): v for b in cluster.brokers for k, v in b.offsets.items() if k[1] == "T"
     }
     assert sum(committed.values()) == 50  # every queue committed to its end
+    # pulls after consumption carry the consumed offset (COMMIT_OFFSET bit, as Java)
+    pulls = [r for b in cluster.brokers for r in b.requests if r.code == RequestCode.PULL_MESSAGE]
+    assert any(
+        int(r.ext_fields["sysFlag"]) & 0x1 and int(r.ext_fields["commitOffset"]) > 0 for r in pulls
+    )
     # shutdown said goodbye: the group is empty on the brokers
     assert cluster.members("g") == []
 
@@ -340,3 +345,29 @@ async def test_misuse_is_reported_clearly(cluster):
     with pytest.raises(ClientError, match="group"):
         PushConsumer("", NS)
     assert MessageQueue  # imported for readers of the orderly test
+
+
+async def test_pulls_follow_the_suggested_slave_without_commit_bit(cluster, autojump_clock):
+    slave = cluster.add_broker("broker-a", "127.0.0.1:10912", broker_id=1)
+    await produce(cluster, 8)
+    # the slave holds the same records (as replication would give it)
+    master = cluster.broker("127.0.0.1:10911")
+    slave.queues = {k: list(v) for k, v in master.queues.items()}
+    slave.topics = dict(master.topics)
+
+    def suggest_slave(broker, req, resp):
+        if req.code == RequestCode.PULL_MESSAGE and broker.broker_id == 0:
+            resp.ext_fields["suggestWhichBrokerId"] = "1"
+
+    cluster.response_hook = suggest_slave
+    got: list[bytes] = []
+
+    async def listener(msgs):
+        got.extend(m.body for m in msgs)
+
+    async with make(cluster, listener):
+        await wait_for(lambda: len(got) >= 8)
+        await trio.sleep(20)  # long polls go on against the slave
+    slave_pulls = [r for r in slave.requests if r.code == RequestCode.PULL_MESSAGE]
+    assert slave_pulls, "no pull went to the slave the broker suggested"
+    assert all(not int(r.ext_fields["sysFlag"]) & 0x1 for r in slave_pulls)
