@@ -79,6 +79,8 @@ def make_client_id(instance_name: str | None = None) -> str:
     if not instance_name:
         instance_name = f"{os.getpid()}#{next(_instance_seq)}"
     return f"{local_ip()}@{instance_name}"
+
+
 _NAMESRV_FAILOVER = (RemotingConnectError, RemotingTimeoutError, RemotingSendError)
 
 
@@ -193,7 +195,6 @@ class ClientInstance:
         if found is None:
             raise BrokerNotFoundError(broker_name)
         return found
-
 
     # --- groups, heartbeats, background work (MQClientInstance) ---------------------------
 
@@ -330,6 +331,11 @@ class ClientBase:
         """`ip@instance`: what brokers list for this client."""
         return self._client_id
 
+    def heartbeat_producer_group(self) -> str | None:
+        """A producer returns its group here to be announced in HEART_BEAT (ProducerData)
+        every 30 s and unregistered on exit; None (the default) sends nothing."""
+        return None
+
     @property
     def client(self) -> ClientInstance:
         if self._instance is None:
@@ -364,12 +370,27 @@ class ClientBase:
             stack.callback(nursery.cancel_scope.cancel)
             await nursery.start(instance.run)
             self._nursery = nursery
+            producer_group = self.heartbeat_producer_group()
+            if producer_group:
+                instance.register_producer(producer_group)
+                stack.push_async_callback(self._unregister_producer, instance, producer_group)
         except BaseException as exc:
             await stack.aclose()
             raise unwrap_group(exc) from None
         self._stack = stack
         self._instance = instance
         return self
+
+    async def _unregister_producer(self, instance: ClientInstance, group: str) -> None:
+        instance.unregister_producer(group)
+        with trio.CancelScope(shield=True), trio.move_on_after(self._timeout):
+            for addr in instance.heartbeat_addrs():
+                try:
+                    await instance.api.unregister_client(
+                        addr, instance.client_id, producer_group=group, timeout=self._timeout
+                    )
+                except Exception as exc:
+                    log.info("unregister producer %s from %s failed: %s", group, addr, exc)
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         stack, self._stack, self._instance = self._stack, None, None

@@ -371,3 +371,24 @@ async def test_pulls_follow_the_suggested_slave_without_commit_bit(cluster, auto
     slave_pulls = [r for r in slave.requests if r.code == RequestCode.PULL_MESSAGE]
     assert slave_pulls, "no pull went to the slave the broker suggested"
     assert all(not int(r.ext_fields["sysFlag"]) & 0x1 for r in slave_pulls)
+
+
+async def test_a_producer_that_opts_in_is_heartbeated_and_unregistered(cluster, autojump_clock):
+    class AnnouncedProducer(Producer):
+        def heartbeat_producer_group(self):
+            return self.group
+
+    async with AnnouncedProducer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+        await p.send(Message("T", b"x"))
+        await trio.sleep(31)
+    beats = [r for b in cluster.brokers for r in b.requests if r.code == RequestCode.HEART_BEAT]
+    assert beats and loads(beats[0].body_bytes())["producerDataSet"] == [{"groupName": "pg"}]
+    gone = [
+        r for b in cluster.brokers for r in b.requests if r.code == RequestCode.UNREGISTER_CLIENT
+    ]
+    assert gone and gone[0].ext_fields["producerGroup"] == "pg"
+    # a plain Producer sends nothing in the background
+    before = sum(len(b.requests) for b in cluster.brokers)
+    async with Producer("pg2", NS, remoting=FakeRemoting(cluster)):
+        await trio.sleep(61)
+    assert sum(len(b.requests) for b in cluster.brokers) == before
