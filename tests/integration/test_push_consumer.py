@@ -187,3 +187,83 @@ async def test_a_killed_consumer_hands_its_queues_over_and_nothing_is_lost(
         assert dup_before_kill == 0, f"{dup_before_kill} duplicates before the kill"
     finally:
         stop_children(children.values())
+
+
+async def in_process_servers(nursery: trio.Nursery, tmp_path: Path) -> str:
+    from broker.config import BrokerConfig
+    from broker.service import run_broker
+    from broker.store import MessageStoreConfig, run_memory_store
+    from namesrv.config import NamesrvConfig
+    from namesrv.service import run_namesrv
+
+    ns = await nursery.start(
+        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
+    )
+    ns_addr = f"127.0.0.1:{ns.port}"
+    config = BrokerConfig(
+        listen_port=0,
+        namesrv_addr=ns_addr,
+        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
+    )
+    await nursery.start(
+        lambda task_status: run_broker(
+            config, store_factory=run_memory_store, task_status=task_status
+        )
+    )
+    with trio.fail_after(10):
+        while True:
+            async with Admin(ns_addr) as admin:
+                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
+                    await admin.create_topic("OT", queues=4)
+                    return ns_addr
+            await trio.sleep(0.05)
+
+
+async def test_orderly_locks_and_retry_through_the_real_broker(tmp_path, nursery):
+    from rmq import ConsumeFromWhere, ConsumeStatus, OrderlyStatus, PushConsumer
+
+    ns = await in_process_servers(nursery, tmp_path)
+    async with Producer("pg", ns) as p:
+        for i in range(40):
+            await p.send(Message("OT", f"{i}".encode(), tags="a" if i % 2 else "b"))
+    got: list[tuple[int, int]] = []
+    suspended = 0
+
+    async def orderly(msgs):
+        nonlocal suspended
+        if msgs[0].body == b"5" and suspended < 2:
+            suspended += 1
+            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        got.extend((m.queue_id, m.queue_offset) for m in msgs)
+
+    c = PushConsumer("og", ns, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("OT", "a || b")
+    c.register_orderly_listener(orderly)
+    async with c:
+        with trio.fail_after(30):
+            while len(got) < 40:  # noqa: ASYNC110 (plain predicate)
+                await trio.sleep(0.1)
+        assert c.assigned_queues()
+    assert suspended == 2
+    for q in range(4):
+        offsets = [o for qq, o in got if qq == q]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+    # concurrent: one failure goes back through %RETRY% (broker delay level 3 = 10 s)
+    seen: list[tuple[bytes, int, str]] = []
+
+    async def failing_once(msgs):
+        seen.extend((m.body, m.reconsume_times, m.topic) for m in msgs)
+        if msgs[0].body == b"7" and msgs[0].reconsume_times == 0:
+            return ConsumeStatus.RECONSUME_LATER
+
+    c = PushConsumer("cg2", ns, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("OT", "a")
+    c.register_listener(failing_once)
+    async with c:
+        with trio.fail_after(40):
+            while len(seen) < 21:  # noqa: ASYNC110 (plain predicate)
+                await trio.sleep(0.1)
+    assert sorted(b for b, _, _ in seen).count(b"7") == 2
+    assert (b"7", 1, "OT") in seen  # redelivered under its own topic, reconsumeTimes 1
+    assert {b for b, _, _ in seen} == {f"{i}".encode() for i in range(1, 40, 2)}
