@@ -124,9 +124,16 @@ class Producer(ClientBase):
         max_message_size: int = MAX_MESSAGE_SIZE,
         route_max_age: float = 30.0,
         retry_another_broker_when_not_store_ok: bool = False,
+        heartbeat_interval: float = 30.0,
+        instance_name: str | None = None,
     ) -> None:
         super().__init__(
-            namesrv, remoting=remoting, timeout=send_timeout, route_max_age=route_max_age
+            namesrv,
+            remoting=remoting,
+            timeout=send_timeout,
+            route_max_age=route_max_age,
+            heartbeat_interval=heartbeat_interval,
+            instance_name=instance_name,
         )
         if not group:
             raise InvalidMessageError("producer group is empty")
@@ -146,6 +153,11 @@ class Producer(ClientBase):
     async def __aenter__(self) -> Producer:
         await super().__aenter__()
         return self
+
+    def heartbeat_producer_group(self) -> str | None:
+        # As Java's MQClientInstance: brokers list the producer group (ProducerData in
+        # HEART_BEAT every 30 s) and forget it on UNREGISTER_CLIENT when we close.
+        return self.group
 
     # --- routes ----------------------------------------------------------------------------
 
