@@ -156,6 +156,13 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def cluster_runner():
+    """`run_local_cluster` for tests that need their own `rmq up` arguments (test modules cannot
+    import this file): `with cluster_runner(tmp_dir, "--slaves", "0") as cluster: ...`."""
+    return run_local_cluster
+
+
 @attrs.define(eq=False)
 class Node:
     """One server process started by a test (nameserver or broker)."""
