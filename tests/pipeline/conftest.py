@@ -14,8 +14,6 @@ from pyspark.sql import SparkSession
 
 import pipeline
 
-pytestmark = pytest.mark.spark
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
