@@ -410,7 +410,7 @@ def _write(
     writer = _Writer(options, columns, None if key_prefix is None else f"{key_prefix}:{partition}")
     try:
         trio.run(writer.run, iter(batches))
-    except BaseException as exc:  # noqa: BLE001 - re-raised as its single cause when grouped
+    except BaseException as exc:  # a group of one is re-raised as its cause
         inner = unwrap_group(exc)
         if inner is exc:
             raise
@@ -462,8 +462,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             prefix = f"{query or 'query'}:{batch if batch is not None else 'batch'}"
         return _write(self.options, self.columns, prefix, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - PySpark's name
+    def commit(self, messages: list, batchId: int) -> None:
         _log_outcome(f"micro-batch {batchId}", messages, "committed")
 
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803 - PySpark's name
+    def abort(self, messages: list, batchId: int) -> None:
         _log_outcome(f"micro-batch {batchId}", messages, "aborted; already sent messages stay")
