@@ -1,0 +1,458 @@
+"""Talking to a live cluster from Spark: a small blocking client, metadata, and queue reads.
+
+Theory of operation. Spark calls the reader from plain threads of the driver and of Python
+workers, so this module speaks the remoting protocol over blocking sockets: one request, one
+response per connection at a time, with the sans-I/O codec of `common.remoting.codec`. We
+measured rmq.sync against it for the read loop: rmq.sync hands every pull to a Trio thread and
+decodes each record into a MessageExt, while here the pull body (raw CommitLog records) goes
+straight to the vectorized `pipeline.record_batch.decode_records` (or, until that exists, to
+`common.message.decode_records`); nothing but a socket lives in a worker.
+
+`LiveCluster` (driver) resolves topics (a comma list or a pattern over the nameserver's topic
+list, system topics excluded), finds every readable queue with the addresses of its broker's
+nodes (master first; a slave first with readFromSlave; only slaves when the master is gone)
+and asks their min/max offsets, searches offsets by timestamp and commits consumer offsets.
+
+`read_task` (executor) pulls [start, end) of one queue with maxMsgNums = pullBatchSize; the
+broker caps each answer by maxTransferCountOnMessageInMemory (32 by default) and
+maxTransferBytesOnMessageInMemory (256 KiB), raise both in broker.conf for throughput. Records
+whose queue offset lies outside the range are dropped, and the tag filter is re-checked exactly
+because the broker compares only tag hash codes. A pull answered OFFSET_MOVED, or a gap in the
+offsets of an unfiltered read, is data loss: it raises unless failOnDataLoss=false.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+import attrs
+
+from common.errors import (
+    RemotingConnectError,
+    RemotingTimeoutError,
+    error_for_response,
+)
+from common.model import ClusterInfo, MessageQueue, TopicList, TopicRouteData
+from common.remoting.codec import decode_frame, encode
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.serde import from_json
+from pipeline.offsets import QueueKey
+from pipeline.options import OptionError, ReaderOptions
+from rmq.client_api import PULL_SUBSCRIPTION
+from rmq.topic_publish_info import subscribe_queues
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BlockingClient",
+    "DataLossError",
+    "LiveCluster",
+    "PullTask",
+    "QueueState",
+    "is_system_topic",
+    "read_task",
+]
+
+_LEN = struct.Struct(">i")
+
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "SELF_TEST_TOPIC",
+        "BenchmarkTest",
+    }
+)
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query planned to read are gone (retention) or never existed (store replaced)."""
+
+
+def is_system_topic(topic: str, own_names: frozenset[str] = frozenset()) -> bool:
+    """Topics no user made: the fixed ones, %RETRY%/%DLQ%, each broker's and cluster's own."""
+    return (
+        topic in SYSTEM_TOPICS
+        or topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_"))
+        or topic.endswith("_REPLY_TOPIC")
+        or topic in own_names
+    )
+
+
+class BlockingClient:
+    """Request/response over blocking sockets, one cached connection per address."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        # addr -> connected socket; dropped on any transport error (the stream is out of sync)
+        self._socks: dict[str, socket.socket] = {}
+        self._opaque = itertools.count(1)
+
+    def close(self) -> None:
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connect(self, addr: str) -> socket.socket:
+        sock = self._socks.get(addr)
+        if sock is None:
+            host, _, port = addr.rpartition(":")
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+            except OSError as exc:
+                raise RemotingConnectError(f"connect to {addr} failed: {exc}") from None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks[addr] = sock
+        return sock
+
+    def call(
+        self, addr: str, code: int, ext: dict | None = None, *, timeout: float | None = None
+    ) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, ext)
+        cmd.opaque = next(self._opaque)
+        sock = self._connect(addr)
+        sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            sock.sendall(encode(cmd))
+            while True:
+                (length,) = _LEN.unpack(_recv_exact(sock, 4))
+                resp = decode_frame(_recv_exact(sock, length))
+                if resp.is_response and resp.opaque == cmd.opaque:
+                    return resp
+        except TimeoutError:
+            self._drop(addr)
+            raise RemotingTimeoutError(f"no answer from {addr} to request {code}") from None
+        except OSError as exc:
+            self._drop(addr)
+            raise RemotingConnectError(f"connection to {addr} failed: {exc}") from None
+
+    def call_ok(self, addr: str, code: int, ext: dict | None = None) -> RemotingCommand:
+        resp = self.call(addr, code, ext)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_response(resp)
+        return resp
+
+    def _drop(self, addr: str) -> None:
+        sock = self._socks.pop(addr, None)
+        if sock is not None:
+            sock.close()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> memoryview:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionResetError("connection closed by the peer")
+        got += k
+    return view
+
+
+def node_order(addrs: dict[int, str], read_from_slave: bool) -> tuple[str, ...]:
+    """Addresses of a broker's nodes in the order to try them."""
+    ids = sorted(addrs)
+    if read_from_slave:
+        ids.sort(key=lambda i: (i == 0, i))  # slaves first, the master last
+    return tuple(addrs[i] for i in ids)
+
+
+@attrs.frozen
+class QueueState:
+    key: QueueKey
+    min_offset: int
+    max_offset: int
+    addrs: tuple[str, ...]  # the nodes to read from, preferred first
+    master: str | None
+
+
+@attrs.define(eq=False)
+class LiveCluster:
+    """Driver-side view of the cluster for one query; `close()` when done."""
+
+    opts: ReaderOptions
+    client: BlockingClient = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.client is None:
+            self.client = BlockingClient(self.opts.timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _namesrv(self, code: int, ext: dict | None = None) -> RemotingCommand:
+        last: Exception | None = None
+        for addr in self.opts.namesrv.split(";"):
+            try:
+                return self.client.call(addr.strip(), code, ext)
+            except (RemotingConnectError, RemotingTimeoutError) as exc:
+                last = exc
+        raise RemotingConnectError(
+            f"option namesrv: no nameserver of {self.opts.namesrv!r} answered ({last})"
+        )
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        resp = self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_response(resp)
+        return from_json(resp.body_bytes(), TopicRouteData)
+
+    def topics(self) -> list[str]:
+        """The topics of the `topic` / `topicPattern` option; OptionError when there are none."""
+        if self.opts.topic_pattern is None:
+            return list(self.opts.topics)
+        resp = self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_response(resp)
+        names = from_json(resp.body_bytes(), TopicList).topicList
+        info_resp = self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        own: frozenset[str] = frozenset()
+        if info_resp.code == ResponseCode.SUCCESS:
+            info = from_json(info_resp.body_bytes(), ClusterInfo)
+            own = frozenset(info.brokerAddrTable) | frozenset(info.clusterAddrTable)
+        rx = re.compile(self.opts.topic_pattern)
+        found = sorted(t for t in names if rx.fullmatch(t) and not is_system_topic(t, own))
+        return found
+
+    def queues(self, *, require_all: bool) -> dict[QueueKey, QueueState]:
+        """Every readable queue of the topics with its min/max offset.
+
+        Unknown topics raise OptionError. A broker with no live node is skipped (a stream keeps
+        its offsets until it is back), or raises with `require_all` (a batch would miss data).
+        """
+        out: dict[QueueKey, QueueState] = {}
+        topics = self.topics()
+        if self.opts.topic_pattern is not None and not topics:
+            raise OptionError(
+                f"option topicPattern: {self.opts.topic_pattern!r} matches no topic of the "
+                "nameserver"
+            )
+        for topic in topics:
+            route = self.route(topic)
+            if route is None:
+                raise OptionError(
+                    f"option topic: topic {topic!r} does not exist on nameserver "
+                    f"{self.opts.namesrv}"
+                )
+            brokers = {bd.brokerName: bd.brokerAddrs for bd in route.brokerDatas}
+            for mq in subscribe_queues(topic, route):
+                addrs = node_order(brokers.get(mq.brokerName, {}), self.opts.read_from_slave)
+                if not addrs:
+                    if require_all:
+                        raise DataLossError(
+                            f"broker {mq.brokerName} of topic {topic} has no live node: "
+                            "its queues cannot be read"
+                        )
+                    continue
+                key = QueueKey(topic, mq.brokerName, mq.queueId)
+                lo, hi = self._min_max(addrs, mq)
+                master = brokers[mq.brokerName].get(0)
+                out[key] = QueueState(key, lo, hi, addrs, master)
+        return out
+
+    def _first(self, addrs: tuple[str, ...], code: int, ext: dict) -> RemotingCommand:
+        last: Exception | None = None
+        for addr in addrs:
+            try:
+                return self.client.call_ok(addr, code, ext)
+            except (RemotingConnectError, RemotingTimeoutError) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def _min_max(self, addrs: tuple[str, ...], mq: MessageQueue) -> tuple[int, int]:
+        ext = {"topic": mq.topic, "queueId": mq.queueId, "bname": mq.brokerName}
+        lo = int(self._first(addrs, RequestCode.GET_MIN_OFFSET, ext).ext_fields.get("offset", 0))
+        hi = int(self._first(addrs, RequestCode.GET_MAX_OFFSET, ext).ext_fields.get("offset", 0))
+        return lo, hi
+
+    def search_offset(self, state: QueueState, timestamp_ms: int) -> int:
+        """The first offset stored at or after `timestamp_ms` (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        k = state.key
+        ext = {"topic": k.topic, "queueId": k.queue_id, "bname": k.broker,
+               "timestamp": timestamp_ms}  # fmt: skip
+        resp = self._first(state.addrs, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
+        return int(resp.ext_fields.get("offset", 0))
+
+    def commit(self, group: str, offsets: dict[QueueKey, int], masters: dict[str, str]) -> None:
+        """UPDATE_CONSUMER_OFFSET of each queue to its broker's master (skipped without one)."""
+        for key, offset in offsets.items():
+            addr = masters.get(key.broker)
+            if addr is None:
+                log.warning("no master of %s: offset of %s not committed", key.broker, key)
+                continue
+            self.client.call_ok(
+                addr,
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": key.topic, "queueId": key.queue_id,
+                 "commitOffset": offset, "bname": key.broker},
+            )  # fmt: skip
+
+
+# --- executor side ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PullTask:
+    """Everything one Spark partition needs to read its range (plain, picklable values)."""
+
+    namesrv: str
+    topic: str
+    broker: str
+    queue_id: int
+    start: int
+    end: int
+    addrs: tuple[str, ...]
+    group: str
+    tags: str
+    timeout: float
+    pull_batch_size: int
+    fail_on_data_loss: bool
+    read_from_slave: bool = False
+
+
+def _decoder():
+    try:
+        from pipeline.record_batch import decode_records
+    except ImportError:  # the vectorized decoder has not landed: decode record by record
+        return _decode_fallback
+    return decode_records
+
+
+def _decode_fallback(buf, *, broker_name: str):
+    import pyarrow as pa
+
+    from common.message import MessageConst, create_offset_msg_id, decode_records
+    from pipeline.schema import arrow_schema
+
+    msgs = decode_records(buf)
+    cols: dict[str, list] = {name: [] for name in arrow_schema().names}
+    for m in msgs:
+        props = m.properties
+        cols["topic"].append(m.topic)
+        cols["brokerName"].append(broker_name)
+        cols["queueId"].append(m.queue_id)
+        cols["queueOffset"].append(m.queue_offset)
+        cols["body"].append(m.body)
+        cols["tags"].append(props.get(MessageConst.TAGS))
+        cols["keys"].append(props.get(MessageConst.KEYS))
+        cols["properties"].append(list(props.items()))
+        cols["msgId"].append(
+            props.get(MessageConst.UNIQ_KEY)
+            or create_offset_msg_id(m.store_host, m.commit_log_offset)
+        )
+        cols["bornTimestamp"].append(m.born_timestamp * 1000)
+        cols["storeTimestamp"].append(m.store_timestamp * 1000)
+        cols["reconsumeTimes"].append(m.reconsume_times)
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays(
+        [pa.array(cols[f.name], type=f.type) for f in schema], schema=schema
+    )
+
+
+def _keep(batch, start: int, end: int, tags: frozenset[str] | None):
+    import pyarrow.compute as pc
+
+    qo = batch.column("queueOffset")
+    mask = pc.and_(pc.greater_equal(qo, start), pc.less(qo, end))
+    if tags is not None:
+        mask = pc.and_(mask, pc.fill_null(pc.is_in(batch.column("tags"), pa_strings(tags)), False))
+    return batch.filter(mask)
+
+
+def pa_strings(values: frozenset[str]):
+    import pyarrow as pa
+
+    return pa.array(sorted(values), type=pa.string())
+
+
+def read_task(task: PullTask) -> Iterator:
+    """Arrow record batches of the messages of `task`'s queue in [start, end)."""
+    from rmq.pull_consumer import parse_tag_expression
+
+    decode = _decoder()
+    wanted = parse_tag_expression(task.tags)
+    where = f"{task.topic} {task.broker}/{task.queue_id}"
+    offset = task.start
+    addrs = list(task.addrs)
+    with BlockingClient(task.timeout) as client:
+        while offset < task.end:
+            ext = {
+                "consumerGroup": task.group, "topic": task.topic, "queueId": task.queue_id,
+                "queueOffset": offset, "maxMsgNums": min(task.pull_batch_size, task.end - offset),
+                "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subscription": task.tags if wanted is not None else "*",
+                "subVersion": int(time.time() * 1000), "expressionType": "TAG",
+                "bname": task.broker,
+            }  # fmt: skip
+            resp = _pull(client, addrs, ext, task)
+            code = resp.code
+            nxt = int(resp.ext_fields.get("nextBeginOffset", offset))
+            if code == ResponseCode.SUCCESS:
+                batch = decode(resp.body_bytes(), broker_name=task.broker)
+                if batch.num_rows and wanted is None:
+                    first = batch.column("queueOffset")[0].as_py()
+                    if first > offset:
+                        _lost(task, f"{where}: offsets {offset}..{first - 1} are gone")
+                batch = _keep(batch, task.start, task.end, wanted)
+                if batch.num_rows:
+                    yield batch
+            elif code == ResponseCode.PULL_OFFSET_MOVED:
+                _lost(task, f"{where}: offset {offset} is no longer in the queue "
+                      f"(min {resp.ext_fields.get('minOffset')}, max "
+                      f"{resp.ext_fields.get('maxOffset')})")  # fmt: skip
+                if nxt <= offset:
+                    return
+            elif code == ResponseCode.PULL_NOT_FOUND:
+                _lost(task, f"{where}: offsets {offset}..{task.end - 1} are not in the queue "
+                      f"(its max offset is {resp.ext_fields.get('maxOffset')})")  # fmt: skip
+                return
+            elif code != ResponseCode.PULL_RETRY_IMMEDIATELY:
+                raise error_for_response(resp)
+            if nxt <= offset:
+                raise DataLossError(f"{where}: the broker did not advance past offset {offset}")
+            offset = nxt
+
+
+def _pull(client: BlockingClient, addrs: list[str], ext: dict, task: PullTask) -> RemotingCommand:
+    """PULL_MESSAGE to the first node that answers; a dead node moves to the back."""
+    last: Exception | None = None
+    for _ in range(len(addrs)):
+        addr = addrs[0]
+        try:
+            return client.call(addr, RequestCode.PULL_MESSAGE, ext)
+        except (RemotingConnectError, RemotingTimeoutError) as exc:
+            last = exc
+            addrs.append(addrs.pop(0))
+    raise RemotingConnectError(
+        f"no node of broker {task.broker} answered a pull of {task.topic}: {last}"
+    )
+
+
+def _lost(task: PullTask, msg: str) -> None:
+    if task.fail_on_data_loss:
+        raise DataLossError(
+            f"{msg}. Some data may have been lost; set failOnDataLoss=false to skip it."
+        )
+    log.warning("%s (failOnDataLoss=false: skipped)", msg)
