@@ -4,6 +4,13 @@ files into Parquet."""
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Spark's Python workers run `python3` from PATH unless told; it must be this interpreter
+# (the venv with the project and pyarrow). Read when the shared session starts, after import.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
 import calendar
 import importlib.util
 import json

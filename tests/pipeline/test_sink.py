@@ -7,6 +7,13 @@ format. Driver-side validation is checked on the constructor and through Spark.
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Spark's Python workers run `python3` from PATH unless told; it must be this interpreter
+# (the venv with the project and pyarrow). Read when the shared session starts, after import.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
 import json
 import time
 import uuid
