@@ -61,6 +61,10 @@ __all__ = [
 ]
 
 _LEN = struct.Struct(">i")
+PULL_OK = frozenset(
+    {ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+     ResponseCode.PULL_OFFSET_MOVED}
+)  # fmt: skip
 
 SYSTEM_TOPICS = frozenset(
     {
@@ -271,11 +275,16 @@ class LiveCluster:
                 out[key] = QueueState(key, lo, hi, addrs, master)
         return out
 
-    def _first(self, addrs: tuple[str, ...], code: int, ext: dict) -> RemotingCommand:
+    def _first(
+        self, addrs: tuple[str, ...], code: int, ext: dict, *, ok=frozenset({ResponseCode.SUCCESS})
+    ) -> RemotingCommand:
         last: Exception | None = None
         for addr in addrs:
             try:
-                return self.client.call_ok(addr, code, ext)
+                resp = self.client.call(addr, code, ext)
+                if resp.code not in ok:
+                    raise error_for_response(resp)
+                return resp
             except (RemotingConnectError, RemotingTimeoutError) as exc:
                 last = exc
         assert last is not None
@@ -293,7 +302,32 @@ class LiveCluster:
         ext = {"topic": k.topic, "queueId": k.queue_id, "bname": k.broker,
                "timestamp": timestamp_ms}  # fmt: skip
         resp = self._first(state.addrs, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
-        return int(resp.ext_fields.get("offset", 0))
+        offset = int(resp.ext_fields.get("offset", 0))
+        # The broker answers the offset whose store time is *closest* (ConsumeQueue's binary
+        # search), which may be the last message before the timestamp: step past those, so the
+        # start is the first message stored at or after it (Kafka's offsetsForTimes).
+        while offset < state.max_offset:
+            stored = self._store_timestamp(state, offset)
+            if stored is None or stored >= timestamp_ms:
+                break
+            offset += 1
+        return offset
+
+    def _store_timestamp(self, state: QueueState, offset: int) -> int | None:
+        from common.message import decode_records
+
+        k = state.key
+        ext = {
+            "consumerGroup": self.opts.pull_group, "topic": k.topic, "queueId": k.queue_id,
+            "queueOffset": offset, "maxMsgNums": 1, "sysFlag": PULL_SUBSCRIPTION,
+            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
+            "subVersion": 0, "expressionType": "TAG", "bname": k.broker,
+        }  # fmt: skip
+        resp = self._first(state.addrs, RequestCode.PULL_MESSAGE, ext, ok=PULL_OK)
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        msgs = [m for m in decode_records(resp.body_bytes()) if m.queue_offset == offset]
+        return msgs[0].store_timestamp if msgs else None
 
     def commit(self, group: str, offsets: dict[QueueKey, int], masters: dict[str, str]) -> None:
         """UPDATE_CONSUMER_OFFSET of each queue to its broker's master (skipped without one)."""
@@ -374,6 +408,8 @@ def _decode_fallback(buf, *, broker_name: str):
 def _keep(batch, start: int, end: int, tags: frozenset[str] | None):
     import pyarrow.compute as pc
 
+    if batch.num_rows == 0:
+        return batch
     qo = batch.column("queueOffset")
     mask = pc.and_(pc.greater_equal(qo, start), pc.less(qo, end))
     if tags is not None:
@@ -387,6 +423,13 @@ def pa_strings(values: frozenset[str]):
     return pa.array(sorted(values), type=pa.string())
 
 
+# bytes of raw records decoded at once: one vectorized decode per chunk, not per pull
+DECODE_CHUNK = 4 << 20
+# a CommitLog record's queue offset sits after totalSize, magic, bodyCRC, queueId and flag
+_QUEUE_OFFSET = struct.Struct(">q")
+_QUEUE_OFFSET_POS = 20
+
+
 def read_task(task: PullTask) -> Iterator:
     """Arrow record batches of the messages of `task`'s queue in [start, end)."""
     from rmq.pull_consumer import parse_tag_expression
@@ -396,6 +439,14 @@ def read_task(task: PullTask) -> Iterator:
     where = f"{task.topic} {task.broker}/{task.queue_id}"
     offset = task.start
     addrs = list(task.addrs)
+    chunk: list[bytes] = []
+    chunk_bytes = 0
+
+    def flush():
+        batch = decode(b"".join(chunk), broker_name=task.broker)
+        chunk.clear()
+        return _keep(batch, task.start, task.end, wanted)
+
     with BlockingClient(task.timeout) as client:
         while offset < task.end:
             ext = {
@@ -410,29 +461,37 @@ def read_task(task: PullTask) -> Iterator:
             code = resp.code
             nxt = int(resp.ext_fields.get("nextBeginOffset", offset))
             if code == ResponseCode.SUCCESS:
-                batch = decode(resp.body_bytes(), broker_name=task.broker)
-                if batch.num_rows and wanted is None:
-                    first = batch.column("queueOffset")[0].as_py()
+                body = resp.body_bytes()
+                if wanted is None and len(body) >= _QUEUE_OFFSET_POS + 8:
+                    (first,) = _QUEUE_OFFSET.unpack_from(body, _QUEUE_OFFSET_POS)
                     if first > offset:
                         _lost(task, f"{where}: offsets {offset}..{first - 1} are gone")
-                batch = _keep(batch, task.start, task.end, wanted)
-                if batch.num_rows:
-                    yield batch
+                chunk.append(body)
+                chunk_bytes += len(body)
+                if chunk_bytes >= DECODE_CHUNK:
+                    chunk_bytes = 0
+                    batch = flush()
+                    if batch.num_rows:
+                        yield batch
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 _lost(task, f"{where}: offset {offset} is no longer in the queue "
                       f"(min {resp.ext_fields.get('minOffset')}, max "
                       f"{resp.ext_fields.get('maxOffset')})")  # fmt: skip
                 if nxt <= offset:
-                    return
+                    break
             elif code == ResponseCode.PULL_NOT_FOUND:
                 _lost(task, f"{where}: offsets {offset}..{task.end - 1} are not in the queue "
                       f"(its max offset is {resp.ext_fields.get('maxOffset')})")  # fmt: skip
-                return
+                break
             elif code != ResponseCode.PULL_RETRY_IMMEDIATELY:
                 raise error_for_response(resp)
             if nxt <= offset:
                 raise DataLossError(f"{where}: the broker did not advance past offset {offset}")
             offset = nxt
+    if chunk:
+        batch = flush()
+        if batch.num_rows:
+            yield batch
 
 
 def _pull(client: BlockingClient, addrs: list[str], ext: dict, task: PullTask) -> RemotingCommand:
