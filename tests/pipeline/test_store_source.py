@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -123,7 +124,7 @@ def _pull_all(ns, topic):
                 if not res.messages:
                     break
                 for m in res.messages:
-                    rows.append((m.topic, mq.broker_name, m.queue_id, m.queue_offset, m.body,
+                    rows.append((m.topic, mq.brokerName, m.queue_id, m.queue_offset, m.body,
                                  m.tags, m.keys, m.properties, m.uniq_key, m.born_timestamp,
                                  m.store_timestamp, m.reconsume_times))  # fmt: skip
                 offset = res.next_begin_offset
@@ -156,7 +157,7 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     (store,) = {p.parent for p in (tmp_path / "rmq").rglob("commitlog") if p.is_dir()}
     segments = list_segments(store)
     assert len(segments) >= 4, segments  # several segments, each full one ends in BLANK
-    ends = [scan_segment(open(p, "rb").read(), off).reason for p, off, _ in segments]
+    ends = [scan_segment(Path(p).read_bytes(), off).reason for p, off, _ in segments]
     assert ends[:-1] == [ScanEnd.BLANK] * (len(segments) - 1)
 
     df = spark.read.format("rocketmq-store").option("brokerName", "broker-a").load(str(store))
@@ -173,9 +174,9 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     copy = tmp_path / "copy" / "store"
     shutil.copytree(store / "commitlog", copy / "commitlog")
     path, off, _ = [
-        s for s in list_segments(copy) if scan_segment(open(s[0], "rb").read(), s[1]).count
+        s for s in list_segments(copy) if scan_segment(Path(s[0]).read_bytes(), s[1]).count
     ][-1]
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     starts = scan_segment(data, off).starts.tolist()
     with open(path, "r+b") as f:
         f.truncate(starts[-3] + 40)
