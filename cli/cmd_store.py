@@ -1,0 +1,40 @@
+"""`rmq store verify MASTER_STORE SLAVE_STORE`: compare two CommitLogs (work in cli/store_verify.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.app import _examples, app
+
+store_app = typer.Typer(
+    help="Offline checks of broker store directories.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    epilog=_examples("rmq store verify .rmq/broker-a/store .rmq/broker-a-s1/store"),
+)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("verify")
+def verify_cmd(
+    master: Annotated[Path, typer.Argument(help="The master's storePathRootDir (or commitlog/).")],
+    slave: Annotated[Path, typer.Argument(help="The slave's storePathRootDir (or commitlog/).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Exit 0 when the slave's CommitLog is a byte-identical prefix of the master's, else 1."""
+    from cli.store_verify import VerifyError, verify
+
+    try:
+        result = verify(master, slave)
+    except VerifyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        typer.echo(result.line())
+    raise typer.Exit(0 if result.ok else 1)
