@@ -96,17 +96,18 @@ def _read(path: Path) -> bytes:
             return bytes(mm)
 
 
-def _scan_log(path) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int]]]:
+def _scan_log(path) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int, str]]]:
     """Per segment: (bytes, record starts, valid end position); summary of the whole log."""
     segs = _segments(path)
-    out: dict[int, tuple[bytes, list[int], int]] = {}
+    out: dict[int, tuple[bytes, list[int], int, str]] = {}
     records = 0
     end = segs[0][1] if segs else 0
     torn = ""
     for file, base in segs:
         data = _read(file)
         scan = scan_segment(data, base)
-        out[base] = (data, scan.starts.tolist(), scan.end)
+        out[base] = (data, scan.starts.tolist(), scan.end,
+                     scan.detail if scan.reason is ScanEnd.TORN else "")  # fmt: skip
         records += scan.count
         if scan.count or scan.reason is ScanEnd.BLANK:
             end = scan.end_offset
@@ -125,8 +126,8 @@ def verify(master_dir, slave_dir) -> VerifyResult:
     hi = min(master.end_offset, slave.end_offset)
     common = 0
     for base in sorted(set(msegs) & set(ssegs)):
-        mdata, mstarts, mend = msegs[base]
-        sdata, sstarts, send = ssegs[base]
+        mdata, mstarts, mend, mtorn = msegs[base]
+        sdata, sstarts, send, storn = ssegs[base]
         upto = min(mend, send)
         ms = [s for s in mstarts if s < upto]
         ss = [s for s in sstarts if s < upto]
@@ -145,4 +146,11 @@ def verify(master_dir, slave_dir) -> VerifyResult:
             pos = ms[len(ss)] if len(ms) > len(ss) else ss[len(ms)]
             return VerifyResult(master, slave, lo, hi, common, base + pos,
                                 "one side has a record the other lacks before its end")  # fmt: skip
+        # a side whose segment is torn where the other still has records differs there
+        if storn and mend > send:
+            return VerifyResult(master, slave, lo, hi, common, base + send,
+                                f"slave's log is torn there ({storn})")  # fmt: skip
+        if mtorn and send > mend:
+            return VerifyResult(master, slave, lo, hi, common, base + mend,
+                                f"master's log is torn there ({mtorn})")  # fmt: skip
     return VerifyResult(master, slave, lo, hi, common, None, "")
