@@ -17,7 +17,7 @@ from common.model import MessageQueue
 from rmq import Message
 from rmq.sync import Admin, Producer
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
 # Spark's Python workers must run this interpreter (the venv with the project installed); the
 # shared session reads this when it starts (see the report: belongs in tests/pipeline/conftest.py)

@@ -1,0 +1,151 @@
+"""Streaming reads through real Spark from a real `rmq up`: micro-batches under
+maxOffsetsPerTrigger, a stop and a restart from the checkpoint while messages keep arriving
+(the output holds every message exactly once), consumer offsets committed for the group, and
+data loss reported per failOnDataLoss.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from common.model import MessageQueue
+from rmq import Message
+from rmq.sync import Admin, Producer
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
+
+# Spark's Python workers must run this interpreter (see tests/pipeline/test_live_source.py)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def make_topic(ns: str, topic: str, queues: int) -> None:
+    with Admin(ns) as admin:
+        admin.create_topic(topic, queues=queues)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                admin.topic_route(topic)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def produce(ns: str, topic: str, seqs: range, queues: int, batch: int = 100) -> None:
+    with Producer("spark-stream-pg", ns) as producer:
+        for b, start in enumerate(range(seqs.start, seqs.stop, batch)):
+            msgs = [
+                Message(topic, f"s-{i}".encode())
+                for i in range(start, min(start + batch, seqs.stop))
+            ]
+            producer.send_batch(msgs, queue=MessageQueue(topic, "broker-a", b % queues))
+
+
+def stream(spark, ns: str, topic: str, **opts: str):
+    reader = spark.readStream.format("rocketmq").option("namesrv", ns).option("topic", topic)
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def bodies(out_dir) -> list[bytes]:
+    if not os.path.isdir(out_dir) or not os.listdir(out_dir):
+        return []
+    return pq.read_table(str(out_dir), columns=["body"]).column("body").to_pylist()
+
+
+def test_stream_micro_batches_restart_exactly_once_and_commit(
+    spark, module_cluster, tmp_path
+) -> None:
+    ns, topic, queues, group = module_cluster.namesrv_addr, "SparkStreamed", 3, "spark-stream-cg"
+    make_topic(ns, topic, queues)
+    produce(ns, topic, range(0, 3000), queues)
+    checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+    sizes: dict[int, int] = {}  # batch id -> rows
+
+    def sink(df, batch_id: int) -> None:
+        # idempotent per batch id: a batch Spark replays after a stop (sink ran, commit log
+        # not yet written) replaces its first attempt, as an exactly-once sink must
+        df.select("body", "queueId", "queueOffset").write.mode("overwrite").parquet(
+            str(out / f"batch={batch_id}")
+        )
+        sizes[batch_id] = df.count()
+
+    def start(trigger: dict):
+        df = stream(spark, ns, topic, startingOffsets="earliest", maxOffsetsPerTrigger="700",
+                    consumerGroup=group)  # fmt: skip
+        return (
+            df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger).start()
+        )  # fmt: skip
+
+    def run_until(total: int) -> None:
+        # availableNow is one ReadAllAvailable batch for a Python source: use a real trigger
+        q = start({"processingTime": "100 milliseconds"})
+        deadline = time.monotonic() + 120
+        while sum(sizes.values()) < total and time.monotonic() < deadline and q.isActive:
+            time.sleep(0.1)
+        q.stop()
+        assert q.exception() is None
+
+    # run 1: everything there is, 700 per micro-batch
+    run_until(3000)
+    assert sum(sizes.values()) == 3000 and max(sizes.values()) <= 700 and len(sizes) >= 5
+
+    # run 2 restarts from the checkpoint while a producer keeps sending; stopped mid-way
+    producer = threading.Thread(target=produce, args=(ns, topic, range(3000, 6000), queues))
+    producer.start()
+    run_until(3700)
+    producer.join(120)
+    assert 3700 <= sum(sizes.values()) and max(sizes.values()) <= 700
+
+    # run 3 (restart again) catches up; every message exactly once
+    run_until(6000)
+    time.sleep(0.5)
+    got = bodies(out)
+    assert len(got) == 6000
+    assert sorted(got) == sorted(f"s-{i}".encode() for i in range(6000))
+
+    # the group's offsets on the master: Spark commits one batch late, so at least run 2's
+    # last batch is stored (and never more than the queue holds)
+    with Admin(ns) as admin:
+        committed = [
+            admin.consumer_offset(group, MessageQueue(topic, "broker-a", i)) for i in range(queues)
+        ]
+        maxes = [admin.max_offset(MessageQueue(topic, "broker-a", i)) for i in range(queues)]
+    assert sum(committed) >= 3700 and all(
+        0 <= c <= m for c, m in zip(committed, maxes, strict=True)
+    )
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_checkpoint_offset_past_the_queue_is_data_loss(
+    spark, module_cluster, tmp_path, fail
+) -> None:
+    """A start offset above the queue's max offset (a replaced store) fails the query, or with
+    failOnDataLoss=false is logged and reading starts over from the queue's min offset."""
+    ns, topic = module_cluster.namesrv_addr, f"SparkLoss{int(fail)}"
+    make_topic(ns, topic, 1)
+    produce(ns, topic, range(20), 1)
+    seen: list[int] = []
+    df = stream(spark, ns, topic, failOnDataLoss=str(fail).lower(),
+                startingOffsets=f'{{"{topic}": {{"broker-a/0": 500}}}}')  # fmt: skip
+    q = (
+        df.writeStream.foreachBatch(lambda d, _i: seen.extend(r.queueOffset for r in d.collect()))
+        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    if fail:
+        with pytest.raises(Exception, match="past the queue's max offset 20"):
+            q.awaitTermination(120)
+        assert seen == []
+    else:
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert sorted(seen) == list(range(20))
