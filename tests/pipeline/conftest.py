@@ -7,6 +7,8 @@ a missing one fails the run at import or session start (never a skip).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +19,9 @@ import pipeline
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    # Spark starts its Python workers with `python3` from PATH unless told otherwise; they must
+    # run this interpreter (the venv with the project installed), whatever PATH says.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("trio-rmq-tests")
