@@ -53,6 +53,12 @@ def _read_topic(namesrv: str, topic: str, expected: int, timeout: float = 30.0) 
             time.sleep(0.2)
 
 
+def _assert_close(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for minute, want in expected.items():
+        assert got[minute] == pytest.approx(want), minute
+
+
 @pytest.fixture(scope="module")
 def orders(module_cluster):
     """COUNT sample orders in a fresh topic of the module's cluster: (topic, events)."""
@@ -67,23 +73,34 @@ def orders(module_cluster):
 
 @pytest.mark.spark
 @pytest.mark.integration
-def test_stream_aggregates_per_minute_to_parquet_and_topic(spark, module_cluster, orders, tmp_path):
+def test_stream_aggregates_per_minute_to_parquet_and_topic(spark, module_cluster, tmp_path):
     example = _example()
-    topic, events = orders
-    out_topic = f"PerMinute_{uuid.uuid4().hex[:8]}"
-    with Admin(module_cluster.namesrv_addr) as admin:
+    namesrv = module_cluster.namesrv_addr
+    topic, out_topic = f"OrdersS_{uuid.uuid4().hex[:8]}", f"PerMinute_{uuid.uuid4().hex[:8]}"
+    with Admin(namesrv) as admin:
+        admin.create_topic(topic, queues=4)
         admin.create_topic(out_topic, queues=2)
-    query = example.run_stream(
-        spark,
-        namesrv=module_cluster.namesrv_addr,
-        topic=topic,
-        out_topic=out_topic,
-        out=str(tmp_path),
-        trigger="availableNow",
-        max_offsets_per_trigger=100,
+    events = example.order_events(COUNT, start_ms=START_MS, step_ms=STEP_MS)
+    example.generate(namesrv, topic, events, batch=64)
+
+    def run_once() -> None:
+        query = example.run_stream(
+            spark, namesrv=namesrv, topic=topic, out_topic=out_topic, out=str(tmp_path)
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None
+
+    # First run: the watermark starts at 0, so no minute is final yet and nothing is written.
+    run_once()
+    assert not list((tmp_path / "aggregates").rglob("*.parquet")) or (
+        spark.read.parquet(str(tmp_path / "aggregates")).count() == 0
     )
-    query.awaitTermination(180)
-    assert query.exception() is None
+    # Later events arrive; the restarted query (same checkpoint) closes the minutes that the
+    # first run's watermark (its max event time - 1 minute) passed, each exactly once.
+    late = example.order_events(1, start_ms=START_MS + 400_000, seed=8)
+    late[0]["order_id"] = "o-late"
+    example.generate(namesrv, topic, late)
+    run_once()
 
     # minutes closed by the watermark (max event time - 1 minute) are final and emitted once
     watermark = max(e["ts"] for e in events) - 60_000
@@ -101,7 +118,7 @@ def test_stream_aggregates_per_minute_to_parquet_and_topic(spark, module_cluster
         for r in rows
     }
     assert len(rows) == len(got) == 3
-    assert got == pytest.approx(expected)
+    _assert_close(got, expected)
 
     msgs = _read_topic(module_cluster.namesrv_addr, out_topic, 3)
     assert len(msgs) == 3
@@ -111,7 +128,7 @@ def test_stream_aggregates_per_minute_to_parquet_and_topic(spark, module_cluster
         assert m.tags == "minute" and m.properties.get("pipelineKey")
         minute_ms = calendar.timegm(time.strptime(doc["minute"], "%Y-%m-%dT%H:%MZ")) * 1000
         from_topic[minute_ms] = (doc["orders"], doc["amount"], doc["max_amount"])
-    assert from_topic == pytest.approx(expected)
+    _assert_close(from_topic, expected)
 
 
 @pytest.mark.spark
