@@ -138,12 +138,24 @@ def decode_records(buf, *, broker_name: str, starts=None) -> pa.RecordBatch:
     return _decode(buf, broker_name, starts)
 
 
+def _decode(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    n = len(s)
+    if n and int(s[0]) >= 0 and int(s[-1]) + MIN_RECORD_SIZE <= len(arr):
+        if n == 1 or bool(np.all(s[1:] > s[:-1])):
+            batch = _decode_fast(arr, broker_name, s)
+            if batch is not None:
+                return batch
+    return _decode_general(buf, broker_name, s)
+
+
 def _fail(s: np.ndarray, bad: np.ndarray, what: str):
     i = int(np.flatnonzero(bad)[0])
     raise RecordDecodeError(f"record at {int(s[i])}: {what}")
 
 
-def _decode(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
+def _decode_general(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
+    """Any records (IPv6 hosts too); checks each and raises naming the first bad one."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     nbuf = len(arr)
     n = len(s)
@@ -335,7 +347,15 @@ def _cut(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> tuple[pa.Arra
 
 
 def _properties(props_str: pa.Array, n: int) -> tuple[pa.Array, dict[str, pa.Array]]:
-    """MapArray of the properties strings and the TAGS/KEYS/UNIQ_KEY columns.
+    """MapArray of the properties strings and the TAGS/KEYS/UNIQ_KEY columns."""
+    done = _properties_fast(props_str, n)
+    if done is not None:
+        return done
+    return _properties_general(props_str, n)
+
+
+def _properties_general(props_str: pa.Array, n: int) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """Any properties strings, with every tolerance of Java's parser.
 
     Works on the raw bytes: segments end at each \x02 and at each row end; a segment's key ends
     at its first \x01.  The strings are valid UTF-8 already and \x01/\x02 are ASCII, so the
@@ -410,3 +430,281 @@ def _properties_slow(props_str: pa.Array) -> tuple[pa.Array, dict[str, pa.Array]
     props = pa.array([list(d.items()) for d in dicts], pa.map_(pa.string(), pa.string()))
     lookups = {name: pa.array([d.get(name) for d in dicts], pa.string()) for name in _LOOKUP_KEYS}
     return props, lookups
+
+
+# ------------------------------------------------------------------------------- fast paths
+# IPv4 hosts: every field up to BODYLEN sits at a fixed position (facts §4.1)
+_FIXED = np.dtype(
+    {
+        "names": [
+            "size",
+            "magic",
+            "queue_id",
+            "queue_offset",
+            "phys",
+            "sys_flag",
+            "born_ts",
+            "store_ts",
+            "store_host",
+            "reconsume",
+            "body_len",
+        ],
+        "formats": [">i4", ">i4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">u8", ">i4", ">i4"],
+        "offsets": [0, 4, 12, 20, 28, 36, 40, 56, 64, 72, 84],
+        "itemsize": 88,
+    }
+)
+_V6 = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOSTADDRESS_V6
+# keep the low k bytes of a little-endian uint64, k = 0..8
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _rows(arr: np.ndarray, width: int) -> np.ndarray:
+    """``arr`` seen as overlapping rows of ``width`` bytes, one starting at every byte."""
+    count = max(len(arr) - width + 1, 0)
+    return np.lib.stride_tricks.as_strided(arr, shape=(count, width), strides=(1, 1))
+
+
+def _constant_string(value: bytes, n: int) -> pa.Array:
+    """A string column holding ``value`` ``n`` times, built from raw buffers."""
+    width = len(value)
+    offsets = np.arange(0, width * n + 1, width or 1, dtype=np.int32)
+    if not width:
+        offsets = np.zeros(n + 1, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(value * n)]
+    )
+
+
+def _same_bytes(arr: np.ndarray, starts: np.ndarray, value: bytes) -> bool:
+    """Whether ``arr[s : s + len(value)] == value`` for every s in ``starts``."""
+    width = len(value)
+    if width == 0:
+        return True
+    if width < 8:
+        return bool((_rows(arr, width)[starts] == np.frombuffer(value, np.uint8)).all())
+    u8 = _strided(arr, "<u8")
+    want = np.frombuffer(value, np.uint8)
+    for k in (*range(0, width - 8, 8), width - 8):
+        if not bool((u8[starts + k] == want[k : k + 8].view("<u8")[0]).all()):
+            return False
+    return True
+
+
+def _decode_fast(arr: np.ndarray, broker_name: str, s: np.ndarray) -> pa.RecordBatch | None:
+    """The common case: IPv4 hosts and sound records.  None means "use ``_decode_general``".
+
+    One row gather copies every fixed field; body, topic and properties are cut like in the
+    general path, but a topic shared by all rows (the usual batch) is checked with a few 8-byte
+    gathers and built once.  Any failed check hands the batch to the general path, which names
+    the bad record, so the two cannot disagree on what is an error.
+    """
+    nbuf = len(arr)
+    n = len(s)
+    head = _rows(arr, _FIXED.itemsize)[s].view(_FIXED).reshape(n)
+    sys_flag = head["sys_flag"].astype(np.int32)
+    if bool((sys_flag & _V6).any()) or bool((head["magic"] != MESSAGE_MAGIC_CODE).any()):
+        return None
+    size = head["size"].astype(np.int64)
+    end = s + size
+    body_start = s + 88
+    body_len = head["body_len"].astype(np.int64)
+    p = body_start + body_len
+    if (
+        bool((size < MIN_RECORD_SIZE).any())
+        or int(end.max()) > nbuf
+        or bool((body_len < 0).any())
+        or bool((p + 3 > end).any())
+    ):
+        return None
+    topic_len = arr[p].astype(np.int64)
+    topic_start = p + 1
+    topic_end = topic_start + topic_len
+    if bool((topic_end + 2 > end).any()):
+        return None
+    props_start = topic_end + 2
+    if bool((props_start + _strided(arr, ">i2")[topic_end] != end).any()):
+        return None
+
+    base = int(s[0])
+    bounds = np.empty((n, 6), dtype=np.int64)
+    bounds[:, 0] = body_start
+    bounds[:, 1] = p
+    bounds[:, 2] = topic_start
+    bounds[:, 3] = topic_end
+    bounds[:, 4] = props_start
+    bounds[:, 5] = end
+    offsets = (bounds.ravel() - base).astype(np.int32)
+    parts = pa.Array.from_buffers(
+        pa.binary(),
+        6 * n - 1,
+        [None, pa.py_buffer(offsets), pa.py_buffer(arr[base : int(end[-1])])],
+    )
+    idx = np.arange(0, 6 * n, 6, dtype=np.int64)
+    body = parts.take(pa.array(idx))
+    first_topic = bytes(arr[int(topic_start[0]) : int(topic_end[0])])
+    try:
+        if bool((topic_len == len(first_topic)).all()) and _same_bytes(
+            arr, topic_start, first_topic
+        ):
+            first_topic.decode("utf-8")
+            topic = _constant_string(first_topic, n)
+        else:
+            topic = parts.take(pa.array(idx + 2)).cast(pa.string())
+        props_str = parts.take(pa.array(idx + 4)).cast(pa.string())
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    del parts
+
+    compressed = (sys_flag & MessageSysFlag.COMPRESSED) != 0
+    if compressed.any():
+        body = _inflate(body, compressed, s)
+    props, lookups = _properties(props_str, n)
+    uniq = lookups[MessageConst.UNIQ_KEY]
+    if uniq.null_count == 0:
+        msg_id = uniq
+    else:
+        raw = np.empty((n, 16), dtype=np.uint8)
+        raw[:, :8] = head["store_host"].astype(">u8").view(np.uint8).reshape(n, 8)
+        raw[:, 8:] = head["phys"].astype(">u8").view(np.uint8).reshape(n, 8)
+        hexed = _HEX16[raw].view(np.uint8).reshape(-1)
+        offset_id = pa.Array.from_buffers(
+            pa.string(),
+            n,
+            [None, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed)],
+        )
+        msg_id = pc.coalesce(uniq, offset_id)
+    return pa.RecordBatch.from_arrays(
+        [
+            topic,
+            _constant_string(broker_name.encode("utf-8"), n),
+            pa.array(head["queue_id"].astype(np.int32)),
+            pa.array(head["queue_offset"].astype(np.int64)),
+            body,
+            lookups[MessageConst.TAGS],
+            lookups[MessageConst.KEYS],
+            props,
+            msg_id,
+            _timestamps(head["born_ts"]),
+            _timestamps(head["store_ts"]),
+            pa.array(head["reconsume"].astype(np.int32)),
+        ],
+        schema=arrow_schema(),
+    )
+
+
+def _fingerprints(keys: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per key: byte length, first 8 bytes and last 8 bytes (little-endian uint64, zero-padded).
+
+    Equal keys have equal fingerprints; keys of at most 16 bytes are equal exactly when their
+    fingerprints are.
+    """
+    m = len(keys)
+    _, off_buf, data_buf = keys.buffers()
+    ko = np.frombuffer(off_buf, dtype=np.int32)[keys.offset : keys.offset + m + 1].astype(np.int64)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    )
+    padded = np.zeros(len(data) + 16, dtype=np.uint8)
+    padded[8 : 8 + len(data)] = data
+    u8 = _strided(padded, "<u8")
+    klen = ko[1:] - ko[:-1]
+    first = u8[ko[:-1] + 8] & _LOW_BYTES[np.minimum(klen, 8)]
+    # the 8 bytes ending at the key's end; for short keys that is zero padding + the key
+    last = np.where(klen > 8, u8[ko[1:]], 0)
+    return klen, first, last
+
+
+def _name_print(name: str) -> tuple[int, int]:
+    raw = name.encode("utf-8")
+    assert len(raw) <= 8, name  # lookups compare the first 8 bytes only
+    return len(raw), int.from_bytes(raw, "little")
+
+
+_LOOKUP_PRINTS = {name: _name_print(name) for name in _LOOKUP_KEYS}
+
+
+def _properties_fast(props_str: pa.Array, n: int) -> tuple[pa.Array, dict[str, pa.Array]] | None:
+    """Properties whose every pair is ``key\x01value`` with both non-empty; else None.
+
+    One scan finds every separator; a pair is its \x01 with the key back to the previous
+    separator (or the row start) and the value up to the next \x02 (or the row end).  Rows with
+    or without Java's trailing \x02 both fit.  What Java would treat specially (an empty key or
+    value, a second \x01 in one segment) returns None for the general path; a segment with no
+    \x01 holds no pair and is skipped, as in Java.  Repeated names are found by fingerprint.
+    """
+    _, off_buf, data_buf = props_str.buffers()
+    offs = np.frombuffer(off_buf, dtype=np.int32)[props_str.offset : props_str.offset + n + 1]
+    offs = offs.astype(np.int64)
+    if data_buf is None:
+        return None
+    data = np.frombuffer(data_buf, dtype=np.uint8)
+    lo, hi = int(offs[0]), int(offs[-1])
+    sep = np.flatnonzero(data[lo:hi] < 3)
+    sep += lo
+    ty = data[sep]
+    if len(ty) and int(ty.min()) == 0:
+        keep = ty != 0
+        sep, ty = sep[keep], ty[keep]
+    i1 = np.flatnonzero(ty == 1)
+    m = len(i1)
+    p1 = sep[i1]
+    # pairs per row from where each row starts among the sorted \x01 positions
+    before = np.searchsorted(p1, offs)
+    counts = np.diff(before)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    row_end = np.repeat(offs[1:], counts)
+    prev = np.empty(m, dtype=np.int64)
+    if m:
+        prev[1:] = sep[i1[1:] - 1] + 1
+        prev[0] = sep[i1[0] - 1] + 1 if i1[0] > 0 else lo
+    kstart = np.maximum(prev, np.repeat(offs[:-1], counts))
+    nxt_i = i1 + 1
+    has_next = nxt_i < len(sep)
+    nxt = np.full(m, hi, dtype=np.int64)
+    nxt[has_next] = sep[nxt_i[has_next]]
+    in_row = nxt < row_end
+    if bool((in_row & (ty[np.minimum(nxt_i, max(len(ty) - 1, 0))] == 1)).any()):
+        return None  # a value holding \x01: Java keeps it whole, the general path does too
+    vend = np.minimum(nxt, row_end)
+    if bool((kstart >= p1).any()) or bool((vend <= p1 + 1).any()):
+        return None
+    bounds_s = np.empty(2 * m, dtype=np.int64)
+    bounds_e = np.empty(2 * m, dtype=np.int64)
+    bounds_s[0::2], bounds_e[0::2] = kstart, p1
+    bounds_s[1::2], bounds_e[1::2] = p1 + 1, vend
+    kf, vf = _cut(data_buf, bounds_s, bounds_e)
+    klen, first, last = _fingerprints(kf)
+    if m > 1 and _maybe_duplicates(row, counts, klen, first, last):
+        if _has_duplicate_keys(kf, row, n):
+            return None
+    map_off = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=map_off[1:])
+    props = pa.MapArray.from_arrays(pa.array(map_off), kf, vf)
+    lookups = {}
+    for name, (length, fp) in _LOOKUP_PRINTS.items():
+        hit = np.flatnonzero((klen == length) & (first == np.uint64(fp)))
+        if len(hit) == n and bool((row[hit] == np.arange(n)).all()):
+            lookups[name] = vf.take(pa.array(hit))
+            continue
+        idx = np.full(n, -1, dtype=np.int64)
+        idx[row[hit]] = hit
+        lookups[name] = vf.take(pa.array(idx, mask=idx < 0))
+    return props, lookups
+
+
+def _maybe_duplicates(row, counts, klen, first, last) -> bool:
+    """Whether two pairs of one row might share a name (equal fingerprints); exact for <= 16."""
+    widest = int(counts.max())
+    if widest > 16:
+        return True
+    for d in range(1, widest):
+        same = (
+            (row[d:] == row[:-d])
+            & (klen[d:] == klen[:-d])
+            & (first[d:] == first[:-d])
+            & (last[d:] == last[:-d])
+        )
+        if bool(same.any()):
+            return True
+    return False

@@ -20,6 +20,7 @@ from common.message import (
     decode_record,
     encode_record,
 )
+from pipeline import record_batch
 from pipeline.record_batch import decode_records, walk_records
 from pipeline.schema import COLUMNS, arrow_schema
 
@@ -34,8 +35,12 @@ _HOSTS = st.sampled_from(
 )
 
 
+_TOPICS = st.text(min_size=1, max_size=20)
+_IPV4_HOSTS = st.sampled_from([("127.0.0.1", 10911), ("10.1.2.3", 0), ("1.2.3.4", 7)])
+
+
 @st.composite
-def messages(draw):
+def messages(draw, hosts=_HOSTS, topics=_TOPICS):
     props = draw(st.dictionaries(_TEXT, _TEXT, max_size=5))
     for name in ("TAGS", "KEYS", "UNIQ_KEY"):
         if draw(st.booleans()):
@@ -45,15 +50,15 @@ def messages(draw):
     if sys_flag & MessageSysFlag.COMPRESSED:
         body = zlib.compress(body)
     return MessageExtBrokerInner(
-        topic=draw(st.text(min_size=1, max_size=20)),
+        topic=draw(topics),
         queue_id=draw(st.integers(0, 2**31 - 1)),
         flag=draw(st.integers(-(2**31), 2**31 - 1)),
         body=body,
         properties=props,
         sys_flag=sys_flag,
         born_timestamp=draw(_MS),
-        born_host=draw(_HOSTS),
-        store_host=draw(_HOSTS),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
         reconsume_times=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -221,3 +226,56 @@ def test_decodes_from_a_memoryview_slice_of_a_larger_buffer():
     assert batch.column("body").to_pylist() == [bytes([i]) * i for i in range(5)]
     starts = walk_records(recs)
     assert isinstance(starts, np.ndarray) and starts.dtype == np.int64
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            messages(hosts=_IPV4_HOSTS, topics=st.sampled_from(["T", "TopicB", "Ü" * 9])), _MS
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_fast_path_agrees_with_decode_record_and_the_general_path(items):
+    # IPv4 hosts: the one-gather fast path must take these (shared or mixed topics alike)
+    buf = _encode([m for m, _ in items], [ts for _, ts in items])
+    starts = walk_records(buf)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    fast = record_batch._decode_fast(arr, "broker-x", starts)
+    assert fast is not None
+    assert _actual(fast) == _expected(buf, "broker-x")
+    assert fast.equals(record_batch._decode_general(buf, "broker-x", starts))
+
+
+_PROP_TEXT = st.text(alphabet=st.sampled_from(["a", "b", "\x01", "\x02", "é", "\x00"]), max_size=24)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PROP_TEXT, min_size=1, max_size=8))
+def test_properties_fast_path_agrees_with_java_parser(strings):
+    arr = pa.array(strings, pa.string())
+    props, lookups = record_batch._properties(arr, len(strings))
+    assert [dict(r) for r in props.to_pylist()] == [decode_properties(x) for x in strings]
+    for r in props.to_pylist():
+        assert len({k for k, _ in r}) == len(r)  # no repeated names in a map
+    fast = record_batch._properties_fast(arr, len(strings))
+    if fast is not None:
+        slow = record_batch._properties_general(arr, len(strings))
+        assert fast[0].equals(slow[0])
+        for name in fast[1]:
+            assert fast[1][name].equals(slow[1][name])
+
+
+@pytest.mark.parametrize("trailing", ["", "\x02"])
+def test_regular_properties_take_the_fast_path_with_or_without_javas_trailing_separator(trailing):
+    rows = [f"TAGS\x01t{i}\x02KEYS\x01k{i}\x02UNIQ_KEY\x01U{i}{trailing}" for i in range(50)]
+    rows.append("")
+    fast = record_batch._properties_fast(pa.array(rows), len(rows))
+    assert fast is not None
+    props, lookups = fast
+    assert props.to_pylist()[3] == [("TAGS", "t3"), ("KEYS", "k3"), ("UNIQ_KEY", "U3")]
+    assert props.to_pylist()[-1] == []
+    assert lookups["TAGS"].to_pylist() == [f"t{i}" for i in range(50)] + [None]
+    assert lookups["UNIQ_KEY"].to_pylist()[7] == "U7"
