@@ -19,7 +19,9 @@ four ways, reported as :class:`ScanEnd`:
 Only TOTALSIZE, MAGIC and PHYSICALOFFSET are looked at: this is the cheap walk over the 4-byte
 sizes that finds record starts for the vectorized decoder (``pipeline.record_batch``) and that
 ``rmq store verify`` uses to compare two logs record by record.  The walk is a tight Python
-loop (one ``unpack_from`` per record), roughly 5-10 M records/s.
+loop (one ``unpack_from`` per record) only where it must be: ``chain_starts`` finds the records
+of a window of bytes with numpy (MESSAGE magics, each record's size pointing at the next one's
+start) and the loop takes over where that chain breaks, at BLANK filler, zeros or a torn record.
 
 ``resync`` finds the first record start at or after an arbitrary position without walking from
 the beginning of the file: a position ``p`` is a record start when the MAGIC is at ``p + 4`` and
@@ -49,6 +51,64 @@ _PHYS_POSITION = 28
 MIN_RECORD_SIZE = record_size(0, 0, 0, 0)
 _BLANK_MIN = 8
 _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
+
+
+# the vectorized chain looks at this many bytes at a time (bounded temporary arrays)
+_WINDOW = 8 << 20
+
+
+def chain_starts(buf, pos: int, limit: int, file_from_offset: int | None = None):
+    """Records from ``pos`` found without a Python loop: ``(starts, next position)``.
+
+    Candidates are MESSAGE magics (numpy over the raw bytes) whose size is possible and fits in
+    the buffer (and, with ``file_from_offset``, whose PHYSICALOFFSET is their own position).
+    The walk from ``pos`` is then followed through them: a candidate is kept only when the one
+    before it in the walk ends exactly where it starts, so a magic inside a body is never taken
+    for a record.  The chain stops where the walk meets something that is not a candidate
+    (BLANK filler, zeros, a torn record, ``limit``): the caller's one-record-at-a-time loop takes
+    over there, so the result is exactly what that loop would have found.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    n = len(arr)
+    last = min(limit, n - MIN_RECORD_SIZE + 1)  # candidates start in [pos, last)
+    empty = np.empty(0, dtype=np.int64)
+    if last <= pos:
+        return empty, pos
+    window = arr[pos + 4 : last + 7]
+    c = np.flatnonzero(window[: last - pos] == _MAGIC_BYTES[0])
+    c = c[
+        (window[c + 1] == _MAGIC_BYTES[1])
+        & (window[c + 2] == _MAGIC_BYTES[2])
+        & (window[c + 3] == _MAGIC_BYTES[3])
+    ]
+    c += pos
+    if not len(c) or c[0] != pos:
+        return empty, pos
+    size = np.ndarray((n - 3,), dtype=">i4", buffer=arr, strides=(1,))[c].astype(np.int64)
+    nxt = c + size
+    ok = (size >= MIN_RECORD_SIZE) & (nxt <= n)
+    if file_from_offset is not None:
+        phys = np.ndarray((n - 7,), dtype=">i8", buffer=arr, strides=(1,))[c + _PHYS_POSITION]
+        ok &= phys == file_from_offset + c
+    if not ok.all():
+        c, nxt = c[ok], nxt[ok]
+        if not len(c) or c[0] != pos:
+            return empty, pos
+    if bool((nxt[:-1] == c[1:]).all()):
+        return c, int(nxt[-1])
+    # follow the walk: the successor of each candidate is the candidate at its end, if any
+    succ = np.searchsorted(c, nxt)
+    linked = succ < len(c)
+    linked[linked] = c[succ[linked]] == nxt[linked]
+    pointed = np.zeros(len(c), dtype=bool)
+    pointed[succ[linked]] = True
+    pointed[0] = True
+    kept = np.flatnonzero(pointed)
+    good = linked[kept[:-1]] & (succ[kept[:-1]] == kept[1:])
+    broken = np.flatnonzero(~good)
+    cut = int(broken[0]) + 1 if len(broken) else len(kept)
+    kept = kept[:cut]
+    return c[kept], int(nxt[kept[-1]])
 
 
 class ScanEnd(enum.Enum):
@@ -98,16 +158,30 @@ def scan_segment(
     limit = n if stop is None else min(stop, n)
     unpack = _HEAD.unpack_from
     phys = _PHYS.unpack_from
+    chunks: list[np.ndarray] = []
     starts: list[int] = []
     add = starts.append
     pos = start
     reason = ScanEnd.END_OF_FILE
     detail = ""
     blank_at = None
+    # below ``vector_from`` the loop goes one record at a time (after a chain broke in a window)
+    vector_from = pos
     while True:
         if pos >= limit:
             reason = ScanEnd.RANGE_END if pos < n else ScanEnd.END_OF_FILE
             break
+        if pos >= vector_from:
+            window_end = min(limit, pos + _WINDOW)
+            chain, after = chain_starts(buf, pos, window_end, file_from_offset)
+            if len(chain):
+                if starts:
+                    chunks.append(np.array(starts, dtype=np.int64))
+                    starts.clear()
+                chunks.append(chain)
+                pos = after
+            vector_from = window_end
+            continue
         if pos + 8 > n:
             reason, detail = ScanEnd.TORN, f"{n - pos} bytes left, less than a record header"
             if not any(bytes(buf[pos:n])):
@@ -143,9 +217,10 @@ def scan_segment(
         else:
             reason, detail = ScanEnd.TORN, f"bad magic {magic & 0xFFFFFFFF:#010x}"
             break
+    chunks.append(np.fromiter(starts, dtype=np.int64, count=len(starts)))
     return SegmentScan(
         file_from_offset=file_from_offset,
-        starts=np.fromiter(starts, dtype=np.int64, count=len(starts)),
+        starts=np.concatenate(chunks) if len(chunks) > 1 else chunks[0],
         end=pos,
         reason=reason,
         blank_at=blank_at,

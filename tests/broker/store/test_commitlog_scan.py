@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.store import commitlog_scan
 from broker.store.commitlog_scan import ScanEnd, resync, scan_segment
-from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner, encode_record
+from common.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MessageExtBrokerInner,
+    encode_record,
+)
 
 FROM = 1 << 20  # the segment's first physical offset
 
@@ -98,3 +105,60 @@ def test_byte_ranges_resync_to_exactly_the_records_starting_in_them(bodies, widt
         assert all(lo <= s < hi for s in scan.starts.tolist())
         got += scan.starts.tolist()
     assert got == starts
+
+
+_MAGIC = MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([b"", b"x", _MAGIC, b"\x00\x00\x00\x5b" + _MAGIC, b"\xda", b"ab" * 20]),
+        max_size=12,
+    ),
+    st.sampled_from(["eof", "blank", "zeros", "torn"]),
+    st.integers(0, 3),
+)
+def test_vectorized_chain_finds_exactly_what_the_record_by_record_walk_finds(pieces, tail, cut):
+    # bodies full of magic bytes and fake headers: candidates that are not records
+    bodies = [b"".join(pieces[: i + 1]) for i in range(len(pieces))]
+    buf, starts = segment(bodies)
+    size = len(buf) + 64
+    if tail == "blank":
+        buf, starts = segment(bodies, file_size=size, blank=True)
+    elif tail == "zeros":
+        buf, starts = segment(bodies, file_size=size)
+    elif tail == "torn" and bodies:
+        buf = buf[: len(buf) - 1 - cut]
+    fast = scan_segment(buf, FROM)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            commitlog_scan, "chain_starts", lambda buf, pos, *a, **k: (np.empty(0, np.int64), pos)
+        )
+        slow = scan_segment(buf, FROM)
+    assert fast.starts.tolist() == slow.starts.tolist()
+    assert (fast.end, fast.reason, fast.blank_at, fast.detail) == (
+        slow.end,
+        slow.reason,
+        slow.blank_at,
+        slow.detail,
+    )
+    if tail != "torn":
+        assert fast.starts.tolist() == starts
+
+
+def test_chain_is_taken_over_by_the_walk_where_a_fake_record_points_at_another():
+    # a body holding two fake headers, the first one's size leading to the second: the second
+    # looks like a chained record, so the vectorized chain stops before it and the
+    # record-by-record walk finishes the window
+    body = bytearray(200)
+    body[10:14] = (100).to_bytes(4, "big")
+    body[14:18] = _MAGIC
+    body[110:114] = (91).to_bytes(4, "big")
+    body[114:118] = _MAGIC
+    buf, starts = segment([b"a", bytes(body), b"b", bytes(body), b"c"])
+    chain, after = commitlog_scan.chain_starts(buf, 0, len(buf))
+    assert chain.tolist() == starts[:2] and after == starts[2]
+    assert commitlog_scan.chain_starts(buf, 0, len(buf), FROM)[0].tolist() == starts
+    scan = scan_segment(buf, FROM)
+    assert scan.starts.tolist() == starts and scan.reason is ScanEnd.END_OF_FILE
