@@ -158,3 +158,30 @@ def test_bad_options_fail_with_a_message_naming_the_option(spark, topic, opts, n
     with pytest.raises(Exception) as info:
         reader.load().count()
     assert needle in str(info.value)
+
+
+def test_topic_pattern_and_read_from_slave(spark, topic) -> None:
+    """topicPattern selects the topic by regex (system topics never match); readFromSlave pulls
+    from brokerId 1: the slave's served-message counter grows by the whole topic, the master's
+    does not move."""
+    ns, sent, *_ = topic
+    with Admin(ns) as admin:
+        addrs = admin.cluster_info().brokerAddrTable["broker-a"].brokerAddrs
+        master, slave = addrs[0], addrs[1]
+
+        def served(addr: str) -> int:
+            return int(admin.broker_runtime_info(addr)["msgGetTotalTodayNow"])
+
+        before = served(master), served(slave)
+        df = (
+            spark.read.format("rocketmq")
+            .option("namesrv", ns)
+            .option("topicPattern", "^SparkBatch.*$")
+            .option("readFromSlave", "true")
+            .load()
+        )
+        ids = [r["msgId"] for r in df.select("msgId").collect()]
+        after = served(master), served(slave)
+    assert sorted(ids) == sorted(sent)
+    assert after[1] - before[1] >= len(sent)
+    assert after[0] - before[0] < len(sent)
