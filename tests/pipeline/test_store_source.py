@@ -153,7 +153,11 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     with cluster_runner(tmp_path / "rmq", "--config", str(conf)) as cluster:
         _produce(cluster.namesrv_addr, topic, n)
         live = _pull_all(cluster.namesrv_addr, topic)
+        # the live Spark source reads the same rows as the client
+        live_spark = _spark_rows(spark.read.format("rocketmq").option("namesrv", cluster.namesrv_addr)
+                                 .option("topic", topic).load(), topic)  # fmt: skip
     assert len(live) == n + 1
+    assert live_spark == live
     (store,) = {p.parent for p in (tmp_path / "rmq").rglob("commitlog") if p.is_dir()}
     segments = list_segments(store)
     assert len(segments) >= 4, segments  # several segments, each full one ends in BLANK
