@@ -14,7 +14,9 @@ Streaming: an offset is `{"topic": {"broker/queue": next_offset}}`. `latestOffse
 route each micro-batch, so queues added to a topic (they start at their min offset) and brokers
 that appear are picked up, and a broker whose master is gone is read from its slave (the route
 then lists only the slave). A broker with no live node keeps its offsets until it is back.
-maxOffsetsPerTrigger arrives as Spark's ReadMaxRows limit and is split by backlog. A checkpoint
+maxOffsetsPerTrigger arrives as Spark's ReadMaxRows limit and is split by backlog; under
+Trigger.AvailableNow the queues' max offsets at the start are the run's target
+(SupportsTriggerAvailableNow), still read in limited micro-batches. A checkpoint
 offset below a queue's min offset (retention) or above its max offset (the store was replaced)
 is data loss: it fails the query with failOnDataLoss=true (the default), else it is logged and
 reading goes on from the queue's min offset. `commit(end)` (Spark calls it once the batch ending
@@ -35,7 +37,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from pipeline.live_reader import DataLossError, LiveCluster, PullTask, QueueState, read_task
 from pipeline.offsets import (
@@ -205,7 +212,7 @@ class RocketMQBatchReader(DataSourceReader):
         return _read(partition)
 
 
-class RocketMQStreamReader(DataSourceStreamReader):
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
         # driver-side only (this object is not sent to executors: read() is static)
@@ -214,6 +221,8 @@ class RocketMQStreamReader(DataSourceStreamReader):
         self._states: dict[QueueKey, QueueState] = {}
         # (queue, checkpoint offset) -> where reading really starts (data loss skipped)
         self._resets: dict[tuple[QueueKey, int], int] = {}
+        # Trigger.AvailableNow: each queue's max offset when the run started (None otherwise)
+        self._target: dict[QueueKey, int] | None = None
 
     def _live(self) -> LiveCluster:
         if self._cluster is None:
@@ -228,6 +237,13 @@ class RocketMQStreamReader(DataSourceStreamReader):
         states = self._refresh()
         _check_named_queues(self.opts, states)
         return offsets_to_json(_starts(self._live(), self.opts, states))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Without this Spark reads everything in ONE batch under availableNow, ignoring
+        # maxOffsetsPerTrigger. With it, what the queues hold now is the run's target: later
+        # messages wait for the next run and the target is still read in limited micro-batches
+        # (Kafka's source does the same). A queue that appears after this point waits too.
+        self._target = {key: st.max_offset for key, st in self._refresh().items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is None:
@@ -253,6 +269,8 @@ class RocketMQStreamReader(DataSourceStreamReader):
                     s = st.min_offset
             eff[key] = s
             latest[key] = st.max_offset
+            if self._target is not None:
+                latest[key] = max(s, min(st.max_offset, self._target.get(key, s)))
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(eff, latest, limit.max_rows)
         else:

@@ -149,3 +149,43 @@ def test_checkpoint_offset_past_the_queue_is_data_loss(
         q.awaitTermination(120)
         assert q.exception() is None
         assert sorted(seen) == list(range(20))
+
+
+def test_available_now_reads_what_was_there_in_limited_micro_batches(
+    spark, module_cluster, tmp_path
+) -> None:
+    """Trigger.AvailableNow (SupportsTriggerAvailableNow): the queues' contents when the run
+    starts, split by maxOffsetsPerTrigger into several micro-batches; messages sent during the
+    run wait for the next run, which reads exactly them."""
+    ns, topic, queues = module_cluster.namesrv_addr, "SparkAvailableNow", 2
+    make_topic(ns, topic, queues)
+    produce(ns, topic, range(0, 1000), queues)
+    sizes: list[int] = []
+    seen: list[bytes] = []
+    sent_late = threading.Event()
+
+    def sink(df, _batch_id: int) -> None:
+        rows = [r.body for r in df.select("body").collect()]
+        sizes.append(len(rows))
+        seen.extend(rows)
+        if not sent_late.is_set():  # arrives after the run's target was fixed
+            produce(ns, topic, range(1000, 1100), queues)
+            sent_late.set()
+
+    def run() -> None:
+        q = (
+            stream(spark, ns, topic, startingOffsets="earliest", maxOffsetsPerTrigger="300")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run()
+    assert len(sizes) >= 4 and max(sizes) <= 300, sizes
+    assert sorted(seen) == sorted(f"s-{i}".encode() for i in range(1000))
+    sizes.clear()
+    run()
+    assert sorted(seen) == sorted(f"s-{i}".encode() for i in range(1100))
