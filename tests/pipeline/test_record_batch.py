@@ -279,3 +279,75 @@ def test_regular_properties_take_the_fast_path_with_or_without_javas_trailing_se
     assert props.to_pylist()[-1] == []
     assert lookups["TAGS"].to_pylist() == [f"t{i}" for i in range(50)] + [None]
     assert lookups["UNIQ_KEY"].to_pylist()[7] == "U7"
+
+
+# ------------------------------------------------------------------ compiled (numba) decoder
+
+
+def test_the_compiled_decoder_is_in_use():
+    # numba is in the "spark" extra: without it every test above would only cover the numpy path
+    assert record_batch._kernels is not None
+
+
+_RAW_PROPS = st.lists(
+    st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "bb", "\x01", "\x02", "é", "\x00"]),
+    max_size=16,
+).map("".join)
+
+
+@st.composite
+def raw_messages(draw):
+    """Messages whose properties string is written verbatim: repeats, empty parts, stray \\x01."""
+    m = draw(messages())
+    m.properties_string = draw(_RAW_PROPS)
+    return m
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(raw_messages(), _MS), min_size=1, max_size=10), st.integers(0, 3))
+def test_compiled_path_agrees_with_decode_record_and_the_numpy_path(items, blank_every):
+    buf = _encode([m for m, _ in items], [ts for _, ts in items], blank_every)
+    starts = walk_records(buf)
+    assert starts.tolist() == record_batch._walk_python(buf).tolist()
+    compiled = record_batch._decode_compiled(np.frombuffer(buf, np.uint8), "broker-x", starts)
+    assert compiled is not None
+    assert _actual(compiled) == _expected(buf, "broker-x")
+    general = record_batch._decode_general(buf, "broker-x", starts)
+    assert compiled.equals(general)
+    # map entries in the order a dict built from the string has them (first position, last value)
+    for row, m in zip(compiled.column("properties").to_pylist(), items, strict=True):
+        assert row == list(decode_properties(m[0].properties_string).items())
+
+
+def test_a_repeated_name_takes_the_last_value_at_the_first_position():
+    raw = "a\x01x\x02b\x01yy\x02a\x01zzzz\x02c\x01w\x02b\x01q"
+    m = MessageExtBrokerInner(topic="T", queue_id=0, properties_string=raw)
+    buf = encode_record(m, 0, 0, 1) * 3
+    starts = walk_records(buf)
+    assert len(starts) == 3
+    batch = record_batch._decode_compiled(np.frombuffer(buf, np.uint8), "b", starts)
+    assert batch.column("properties").to_pylist() == [[("a", "zzzz"), ("b", "q"), ("c", "w")]] * 3
+
+
+def test_invalid_utf8_in_a_skipped_property_segment_still_raises():
+    # "\xff" alone is a segment Java skips, but the string as a whole is not UTF-8
+    m = MessageExtBrokerInner(topic="T", queue_id=0, properties_string="TAGS\x01t\x02Z")
+    buf = bytearray(encode_record(m, 0, 0, 1))
+    buf[-1] = 0xFF
+    with pytest.raises(RecordDecodeError, match="properties is not UTF-8"):
+        decode_records(bytes(buf), broker_name="b")
+
+
+def test_walk_errors_are_worded_by_the_plain_walk():
+    good = _one()
+    with pytest.raises(RecordDecodeError, match=f"truncated record at {len(good)}: needs"):
+        walk_records(good + good[:-1])
+    with pytest.raises(RecordDecodeError, match="bad magic"):
+        walk_records(good + b"\x00" * 16)
+
+
+def test_offset_msgids_of_ipv6_store_hosts_without_uniq_key():
+    m = MessageExtBrokerInner(topic="T", queue_id=0, store_host=("fe80::1:2", 10911))
+    buf = encode_record(m, 0, 1234, 1)
+    batch = decode_records(buf, broker_name="b")
+    assert batch.column("msgId").to_pylist() == [create_offset_msg_id(("fe80::1:2", 10911), 1234)]
