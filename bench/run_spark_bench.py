@@ -13,8 +13,16 @@ InMemory so one pull can carry 1024 messages (the broker's defaults cap a pull a
 * raw-pull: the same messages through `rmq.sync.PullConsumer` without Spark (one thread);
 * spark-store: `spark.read.format("rocketmq-store").load(store).count()`;
 * raw-decode: `pipeline.record_batch.decode_records` over the mapped segment files, no Spark;
-* spark-sink: `spark.range(n)` as 100-byte bodies written with the rocketmq sink.
+* spark-sink: `spark.range(n)` as 100-byte bodies written with the rocketmq sink;
+* spark-ceiling: what Spark itself can take from a Python data source with our schema: a
+  throwaway source yields one prebuilt 64k-row Arrow batch of ``pipeline.schema.arrow_schema()``
+  (100-byte bodies, the 4 producer properties per row) over and over, read into
+  ``write.format("noop")``; ``spark-ceiling-nomap`` is the same with an empty properties map.
+  No decoding, no I/O: no Spark source of ours can beat these on this machine.
+* spark-live-8p: spark-live with ``maxOffsetsPerPartition`` set so there are 8 partitions.
 
+For spark-live the broker's CPU seconds (utime + stime from /proc) are reported per run too:
+a broker near one full core while Spark waits means the live path is bound by serving pulls.
 Each figure is messages / wall-clock second of that step; min/median/max over `--runs`.
 """
 
@@ -99,6 +107,88 @@ def raw_decode(store: Path) -> int:
     return n
 
 
+CEILING_ROWS = 65536
+
+
+def ceiling_source():
+    """The throwaway "spark-ceiling" data source (defined here so cloudpickle ships it by value)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, options) -> None:
+            self.batches = int(options.get("batches", "16"))
+            self.empty_map = options.get("emptyMap", "false") == "true"
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(2)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+
+            from pipeline.schema import arrow_schema
+
+            n = CEILING_ROWS
+            off = np.arange(0, BODY * n + 1, BODY, dtype=np.int32)
+            body = pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(off), pa.py_buffer(b"x" * BODY * n)]
+            )
+            ids = [f"AC11000100002A9F0000000000{i:06d}" for i in range(n)]
+            keys = [f"k{i}" for i in range(n)]
+            if self.empty_map:
+                props = pa.MapArray.from_arrays(
+                    pa.array(np.zeros(n + 1, np.int32)),
+                    pa.array([], pa.string()),
+                    pa.array([], pa.string()),
+                )
+            else:
+                names = pa.array(["TAGS", "KEYS", "UNIQ_KEY", "WAIT"] * n)
+                values = pa.array([v for i in range(n) for v in ("a", keys[i], ids[i], "true")])
+                props = pa.MapArray.from_arrays(
+                    pa.array(np.arange(0, 4 * n + 1, 4, dtype=np.int32)), names, values
+                )
+            ts = pa.array(np.full(n, 1_700_000_000_000_000), pa.timestamp("us", tz="UTC"))
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array(["SparkBench"] * n),
+                    pa.array(["broker-a"] * n),
+                    pa.array(np.zeros(n, np.int32)),
+                    pa.array(np.arange(n, dtype=np.int64)),
+                    body,
+                    pa.array(["a"] * n),
+                    pa.array(keys),
+                    props,
+                    pa.array(ids),
+                    ts,
+                    ts,
+                    pa.array(np.zeros(n, np.int32)),
+                ],
+                schema=arrow_schema(),
+            )
+            for _ in range(self.batches):
+                yield batch
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "spark-ceiling"
+
+        def schema(self) -> str:
+            from pipeline.schema import SPARK_SCHEMA_DDL
+
+            return SPARK_SCHEMA_DDL
+
+        def reader(self, schema):
+            return CeilingReader(self.options)
+
+    return Ceiling
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(fn) -> tuple[float, int]:
     t = time.perf_counter()
     n = fn()
@@ -115,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         conf = Path(tmp) / "cluster.toml"
-        conf.write_text(
-            "[broker_conf]\n" + "".join(f"{k} = {v}\n" for k, v in BROKER_CONF.items())
-        )
+        conf.write_text("[broker_conf]\n" + "".join(f"{k} = {v}\n" for k, v in BROKER_CONF.items()))
         data = Path(tmp) / "rmq"
         with start_cluster(data, "--slaves", "0", "--config", str(conf), brokers=1) as cluster:
             namesrv = cluster.namesrv_addr
@@ -138,48 +226,77 @@ def main(argv: list[str] | None = None) -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             pipeline.register(spark)
+            spark.dataSource.register(ceiling_source())
             store = data / "broker-a"
+            ceiling_batches = max(total // (2 * CEILING_ROWS), 1)
+
+            def ceiling(empty_map: bool) -> int:
+                spark.read.format("spark-ceiling").option("batches", ceiling_batches).option(
+                    "emptyMap", str(empty_map).lower()
+                ).load().write.format("noop").mode("overwrite").save()
+                return 2 * ceiling_batches * CEILING_ROWS
+
+            def live(partitions: int | None = None) -> int:
+                reader = spark.read.format("rocketmq").option("namesrv", namesrv)
+                if partitions:
+                    per = -(-total // partitions)
+                    reader = reader.option("maxOffsetsPerPartition", per)
+                return reader.option("topic", topic).load().count()
+
+            broker_pid = cluster.broker_pid
             steps = {
-                "spark-live": lambda: spark.read.format("rocketmq")
-                .option("namesrv", namesrv)
-                .option("topic", topic)
-                .load()
-                .count(),
+                "spark-ceiling": lambda: ceiling(False),
+                "spark-ceiling-nomap": lambda: ceiling(True),
+                "spark-live": live,
+                "spark-live-8p": lambda: live(8),
                 "raw-pull": lambda: raw_pull(namesrv, topic),
-                "spark-store": lambda: spark.read.format("rocketmq-store")
-                .load(str(store))
-                .where(f"topic = '{topic}'")
-                .count(),
+                "spark-store": lambda: (
+                    spark.read.format("rocketmq-store")
+                    .load(str(store))
+                    .where(f"topic = '{topic}'")
+                    .count()
+                ),
                 "raw-decode": lambda: raw_decode(store),
-                "spark-sink": lambda: spark.range(args.sink_count)
-                .selectExpr(f"cast(repeat('y', {BODY}) as binary) as body")
-                .write.format("rocketmq")
-                .option("namesrv", namesrv)
-                .option("topic", "SparkBenchSink")
-                .mode("append")
-                .save()
-                or args.sink_count,
+                "spark-sink": lambda: (
+                    spark.range(args.sink_count)
+                    .selectExpr(f"cast(repeat('y', {BODY}) as binary) as body")
+                    .write.format("rocketmq")
+                    .option("namesrv", namesrv)
+                    .option("topic", "SparkBenchSink")
+                    .mode("append")
+                    .save()
+                    or args.sink_count
+                ),
             }
             steps["spark-live"]()  # warm-up: Python workers, first query planning
+            steps["spark-ceiling"]()
             results: dict[str, list[float]] = {k: [] for k in steps}
+            broker_cpu: dict[str, list[float]] = {k: [] for k in steps}
             counts: dict[str, int] = {}
+            loads = []
             for run in range(args.runs):
                 for name, fn in steps.items():
+                    cpu0 = cpu_seconds(broker_pid)
                     secs, n = timed(fn)
+                    cpu = (cpu_seconds(broker_pid) - cpu0) / secs
                     counts[name] = n
                     results[name].append(n / secs)
-                    print(f"run {run} {name}: {n} msgs {secs:.2f}s {n / secs:,.0f}/s",
-                          file=sys.stderr)  # fmt: skip
+                    broker_cpu[name].append(cpu)
+                    print(f"run {run} {name}: {n} msgs {secs:.2f}s {n / secs:,.0f}/s "
+                          f"broker cpu {cpu:.2f}", file=sys.stderr)  # fmt: skip
+                loads.append(os.getloadavg()[0])
             spark.stop()
     report = {
         "machine": f"{platform.platform()} {os.cpu_count()} cpus, Python {platform.python_version()}",
         "count": total,
+        "load_after_each_run": loads,
         "results": {
             k: {
                 "msgs": counts[k],
                 "min": min(v),
                 "median": statistics.median(v),
                 "max": max(v),
+                "broker_cpu_median": statistics.median(broker_cpu[k]),
             }
             for k, v in results.items()
         },
@@ -188,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         for k, r in report["results"].items():
-            print(f"{k:12} {r['msgs']:>9} msgs  min {r['min']:>12,.0f}  median "
-                  f"{r['median']:>12,.0f}  max {r['max']:>12,.0f} msg/s")  # fmt: skip
+            print(f"{k:20} {r['msgs']:>9} msgs  min {r['min']:>12,.0f}  median "
+                  f"{r['median']:>12,.0f}  max {r['max']:>12,.0f} msg/s  broker cpu "
+                  f"{r['broker_cpu_median']:.2f}")  # fmt: skip
+        print(f"load average after each run: {loads}")
     return 0
 
 

@@ -335,3 +335,27 @@ def fill(b, s, lay, body_total, topic_total, props_total, segs):
         id_off,
         ids[:io],
     )
+
+
+@numba.njit(**_opts)
+def chain(b, pos, limit, file_from_offset, check_phys):
+    """Records from ``pos`` while each is a sound MESSAGE record: ``(starts, next position)``.
+
+    A record is taken when its MAGIC is MESSAGE, its size possible and inside ``b``, and (with
+    ``check_phys``) its PHYSICALOFFSET is ``file_from_offset`` + its position; the walk stops
+    at the first position where that fails or at ``limit``.  What stopped it (BLANK, zeros, a
+    torn record) is for the caller's careful loop to say.
+    """
+    n = len(b)
+    out = np.empty(max((min(limit, n) - pos) // MIN_SIZE + 1, 1), dtype=np.int64)
+    k = 0
+    while pos < limit and pos + MIN_SIZE <= n:
+        size = _i32(b, pos)
+        if _i32(b, pos + 4) != MESSAGE_MAGIC or size < MIN_SIZE or pos + size > n:
+            break
+        if check_phys and _i64(b, pos + 28) != file_from_offset + pos:
+            break
+        out[k] = pos
+        k += 1
+        pos += size
+    return out[:k], pos

@@ -21,7 +21,8 @@ sizes that finds record starts for the vectorized decoder (``pipeline.record_bat
 ``rmq store verify`` uses to compare two logs record by record.  The walk is a tight Python
 loop (one ``unpack_from`` per record) only where it must be: ``chain_starts`` finds the records
 of a window of bytes with numpy (MESSAGE magics, each record's size pointing at the next one's
-start) and the loop takes over where that chain breaks, at BLANK filler, zeros or a torn record.
+start), or with the compiled walk of ``pipeline._kernels.chain`` when numba is installed, and
+the loop takes over where that chain breaks, at BLANK filler, zeros or a torn record.
 
 ``resync`` finds the first record start at or after an arbitrary position without walking from
 the beginning of the file: a position ``p`` is a record start when the MAGIC is at ``p + 4`` and
@@ -42,6 +43,11 @@ import attrs
 import numpy as np
 
 from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
+
+try:  # numba (the "spark" extra) compiles the chain walk; numpy finds it without
+    from pipeline import _kernels
+except ImportError:
+    _kernels = None
 
 # TOTALSIZE MAGIC, and PHYSICALOFFSET at +28
 _HEAD = struct.Struct(">ii")
@@ -68,6 +74,18 @@ def chain_starts(buf, pos: int, limit: int, file_from_offset: int | None = None)
     (BLANK filler, zeros, a torn record, ``limit``): the caller's one-record-at-a-time loop takes
     over there, so the result is exactly what that loop would have found.
     """
+    if _kernels is not None:
+        # compiled: one hop per record, the walk itself (the numpy chain may stop earlier)
+        starts, after = _kernels.chain(
+            np.frombuffer(buf, dtype=np.uint8), pos, limit,
+            -1 if file_from_offset is None else file_from_offset, file_from_offset is not None,
+        )  # fmt: skip
+        return starts, int(after)
+    return _chain_numpy(buf, pos, limit, file_from_offset)
+
+
+def _chain_numpy(buf, pos: int, limit: int, file_from_offset: int | None = None):
+    """:func:`chain_starts` without numba."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     n = len(arr)
     last = min(limit, n - MIN_RECORD_SIZE + 1)  # candidates start in [pos, last)
