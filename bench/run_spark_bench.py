@@ -129,12 +129,22 @@ def ceiling_source():
             from pipeline.schema import arrow_schema
 
             n = CEILING_ROWS
-            off = np.arange(0, BODY * n + 1, BODY, dtype=np.int32)
-            body = pa.Array.from_buffers(
-                pa.binary(), n, [None, pa.py_buffer(off), pa.py_buffer(b"x" * BODY * n)]
-            )
-            ids = [f"AC11000100002A9F0000000000{i:06d}" for i in range(n)]
-            keys = [f"k{i}" for i in range(n)]
+            ts_type = pa.timestamp("us", tz="UTC")
+
+            def fixed(width: int, data: np.ndarray, kind=None) -> pa.Array:
+                kind = kind or pa.string()
+                off = np.arange(0, width * n + 1, width, dtype=np.int32)
+                return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(off), pa.py_buffer(data)])
+
+            def texts(prefix: bytes, digits: int) -> np.ndarray:
+                # prefix + the row number in `digits` decimal digits, built without a Python loop
+                i = np.arange(n, dtype=np.int64)[:, None]
+                num = (i // 10 ** np.arange(digits - 1, -1, -1)) % 10 + 48
+                head = np.broadcast_to(np.frombuffer(prefix, np.uint8), (n, len(prefix)))
+                return np.hstack([head, num.astype(np.uint8)])
+
+            ids = texts(b"AC11000100002A9F0000000000", 6)  # 32 bytes, like a UNIQ_KEY
+            keys = texts(b"k", 7)  # 8 bytes
             if self.empty_map:
                 props = pa.MapArray.from_arrays(
                     pa.array(np.zeros(n + 1, np.int32)),
@@ -142,23 +152,39 @@ def ceiling_source():
                     pa.array([], pa.string()),
                 )
             else:
-                names = pa.array(["TAGS", "KEYS", "UNIQ_KEY", "WAIT"] * n)
-                values = pa.array([v for i in range(n) for v in ("a", keys[i], ids[i], "true")])
+                # TAGS=a KEYS=k... UNIQ_KEY=AC... WAIT=true: 4 entries per row
+                names = np.tile(np.frombuffer(b"TAGSKEYSUNIQ_KEYWAIT", np.uint8), n)
+                name_len = np.tile([4, 4, 8, 4], n)
+                values = np.hstack(
+                    [np.full((n, 1), ord("a"), np.uint8), keys, ids,
+                     np.broadcast_to(np.frombuffer(b"true", np.uint8), (n, 4))]
+                ).ravel()  # fmt: skip
+                value_len = np.tile([1, 8, 32, 4], n)
+
+                def strings(lengths, data):
+                    off = np.zeros(len(lengths) + 1, dtype=np.int32)
+                    np.cumsum(lengths, out=off[1:])
+                    return pa.Array.from_buffers(
+                        pa.string(), len(lengths), [None, pa.py_buffer(off), pa.py_buffer(data)]
+                    )
+
                 props = pa.MapArray.from_arrays(
-                    pa.array(np.arange(0, 4 * n + 1, 4, dtype=np.int32)), names, values
+                    pa.array(np.arange(0, 4 * n + 1, 4, dtype=np.int32)),
+                    strings(name_len, names),
+                    strings(value_len, values),
                 )
-            ts = pa.array(np.full(n, 1_700_000_000_000_000), pa.timestamp("us", tz="UTC"))
+            ts = pa.array(np.full(n, 1_700_000_000_000_000), ts_type)
             batch = pa.RecordBatch.from_arrays(
                 [
-                    pa.array(["SparkBench"] * n),
-                    pa.array(["broker-a"] * n),
+                    fixed(10, np.tile(np.frombuffer(b"SparkBench", np.uint8), n)),
+                    fixed(8, np.tile(np.frombuffer(b"broker-a", np.uint8), n)),
                     pa.array(np.zeros(n, np.int32)),
                     pa.array(np.arange(n, dtype=np.int64)),
-                    body,
-                    pa.array(["a"] * n),
-                    pa.array(keys),
+                    fixed(BODY, np.full(BODY * n, ord("x"), np.uint8), pa.binary()),
+                    fixed(1, np.full(n, ord("a"), np.uint8)),
+                    fixed(8, keys.ravel()),
                     props,
-                    pa.array(ids),
+                    fixed(32, ids.ravel()),
                     ts,
                     ts,
                     pa.array(np.zeros(n, np.int32)),
