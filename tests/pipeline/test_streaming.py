@@ -189,3 +189,40 @@ def test_available_now_reads_what_was_there_in_limited_micro_batches(
     sizes.clear()
     run()
     assert sorted(seen) == sorted(f"s-{i}".encode() for i in range(1100))
+
+
+def test_a_topic_extended_between_runs_has_its_new_queues_read_from_their_start(
+    spark, module_cluster, tmp_path
+) -> None:
+    """Queues added to a topic (`rmq topic update --queues`) appear in the next micro-batch's
+    route and are read from their min offset; the old queues continue from the checkpoint."""
+    ns, topic = module_cluster.namesrv_addr, "SparkExtended"
+    make_topic(ns, topic, 2)
+    produce(ns, topic, range(0, 200), 2)
+    seen: list[tuple[int, bytes]] = []
+
+    def run() -> None:
+        q = (
+            stream(spark, ns, topic, startingOffsets="earliest")
+            .writeStream.foreachBatch(
+                lambda d, _i: seen.extend((r.queueId, r.body) for r in d.collect())
+            )
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run()
+    assert sorted(seen) == sorted(((i // 100) % 2, f"s-{i}".encode()) for i in range(200))
+    make_topic(ns, topic, 4)  # UPDATE_AND_CREATE_TOPIC with more queues, re-registered
+    with Admin(ns) as admin:
+        deadline = time.monotonic() + 40  # the route shows 4 queues once the broker re-registers
+        while admin.topic_route(topic).queueDatas[0].readQueueNums != 4:
+            assert time.monotonic() < deadline, "route never showed the new queues"
+            time.sleep(0.2)
+    produce(ns, topic, range(200, 600), 4)  # batches of 100 to queues 0, 1, 2, 3
+    seen.clear()
+    run()
+    assert sorted(seen) == sorted(((i - 200) // 100, f"s-{i}".encode()) for i in range(200, 600))
