@@ -48,6 +48,9 @@ from bench.cluster import start_cluster  # noqa: E402
 BROKER_CONF = {
     "maxTransferCountOnMessageInMemory": 1024,
     "maxTransferBytesOnMessageInMemory": 8 * 1024 * 1024,
+    # 64 MiB CommitLog segments: 1 M records of ~270 bytes span several files (the store
+    # source reads one partition per segment)
+    "mappedFileSizeCommitLog": 64 * 1024 * 1024,
 }
 BODY = 100
 

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import re
 import socket
 import struct
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -431,14 +433,16 @@ _QUEUE_OFFSET_POS = 20
 
 
 def read_task(task: PullTask) -> Iterator:
-    """Arrow record batches of the messages of `task`'s queue in [start, end)."""
+    """Arrow record batches of the messages of `task`'s queue in [start, end).
+
+    The pulls run in a thread of their own (`_prefetched`) while this generator decodes and
+    Spark ships the batches: the broker's answer time overlaps the decode instead of adding to
+    it.  Errors of the pull loop (data loss, broker errors) are raised here, unchanged.
+    """
     from rmq.pull_consumer import parse_tag_expression
 
     decode = _decoder()
     wanted = parse_tag_expression(task.tags)
-    where = f"{task.topic} {task.broker}/{task.queue_id}"
-    offset = task.start
-    addrs = list(task.addrs)
     chunk: list[bytes] = []
     chunk_bytes = 0
 
@@ -447,6 +451,25 @@ def read_task(task: PullTask) -> Iterator:
         chunk.clear()
         return _keep(batch, task.start, task.end, wanted)
 
+    for body in _prefetched(lambda: _pull_bodies(task, wanted)):
+        chunk.append(body)
+        chunk_bytes += len(body)
+        if chunk_bytes >= DECODE_CHUNK:
+            chunk_bytes = 0
+            batch = flush()
+            if batch.num_rows:
+                yield batch
+    if chunk:
+        batch = flush()
+        if batch.num_rows:
+            yield batch
+
+
+def _pull_bodies(task: PullTask, wanted) -> Iterator[bytes]:
+    """The raw PULL bodies of [start, end) of `task`'s queue, in order."""
+    where = f"{task.topic} {task.broker}/{task.queue_id}"
+    offset = task.start
+    addrs = list(task.addrs)
     with BlockingClient(task.timeout) as client:
         while offset < task.end:
             ext = {
@@ -466,13 +489,7 @@ def read_task(task: PullTask) -> Iterator:
                     (first,) = _QUEUE_OFFSET.unpack_from(body, _QUEUE_OFFSET_POS)
                     if first > offset:
                         _lost(task, f"{where}: offsets {offset}..{first - 1} are gone")
-                chunk.append(body)
-                chunk_bytes += len(body)
-                if chunk_bytes >= DECODE_CHUNK:
-                    chunk_bytes = 0
-                    batch = flush()
-                    if batch.num_rows:
-                        yield batch
+                yield body
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 _lost(task, f"{where}: offset {offset} is no longer in the queue "
                       f"(min {resp.ext_fields.get('minOffset')}, max "
@@ -488,10 +505,64 @@ def read_task(task: PullTask) -> Iterator:
             if nxt <= offset:
                 raise DataLossError(f"{where}: the broker did not advance past offset {offset}")
             offset = nxt
-    if chunk:
-        batch = flush()
-        if batch.num_rows:
-            yield batch
+
+
+# PULL bodies waiting for the decoder: with 1024-message pulls ~2 MiB, enough to ride out jitter
+PREFETCH_DEPTH = 8
+_END = object()
+
+
+@attrs.frozen
+class _Failed:
+    exc: BaseException
+
+
+def _prefetched(make: Callable[[], Iterator], depth: int = PREFETCH_DEPTH) -> Iterator:
+    """The items of ``make()``, produced by a thread up to ``depth`` ahead of the consumer.
+
+    An exception of the producer is raised to the consumer in order (after the items before
+    it).  Closing this generator early (Spark stopped reading) stops the producer and closes its
+    iterator (and so its sockets) before returning.
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        it = make()
+        try:
+            for item in it:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(_Failed(exc))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, name="rmq-pull-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _pull(client: BlockingClient, addrs: list[str], ext: dict, task: PullTask) -> RemotingCommand:

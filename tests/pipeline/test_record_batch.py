@@ -351,3 +351,44 @@ def test_offset_msgids_of_ipv6_store_hosts_without_uniq_key():
     buf = encode_record(m, 0, 1234, 1)
     batch = decode_records(buf, broker_name="b")
     assert batch.column("msgId").to_pylist() == [create_offset_msg_id(("fe80::1:2", 10911), 1234)]
+
+
+# ------------------------------------------- the live reader's pull thread (feeds the decoder)
+# (here because the live reader's test module belongs to another engineer; no Spark needed)
+
+
+def test_prefetched_yields_every_item_in_order_then_raises_the_producers_error():
+    from pipeline.live_reader import DataLossError, _prefetched
+
+    def produce():
+        yield from range(50)
+        raise DataLossError("offsets 50..60 are gone")
+
+    got = []
+    with pytest.raises(DataLossError, match="50..60"):
+        for item in _prefetched(produce, depth=4):
+            got.append(item)
+    assert got == list(range(50))
+
+
+def test_closing_prefetched_early_stops_the_producer_and_closes_its_iterator():
+    import threading
+
+    from pipeline.live_reader import _prefetched
+
+    closed = threading.Event()
+    made = []
+
+    def produce():
+        try:
+            for i in range(10_000):
+                made.append(i)
+                yield i
+        finally:
+            closed.set()
+
+    gen = _prefetched(produce, depth=2)
+    assert [next(gen) for _ in range(3)] == [0, 1, 2]
+    gen.close()  # returns only after the producer thread has finished
+    assert closed.is_set()
+    assert len(made) < 100  # it stopped at most a few items ahead, not at the end
