@@ -6,7 +6,8 @@ UNIQ_KEY, WAIT) with ``common.message.encode_record`` and times, over ``--runs``
 * ``walk``: finding record starts (``walk_records``),
 * ``scan``: the same through ``broker.store.commitlog_scan.scan_segment`` (segment semantics),
 * ``decode(starts)``: ``decode_records`` given the starts,
-* ``walk+decode``: ``decode_records`` finding its own starts (what a PULL body costs).
+* ``walk+decode``: ``decode_records`` finding its own starts (what a PULL body costs),
+* ``numpy decode``: decode(starts) with the numba kernels switched off (the fallback path).
 
 Prints min/median/max in M msg/s (min time = best rate).  Single-threaded; note the machine load
 (``uptime``) next to the numbers.  ``--profile`` adds a cProfile of decode(starts).
@@ -25,6 +26,7 @@ import time
 
 from broker.store.commitlog_scan import scan_segment
 from common.message import MessageExtBrokerInner, encode_record
+from pipeline import record_batch
 from pipeline.record_batch import decode_records, walk_records
 
 
@@ -47,6 +49,15 @@ def build(records: int, body: int) -> bytes:
     return bytes(buf)
 
 
+def without_numba(buf: bytes, starts) -> None:
+    """decode(starts) through the numpy path (what runs when numba is not installed)."""
+    kernels, record_batch._kernels = record_batch._kernels, None
+    try:
+        decode_records(buf, broker_name="b", starts=starts)
+    finally:
+        record_batch._kernels = kernels
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=65536)
@@ -62,6 +73,7 @@ def main() -> None:
         ("scan", lambda: scan_segment(buf, 0)),
         ("decode(starts)", lambda: decode_records(buf, broker_name="b", starts=starts)),
         ("walk+decode", lambda: decode_records(buf, broker_name="b")),
+        ("numpy decode", lambda: without_numba(buf, starts)),
     ]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{n} records, {len(buf) / n:.0f} bytes each, {args.runs} runs, load {load:.2f}")
