@@ -22,7 +22,9 @@ InMemory so one pull can carry 1024 messages (the broker's defaults cap a pull a
 * spark-live-8p: spark-live with ``maxOffsetsPerPartition`` set so there are 8 partitions.
 
 For spark-live the broker's CPU seconds (utime + stime from /proc) are reported per run too:
-a broker near one full core while Spark waits means the live path is bound by serving pulls.
+a broker near one full core while Spark waits means the live path is bound by serving pulls;
+"machine busy" (all CPUs, from /proc/stat) near 100% means the step is bound by the CPUs the
+broker, the JVM and the Python workers share.  ``--steps a,b`` runs only those steps.
 Each figure is messages / wall-clock second of that step; min/median/max over `--runs`.
 """
 
@@ -213,6 +215,14 @@ def ceiling_source():
     return Ceiling
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    vals = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = vals[3] + vals[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(vals) - idle) / tick, sum(vals) / tick
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -230,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sink-count", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--steps", default="", help="comma list of steps to run (default: all)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
@@ -299,20 +310,28 @@ def main(argv: list[str] | None = None) -> int:
             }
             steps["spark-live"]()  # warm-up: Python workers, first query planning
             steps["spark-ceiling"]()
+            if args.steps:
+                steps = {k: v for k, v in steps.items() if k in args.steps.split(",")}
             results: dict[str, list[float]] = {k: [] for k in steps}
             broker_cpu: dict[str, list[float]] = {k: [] for k in steps}
+            machine: dict[str, list[float]] = {k: [] for k in steps}
             counts: dict[str, int] = {}
             loads = []
             for run in range(args.runs):
                 for name, fn in steps.items():
                     cpu0 = cpu_seconds(broker_pid)
+                    busy0, all0 = machine_busy()
                     secs, n = timed(fn)
                     cpu = (cpu_seconds(broker_pid) - cpu0) / secs
+                    busy1, all1 = machine_busy()
+                    busy = (busy1 - busy0) / max(all1 - all0, 1e-9)
+                    machine[name].append(busy)
                     counts[name] = n
                     results[name].append(n / secs)
                     broker_cpu[name].append(cpu)
                     print(f"run {run} {name}: {n} msgs {secs:.2f}s {n / secs:,.0f}/s "
-                          f"broker cpu {cpu:.2f}", file=sys.stderr)  # fmt: skip
+                          f"broker cpu {cpu:.2f} machine busy {busy:.0%}",
+                          file=sys.stderr)  # fmt: skip
                 loads.append(os.getloadavg()[0])
             spark.stop()
     report = {
@@ -326,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                 "median": statistics.median(v),
                 "max": max(v),
                 "broker_cpu_median": statistics.median(broker_cpu[k]),
+                "machine_busy_median": statistics.median(machine[k]),
             }
             for k, v in results.items()
         },
@@ -336,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         for k, r in report["results"].items():
             print(f"{k:20} {r['msgs']:>9} msgs  min {r['min']:>12,.0f}  median "
                   f"{r['median']:>12,.0f}  max {r['max']:>12,.0f} msg/s  broker cpu "
-                  f"{r['broker_cpu_median']:.2f}")  # fmt: skip
+                  f"{r['broker_cpu_median']:.2f}  machine busy "
+                  f"{r['machine_busy_median']:.0%}")  # fmt: skip
         print(f"load average after each run: {loads}")
     return 0
 
