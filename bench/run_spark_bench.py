@@ -71,8 +71,15 @@ def fill(namesrv: str, topic: str, count: int) -> float:
             body = b"x" * BODY
 
             async def worker(k: int) -> None:
-                for _b in range(k, batches, 8):
-                    await producer.send_batch([Message(topic, body) for _ in range(per)])
+                # TAGS + KEYS (+ the UNIQ_KEY and WAIT the producer adds): 4 properties, the
+                # shape of the spark-ceiling batch
+                for b in range(k, batches, 8):
+                    await producer.send_batch(
+                        [
+                            Message(topic, body, tags="a", keys=f"k{b * per + i:07d}")
+                            for i in range(per)
+                        ]
+                    )
 
             async with trio.open_nursery() as nursery:
                 for k in range(8):
