@@ -18,7 +18,10 @@ broker caps each answer by maxTransferCountOnMessageInMemory (32 by default) and
 maxTransferBytesOnMessageInMemory (256 KiB), raise both in broker.conf for throughput. Records
 whose queue offset lies outside the range are dropped, and the tag filter is re-checked exactly
 because the broker compares only tag hash codes. A pull answered OFFSET_MOVED, or a gap in the
-offsets of an unfiltered read, is data loss: it raises unless failOnDataLoss=false.
+offsets of an unfiltered read, is data loss: it raises unless failOnDataLoss=false. The pulls
+of one task run in a thread of their own, up to 8 bodies ahead of the decoder (the numba decoder
+releases the GIL), so the broker's answer time overlaps decoding and Spark's transfer instead of
+adding to them; the thread's errors are raised in the reading generator, in order.
 """
 
 from __future__ import annotations
