@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.store import commitlog_scan
 from common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -63,6 +64,8 @@ try:
     from pipeline import _kernels
 except ImportError:  # numba is in the "spark" extra; without it the numpy path below decodes
     _kernels = None
+else:
+    commitlog_scan.use_compiled_chain(_kernels.chain)
 
 __all__ = ["RecordDecodeError", "decode_records", "walk_records"]
 

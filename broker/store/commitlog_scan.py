@@ -21,7 +21,7 @@ sizes that finds record starts for the vectorized decoder (``pipeline.record_bat
 ``rmq store verify`` uses to compare two logs record by record.  The walk is a tight Python
 loop (one ``unpack_from`` per record) only where it must be: ``chain_starts`` finds the records
 of a window of bytes with numpy (MESSAGE magics, each record's size pointing at the next one's
-start), or with the compiled walk of ``pipeline._kernels.chain`` when numba is installed, and
+start), or with a compiled walk the pipeline plugs in (``use_compiled_chain``), and
 the loop takes over where that chain breaks, at BLANK filler, zeros or a torn record.
 
 ``resync`` finds the first record start at or after an arbitrary position without walking from
@@ -44,10 +44,17 @@ import numpy as np
 
 from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
 
-try:  # numba (the "spark" extra) compiles the chain walk; numpy finds it without
-    from pipeline import _kernels
-except ImportError:
-    _kernels = None
+# A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it
+# is imported (`use_compiled_chain`): the broker never imports the pipeline (layering), and
+# without it the numpy chain below finds the same starts.
+_compiled_chain = None
+
+
+def use_compiled_chain(fn) -> None:
+    """Install ``fn(arr, pos, limit, file_from_offset_or_-1, check_offset) -> (starts, after)``
+    as the chain walk (None: back to numpy)."""
+    global _compiled_chain
+    _compiled_chain = fn
 
 # TOTALSIZE MAGIC, and PHYSICALOFFSET at +28
 _HEAD = struct.Struct(">ii")
@@ -74,9 +81,9 @@ def chain_starts(buf, pos: int, limit: int, file_from_offset: int | None = None)
     (BLANK filler, zeros, a torn record, ``limit``): the caller's one-record-at-a-time loop takes
     over there, so the result is exactly what that loop would have found.
     """
-    if _kernels is not None:
+    if _compiled_chain is not None:
         # compiled: one hop per record, the walk itself (the numpy chain may stop earlier)
-        starts, after = _kernels.chain(
+        starts, after = _compiled_chain(
             np.frombuffer(buf, dtype=np.uint8), pos, limit,
             -1 if file_from_offset is None else file_from_offset, file_from_offset is not None,
         )  # fmt: skip

@@ -121,10 +121,12 @@ _MAGIC = MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True)
 )
 def test_vectorized_chain_finds_exactly_what_the_record_by_record_walk_finds(pieces, tail, cut):
     # the compiled chain (numba) and the numpy chain alike
-    assert commitlog_scan._kernels is not None
+    import pipeline.record_batch  # noqa: F401 - plugs the compiled chain in
+
+    assert commitlog_scan._compiled_chain is not None
     _chain_agrees_with_walk(pieces, tail, cut)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(commitlog_scan, "_kernels", None)
+        mp.setattr(commitlog_scan, "_compiled_chain", None)
         _chain_agrees_with_walk(pieces, tail, cut)
 
 
