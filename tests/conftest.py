@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,31 +20,12 @@ from typing import Any
 import attrs
 import pytest
 
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+from common.testing import free_port_block as _free_port_block
 
 
-def free_port_block(width: int = 10, *, start: int = 20000, stop: int = 60000) -> int:
-    """A base port B such that B-2 .. B+width-1 are all free (a broker needs B-2, B, B+1).
-
-    Blocks are drawn at random so concurrent test runs rarely collide; each candidate is
-    checked by binding every port of the block.
-    """
-    import random
-
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(500):
-        base = rng.randrange(start, stop - width, 10)
-        if all(_port_free(p) for p in range(base - 2, base + width)):
-            return base
-    raise RuntimeError("no free block of loopback ports found")
+def free_port_block(width: int = 10) -> int:
+    """A base port B such that B-2 .. B+width are free, outside the ephemeral port range."""
+    return _free_port_block(width)
 
 
 @attrs.define(eq=False)

@@ -24,6 +24,7 @@ from common.message import decode_offset_msg_id, decode_records
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.testing import free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,23 +34,8 @@ ROUNDS = 20
 
 
 def _free_port_block() -> int:
-    # conftest helpers are fixtures-only under importlib mode; a tiny local copy of the idea
-    import socket
-
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(20000, 60000, 10)
-        ok = True
-        for p in range(base - 2, base + 3):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
+    """A free port block outside the ephemeral range (common.testing)."""
+    return free_port_block()
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:

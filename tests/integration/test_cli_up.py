@@ -21,6 +21,7 @@ import time
 import pytest
 
 from common.model import MessageQueue
+from common.testing import free_port_block
 from rmq import Message, PullStatus, SendStatus, sync
 
 pytestmark = pytest.mark.integration
@@ -258,21 +259,8 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
 
 
 def free_block(width: int) -> int:
-    """A base port B with B-2 .. B+width all bindable now."""
-    import random
-    import socket
-
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        base = rng.randrange(20000, 60000 - width, 10)
-        try:
-            for port in range(base - 2, base + width + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port block")
+    """A free port block outside the ephemeral range (common.testing)."""
+    return free_port_block(width)
 
 
 async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path):

@@ -10,10 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,23 +21,14 @@ from pathlib import Path
 import pytest
 
 from cli.local_state import read_state
+from common.testing import free_port_block
 
 pytestmark = pytest.mark.integration
 
 
 def free_block(width: int = 40) -> int:
-    """A base port B with B-2 .. B+width all bindable now."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        base = rng.randrange(20000, 60000 - width, 10)
-        try:
-            for port in range(base - 2, base + width + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port block")
+    """A free port block outside the ephemeral range (common.testing)."""
+    return free_port_block(width)
 
 
 def rmq(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
