@@ -44,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from common.errors import RemotingConnectError
 from pipeline.live_reader import DataLossError, LiveCluster, PullTask, QueueState, read_task
 from pipeline.offsets import (
     QueueKey,
@@ -259,6 +260,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = begin.get(key)
             if s is None:  # a queue we have not seen: a topic extended or a new broker
                 s = st.min_offset
+            elif s > st.max_offset and st.master is None:
+                # only the slave answers (the master is gone): it may lag behind the offsets
+                # read from the master, which is not data loss; wait here until it catches up
+                # or the master is back
+                eff[key] = latest[key] = s
+                continue
             else:
                 lost = data_loss(key, s, st.min_offset, st.max_offset)
                 if lost is not None:
@@ -294,7 +301,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if s > e:
                 # replayed after a restart without the reset note: read_task skips what is gone
                 s = 0
-            if e > s and key in states:
+            if e > s:
+                if key not in states:
+                    # a batch replayed from the checkpoint while its broker has no live node:
+                    # fail the attempt (Spark retries it) rather than mark the range done unread
+                    raise RemotingConnectError(
+                        f"no live node of {key.broker} to read {key.topic} queue "
+                        f"{key.queue_id} offsets {s}..{e}"
+                    )
                 ranges.append(QueueRange(key.topic, key.broker, key.queue_id, s, e))
         return _partitions(self.opts, ranges, {k: st.addrs for k, st in states.items()})
 

@@ -5,8 +5,8 @@ workers, so this module speaks the remoting protocol over blocking sockets: one 
 response per connection at a time, with the sans-I/O codec of `common.remoting.codec`. We
 measured rmq.sync against it for the read loop: rmq.sync hands every pull to a Trio thread and
 decodes each record into a MessageExt, while here the pull body (raw CommitLog records) goes
-straight to the vectorized `pipeline.record_batch.decode_records` (or, until that exists, to
-`common.message.decode_records`); nothing but a socket lives in a worker.
+straight to the compiled `pipeline.record_batch.decode_records` (docs/benchmarks.md, Spark
+section: raw-pull vs spark-live); nothing but a socket lives in a worker.
 
 `LiveCluster` (driver) resolves topics (a comma list or a pattern over the nameserver's topic
 list, system topics excluded), finds every readable queue with the addresses of its broker's
@@ -41,6 +41,7 @@ import attrs
 from common.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
+    RmqError,
     error_for_response,
 )
 from common.model import ClusterInfo, MessageQueue, TopicList, TopicRouteData
@@ -134,6 +135,16 @@ class BlockingClient:
 
     def call(
         self, addr: str, code: int, ext: dict | None = None, *, timeout: float | None = None
+    ) -> RemotingCommand:
+        try:
+            return self._call_once(addr, code, ext, timeout)
+        except RemotingConnectError:
+            # A cached connection may have died since its last use (the node restarted): every
+            # request sent here is safe to repeat, so try once more on a fresh connection.
+            return self._call_once(addr, code, ext, timeout)
+
+    def _call_once(
+        self, addr: str, code: int, ext: dict | None, timeout: float | None
     ) -> RemotingCommand:
         cmd = RemotingCommand.request(code, ext)
         cmd.opaque = next(self._opaque)
@@ -341,12 +352,17 @@ class LiveCluster:
             if addr is None:
                 log.warning("no master of %s: offset of %s not committed", key.broker, key)
                 continue
-            self.client.call_ok(
-                addr,
-                RequestCode.UPDATE_CONSUMER_OFFSET,
-                {"consumerGroup": group, "topic": key.topic, "queueId": key.queue_id,
-                 "commitOffset": offset, "bname": key.broker},
-            )  # fmt: skip
+            try:
+                self.client.call_ok(
+                    addr,
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {"consumerGroup": group, "topic": key.topic, "queueId": key.queue_id,
+                     "commitOffset": offset, "bname": key.broker},
+                )  # fmt: skip
+            except RmqError as exc:
+                # the query's checkpoint is the source of truth; the group's offsets only show
+                # its progress, so a broker hiccup must not fail the query
+                log.warning("offset of %s for group %s not committed: %s", key, group, exc)
 
 
 # --- executor side ------------------------------------------------------------------------------
@@ -369,45 +385,6 @@ class PullTask:
     pull_batch_size: int
     fail_on_data_loss: bool
     read_from_slave: bool = False
-
-
-def _decoder():
-    try:
-        from pipeline.record_batch import decode_records
-    except ImportError:  # the vectorized decoder has not landed: decode record by record
-        return _decode_fallback
-    return decode_records
-
-
-def _decode_fallback(buf, *, broker_name: str):
-    import pyarrow as pa
-
-    from common.message import MessageConst, create_offset_msg_id, decode_records
-    from pipeline.schema import arrow_schema
-
-    msgs = decode_records(buf)
-    cols: dict[str, list] = {name: [] for name in arrow_schema().names}
-    for m in msgs:
-        props = m.properties
-        cols["topic"].append(m.topic)
-        cols["brokerName"].append(broker_name)
-        cols["queueId"].append(m.queue_id)
-        cols["queueOffset"].append(m.queue_offset)
-        cols["body"].append(m.body)
-        cols["tags"].append(props.get(MessageConst.TAGS))
-        cols["keys"].append(props.get(MessageConst.KEYS))
-        cols["properties"].append(list(props.items()))
-        cols["msgId"].append(
-            props.get(MessageConst.UNIQ_KEY)
-            or create_offset_msg_id(m.store_host, m.commit_log_offset)
-        )
-        cols["bornTimestamp"].append(m.born_timestamp * 1000)
-        cols["storeTimestamp"].append(m.store_timestamp * 1000)
-        cols["reconsumeTimes"].append(m.reconsume_times)
-    schema = arrow_schema()
-    return pa.RecordBatch.from_arrays(
-        [pa.array(cols[f.name], type=f.type) for f in schema], schema=schema
-    )
 
 
 def _keep(batch, start: int, end: int, tags: frozenset[str] | None):
@@ -442,9 +419,9 @@ def read_task(task: PullTask) -> Iterator:
     Spark ships the batches: the broker's answer time overlaps the decode instead of adding to
     it.  Errors of the pull loop (data loss, broker errors) are raised here, unchanged.
     """
+    from pipeline.record_batch import decode_records as decode
     from rmq.pull_consumer import parse_tag_expression
 
-    decode = _decoder()
     wanted = parse_tag_expression(task.tags)
     chunk: list[bytes] = []
     chunk_bytes = 0

@@ -32,6 +32,7 @@ user's own exception leaves `async with Producer(...)` as itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -65,8 +66,11 @@ POLL_NAMESRV_INTERVAL = 30.0  # pollNameServerInterval
 _instance_seq = itertools.count()
 
 
+@functools.cache
 def local_ip() -> str:
-    """This host's address as Java's RemotingUtil.getLocalAddress would pick (best effort)."""
+    """This host's address as Java's RemotingUtil.getLocalAddress would pick (best effort).
+
+    Cached: it is a blocking resolver call and clients are built inside Trio tasks."""
     try:
         ip = socket.gethostbyname(socket.gethostname())
     except OSError:
