@@ -113,6 +113,8 @@ class LitePullConsumer:
         self._pull = PullConsumer(group, namesrv, remoting=remoting, timeout=timeout)
         # assigned queues in assignment order; the keys are exactly the assignment
         self._queues: dict[MessageQueue, _QueueState] = {}
+        # queues taken out of the assignment with offsets not committed yet
+        self._unassigned: dict[MessageQueue, _QueueState] = {}
         # set (and replaced) whenever a buffer gains messages; poll() waits on it
         self._data = trio.Event()
         # round-robin position of poll() over the assigned queues
@@ -172,6 +174,10 @@ class LitePullConsumer:
                 state.generation += 1
                 if state.task_scope is not None:
                     state.task_scope.cancel()
+                if state.dirty and state.consume_offset is not None:
+                    # what poll handed out is committed by the next commit, as Java persists a
+                    # queue's offset before it leaves the assignment
+                    self._unassigned[mq] = state
         for mq in wanted:
             if mq not in self._queues:
                 state = self._queues[mq] = _QueueState(mq)
@@ -256,7 +262,9 @@ class LitePullConsumer:
         return await self._pull.query_offset(mq)
 
     async def _commit_all(self, *, log_errors: bool) -> None:
-        for state in list(self._queues.values()):
+        # queues unassigned since the last commit first: a queue assigned again commits its
+        # newer offset after them
+        for state in [*self._unassigned.values(), *self._queues.values()]:
             if not state.dirty or state.consume_offset is None:
                 continue
             offset = state.consume_offset
@@ -269,6 +277,7 @@ class LitePullConsumer:
                 continue
             if state.consume_offset == offset:
                 state.dirty = False
+        self._unassigned = {mq: st for mq, st in self._unassigned.items() if st.dirty}
 
     async def _auto_commit(self) -> None:
         while True:

@@ -216,3 +216,14 @@ async def test_fetch_queues_and_timestamp_start(cluster, autojump_clock):
         c.assign([mq(0)])
         # the fake broker has no SEARCH_OFFSET: the error is retried, never fatal
         assert await c.poll(2.5) == []
+
+
+async def test_an_unassigned_queue_still_commits_what_poll_handed_out(cluster, autojump_clock):
+    fill(cluster, 0, *[f"m{i}" for i in range(6)])
+    offsets = cluster.brokers[0].offsets
+    async with consumer(cluster, consume_from="FIRST_OFFSET", auto_commit=False) as c:
+        c.assign([mq(0)])
+        got = await drain(c, 6)
+        c.assign([])  # the queue leaves before any commit (Java persists it on the way out)
+        await c.commit()
+        assert offsets[(G, "T", 0)] == len(got) == 6
