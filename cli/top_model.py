@@ -35,24 +35,12 @@ import trio
 
 from cli.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
 from common.model import ClusterInfo
+from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
 # Topics and groups every broker creates for itself (TopicConfigManager /
 # SubscriptionGroupManager); `top` hides them unless asked.
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "SELF_TEST_TOPIC",
-        "BenchmarkTest",
-    }
-)
 SYSTEM_GROUPS = frozenset(
     {
         "TOOLS_CONSUMER",
@@ -66,19 +54,6 @@ SYSTEM_GROUPS = frozenset(
         "SELF_TEST_C_GROUP",
     }
 )
-
-
-def is_system_topic(topic: str, broker_names: set[str] | frozenset[str] = frozenset(),
-                    clusters: set[str] | frozenset[str] = frozenset()) -> bool:  # fmt: skip
-    """Topics a user did not make: the fixed ones, %RETRY%/%DLQ%, and each broker's and
-    cluster's own topic (a broker creates a topic named after itself and its cluster)."""
-    return (
-        topic in SYSTEM_TOPICS
-        or topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_"))
-        or topic in broker_names
-        or topic in clusters
-        or topic.endswith("_REPLY_TOPIC")
-    )
 
 
 @attrs.frozen
@@ -313,7 +288,7 @@ class TopCollector:
             clusters = {k[0] for k in self._known.values()}
             user = sorted(
                 t for t in set(names)
-                if self.show_system or not is_system_topic(t, brokers, clusters)
+                if self.show_system or not is_system_topic(t, brokers | clusters)
             )  # fmt: skip
             hidden[0] = max(0, len(user) - self.max_topics)
             found: dict[str, TopicView] = {}

@@ -49,6 +49,7 @@ from common.remoting.codec import decode_frame, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import from_json
+from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported
 from pipeline.offsets import QueueKey
 from pipeline.options import OptionError, ReaderOptions
 from rmq.client_api import PULL_SUBSCRIPTION
@@ -72,33 +73,8 @@ PULL_OK = frozenset(
      ResponseCode.PULL_OFFSET_MOVED}
 )  # fmt: skip
 
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "SELF_TEST_TOPIC",
-        "BenchmarkTest",
-    }
-)
-
-
 class DataLossError(RuntimeError):
     """Offsets a query planned to read are gone (retention) or never existed (store replaced)."""
-
-
-def is_system_topic(topic: str, own_names: frozenset[str] = frozenset()) -> bool:
-    """Topics no user made: the fixed ones, %RETRY%/%DLQ%, each broker's and cluster's own."""
-    return (
-        topic in SYSTEM_TOPICS
-        or topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_"))
-        or topic.endswith("_REPLY_TOPIC")
-        or topic in own_names
-    )
 
 
 class BlockingClient:

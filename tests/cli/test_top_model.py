@@ -208,7 +208,7 @@ def test_slave_lag_fallbacks():
 
 def test_system_topic_names():
     assert is_system_topic("TBW102") and is_system_topic("%DLQ%g") and is_system_topic("x", {"x"})
-    assert not is_system_topic("Orders", {"broker-a"}, {"DefaultCluster"})
+    assert not is_system_topic("Orders", {"broker-a", "DefaultCluster"})
 
 
 def test_snapshot_lookup():
