@@ -70,7 +70,7 @@ from rmq.errors import ClientError
 from rmq.message import Message
 from rmq.producer import SendResult
 from rmq.pull_consumer import PullResult
-from rmq.sync import _get_portal, _hold, _Lease
+from rmq.sync import _get_portal, _hold, _Lease, _MirrorCoroutines
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +112,7 @@ class _AioClient:
             raise ClientError(f"{type(self).__name__} is not open: use `async with`")
         return await _bridge(getattr(self._async, name), *args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached for names not defined here: mirror the Trio client's coroutines
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._async, name)
-        if inspect.iscoroutinefunction(value):
-            return functools.partial(self._call, name)
-        return value
+    __getattr__ = _MirrorCoroutines.__getattr__
 
 
 class Producer(_AioClient):

@@ -186,6 +186,20 @@ def _get_portal() -> _Portal:
         return _portal
 
 
+class _MirrorCoroutines:
+    """Names a wrapper (sync here, asyncio in `rmq.aio`) does not define reach the wrapped
+    Trio client: its coroutine methods through the wrapper's own `_call(name, ...)`, anything
+    else as is. Shared so the two bridges cannot drift apart."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = getattr(self._async, name)
+        if inspect.iscoroutinefunction(value):
+            return functools.partial(self._call, name)
+        return value
+
+
 class _SyncClient:
     _async_cls: type
 
@@ -215,14 +229,7 @@ class _SyncClient:
             raise ClientError(f"{type(self).__name__} is not open: use `with` or open()")
         return _get_portal().run(functools.partial(getattr(self._async, name), *args, **kwargs))
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached for names not defined on the sync class: mirror the async client
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._async, name)
-        if inspect.iscoroutinefunction(value):
-            return functools.partial(self._call, name)
-        return value
+    __getattr__ = _MirrorCoroutines.__getattr__
 
 
 class Producer(_SyncClient):
