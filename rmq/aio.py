@@ -66,10 +66,19 @@ from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
-from rmq.errors import ClientError
+from rmq import push_consumer as _push
+from rmq.admin import QueueOffsets
+from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
-from rmq.producer import SendResult
-from rmq.pull_consumer import PullResult
+from rmq.producer import SendResult, SendStatus
+from rmq.pull_consumer import PullResult, PullStatus
+from rmq.push_consumer import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    MessageModel,
+    OrderlyStatus,
+    allocate_averagely,
+)
 from rmq.sync import _get_portal, _hold, _Lease, _MirrorCoroutines
 
 log = logging.getLogger(__name__)
@@ -288,11 +297,7 @@ async def _maybe_result(value: object) -> object:
 class PushConsumer(_AioClient):
     """asyncio twin of `rmq.PushConsumer`; listeners run on the caller's asyncio loop."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from rmq import push_consumer as _push  # its own module; imported when first used
-
-        self._async_cls = _push.PushConsumer
-        super().__init__(*args, **kwargs)
+    _async_cls = _push.PushConsumer
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
@@ -319,12 +324,29 @@ class Admin(_AioClient):
     _async_cls = _admin.Admin
 
 
+# Every public name of `rmq`: the clients above in their asyncio form, the rest as the same objects,
+# so moving code between flavours is one import line (tests/rmq/test_mirror_names.py).
 __all__ = [
     "Admin",
+    "BrokerNotFoundError",
+    "ClientError",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "InvalidMessageError",
     "LitePullConsumer",
     "Message",
     "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "NoRouteInfoError",
+    "OrderlyStatus",
     "Producer",
     "PullConsumer",
+    "PullResult",
+    "PullStatus",
     "PushConsumer",
+    "QueueOffsets",
+    "SendResult",
+    "SendStatus",
+    "allocate_averagely",
 ]

@@ -53,10 +53,19 @@ from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
-from rmq.errors import ClientError
+from rmq import push_consumer as _push
+from rmq.admin import QueueOffsets
+from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
-from rmq.producer import SendResult
-from rmq.pull_consumer import PullResult
+from rmq.producer import SendResult, SendStatus
+from rmq.pull_consumer import PullResult, PullStatus
+from rmq.push_consumer import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    MessageModel,
+    OrderlyStatus,
+    allocate_averagely,
+)
 
 log = logging.getLogger(__name__)
 
@@ -409,11 +418,7 @@ class PushConsumer(_SyncClient):
     """Blocking twin of `rmq.PushConsumer`: subscribe, register a plain-function listener,
     then `with consumer:` consumes in the background until the block ends."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from rmq import push_consumer as _push  # its own module; imported when first used
-
-        self._async_cls = _push.PushConsumer
-        super().__init__(*args, **kwargs)
+    _async_cls = _push.PushConsumer
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
@@ -467,12 +472,29 @@ class Admin(_SyncClient):
         return self._call("topic_offsets", topic)
 
 
+# Every public name of `rmq`: the clients above in their blocking form, the rest as the same objects,
+# so moving code between flavours is one import line (tests/rmq/test_mirror_names.py).
 __all__ = [
     "Admin",
+    "BrokerNotFoundError",
+    "ClientError",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "InvalidMessageError",
     "LitePullConsumer",
     "Message",
     "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "NoRouteInfoError",
+    "OrderlyStatus",
     "Producer",
     "PullConsumer",
+    "PullResult",
+    "PullStatus",
     "PushConsumer",
+    "QueueOffsets",
+    "SendResult",
+    "SendStatus",
+    "allocate_averagely",
 ]
