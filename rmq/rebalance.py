@@ -21,6 +21,13 @@ queue. Then the process queue table is brought in line:
   an orderly queue must first be locked on the broker (LOCK_BATCH_MQ), otherwise it is left
   for the next rebalance.
 
+A subscribed topic the nameserver has no route for (TOPIC_NOT_EXIST, 17) is not an error of
+the rebalance: the topic may simply not be created yet. It is said once per topic, at WARNING,
+in words a user can act on (the group's retry topic only at DEBUG: the brokers create it); the rebalances after that repeat it at DEBUG only, until the topic
+is found (then the next disappearance is said again) or fails some other way. The rebalance
+that first finds it sends a heartbeat before asking for the group's members, so the new
+topic's brokers know this consumer without waiting for the 30 s heartbeat.
+
 `lock_all` (orderly, every 20 s) renews the locks of every held queue per broker and marks
 the ones the broker refused as not locked, so their consume task stops until a later lock
 succeeds. `unlock_all` runs at shutdown.
@@ -35,7 +42,9 @@ from typing import Any
 
 import trio
 
+from common.errors import TopicNotExistError
 from common.model import MessageQueue
+from rmq.consume_service import RETRY_GROUP_TOPIC_PREFIX
 from rmq.process_queue import ProcessQueue
 from rmq.topic_publish_info import subscribe_queues
 
@@ -81,6 +90,9 @@ class RebalanceImpl:
         # queues a LOCK_BATCH_MQ was sent for and no unlock since: a lock granted to a
         # rebalance that was cancelled before it recorded the queue is still released
         self.lock_requested: set[MessageQueue] = set()
+        # subscribed topics whose missing route was already said at WARNING; a topic leaves
+        # the set when a rebalance of it gets past the route (or fails another way)
+        self.missing_topics: set[str] = set()
 
     # --- rebalance ----------------------------------------------------------------------------
 
@@ -89,10 +101,32 @@ class RebalanceImpl:
         for topic in topics:
             try:
                 await self._rebalance_by_topic(topic)
+            except TopicNotExistError:
+                self._topic_missing(topic)
             except Exception as exc:  # one topic's trouble does not stop the others
+                self.missing_topics.discard(topic)
                 log.warning("rebalance of %s for group %s failed: %s", topic, self.c.group, exc)
+            else:
+                self.missing_topics.discard(topic)
         for mq in [mq for mq in self.process_queue_table if mq.topic not in topics]:
             await self._drop(mq)
+
+    def _topic_missing(self, topic: str) -> None:
+        if topic in self.missing_topics:
+            log.debug("group %s: topic %s still has no route", self.c.group, topic)
+            return
+        self.missing_topics.add(topic)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            # the brokers create %RETRY%<group> when the group's heartbeat reaches them: not
+            # the user's to fix, and said only while no subscribed topic has a broker yet
+            log.debug("group %s: retry topic %s has no route yet", self.c.group, topic)
+            return
+        log.warning(
+            "group %s: topic %s does not exist on any broker (route not found); "
+            "the consumer will pick it up when it is created",
+            self.c.group,
+            topic,
+        )
 
     async def _rebalance_by_topic(self, topic: str) -> None:
         c = self.c
@@ -103,6 +137,10 @@ class RebalanceImpl:
             return
         if not route.brokerDatas:
             return
+        if topic in self.missing_topics:
+            # it was just created: its brokers have not had our heartbeat yet, and would
+            # answer that the group has no consumer until the next one (30 s)
+            await c.client.send_heartbeat_to_all_brokers()
         bd = random.choice(route.brokerDatas)
         addr = bd.brokerAddrs.get(0) or next(iter(bd.brokerAddrs.values()), None)
         if addr is None:

@@ -1,0 +1,67 @@
+"""A PushConsumer subscribed to a topic that does not exist yet says so once, clearly."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from common.model import MessageQueue
+from rmq import PushConsumer
+from rmq.testing import FakeCluster, FakeRemoting
+
+NS = "127.0.0.1:9876"
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    c = FakeCluster()
+    c.add_broker("broker-a", "127.0.0.1:10911")
+    return c
+
+
+def warnings_about(caplog, topic: str) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "rmq.rebalance" and r.levelno >= logging.WARNING and topic in r.getMessage()
+    ]
+
+
+async def test_missing_topic_is_one_clear_warning_then_debug(cluster, caplog, autojump_clock):
+    caplog.set_level(logging.DEBUG, logger="rmq.rebalance")
+    c = PushConsumer("g", NS, remoting=FakeRemoting(cluster), rebalance_interval=1.0)
+    c.subscribe("Later")
+    c.register_listener(lambda msgs: None)
+    async with c:
+        await trio.sleep(5.5)  # the rebalance at start and five periodic ones
+        warned = warnings_about(caplog, "Later")
+        assert len(warned) == 1, [r.getMessage() for r in warned]
+        text = warned[0].getMessage()
+        assert "topic Later does not exist on any broker (route not found)" in text
+        assert "pick it up when it is created" in text
+        assert "CODE: 17" not in caplog.text
+        # the group's retry topic is the brokers' to create: not a warning
+        assert not warnings_about(caplog, "%RETRY%g")
+        repeats = [
+            r
+            for r in caplog.records
+            if r.levelno == logging.DEBUG and "Later still has no route" in r.getMessage()
+        ]
+        assert len(repeats) >= 4
+
+        # created: picked up at the next rebalance, no further warning
+        cluster.create_topic("Later", 2)
+        await trio.sleep(1.5)
+        assert {mq for mq in c.assigned_queues() if mq.topic == "Later"} == {
+            MessageQueue("Later", "broker-a", i) for i in range(2)
+        }
+        assert len(warnings_about(caplog, "Later")) == 1
+        assert "rebalance of Later" not in caplog.text  # no "no consumer for this group"
+
+        # gone again: a change, so it is said once more
+        del cluster.brokers[0].topics["Later"]
+        c.client.invalidate("Later")
+        await trio.sleep(3.5)
+        assert len(warnings_about(caplog, "Later")) == 2
