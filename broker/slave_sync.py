@@ -24,11 +24,47 @@ master's VIP port is not ``port - 2``, so the normal port is used.
 
 Adopting a table does not fire the managers' change hooks (no re-registration storm), and a bad
 answer is logged and leaves the slave's tables as they were.
+
+Offsets committed to the slave (where RocketMQ 4.x loses them, and where we do not)
+--------------------------------------------------------------------------------
+While the master is down a consumer reads from the slave and commits its offsets there
+(UPDATE_CONSUMER_OFFSET goes to whichever broker of the group its route still lists).  In
+RocketMQ 4.x the slave's next sync ``putAll``s the master's table over them, so the progress made
+during the outage survives only in the client's memory: a client that restarts, or whose queue
+moves to another member, before its route shows the master again re-consumes the outage.
+
+Here the slave hands that progress over instead.  Each commit a slave receives is also kept in
+``pending`` (group, topic, queue -> offset).  Step 2 of ``sync_all`` then:
+
+a. fetches the master's table;
+b. for every pending entry *ahead* of the master's (or unknown to it) sends the master an
+   UPDATE_CONSUMER_OFFSET, and counts it in ``forwarded``;
+c. adopts the master's table with the forwarded entries at their forwarded value, and keeps, for
+   entries whose forward failed, the slave's own (higher) value;
+d. drops from ``pending`` what the master now holds (forwarded, or already at or beyond it),
+   unless a newer commit for the same queue arrived meanwhile.
+
+A pending entry never lowers the master's offset (b forwards only values ahead of it), so a
+consumer that committed to the master after it came back is not moved back.  The window where a
+forward can undo something is an admin offset reset on the master between its return and the
+slave's first sync; the slave syncs at once on that return (below), so the window is one round
+trip.  ``pending`` lives in memory: a slave restarted before it could forward still has the
+offsets in its own table, but no longer marks them for the master (the client re-commits them).
+
+Two events cut the ``slave_sync_interval`` wait short, so the hand-over does not depend on a
+client's route-refresh timer or on where the 60 s period falls:
+
+* the HA client connects to a master (``master_connected``): a master that came back, or a new
+  one; a whole ``sync_all`` runs;
+* a commit arrives while the HA client is connected (``note_commit``): only step 2 runs, at most
+  once per ``forward_gap`` (1 s), so a client committing through the slave costs the master one
+  GET_ALL_CONSUMER_OFFSET per second at most.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +109,49 @@ class SlaveSynchronize:
     master_addr: str | None = None
     # completed sync_all rounds that had a master to talk to
     rounds: int = 0
+    # (group, topic, queueId) -> offset committed to this slave and not yet known to the master
+    pending: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
+    # commits handed to the master so far (tests and logs)
+    forwarded: int = 0
+    # minimum time between two commit-triggered forwards
+    forward_gap: float = 1.0
+    # True while this slave's HA client has a connection to a master (set by the HA hooks)
+    master_online: Callable[[], bool] = lambda: False
+    # set to cut the periodic wait short: "full" (a master connected) or "offsets" (a commit)
+    _wake: trio.Event = attrs.field(factory=trio.Event)
+    _wake_full: bool = False
+
+    def note_commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A consumer committed to this slave: keep it for the master (see the module doc)."""
+        if offset < 0:
+            return
+        self.pending[(group, topic, queue_id)] = offset
+        if self.master_online():
+            self._wake.set()
+
+    def master_connected(self) -> None:
+        """The HA client reached a master: sync everything now rather than at the next period."""
+        self._wake_full = True
+        self._wake.set()
+
+    async def wait_for_next_round(self, interval: float) -> bool:
+        """Sleep until the period ends or a wake-up; True when a whole ``sync_all`` is due."""
+        with trio.move_on_after(interval) as timer:
+            await self._wake.wait()
+        self._wake = trio.Event()
+        full, self._wake_full = self._wake_full or timer.cancelled_caught, False
+        return full
+
+    async def forward_offsets(self) -> bool:
+        """Step 2 alone (a commit arrived while the master is up); False without a master."""
+        addr = self.current_master()
+        if addr is None:
+            return False
+        try:
+            return await self.sync_consumer_offset(addr)
+        except (RmqError, ValueError, TypeError, KeyError) as exc:
+            log.warning("slave sync of offsets from %s failed: %s", addr, exc)
+            return False
 
     def current_master(self) -> str | None:
         addr = self.master_addr
@@ -145,8 +224,64 @@ class SlaveSynchronize:
     async def sync_consumer_offset(self, addr: str) -> bool:
         body = await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         table = ConsumerOffsetManager.parse_table(serde.loads(body) if body else {})
-        self.controller.consumer_offset_manager.put_all(table)
+        offsets = self.controller.consumer_offset_manager
+        settled: dict[tuple[str, str, int], int] = {}
+        for (group, topic, queue_id), offset in list(self.pending.items()):
+            queues = table.setdefault(ConsumerOffsetManager.key(topic, group), {})
+            if queues.get(queue_id, -1) < offset:
+                if await self._forward(addr, group, topic, queue_id, offset):
+                    self.forwarded += 1
+                else:
+                    continue  # not handed over: kept pending, retried next round
+                queues[queue_id] = offset
+            settled[(group, topic, queue_id)] = offset
+        for key, offset in settled.items():
+            if self.pending.get(key) == offset:  # unless a newer commit came in meanwhile
+                del self.pending[key]
+        for (group, topic, queue_id), offset in self.pending.items():
+            # commits still pending (refused, or newer than the forward) stay what we serve
+            queues = table.setdefault(ConsumerOffsetManager.key(topic, group), {})
+            queues[queue_id] = max(offset, queues.get(queue_id, -1))
+        offsets.put_all(table)
         self.controller.persist_offsets()
+        return True
+
+    async def _forward(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        fields = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue_id,
+            "commitOffset": offset,
+        }
+        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+        try:
+            resp = await self.client.invoke(addr, cmd, self.timeout)
+        except RmqError as exc:
+            log.info(
+                "handing offset %s@%s/%d=%d to %s failed: %s",
+                topic,
+                group,
+                queue_id,
+                offset,
+                addr,
+                exc,
+            )
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.info(
+                "master %s refused offset %s@%s/%d=%d: %s %s",
+                addr,
+                topic,
+                group,
+                queue_id,
+                offset,
+                resp.code,
+                resp.remark,
+            )
+            return False
+        log.info(
+            "handed offset %s@%s/%d=%d over to master %s", topic, group, queue_id, offset, addr
+        )
         return True
 
     async def sync_delay_offset(self, addr: str) -> bool:
@@ -190,12 +325,23 @@ async def run_slave_sync(
         vip_channel=bool(config.fast_channel_enable and config.listen_port),
         master_addr=master_addr,
     )
+    ha_client = getattr(getattr(controller, "ha", None), "client", None)
+    if ha_client is not None:
+        sync.master_online = lambda: bool(ha_client.connected)
+        ha_client.connect_listeners.append(lambda _addr: sync.master_connected())
     controller.slave_sync = sync
     task_status.started(sync)
-    await trio.sleep(initial_delay)
+    full = await sync.wait_for_next_round(initial_delay)
+    last_forward = -math.inf
     while True:
-        await sync.sync_all()
-        await trio.sleep(interval)
+        if full:
+            await sync.sync_all()
+        else:
+            # a commit-triggered forward: at most one per forward_gap
+            await trio.sleep_until(last_forward + sync.forward_gap)
+            last_forward = trio.current_time()
+            await sync.forward_offsets()
+        full = await sync.wait_for_next_round(interval)
 
 
 __all__ = ["SlaveSynchronize", "SyncReport", "run_slave_sync", "vip_addr"]

@@ -78,6 +78,9 @@ class HAClient:
     _conn_scope: trio.CancelScope | None = None
     # the reporter parks here; the reader wakes it after appends
     _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    # called with the master's address each time a connection to it opens (the slave's
+    # metadata sync runs at once when a master comes back: broker/slave_sync.py)
+    connect_listeners: list[Callable[[str], None]] = attrs.field(factory=list)
 
     def update_master_address(self, addr: str | None) -> None:
         """Follow the master's HA address (config or nameserver answer); a change reconnects."""
@@ -129,6 +132,8 @@ class HAClient:
                 self._conn_scope = scope
                 if self.master_addr != addr:  # changed while we were connecting
                     return
+                for listener in self.connect_listeners:
+                    listener(addr)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._reporter, stream, nursery.cancel_scope)
                     nursery.start_soon(self._reader, stream, nursery.cancel_scope)

@@ -57,12 +57,12 @@ class ConsumerManageProcessor:
 
     async def update_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
         b = self.broker
-        b.consumer_offset_manager.commit_offset(
-            req.get_str("consumerGroup"),
-            req.get_str("topic"),
-            req.get_int("queueId"),
-            req.get_int("commitOffset"),
-        )
+        group, topic = req.get_str("consumerGroup"), req.get_str("topic")
+        queue_id, offset = req.get_int("queueId"), req.get_int("commitOffset")
+        b.consumer_offset_manager.commit_offset(group, topic, queue_id, offset)
+        if b.slave_sync is not None:
+            # a commit to a slave (its master is down or unknown to the client): hand it over
+            b.slave_sync.note_commit(group, topic, queue_id, offset)
         return req.response(ResponseCode.SUCCESS)
 
     async def get_max_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:

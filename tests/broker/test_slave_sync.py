@@ -14,6 +14,7 @@ from common.errors import RemotingConnectError
 from common.model import SubscriptionGroupConfig, TopicConfig
 from common.remoting import codec
 from common.remoting.codes import RequestCode
+from common.remoting.command import RemotingCommand
 
 MASTER = "127.0.0.1:10911"
 
@@ -188,4 +189,136 @@ async def test_no_sync_against_itself(tmp_path, autojump_clock):
         sync = SlaveSynchronize(slave, client, master_addr=slave.broker_addr)
         assert await sync.sync_all() is None
         assert client.calls == []
+        n.cancel_scope.cancel()
+
+
+# --- offsets committed to the slave are handed to the master (broker/slave_sync.py doc) ------
+
+
+async def commit_via(dispatcher, group, topic, queue_id, offset):
+    """UPDATE_CONSUMER_OFFSET through the real codec, as a client sends it."""
+    cmd = RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+    )
+    (req,) = codec.FrameDecoder().feed(codec.encode(cmd))
+    resp = await dispatcher.dispatch(req, FakeChannel())
+    assert resp.code == 0
+
+
+async def start_sync(n, slave, client, online):
+    sync = await n.start(
+        lambda task_status: run_slave_sync(
+            slave, client, master_addr=MASTER, task_status=task_status
+        )
+    )
+    sync.master_online = lambda: online[0]
+    return sync
+
+
+async def test_progress_committed_to_slave_during_outage_reaches_returning_master(
+    tmp_path, autojump_clock
+):
+    async with trio.open_nursery() as n:
+        master, slave = await start_pair(n, tmp_path)
+        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client.down = True  # the master is gone
+        online = [False]
+        sync = await start_sync(n, slave, client, online)
+        on_slave = slave.build_dispatcher()
+        for q in range(4):
+            await commit_via(on_slave, "cg", "T", q, 50 + q)
+        # two periodic rounds fail against the dead master; the slave keeps the progress
+        await trio.sleep(130)
+        assert [slave.consumer_offset_manager.query_offset("cg", "T", q) for q in range(4)] == [
+            50,
+            51,
+            52,
+            53,
+        ]
+        # the master returns with no offsets for the group (4.x would now overwrite the slave)
+        client.down = False
+        online[0] = True
+        sync.master_connected()  # what the HA client's connect listener calls
+        await trio.sleep(0.5)  # far less than the 60 s period
+        assert master.consumer_offset_manager.offsets_of("cg", "T") == {0: 50, 1: 51, 2: 52, 3: 53}
+        assert slave.consumer_offset_manager.offsets_of("cg", "T") == {0: 50, 1: 51, 2: 52, 3: 53}
+        assert sync.forwarded == 4 and sync.pending == {}
+        n.cancel_scope.cancel()
+
+
+async def test_commit_to_slave_with_master_up_is_forwarded_within_a_second(
+    tmp_path, autojump_clock
+):
+    async with trio.open_nursery() as n:
+        master, slave = await start_pair(n, tmp_path)
+        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        online = [True]
+        sync = await start_sync(n, slave, client, online)
+        await trio.sleep(5)  # the first whole round is done
+        calls = len(client.calls)
+        on_slave = slave.build_dispatcher()
+        await commit_via(on_slave, "cg", "T", 0, 7)
+        await commit_via(on_slave, "cg", "T", 0, 9)
+        await trio.sleep(1.0)
+        assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 9
+        # only the offsets step ran: one table fetch and one hand-over, not a whole round
+        assert [c for _, c in client.calls[calls:]] == [
+            RequestCode.GET_ALL_CONSUMER_OFFSET,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+        ]
+        # a burst of commits costs the master at most one forward per forward_gap
+        for off in range(10, 30):
+            await commit_via(on_slave, "cg", "T", 0, off)
+            await trio.sleep(0.05)
+        await trio.sleep(1.0)
+        assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 29
+        fetches = [c for _, c in client.calls[calls:] if c == RequestCode.GET_ALL_CONSUMER_OFFSET]
+        assert len(fetches) <= 4
+        assert sync.pending == {}
+        n.cancel_scope.cancel()
+
+
+async def test_slave_never_moves_the_masters_offset_back(tmp_path, autojump_clock):
+    async with trio.open_nursery() as n:
+        master, slave = await start_pair(n, tmp_path)
+        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
+        slave.slave_sync = sync
+        await commit_via(slave.build_dispatcher(), "cg", "T", 0, 30)
+        master.consumer_offset_manager.commit_offset("cg", "T", 0, 50)
+        await sync.sync_all()
+        assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 50
+        assert slave.consumer_offset_manager.query_offset("cg", "T", 0) == 50
+        assert sync.forwarded == 0 and sync.pending == {}
+        n.cancel_scope.cancel()
+
+
+async def test_refused_hand_over_keeps_the_slaves_progress_and_retries(tmp_path, autojump_clock):
+    async with trio.open_nursery() as n:
+        master, slave = await start_pair(n, tmp_path)
+        inner = LoopbackClient({MASTER: master.build_dispatcher()})
+
+        class RefusingUpdates:
+            refuse = True
+
+            async def invoke(self, addr, cmd, timeout=3.0):
+                if self.refuse and cmd.code == RequestCode.UPDATE_CONSUMER_OFFSET:
+                    raise RemotingConnectError("connection reset")
+                return await inner.invoke(addr, cmd, timeout)
+
+        client = RefusingUpdates()
+        sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
+        slave.slave_sync = sync
+        master.consumer_offset_manager.commit_offset("cg", "T", 0, 5)
+        await commit_via(slave.build_dispatcher(), "cg", "T", 0, 40)
+        await sync.sync_all()
+        assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 5
+        # not overwritten by the master's lower value, still marked for the master
+        assert slave.consumer_offset_manager.query_offset("cg", "T", 0) == 40
+        assert sync.pending == {("cg", "T", 0): 40}
+        client.refuse = False
+        await sync.sync_all()
+        assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 40
+        assert sync.pending == {} and sync.forwarded == 1
         n.cancel_scope.cancel()

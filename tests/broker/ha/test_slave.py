@@ -226,3 +226,22 @@ async def test_garbage_from_master_closes(open_store, client_for, autojump_clock
             assert (await master.report())[0] is None
             n.cancel_scope.cancel()
         assert s.get_max_phy_offset() == 0
+
+
+async def test_connect_listeners_hear_every_connection(open_store, client_for, autojump_clock):
+    # the slave's metadata sync runs at once when its master (re)appears (broker/slave_sync.py)
+    async with open_store("s", broker_role="SLAVE") as s:
+        net = FakeMasterNet()
+        client = client_for(s, net)
+        heard: list[tuple[str, float]] = []
+        client.connect_listeners.append(lambda addr: heard.append((addr, trio.current_time())))
+        async with trio.open_nursery() as n:
+            await n.start(client.run)
+            _, master = await net.accept()
+            await master.report()
+            assert heard == [("master:10912", 0.0)]
+            await master.stream.aclose()  # the master goes away; the slave comes back in 5 s
+            _, master2 = await net.accept()
+            await master2.report()
+            assert heard == [("master:10912", 0.0), ("master:10912", 5.0)]
+            n.cancel_scope.cancel()
