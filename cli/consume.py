@@ -2,11 +2,19 @@
 
 Theory of operation: one task per queue pulls with a 15 s long poll from the queue's start
 offset: the oldest message with --from-beginning, otherwise the group's committed offset,
-or the queue's end when the group has none (CONSUME_FROM_LAST_OFFSET). Messages are handed
+or the queue's end when the group has none. Messages are handed
 to `on_message` in queue order. The run ends after `count` messages, after `idle_timeout`
 seconds without a message, on SIGINT/SIGTERM, or never. On the way out the group's offsets
 (the next offset after the last message handed over, per queue) are committed under a
 shielded, bounded scope, so the next run of the same group continues where this one stopped.
+
+"The group has none" needs care. QUERY_CONSUMER_OFFSET is RocketMQ's answer for a push
+consumer: for a group that never committed on a queue it says 0 (not "not found") while the
+queue still starts at offset 0, so a new Java consumer set to CONSUME_FROM_LAST_OFFSET reads
+the whole queue. `rmq consume` promises the queue's end for a new group, so an answer of 0 is
+checked against the broker's offset table (GET_ALL_CONSUMER_OFFSET, one request per broker,
+only when some queue answered 0): a queue the group has no entry for starts at its max
+offset. A broker that refuses that request (an ACL, say) leaves RocketMQ's answer in place.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ from collections.abc import Callable
 
 import trio
 
+from common import serde
 from common.errors import RmqError
 from common.message import MessageExt
 from common.model import MessageQueue
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
 from rmq.errors import ClientError
 
 LONG_POLL = 15.0
@@ -53,8 +64,15 @@ async def consume_topic(
         # what the broker has stored for the group (-1: nothing); we commit where it differs,
         # so after one run the group has a position on every queue, not only on those it read
         stored: dict[MessageQueue, int] = {}
+        # broker name -> the queue ids the group has committed there (None: unknown)
+        committed: dict[str, set[int] | None] = {}
         for mq in queues:
             stored[mq] = await consumer.query_offset(mq)
+            if stored[mq] == 0 and mq.brokerName not in committed:
+                committed[mq.brokerName] = await committed_queue_ids(consumer, topic, mq)
+            known = committed.get(mq.brokerName)
+            if stored[mq] == 0 and known is not None and mq.queueId not in known:
+                stored[mq] = -1  # RocketMQ's 0 for a group that never committed here
             if from_beginning:
                 offsets[mq] = await consumer.min_offset(mq)
             elif stored[mq] >= 0:
@@ -123,3 +141,21 @@ async def consume_topic(
                         with contextlib.suppress(RmqError):
                             await consumer.commit_offset(mq, offset)
         return handed
+
+
+async def committed_queue_ids(consumer, topic: str, mq: MessageQueue) -> set[int] | None:
+    """Queue ids of `topic` on `mq`'s broker that the consumer's group has an offset for, from
+    the broker's whole offset table (GET_ALL_CONSUMER_OFFSET); None when it will not say."""
+    client = consumer.client
+    addr = await client.any_addr(mq.brokerName, topic)
+    request = RemotingCommand.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
+    resp = await client.remoting.invoke(addr, request, consumer.timeout)
+    if resp.code != ResponseCode.SUCCESS:
+        return None
+    try:
+        doc = serde.loads(resp.body_bytes() or b"{}")
+        table = doc.get("offsetTable") or {}
+        queues = table.get(f"{topic}@{consumer.group}") or {}
+        return {int(q) for q in queues}
+    except (AttributeError, TypeError, ValueError):
+        return None  # not the shape RocketMQ sends: keep QUERY_CONSUMER_OFFSET's answer

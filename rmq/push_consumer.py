@@ -24,10 +24,18 @@ these tasks run in the consumer's nursery until the `async with` ends:
 * offsets: `persist_interval` (5 s) persistAll of the assigned queues.
 * orderly only: `lock_all` every 20 s.
 
-Start offsets (RebalancePushImpl.computePullFromWhere) when the store has none: LAST_OFFSET ->
-the queue's max offset (0 for a retry topic), FIRST_OFFSET -> 0, TIMESTAMP -> the broker's
-SEARCH_OFFSET_BY_TIMESTAMP for `consume_timestamp_ms` (default: 30 minutes ago; a retry topic
-starts at its max offset).
+Start offsets are Java's RebalancePushImpl.computePullFromWhere, on purpose: the group's
+offset from the broker (QUERY_CONSUMER_OFFSET) when it answers one, and only when it answers
+"not found" (-1) the consume_from policy: LAST_OFFSET -> the queue's max offset (0 for a retry
+topic), FIRST_OFFSET -> 0, TIMESTAMP -> the broker's SEARCH_OFFSET_BY_TIMESTAMP for
+`consume_timestamp_ms` (default: 30 minutes ago; a retry topic starts at its max offset).
+A broker that cannot be asked (-2) leaves the queue for the next rebalance. Consequence, kept
+as RocketMQ has it: the broker answers 0 for a group that never committed while the queue
+still starts at offset 0, so a new LAST_OFFSET group reads such a queue from its first
+message (RocketMQ's way of not losing what a new topic received before its first consumer
+started). We keep it because Java, C++ and Python members of one group must agree on where a
+queue starts, and users of RocketMQ expect it. `rmq consume` is a tool, not a group member,
+and promises "a new group starts at the queue's end": it checks the 0 itself (cli/consume.py).
 
 Leaving the `async with` stops pulling, persists every offset, unlocks orderly queues and
 sends UNREGISTER_CLIENT to every broker (shielded, 3 s at most), so the group rebalances
