@@ -49,9 +49,7 @@ def up(
     data_dir: Annotated[
         Path, typer.Option("--data-dir", help="Data and logs of every node.")
     ] = Path(".rmq"),
-    namesrv_port: Annotated[
-        int, typer.Option("--namesrv-port", help="Nameserver port.")
-    ] = 9876,
+    namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="Nameserver port.")] = 9876,
     broker_port: Annotated[
         int, typer.Option("--broker-port", help="First broker port; next nodes take +10, +20, ...")
     ] = 10911,
@@ -69,9 +67,7 @@ def up(
             "there are slaves, ASYNC_MASTER without (a SYNC_MASTER alone refuses every send).",
         ),
     ] = "auto",
-    cluster: Annotated[
-        str, typer.Option("--cluster", help="Cluster name.")
-    ] = "DefaultCluster",
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
     dledger: Annotated[
         int, typer.Option("--dledger", help="DLedger group size (not built in trio-rmq yet).")
     ] = 0,
@@ -96,6 +92,7 @@ def up(
     """
     from cli import local_render
     from cli.local_state import running_supervisor
+    from cli.node import Exit, make_data_dir
     from cli.up import PlanError, busy_ports
 
     given: dict[str, Any] = {
@@ -115,6 +112,10 @@ def up(
         local_render.error(str(exc))
         raise typer.Exit(1) from None
     data_dir = topo.data_dir
+    try:
+        make_data_dir(data_dir)  # here, before anything runs, for both ways of running
+    except Exit as exc:  # the error line is printed already
+        raise typer.Exit(exc.code) from None
     other = running_supervisor(data_dir)
     if other is not None:
         local_render.error(
@@ -232,7 +233,7 @@ def _first_error(log_path: Path, start: int) -> str | None:
         return None
     for line in text.splitlines():
         if line.startswith("error: "):
-            return line[len("error: "):]
+            return line[len("error: ") :]
     return None
 
 
@@ -339,6 +340,7 @@ def down(
     import time
 
     from cli import local_render
+    from cli.errors import CliError
     from cli.local_state import (
         NoCluster,
         Unreachable,
@@ -348,7 +350,11 @@ def down(
         request,
     )
 
-    where = _cluster_dir(data_dir, config)
+    try:
+        where = _cluster_dir(data_dir, config)
+    except CliError as exc:  # a topology file that cannot be read
+        local_render.error(str(exc))
+        raise typer.Exit(1) from None
     state = read_state(where)
     if state is None:
         local_render.error(f"no cluster is running in {where} (nothing to stop)")

@@ -13,7 +13,15 @@ from typing import Annotated
 import typer
 
 from cli.app import _examples, _namesrv, app
-from cli.node import BROKER_ROLES, FLUSH_TYPES, broker_properties, serve_broker, serve_namesrv
+from cli.node import (
+    BROKER_ROLES,
+    FLUSH_TYPES,
+    Exit,
+    broker_properties,
+    config_file_error,
+    serve_broker,
+    serve_namesrv,
+)
 
 # --- servers ---------------------------------------------------------------------------------
 
@@ -31,7 +39,10 @@ def namesrv(
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
     """Run a nameserver until Ctrl-C or SIGTERM."""
-    serve_namesrv(port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin)
+    try:
+        serve_namesrv(port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin)
+    except Exit as exc:  # the error line is printed already
+        raise typer.Exit(exc.code) from None
 
 
 @app.command(
@@ -46,7 +57,7 @@ def broker(
     ctx: typer.Context,
     config_file: Annotated[
         Path | None,
-        typer.Option("--config", "-c", exists=True, dir_okay=False, help="RocketMQ broker.conf."),
+        typer.Option("--config", "-c", help="RocketMQ broker.conf."),
     ] = None,
     name: Annotated[
         str | None, typer.Option("--name", help="brokerName (default broker-a).")
@@ -77,7 +88,13 @@ def broker(
         raise typer.BadParameter("must be SYNC_FLUSH or ASYNC_FLUSH", param_hint="--flush")
     if role is not None and role.upper() not in BROKER_ROLES:
         raise typer.BadParameter("must be ASYNC_MASTER, SYNC_MASTER or SLAVE", param_hint="--role")
-    conf_text = config_file.read_text() if config_file else None
+    try:
+        conf_text = config_file.read_text() if config_file is not None else None
+    except (OSError, UnicodeDecodeError) as exc:
+        assert config_file is not None
+        typer.echo(f"error: cannot read config file: {config_file_error(config_file, exc)}",
+                   err=True)  # fmt: skip
+        raise typer.Exit(1) from None
     overrides = {
         "name": name,
         "cluster": cluster,
@@ -91,4 +108,7 @@ def broker(
     }
     props = broker_properties(conf_text, overrides)
     props.setdefault("namesrvAddr", _namesrv(ctx))
-    serve_broker(props, data_dir=data_dir, watch_stdin=watch_stdin)
+    try:
+        serve_broker(props, data_dir=data_dir, watch_stdin=watch_stdin)
+    except Exit as exc:  # the error line is printed already
+        raise typer.Exit(exc.code) from None

@@ -115,7 +115,30 @@ def describe_os_error(exc: OSError) -> str:
 
     if exc.errno == errno.EADDRINUSE:
         return f"address already in use: {exc.strerror or exc}"
+    if exc.filename is not None and exc.strerror:
+        # the path is what the user can fix; errno's class name and number are noise
+        return f"{exc.filename}: {exc.strerror}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def config_file_error(path: Path, exc: OSError | UnicodeDecodeError) -> str:
+    """Why broker.conf `path` could not be read, in one line."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path}: not a text file"
+    return describe_os_error(exc)
+
+
+def make_data_dir(data_dir: Path) -> None:
+    """Create a node's data directory; one error line and `Exit(1)` when that cannot be done
+    (a path under a regular file, under /proc, not writable...)."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from cli import render
+
+        why = "not a directory" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        render.error(f"cannot create data directory {data_dir}: {why}")
+        raise Exit(1) from None
 
 
 # --- the two servers -------------------------------------------------------------------------
@@ -127,7 +150,7 @@ def serve_namesrv(
     """Run a nameserver until Ctrl-C, SIGTERM (or stdin EOF with `watch_stdin`)."""
     kwargs: dict[str, Any] = {"listen_port": port, "host": host}
     if data_dir is not None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(data_dir)
         kwargs["kv_config_path"] = str(data_dir / "kvConfig.json")
 
     async def main() -> None:
@@ -152,7 +175,7 @@ def serve_broker(
 ) -> None:
     """Run a broker configured by broker.conf `props` until Ctrl-C, SIGTERM (or stdin EOF)."""
     if data_dir is not None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(data_dir)
 
     async def main() -> None:
         from broker.config import BrokerConfig
@@ -236,10 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         try:
             props = broker_props_from_args(args)
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             from cli import render
 
-            render.error(f"cannot read config file: {describe_os_error(exc)}")
+            render.error(f"cannot read config file: {config_file_error(args.config_file, exc)}")
             return 1
         serve_broker(props, data_dir=args.data_dir, watch_stdin=args.watch_stdin)
     except Exit as exc:

@@ -84,7 +84,14 @@ def _segments(path: str | os.PathLike) -> list[tuple[Path, int]]:
     d = p / "commitlog" if (p / "commitlog").is_dir() else p
     if not d.is_dir():
         raise VerifyError(f"{str(p)!r} is not a store directory (no commitlog/)")
-    segs = sorted((e, int(e.name)) for e in d.iterdir() if e.is_file() and _SEGMENT.match(e.name))
+    try:
+        segs = [(e, int(e.name)) for e in d.iterdir() if e.is_file() and _SEGMENT.match(e.name)]
+    except OSError as exc:
+        raise VerifyError(f"cannot read {str(d)!r}: {exc.strerror or exc}") from None
+    if not segs and d == p and p.name != "commitlog":
+        # an empty commitlog/ is an empty store; any other directory without one segment
+        # file is a wrong path, not a store that happens to hold nothing
+        raise VerifyError(f"{str(p)!r} is not a store directory (no commitlog/)")
     return sorted(segs, key=lambda t: t[1])
 
 
@@ -104,7 +111,10 @@ def _scan_log(path) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int, 
     end = segs[0][1] if segs else 0
     torn = ""
     for file, base in segs:
-        data = _read(file)
+        try:
+            data = _read(file)
+        except OSError as exc:
+            raise VerifyError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from None
         scan = scan_segment(data, base)
         out[base] = (data, scan.starts.tolist(), scan.end,
                      scan.detail if scan.reason is ScanEnd.TORN else "")  # fmt: skip
