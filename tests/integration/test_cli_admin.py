@@ -207,9 +207,9 @@ def test_consume_follow_waits_for_new_messages_until_idle(ns):
     t0 = time.monotonic()
     got = ok_json(ns, "consume", "-t", "CliFollow", "-g", "cg-follow", "-f",
                   "--idle-timeout", "0.8")  # fmt: skip
-    assert time.monotonic() - t0 >= 0.8  # it kept waiting after the one message
-    # a new group on a queue that still starts at 0 reads it all (broker answers offset 0)
-    assert [m["body"] for m in got["messages"]] == ["x"]
+    assert time.monotonic() - t0 >= 0.8  # it kept waiting
+    # a new group starts at the queue's end, though the broker answers offset 0 (issue 9)
+    assert got["messages"] == []
     text = rmq(ns, "consume", "-t", "CliFollow", "-g", "cg-f2", "--from-beginning", "-f",
                "--count", "1")  # fmt: skip
     assert text.exit_code == 0 and text.stdout == "x\n"
