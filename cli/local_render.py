@@ -88,6 +88,12 @@ def detached(status: dict[str, Any]) -> None:
           "stops it")  # fmt: skip
 
 
+def state_text(status: dict[str, Any]) -> str:
+    """`ready`, or `degraded: broker-a exited (-9), ...` (the supervisor's `problems`)."""
+    problems = status.get("problems") or []
+    return f"{status['state']}: {', '.join(problems)}" if problems else status["state"]
+
+
 def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     """`rmq status`: one row per node."""
     if as_json:
@@ -99,7 +105,7 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"{status['cluster']} in {status['data_dir']}: {status['state']} "
+        title=f"{status['cluster']} in {status['data_dir']}: {state_text(status)} "
         f"(supervisor pid {status['supervisor_pid']})"
     )
     for col in ("node", "role", "brokerId", "address", "ha", "vip", "pid", "status"):

@@ -143,11 +143,23 @@ def make_data_dir(data_dir: Path) -> None:
 
 # --- the two servers -------------------------------------------------------------------------
 
+# A node's log is read after the fact (`rmq status` shows its last lines, a user greps it
+# for when something happened), so every logged line says when.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging() -> None:
+    """Log WARNING and above to stderr with a timestamp (a no-op if logging is set up)."""
+    import logging
+
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+
 
 def serve_namesrv(
     *, port: int, host: str, data_dir: Path | None, watch_stdin: bool = False
 ) -> None:
     """Run a nameserver until Ctrl-C, SIGTERM (or stdin EOF with `watch_stdin`)."""
+    configure_logging()
     kwargs: dict[str, Any] = {"listen_port": port, "host": host}
     if data_dir is not None:
         make_data_dir(data_dir)
@@ -174,6 +186,7 @@ def serve_broker(
     props: dict[str, str], *, data_dir: Path | None = None, watch_stdin: bool = False
 ) -> None:
     """Run a broker configured by broker.conf `props` until Ctrl-C, SIGTERM (or stdin EOF)."""
+    configure_logging()
     if data_dir is not None:
         make_data_dir(data_dir)
 

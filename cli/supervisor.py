@@ -20,8 +20,13 @@ Theory of operation:
   broker unregisters while the nameserver still listens; SIGKILL after `stop_timeout`; every
   child is reaped, so nothing outlives the supervisor. Should the supervisor itself die, every
   child sees EOF on its stdin and stops by itself.
-* `snapshot()` is what `rmq status` shows and what the state file records: per node its
-  name, role, brokerId, ports, pid, status and last exit code.
+* `snapshot()` is what `rmq status` shows and what the state file records: the cluster's
+  state (`ready` only while every node serves; `degraded` with the reasons when one has
+  exited or is being restarted) and per node its name, role, brokerId, ports, pid, status,
+  last exit code and, for an exited node, the last lines its current run logged.
+* Each start of a node writes a separator line with the time and pid into its log (which
+  is appended to across runs and restarts), and the node's tail is read from there on, so
+  "last log lines" never show an earlier run.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from cli.up import (
     Probe,
     UpEvent,
     log_tail,
+    run_separator,
     write_node_config,
 )
 
@@ -66,6 +72,9 @@ class NodeStatus(enum.Enum):
 class ClusterState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
+    # never the supervisor's own state: what `rmq status` shows for READY while a node does
+    # not serve (exited, being restarted), so "ready" always means every node serves
+    DEGRADED = "degraded"
     STOPPING = "stopping"
 
 
@@ -85,6 +94,8 @@ class NodeState:
     serving: trio.Event = attrs.Factory(trio.Event)
     # a kill/restart of this node is under way; a second one is refused
     busy: bool = False
+    # byte offset in `log_path` where the latest process's run begins (its separator line)
+    log_start: int = 0
 
     @property
     def pid(self) -> int | None:
@@ -112,7 +123,11 @@ class NodeState:
             "returncode": self.returncode,
             "restarts": self.restarts,
             "log": str(self.log_path),
-            "log_tail": log_tail(self.log_path, 5) if self.status is NodeStatus.EXITED else None,
+            "log_tail": (
+                log_tail(self.log_path, 5, start=self.log_start)
+                if self.status is NodeStatus.EXITED
+                else None
+            ),  # fmt: skip
         }
 
 
@@ -183,6 +198,7 @@ class Supervisor:
         write_node_config(ns.node, self.data_dir)
         log_fd = os.open(ns.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            log_start = os.fstat(log_fd).st_size
             process = await trio.lowlevel.open_process(
                 self.command_for(ns.node, self.plan, self.data_dir),
                 stdin=subprocess.PIPE,
@@ -191,8 +207,13 @@ class Supervisor:
                 start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
+            # Written after the spawn so it can name the pid: the child is still starting
+            # its interpreter. The tail of this run reads from `log_start`, so even a line
+            # of the child's that came first would count as this run's.
+            os.write(log_fd, run_separator(ns.node, process.pid, ns.restarts).encode())
         finally:
             os.close(log_fd)  # the child holds its own copy
+        ns.log_start = log_start
         ns.process = process
         ns.status = status
         ns.returncode = None
@@ -212,7 +233,7 @@ class Supervisor:
         if ns.exit_requested and ns.status in (NodeStatus.STOPPING, NodeStatus.RESTARTING):
             return  # stop_all / restart report it themselves
         if self.state is ClusterState.STARTING:
-            tail = log_tail(ns.log_path)
+            tail = log_tail(ns.log_path, start=ns.log_start)
             raise NodeFailed(
                 f"{ns.node.name} exited with code {code}; log {ns.log_path}"
                 + (f":\n{tail}" if tail else "")
@@ -221,7 +242,7 @@ class Supervisor:
         requested = ns.exit_requested
         ns.status = NodeStatus.EXITED
         self.on_change()
-        detail = None if requested else log_tail(ns.log_path, 5)
+        detail = None if requested else log_tail(ns.log_path, 5, start=ns.log_start)
         self.report(UpEvent("exited", ns.node, process.pid, code, ns.log_path, detail=detail))
 
     async def _wait_serving(self, nodes: tuple[NodeSpec, ...], deadline: float) -> bool:
@@ -310,7 +331,7 @@ class Supervisor:
             if ns.serving.is_set():
                 return ns
             if ns.exited.is_set():
-                tail = log_tail(ns.log_path, 5)
+                tail = log_tail(ns.log_path, 5, start=ns.log_start)
                 raise ControlError(
                     f"{name} exited again with code {ns.returncode}; log {ns.log_path}"
                     + (f":\n{tail}" if tail else "")
@@ -370,11 +391,26 @@ class Supervisor:
                 self.report(UpEvent("stopped", ns.node, ns.pid, ns.returncode))
         self.on_change()
 
+    def health(self) -> tuple[ClusterState, list[str]]:
+        """The state `rmq status` shows, and each node that keeps a ready cluster from
+        being `ready` ("broker-a exited (-9)", "broker-a-s1 restarting")."""
+        if self.state is not ClusterState.READY:
+            return self.state, []
+        problems = []
+        for ns in self.nodes.values():
+            if ns.status is NodeStatus.EXITED:
+                problems.append(f"{ns.node.name} exited ({ns.returncode})")
+            elif ns.status is not NodeStatus.ALIVE:
+                problems.append(f"{ns.node.name} {ns.status.value}")
+        return (ClusterState.DEGRADED if problems else ClusterState.READY), problems
+
     def snapshot(self) -> dict[str, Any]:
         """What `rmq status` shows and the state file records."""
+        state, problems = self.health()
         return {
             "supervisor_pid": os.getpid(),
-            "state": self.state.value,
+            "state": state.value,
+            "problems": problems,
             "cluster": self.plan.namesrv.cluster,
             "namesrv": self.plan.namesrv_addr,
             "data_dir": str(self.data_dir),

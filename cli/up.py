@@ -271,12 +271,28 @@ Probe = Callable[[ClusterPlan, tuple[NodeSpec, ...]], Awaitable[bool]]
 CommandFor = Callable[[NodeSpec, ClusterPlan, Path], list[str]]
 
 
-def log_tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15, *, start: int = 0) -> str:
+    """The last `lines` lines of `path` written at or after byte `start` (where the node's
+    current run began: the log is appended to across runs, and an old run's last words are
+    not why this one ended)."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as f:
+            end = f.seek(0, 2)
+            # a long run's log can be large: the last lines are in its last bytes
+            f.seek(max(start, end - 256 * lines - 65536))
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def run_separator(node: NodeSpec, pid: int, restarts: int) -> str:
+    """The line the supervisor writes into a node's log at each start of the node."""
+    from datetime import datetime
+
+    now = datetime.now().astimezone().isoformat(timespec="milliseconds")
+    again = f" (restart {restarts})" if restarts else ""
+    return f"==== {now} rmq up: starting {node.name} pid {pid}{again} ====\n"
 
 
 async def run_up(
