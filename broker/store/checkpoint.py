@@ -6,10 +6,11 @@ RocketMQ's ``checkpoint`` holds three longs: physicMsgTimestamp (0), logicsMsgTi
 indexMsgTimestamp (16).  We keep those and add, in the same 4 KiB block, what our recovery
 actually keys on, so no timestamp guesswork is needed:
 
-* 24: ``commit_log_flushed``: every CommitLog byte below it was fdatasync'ed; crash recovery
-  validates records from the segment holding it.
-* 32: ``dispatched``: every record below it has its ConsumeQueue/index entries flushed; the
-  dispatcher restarts there (re-dispatching is idempotent).
+* 24: ``commit_log_flushed``: every CommitLog byte below it was fdatasync'ed.
+* 32: ``dispatched``: a record boundary (or segment start) with ``dispatched <=
+  commit_log_flushed``; every record below it has its ConsumeQueue units and index entries
+  flushed.  Recovery validates the CommitLog from exactly here and the dispatcher restarts here
+  (re-dispatching is idempotent), see recovery.py; after a clean stop it is the log's end.
 * 40: CRC32 of bytes 0..40, so a torn or foreign file reads as "no checkpoint" (recover from
   the first segment) instead of as wrong numbers.
 

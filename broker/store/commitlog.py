@@ -12,10 +12,12 @@ the single copy into the map, so what lands on disk is complete in one memcpy.
 append time; prepared/rollback transaction records get 0 and do not advance it.  On start it is
 rebuilt from the ConsumeQueues.
 
-Recovery (``recover``): starting at the segment holding ``from_offset`` (the checkpoint's last
-flushed offset after a crash, the last segment after a clean stop) records are checked in order
-(magic, size, field lengths, body CRC, PHYSICALOFFSET == position) until the first bad or
-incomplete one; that is the valid end.  Everything after it is zeroed / deleted
+Recovery (``recover``): starting exactly at ``from_offset`` (chosen by recovery.py: the
+checkpoint's ``dispatched`` offset, so the log's end after a clean stop and the records written
+since the last checkpoint after a crash) records are checked in order (magic, size, field
+lengths, body CRC, PHYSICALOFFSET == position) until the first bad or incomplete one; that is
+the valid end.  Bytes below ``from_offset`` are not read: the checkpoint guarantees they were
+flushed whole.  Everything after the end is zeroed (holes skipped) and later segments deleted
 (``MappedFileQueue.truncate_dirty``), so a torn tail can never be served or resurrected later.
 
 HA: ``get_data`` returns the written bytes of one segment from an offset (BLANKs included) and
@@ -123,24 +125,34 @@ class CommitLog:
 
     # ---------------------------------------------------------------- recovery
 
-    def recover(self, from_offset: int, *, check_crc: bool) -> int:
-        """Validate records from the segment holding ``from_offset``; truncate after the last
-        good one. Returns the valid end offset."""
+    def recover(self, from_offset: int, *, check_crc: bool) -> tuple[int, int, int]:
+        """Validate records from ``from_offset`` (a record boundary below which everything is
+        known good, see recovery.py) to the first bad or incomplete one and truncate there.
+
+        Returns (valid end, bytes validated, segments read)."""
         files = self.queue.files
         if not files:
-            return 0
-        start = self.queue.find(from_offset) or files[0]
+            return 0, 0, 0
+        from_offset = max(from_offset, files[0].file_from_offset)
+        start = self.queue.find(from_offset)
+        if start is None:  # the end of the last, full segment: nothing after it to check
+            self._all_flushed()
+            return from_offset, 0, 0
         idx = files.index(start)
-        valid_end = start.file_from_offset
+        valid_end = from_offset
+        scanned = 0
+        read = 0
+        pos = from_offset - start.file_from_offset
         for mf in files[idx:]:
-            pos = 0
+            first = pos
+            read += 1
             view = mf.view
             size = self.file_size
             while pos < size:
                 try:
                     what, n = parse_record(view, pos, size, self.delay_millis, check_crc=check_crc)
                 except RecordDecodeError as exc:
-                    if pos or int.from_bytes(view[0:8], "big"):
+                    if int.from_bytes(view[pos : pos + 8], "big"):
                         log.warning(
                             "commitlog recovery: end at %d (%s)", mf.file_from_offset + pos, exc
                         )
@@ -163,14 +175,19 @@ class CommitLog:
                     )
                     break
                 pos += n
+            scanned += pos - first
             valid_end = mf.file_from_offset + pos
             if pos < size:
                 break
+            pos = 0
         self.queue.truncate_dirty(valid_end)
-        # Everything kept is on disk already (it was there when we started).
+        self._all_flushed()
+        return valid_end, scanned, read
+
+    def _all_flushed(self) -> None:
+        # everything kept is on disk already (it was there when we started)
         for mf in self.queue.files:
             mf.flushed = mf.wrote
-        return valid_end
 
     def close(self) -> None:
         self.queue.close()

@@ -14,8 +14,12 @@ the highest CommitLog position it covers.
   units before ``q`` with blanks ``(0, INT_MAX, 0)``, like RocketMQ's ``fillPreBlank``.
 * ``min_offset`` is the first non-blank unit; reads (``read_units``) never cross a segment, so
   one pull scans at most one file (RocketMQ's ``getIndexBuffer``).
-* ``recover`` finds the end of the last segment (first unit with size <= 0, i.e. never written
-  or torn) and ``truncate_dirty`` drops units pointing at or past the CommitLog's valid end.
+* ``recover`` finds the end of the last segment by binary search (invariant: the written units
+  of a segment are a prefix and every byte after them is zero; appends are sequential, files
+  start sparse and every truncation zeroes the cut tail), drops a torn last unit (size <= 0),
+  and ``truncate_dirty`` drops units pointing at or past the CommitLog's valid end (walking
+  back from the end, so it reads only the dropped units).  Units a crash lost are re-added by
+  the re-dispatch from the checkpoint (recovery.py), never rebuilt from the queue's start.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from broker.store.store_util import CQ_UNIT, CQ_UNIT_SIZE
 log = logging.getLogger(__name__)
 
 BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
+_ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 
 
 class ConsumeQueue:
@@ -136,22 +141,39 @@ class ConsumeQueue:
     def load(self) -> None:
         self.queue.load()
 
-    def recover(self, commit_log_min: int) -> None:
-        """Find the written end of the last segment and the first real unit."""
+    def recover(self, commit_log_min: int) -> int:
+        """Find the written end of the last segment and the first real unit; returns the
+        number of units read to find the end.
+
+        Units are appended in order into a file that starts zero (sparse, and ``zero_from``
+        after every truncation), so the written units are a prefix and the end is found by
+        binary search: O(log units), whatever the queue's size.  A unit torn by a kill
+        (non-zero but with size <= 0 or a negative offset) is dropped from the end."""
         files = self.queue.files
         if not files:
-            return
+            return 0
         last = files[-1]
-        pos = 0
         view = last.view
-        while pos + CQ_UNIT_SIZE <= self.file_size:
-            phys, size, _ = CQ_UNIT.unpack_from(view, pos)
-            if phys < 0 or size <= 0:
+        lo, hi = 0, self.file_size // CQ_UNIT_SIZE
+        read = 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            read += 1
+            if view[mid * CQ_UNIT_SIZE : (mid + 1) * CQ_UNIT_SIZE] == _ZERO_UNIT:
+                hi = mid
+            else:
+                lo = mid + 1
+        while lo > 0:
+            read += 1
+            phys, size, _ = CQ_UNIT.unpack_from(view, (lo - 1) * CQ_UNIT_SIZE)
+            if phys >= 0 and size > 0:
                 break
-            pos += CQ_UNIT_SIZE
+            lo -= 1
+        pos = lo * CQ_UNIT_SIZE
         last.wrote = last.flushed = pos
         last.zero_from(pos)
         self._correct_min(commit_log_min)
+        return read
 
     def _correct_min(self, commit_log_min: int) -> None:
         """First unit that is not a pre-blank and points at or after the CommitLog's start
@@ -167,8 +189,8 @@ class ConsumeQueue:
                 hi = mid
         self._min = lo
 
-    def truncate_dirty(self, phy_end: int) -> None:
-        """Drop trailing units whose record ends after ``phy_end``."""
+    def truncate_dirty(self, phy_end: int) -> int:
+        """Drop trailing units whose record ends after ``phy_end``; returns how many."""
         end = self.max_offset
         start = self.min_offset
         while end > start:
@@ -176,9 +198,11 @@ class ConsumeQueue:
             if phys + size <= phy_end:
                 break
             end -= 1
-        if end != self.max_offset:
+        dropped = self.max_offset - end
+        if dropped:
             log.warning("consume queue %s-%d truncated to %d", self.topic, self.queue_id, end)
             self.queue.truncate_dirty(end * CQ_UNIT_SIZE)
+        return dropped
 
     def flush_jobs(self):
         return self.queue.flush_jobs()

@@ -10,8 +10,10 @@ group commit, one fdatasync for many puts.  ``wait_flushed(end)`` returns True o
 or False when ``sync_flush_timeout`` passed first (-> FLUSH_DISK_TIMEOUT; the message is stored).
 
 Every ``flush_interval_consume_queue`` it also flushes ConsumeQueues and the index and then
-writes the checkpoint: ``dispatched`` is captured *before* those flushes so it never claims
-units that were not yet on disk.  After each flush, flushed pages are released from the
+writes the checkpoint.  Recovery starts reading at the checkpoint's ``dispatched`` and trusts
+every byte below it (recovery.py), so: ``dispatched`` is ``reput_from`` captured *before* those
+flushes (a record boundary; it never claims units that were not yet on disk), and the CommitLog
+is flushed past it before the checkpoint is written (``dispatched <= commit_log_flushed``).  After each flush, flushed pages are released from the
 process's page tables (``MappedFile.release``) to keep RSS flat.
 
 ``flush_all`` is the shutdown path (the store runs it shielded and bounded).
@@ -80,20 +82,28 @@ class FlushService:
 
     async def flush_commit_log(self) -> None:
         async with self._lock:
-            cl = self.store.commit_log
-            target = cl.max_offset
-            jobs = [(mf, mf.wrote) for mf in cl.queue.flush_jobs()]
-            if jobs:
-                await trio.to_thread.run_sync(_flush_files, jobs, self.release)
-            if target > self.flushed:
-                self.flushed = target
-            ev, self._progress = self._progress, trio.Event()
-            ev.set()
+            await self._flush_commit_log()
+
+    async def _flush_commit_log(self) -> None:
+        cl = self.store.commit_log
+        target = cl.max_offset
+        jobs = [(mf, mf.wrote) for mf in cl.queue.flush_jobs()]
+        if jobs:
+            await trio.to_thread.run_sync(_flush_files, jobs, self.release)
+        if target > self.flushed:
+            self.flushed = target
+        ev, self._progress = self._progress, trio.Event()
+        ev.set()
 
     async def flush_logics(self) -> None:
         async with self._lock:
             store = self.store
+            # a record boundary: everything below it has its units and entries written now
             dispatched = store.reput_from
+            if dispatched > self.flushed:
+                # the checkpoint may only name CommitLog bytes that are on disk (recovery
+                # does not read below it), so flush the records dispatched meanwhile first
+                await self._flush_commit_log()
             jobs = []
             for cq in list(store.consume_queues.values()):
                 jobs.extend((mf, mf.wrote) for mf in cq.flush_jobs())
@@ -104,7 +114,7 @@ class FlushService:
                 await trio.to_thread.run_sync(_release_files, list(store.commit_log.queue.files))
             cp = store.checkpoint
             cp.commit_log_flushed = self.flushed
-            cp.dispatched = min(dispatched, self.flushed)
+            cp.dispatched = dispatched
             cp.physic_msg_timestamp = store.last_store_timestamp
             cp.logics_msg_timestamp = store.last_store_timestamp
             cp.index_msg_timestamp = store.last_store_timestamp

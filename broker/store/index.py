@@ -153,6 +153,65 @@ class IndexFile:
             self.dirty = True
         return i
 
+    def entry(self, i: int) -> tuple[int, int, int, int]:
+        return ENTRY.unpack_from(self.mf.view, self._entries_base + i * ENTRY_SIZE)
+
+    @property
+    def _entries_base(self) -> int:
+        return HEADER_SIZE + self.slot_num * SLOT.size
+
+    def cut(self, dispatched: int) -> int:
+        """Crash recovery: keep only entries of records below ``dispatched``; returns how many
+        written entries were dropped.  Reads only the entries written after the header's last
+        flush and those it drops, never the whole file (see the module docstring)."""
+        view = self.mf.view
+        zero = bytes(ENTRY_SIZE)
+        base = self._entries_base
+        # the written end: entries past the flushed header's count that a kill left in the map
+        end = max(self.count, 1)
+        while (
+            end < self.index_num
+            and view[base + end * ENTRY_SIZE : base + (end + 1) * ENTRY_SIZE] != zero
+        ):
+            end += 1
+        keep = end
+        while keep > 1 and self.entry(keep - 1)[1] >= dispatched:
+            keep -= 1
+        if keep == end:
+            if end != self.count:
+                self.count = end
+                self._set_end(end)
+            return 0
+        # slots pointing at a dropped entry fall back to the newest kept entry of their chain
+        for i in range(keep, end):
+            h = self.entry(i)[0]
+            slot_pos = HEADER_SIZE + (h % self.slot_num) * SLOT.size
+            (cur,) = SLOT.unpack_from(view, slot_pos)
+            if cur < keep:
+                continue
+            while cur >= keep:
+                prev = self.entry(cur)[3]
+                cur = prev if 0 < prev < cur else 0
+            SLOT.pack_into(view, slot_pos, cur)
+            if cur == 0:
+                self.slot_count = max(self.slot_count - 1, 0)
+        view[base + keep * ENTRY_SIZE : base + end * ENTRY_SIZE] = bytes((end - keep) * ENTRY_SIZE)
+        self.count = keep
+        self._set_end(keep)
+        return end - keep
+
+    def _set_end(self, count: int) -> None:
+        if count <= 1:
+            self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+        else:
+            _, phy, diff, _ = self.entry(count - 1)
+            self.end_phy = phy
+            self.end_ts = max(
+                self.end_ts if self.end_phy == phy else 0, self.begin_ts + diff * 1000
+            )
+        self._write_header()
+        self.dirty = True
+
     def time_matched(self, begin: int, end: int) -> bool:
         return (
             (begin < self.begin_ts and end > self.end_ts)
@@ -200,6 +259,16 @@ class IndexService:
                 )
             except OSError as exc:  # a different slot/index size: leave it alone
                 log.warning("ignoring index file %s: %s", name, exc)
+
+    def recover(self, dispatched: int) -> int:
+        """Drop entries of records at or past ``dispatched`` (the re-dispatch from there adds
+        them again, in order); newest file first, stopping at the first that keeps one."""
+        dropped = 0
+        for f in reversed(self.files):
+            dropped += f.cut(dispatched)
+            if f.count > 1:
+                break
+        return dropped
 
     def _writable(self) -> IndexFile:
         if self.files and not self.files[-1].is_full:

@@ -27,6 +27,7 @@ and zeroes such a torn tail (see commitlog.py).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
@@ -114,8 +115,25 @@ class MappedFile:
             self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
 
     def zero_from(self, pos: int) -> None:
-        """Zero [pos, file_size) without touching pages that are already zero (sparse holes)."""
+        """Zero [pos, file_size) without touching pages that are already zero (sparse holes).
+
+        Holes are skipped with SEEK_DATA/SEEK_HOLE (which see pages dirtied through the map),
+        so zeroing the tail of a 1 GiB segment costs what was written there, not 1 GiB of reads.
+        """
         end = self.file_size
+        while pos < end:
+            try:
+                data = os.lseek(self._fd, pos, os.SEEK_DATA)
+            except OSError as exc:  # ENXIO: only holes from pos on; else no SEEK_DATA here
+                if exc.errno != errno.ENXIO:
+                    self._zero_scan(pos, end)
+                return
+            hole = min(os.lseek(self._fd, data, os.SEEK_HOLE), end)
+            self._zero_scan(max(pos, data), hole)
+            pos = hole
+
+    def _zero_scan(self, pos: int, end: int) -> None:
+        """Zero the non-zero chunks of [pos, end)."""
         while pos < end:
             n = min(_ZERO_CHUNK - pos % _ZERO_CHUNK, end - pos)
             chunk = os.pread(self._fd, n, pos)

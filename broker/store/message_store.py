@@ -52,6 +52,7 @@ from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
 from broker.store.index import IndexService, topic_key_hash
+from broker.store.recovery import RecoveryReport, commit_log_start
 from broker.store.results import (
     GetMessageResult,
     MessageFilter,
@@ -131,6 +132,8 @@ class DefaultMessageStore(StoreSteps):
         self.flush: FlushService | None = None
         self._lock_fd = -1
         self.last_exit_ok = True
+        # what the last open_and_recover read (recovery.py)
+        self.recovery: RecoveryReport | None = None
 
     # ================================================================ lifecycle
 
@@ -149,7 +152,6 @@ class DefaultMessageStore(StoreSteps):
             raise
 
     def _open_and_recover(self) -> None:
-        cfg = self.config
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -165,31 +167,55 @@ class DefaultMessageStore(StoreSteps):
         self._load_consume_queues()
         self.index.load()
 
+        self.recovery = self._recover(cp)
+        log.info("store %s: %s", self.root, self.recovery.summary())
+        with open(self._abort_path(), "wb"):
+            pass
+
+    def _recover(self, cp: StoreCheckpoint) -> RecoveryReport:
+        """The rules of recovery.py: validate the CommitLog's tail from the checkpoint, cut the
+        queues and the index back to it, re-dispatch what follows."""
+        t0 = time.monotonic()
         cl = self.commit_log
-        start = cp.commit_log_flushed if cp.valid else cl.min_offset
-        if self.last_exit_ok and cl.queue.files:
-            # a clean stop flushed everything: validating the last segment is enough
-            start = max(start, cl.queue.files[-1].file_from_offset)
-        valid_end = cl.recover(start, check_crc=cfg.check_crc_on_recover or not self.last_exit_ok)
+        report = RecoveryReport(clean=self.last_exit_ok, checkpoint_valid=cp.valid)
+        start, report.rule = commit_log_start(
+            clean=self.last_exit_ok,
+            checkpoint_offset=cp.dispatched if cp.valid else None,
+            segment_starts=[mf.file_from_offset for mf in cl.queue.files],
+            file_size=cl.file_size,
+        )
+        check_crc = self.config.check_crc_on_recover or not self.last_exit_ok
+        valid_end, report.bytes_scanned, report.files_scanned = cl.recover(
+            start, check_crc=check_crc
+        )
+        report.commit_log_from, report.commit_log_end = start, valid_end
         if not self.last_exit_ok:
             log.warning(
                 "store %s was not shut down cleanly; CommitLog valid to %d", self.root, valid_end
             )
+        last_unit_end = cl.min_offset
         for cq in self.consume_queues.values():
             cq.recover(cl.min_offset)
-            cq.truncate_dirty(valid_end)
+            report.cq_units_dropped += cq.truncate_dirty(valid_end)
+            last_unit_end = max(last_unit_end, cq.last_phys_end())
         cl.topic_queue_table = {k: cq.max_offset for k, cq in self.consume_queues.items()}
-        reput = cp.dispatched if cp.valid else cl.min_offset
-        if not cl.min_offset <= reput <= valid_end:
+        if report.rule == "checkpoint":
+            reput = start
+        elif report.rule == "last-files":
+            # RocketMQ's rule without a checkpoint: dispatch from where the queues end
+            reput = min(last_unit_end, valid_end)
+        else:
             reput = cl.min_offset
-        self.reput_from = reput
+        self.reput_from = report.redispatch_from = reput
+        report.index_entries_dropped = self.index.recover(reput)
         self._do_reput(limit=None)
+        report.redispatched_bytes = self.reput_from - reput
         if self.reput_from < valid_end:
             log.error(
                 "recovery could not dispatch past %d (valid end %d)", self.reput_from, valid_end
             )
-        with open(self._abort_path(), "wb"):
-            pass
+        report.seconds = time.monotonic() - t0
+        return report
 
     def _load_consume_queues(self) -> None:
         root = self._cq_root()
