@@ -56,6 +56,7 @@ def use_compiled_chain(fn) -> None:
     global _compiled_chain
     _compiled_chain = fn
 
+
 # TOTALSIZE MAGIC, and PHYSICALOFFSET at +28
 _HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
