@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from common.model import RegisterBrokerBody
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher, serve_remoting
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,8 @@ class BrokerController:
     ha: Any = None
     # the SLAVE metadata sync (broker/slave_sync.py SlaveSynchronize) on a slave
     slave_sync: Any = None
+    # how this broker's ports are bound and its peers reached (TCP; in tests an in-memory one)
+    network: Network = TCP
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
@@ -334,6 +338,7 @@ async def run_broker(
     store: Any = None,
     store_factory: StoreFactory | None = None,
     ha_factory: Callable[..., Awaitable[Any]] | None = None,
+    network: Network = TCP,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled (see the module docstring).
@@ -353,22 +358,23 @@ async def run_broker(
 
                 store_factory = run_message_store
             store = await outer.start(store_factory, config.store)
-        controller = BrokerController(config, store)
+        controller = BrokerController(config, store, network=network)
         controller.load()
         store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
         dispatcher = controller.build_dispatcher()
         try:
-            async with open_remoting_client() as client:
+            async with open_remoting_client(network=network) as client:
                 try:
                     async with trio.open_nursery() as nursery:
+                        serve = partial(serve_remoting, network=network)
                         main = await nursery.start(
-                            serve_remoting, dispatcher, config.listen_host, config.listen_port
+                            serve, dispatcher, config.listen_host, config.listen_port
                         )
                         controller.store_host = (config.broker_ip1, main.port)
                         vip_port = None
                         if config.fast_channel_enable:
                             vip = await nursery.start(
-                                serve_remoting, dispatcher, config.listen_host, config.vip_port
+                                serve, dispatcher, config.listen_host, config.vip_port
                             )
                             vip_port = vip.port
                         controller.vip_port = vip_port

@@ -15,10 +15,12 @@ every change, so there is nothing to flush at shutdown.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import attrs
 import trio
 
+from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher, serve_remoting
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
@@ -71,7 +73,10 @@ async def scan_not_active_broker_task(processor: NamesrvProcessor) -> None:
 
 
 async def run_namesrv(
-    config: NamesrvConfig, *, task_status: trio.TaskStatus[NamesrvHandle] = trio.TASK_STATUS_IGNORED
+    config: NamesrvConfig,
+    *,
+    network: Network = TCP,
+    task_status: trio.TaskStatus[NamesrvHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     kv = KVConfigManager.load(config.kv_config_path)
     routes = RouteInfoManager(
@@ -81,7 +86,9 @@ async def run_namesrv(
     dispatcher = RequestDispatcher()
     processor.register(dispatcher)
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(serve_remoting, dispatcher, config.host, config.listen_port)
+        server = await nursery.start(
+            partial(serve_remoting, network=network), dispatcher, config.host, config.listen_port
+        )
         nursery.start_soon(scan_not_active_broker_task, processor)
         log.info("namesrv listening on %s:%d", config.host, server.port)
         task_status.started(NamesrvHandle(port=server.port, host=config.host, processor=processor))

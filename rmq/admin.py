@@ -29,6 +29,7 @@ import trio
 from common.errors import RemotingError, TopicNotExistError
 from common.message import MessageExt, decode_offset_msg_id
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
+from common.remoting.network import Network
 from rmq.admin_api import (
     TOOLS_CONSUMER,
     AdminAPI,
@@ -69,9 +70,15 @@ class QueueOffsets:
 class Admin(ClientBase):
     """`async with Admin("127.0.0.1:9876") as admin: await admin.topic_list()`."""
 
-    def __init__(self, namesrv: str | list[str] = "127.0.0.1:9876", *, remoting=None,
-                 timeout: float = 3.0) -> None:  # fmt: skip
-        super().__init__(namesrv, remoting=remoting, timeout=timeout)
+    def __init__(
+        self,
+        namesrv: str | list[str] = "127.0.0.1:9876",
+        *,
+        remoting=None,
+        network: Network | None = None,
+        timeout: float = 3.0,
+    ) -> None:
+        super().__init__(namesrv, remoting=remoting, network=network, timeout=timeout)
         self.timeout = timeout
 
     async def __aenter__(self) -> Admin:

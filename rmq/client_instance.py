@@ -52,6 +52,7 @@ from common.errors import (
 from common.model import HeartbeatData, ProducerData, TopicRouteData
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import Network
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
 from rmq.topic_publish_info import find_broker_addr_in_subscribe
@@ -315,12 +316,15 @@ class ClientBase:
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
         remoting: Any = None,
+        network: Network | None = None,
         timeout: float = 3.0,
         route_max_age: float = ROUTE_MAX_AGE,
         instance_name: str | None = None,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ) -> None:
         self._namesrv_addrs = parse_namesrv(namesrv)
+        # how brokers are reached when no `remoting` client is lent (TCP; tests: in memory)
+        self._network = network
         self._client_id = make_client_id(instance_name)
         self._heartbeat_interval = heartbeat_interval
         self._remoting = remoting
@@ -356,7 +360,7 @@ class ClientBase:
                 from common.remoting.client import open_remoting_client
 
                 remoting = await stack.enter_async_context(
-                    open_remoting_client(connect_timeout=self._timeout)
+                    open_remoting_client(connect_timeout=self._timeout, network=self._network)
                 )
             instance = ClientInstance(
                 remoting,

@@ -26,6 +26,7 @@ import attrs
 from common.message import MessageExt
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
+from common.remoting.network import Network
 from rmq.client_api import PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
@@ -75,10 +76,17 @@ class PullConsumer(ClientBase):
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
         remoting=None,
+        network: Network | None = None,
         timeout: float = 3.0,
         route_max_age: float = 30.0,
     ) -> None:
-        super().__init__(namesrv, remoting=remoting, timeout=timeout, route_max_age=route_max_age)
+        super().__init__(
+            namesrv,
+            remoting=remoting,
+            network=network,
+            timeout=timeout,
+            route_max_age=route_max_age,
+        )
         if not group:
             raise ClientError("consumer group is empty")
         self.group = group

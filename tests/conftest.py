@@ -8,6 +8,7 @@ happens, stop it by pid (SIGTERM, then SIGKILL after a bound) so nothing is left
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -239,3 +240,72 @@ def procs(tmp_path: Path) -> Iterator[ProcessGroup]:
         yield group
     finally:
         group.stop_all()
+
+
+# --- one in-process cluster on the in-memory network ---------------------------------------
+
+
+@attrs.define(eq=False)
+class MemoryCluster:
+    """A real nameserver and real brokers in this test's process, on a MemoryNetwork.
+
+    Every node runs in the test's nursery (cancelled with it); stores are in memory; addresses
+    look like loopback ("127.0.0.1:30000") but no socket is opened, so tests may use
+    ``autojump_clock``. ``start_broker`` adds more (a slave, a second master).
+    """
+
+    network: Any  # common.testing.MemoryNetwork
+    nursery: Any  # trio.Nursery
+    root: Path
+    namesrv: str = ""
+    brokers: dict[str, Any] = attrs.Factory(dict)  # node name -> broker.service.BrokerHandle
+
+    async def start_namesrv(self) -> str:
+        from namesrv.config import NamesrvConfig
+        from namesrv.service import run_namesrv
+
+        config = NamesrvConfig(listen_port=0, kv_config_path=str(self.root / "kv.json"))
+        handle = await self.nursery.start(
+            functools.partial(run_namesrv, config, network=self.network)
+        )
+        self.namesrv = f"127.0.0.1:{handle.port}"
+        return self.namesrv
+
+    async def start_broker(
+        self, node: str = "broker-a", *, broker_name: str = "broker-a", **fields: Any
+    ) -> Any:
+        """``fields`` are BrokerConfig attributes (``broker_id``, ...); store ones go in
+        ``store=dict(broker_role=...)``."""
+        from broker.config import BrokerConfig
+        from broker.service import run_broker
+        from broker.store import MessageStoreConfig, run_memory_store
+
+        store_fields = fields.pop("store", {})
+        config = BrokerConfig(
+            broker_name=broker_name,
+            listen_port=0,
+            namesrv_addr=self.namesrv,
+            store=MessageStoreConfig(store_path_root_dir=str(self.root / node), **store_fields),
+            **fields,
+        )
+        handle = await self.nursery.start(
+            functools.partial(
+                run_broker, config, store_factory=run_memory_store, network=self.network
+            )
+        )
+        self.brokers[node] = handle
+        return handle
+
+    def broker(self, node: str = "broker-a") -> Any:
+        return self.brokers[node]
+
+
+@pytest.fixture
+async def memory_cluster(tmp_path: Path, nursery: Any) -> MemoryCluster:
+    """A nameserver and one ASYNC_MASTER broker-a, in process, on an in-memory network."""
+    from common.testing import MemoryNetwork
+
+    cluster = MemoryCluster(MemoryNetwork(), nursery, tmp_path)
+    await cluster.start_namesrv()
+    await cluster.start_broker()
+    return cluster

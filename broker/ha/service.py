@@ -148,28 +148,29 @@ class HAService:
 async def run_ha_service(
     controller: Any,
     *,
-    connect: Connect = tcp_connect,
+    connect: Connect | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """``run_broker``'s HA hook: bind, ``started(port)``, serve until cancelled."""
+    """``run_broker``'s HA hook: bind, ``started(port)``, serve until cancelled.
+
+    The HA port is bound and the master reached on the broker's network (``controller.network``)
+    unless ``connect`` is given."""
     config = controller.config
     store = controller.store
-    ha = HAService(store, config.store, is_slave=config.is_slave, connect=connect)
-    listeners = await trio.open_tcp_listeners(config.ha_port, host=config.listen_host)
-    ha.port = listeners[0].socket.getsockname()[1]
+    network = controller.network
+    ha = HAService(
+        store, config.store, is_slave=config.is_slave, connect=connect or network.connect
+    )
+    bound = await network.listen(config.listen_host, config.ha_port)
+    ha.port = bound.port
     store.add_arrival_listener(ha.master.notify_data)
     controller.ha = ha
 
-    async def handle(stream: trio.SocketStream) -> None:
-        try:
-            host, port = stream.socket.getpeername()[:2]
-            addr = f"{host}:{port}"
-        except OSError:
-            addr = "?"
-        await ha.master.serve_slave(stream, addr)
+    async def handle(stream: trio.abc.Stream) -> None:
+        await ha.master.serve_slave(stream, network.peer_addr(stream))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        nursery.start_soon(trio.serve_listeners, handle, bound.listeners)
         if ha.client is not None:
             if configured_master_address(config.store) is None:
                 controller.register_listeners.append(ha.on_register_result)

@@ -12,7 +12,8 @@ forgotten, so the next call to that address reconnects. Requests the *server* se
 NOTIFY_CONSUMER_IDS_CHANGED) go to the handler set with :meth:`RemotingClient.set_request_handler`;
 without one they are answered REQUEST_CODE_NOT_SUPPORTED (unless oneway).
 
-``connect`` can be replaced (tests pass a function returning in-memory streams).
+How an address is reached is the ``network``'s business (``common.remoting.network``: TCP, or the
+in-memory network of tests); a bare ``connect`` function can be given instead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from common.errors import RemotingConnectError, RemotingTimeoutError, unwrapping
 from common.remoting.channel import Channel, Handler
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import TCP, Network, parse_addr
 
 __all__ = ["RemotingClient", "open_remoting_client", "parse_addr"]
 
@@ -35,26 +37,13 @@ log = logging.getLogger(__name__)
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 
 
-def parse_addr(addr: str) -> tuple[str, int]:
-    """``"host:port"`` (IPv6 as ``"[::1]:9876"`` or bare ``"::1:9876"``) -> (host, port)."""
-    host, sep, port = addr.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise RemotingConnectError(f"bad address {addr!r}, expected host:port")
-    return host.strip("[]"), int(port)
-
-
-async def _tcp_connect(addr: str) -> trio.abc.Stream:
-    host, port = parse_addr(addr)
-    return await trio.open_tcp_stream(host, port)
-
-
 class RemotingClient:
     def __init__(
         self, nursery: trio.Nursery, *, connect_timeout: float, connect: Connect | None
     ) -> None:
         self._nursery = nursery
         self._connect_timeout = connect_timeout
-        self._connect = connect or _tcp_connect
+        self._connect = connect or TCP.connect
         # addr -> the live channel for it; a closed channel is replaced on the next call.
         self._channels: dict[str, Channel] = {}
         # addr -> lock held while connecting, so concurrent callers share one connection.
@@ -142,8 +131,15 @@ class RemotingClient:
 
 @asynccontextmanager
 async def open_remoting_client(
-    *, connect_timeout: float = 3.0, connect: Connect | None = None
+    *,
+    connect_timeout: float = 3.0,
+    connect: Connect | None = None,
+    network: Network | None = None,
 ) -> AsyncIterator[RemotingClient]:
+    """A client whose connections live in this ``async with``; ``network`` (default TCP) or a
+    bare ``connect`` function decides how an address is reached."""
+    if connect is None and network is not None:
+        connect = network.connect
     with unwrapping_groups():
         async with trio.open_nursery() as nursery:
             client = RemotingClient(nursery, connect_timeout=connect_timeout, connect=connect)

@@ -34,6 +34,7 @@ from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler
 from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import TCP, Network
 
 __all__ = [
     "Channel",
@@ -129,30 +130,25 @@ async def handle_stream(
     )
 
 
-def _peer_addr(stream: trio.SocketStream) -> str:
-    try:
-        peer = stream.socket.getpeername()
-        return f"{peer[0]}:{peer[1]}"
-    except OSError:
-        return "unknown"
-
-
 async def serve_remoting(
     dispatcher: RequestDispatcher,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
     max_frame_length: int = MAX_FRAME_LENGTH,
+    network: Network = TCP,
     task_status: trio.TaskStatus[RemotingServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind ``host:port`` (0 = any free port), report it, serve until cancelled."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
+    """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled."""
+    bound = await network.listen(host, port)
 
-    async def on_connection(stream: trio.SocketStream) -> None:
+    async def on_connection(stream: trio.abc.Stream) -> None:
         await handle_stream(
-            stream, dispatcher, remote_addr=_peer_addr(stream), max_frame_length=max_frame_length
+            stream,
+            dispatcher,
+            remote_addr=network.peer_addr(stream),
+            max_frame_length=max_frame_length,
         )
 
-    task_status.started(RemotingServerHandle(host=host, port=bound))
-    await trio.serve_listeners(on_connection, listeners)
+    task_status.started(RemotingServerHandle(host=host, port=bound.port))
+    await trio.serve_listeners(on_connection, bound.listeners)
