@@ -186,11 +186,13 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
 
     from cli import local_render
     from cli.local_state import Refused, request
+    from cli.up import run_separator
 
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "supervisor.log"
     with open(log_path, "ab") as log:
+        start = log.seek(0, 2)  # this run's lines start here (the log is appended to)
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", *argv],
             stdin=subprocess.DEVNULL,
@@ -199,7 +201,7 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
             start_new_session=True,  # no terminal signal (Ctrl-C, hang-up) reaches it
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    start = log_path.stat().st_size if log_path.exists() else 0
+        log.write(run_separator("supervisor", proc.pid).encode())
     deadline = time.monotonic() + ready_timeout + 15  # its own deadline fires first
     while time.monotonic() < deadline:
         code = proc.poll()

@@ -37,6 +37,14 @@ def error(text: str) -> None:
     print(f"error: {text}", file=sys.stderr, flush=True)
 
 
+def rate(value: float | None) -> str:
+    """A rate (messages per second) as people read it: whole numbers from 10 on (with
+    thousands separators), one decimal below; '-' when unknown."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
+
+
 def listening(what: str, addr: str) -> None:
     _line(f"{what} listening on {addr}")
 

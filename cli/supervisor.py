@@ -210,7 +210,7 @@ class Supervisor:
             # Written after the spawn so it can name the pid: the child is still starting
             # its interpreter. The tail of this run reads from `log_start`, so even a line
             # of the child's that came first would count as this run's.
-            os.write(log_fd, run_separator(ns.node, process.pid, ns.restarts).encode())
+            os.write(log_fd, run_separator(ns.node.name, process.pid, ns.restarts).encode())
         finally:
             os.close(log_fd)  # the child holds its own copy
         ns.log_start = log_start

@@ -6,9 +6,10 @@ read the text and the styles back. The live loop (`run_top`) collects a snapshot
 for the console's current width and hands it to `rich.live.Live`, which redraws in place; a
 resized terminal simply gets a different layout on the next refresh.
 
-Layout: a header line (nameserver, time, node count, how many are down), then three tables:
-nodes (one row per broker process: broker name, brokerId, role, address, state, CommitLog
-max offset, replication lag of a slave in bytes and ms, send/pull TPS, cluster), topics
+Layout: a header line (nameserver, time, node count, how many are down; the nameserver is a
+node too), then three tables: nodes (the nameserver first, then one row per broker process:
+broker name, brokerId, role, address, state, CommitLog max offset, replication lag of a slave
+in bytes and ms, send/pull TPS, cluster), topics
 (messages = sum of queue max offsets, queue count, the per-queue max offsets) and consumer
 groups (lag, queues, topics). Every column has a priority; `fit_table` measures the table
 and drops the lowest-priority columns until each row fits on one line of the terminal, so a
@@ -28,6 +29,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cli.render import rate as _tps
 from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
 
 DOWN_STYLE = "bold red"
@@ -45,12 +47,6 @@ class Column:
 
 def _num(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
-
-
-def _tps(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
 
 
 def _table(title: str) -> Table:
@@ -100,12 +96,14 @@ def _build(title: str, columns: list[Column], rows) -> Table:
 
 
 def header(snap: TopSnapshot) -> Text:
-    down = sum(1 for n in snap.nodes if not n.alive)
+    # the nameserver counts: `rmq up` starts it as a node like the brokers, and it can die
+    down = sum(1 for n in snap.nodes if not n.alive) + (1 if snap.namesrv_error else 0)
+    total = len(snap.nodes) + 1
     text = Text()
     text.append("rmq top", style="bold")
     text.append(f"  namesrv {snap.namesrv}  ")
     text.append(time.strftime("%H:%M:%S", time.localtime(snap.wall_time)))
-    text.append(f"  {len(snap.nodes)} node{'s' if len(snap.nodes) != 1 else ''}")
+    text.append(f"  {total} node{'s' if total != 1 else ''}")
     if down:
         text.append(f", {down} down", style=DOWN_STYLE)
     if snap.namesrv_error:
@@ -129,9 +127,14 @@ NODE_COLUMNS = [
 
 
 def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> Table:
-    """One row per node; a dead node's row is red and says DOWN (the reason goes below)."""
+    """The nameserver, then one row per broker node; a dead node's row is red and says DOWN
+    (a broker's reason goes below the table, the nameserver's is in the header)."""
     tps = rates(snap, prev)
-    rows: list[tuple[dict[str, Any], str | None]] = []
+    namesrv = {"broker": "namesrv", "id": "-", "role": "NAMESRV", "address": snap.namesrv,
+               "state": "DOWN" if snap.namesrv_error else "up"}  # fmt: skip
+    rows: list[tuple[dict[str, Any], str | None]] = [
+        (namesrv, DOWN_STYLE if snap.namesrv_error else None)
+    ]
     for node in snap.nodes:
         cells: dict[str, Any] = {
             "cluster": node.cluster,
@@ -152,7 +155,7 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
         cells["send/s"], cells["pull/s"] = _tps(rate.send_tps), _tps(rate.pull_tps)
         cells["state"] = _state(node)
         rows.append((cells, None if node.listed else UNLISTED_STYLE))
-    return fit_table("brokers", NODE_COLUMNS, rows, width)
+    return fit_table("nodes", NODE_COLUMNS, rows, width)
 
 
 def _state(node: NodeView) -> str:

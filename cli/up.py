@@ -286,13 +286,13 @@ def log_tail(path: Path, lines: int = 15, *, start: int = 0) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_separator(node: NodeSpec, pid: int, restarts: int) -> str:
-    """The line the supervisor writes into a node's log at each start of the node."""
+def run_separator(name: str, pid: int, restarts: int = 0) -> str:
+    """The line written into a node's (or the supervisor's) log at each start of it."""
     from datetime import datetime
 
     now = datetime.now().astimezone().isoformat(timespec="milliseconds")
     again = f" (restart {restarts})" if restarts else ""
-    return f"==== {now} rmq up: starting {node.name} pid {pid}{again} ====\n"
+    return f"==== {now} rmq up: starting {name} pid {pid}{again} ====\n"
 
 
 async def run_up(
