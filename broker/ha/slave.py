@@ -5,9 +5,17 @@ Theory of operation
 :meth:`HAClient.run` is one task that keeps at most one connection to the master's HA port.
 
 States: *no address* (wait for :meth:`HAClient.update_master_address`), *disconnected* (connect
-attempts at most once per ``reconnect_interval``, 5 s, so a master that is down costs one attempt
-per 5 s, and one that accepts and drops us cannot make us spin; a *changed* address is tried at
-once), *connected* (below).  A connection is left on EOF, on a transport error, on garbage, on an
+attempts at most once per ``reconnect_interval``, 5 s, as RocketMQ, so a master that is down costs
+one attempt per 5 s, and one that accepts and drops us cannot make us spin; a *changed* address is
+tried at once), *connected* (below).
+
+Losing a connection that had lasted ``reconnect_interval`` or longer is different: the master
+most likely restarts, and a restarted master listens again within a second or two, while its
+readiness (``rmq up``/``rmq restart``) and SYNC_MASTER sends wait for this slave.  So the slave
+tries again at once and then, for ``fast_retry_window`` (30 s), with a bounded backoff (0.1 s
+doubling up to ``fast_retry_max``, 1 s) before falling back to one attempt per 5 s.  Short
+connections do not restart the backoff, so a master that accepts and drops us still cannot make
+us spin: at most ~35 attempts in that window, then one per 5 s.  A connection is left on EOF, on a transport error, on garbage, on an
 offset mismatch, when the store refuses an append, after ``haHousekeepingInterval`` (20 s)
 without a byte from the master, and when the master address changes.
 
@@ -62,6 +70,10 @@ class HAClient:
     connect: Connect = tcp_connect
     master_addr: str | None = None
     reconnect_interval: float = 5.0
+    # bounded backoff after losing a connection that had lasted (see the module docstring)
+    fast_retry_first: float = 0.1
+    fast_retry_max: float = 1.0
+    fast_retry_window: float = 30.0
     # RemotingUtil.connect's 5 s bound on one TCP connect
     connect_timeout: float = 5.0
     # True while a connection to the master is open
@@ -97,6 +109,17 @@ class HAClient:
         task_status.started(self)
         next_attempt = -math.inf
         last_addr: str | None = None
+        lost_at = -math.inf  # when a connection that had lasted was lost
+        backoff = self.fast_retry_first
+
+        def retry_at(attempted: float) -> float:
+            nonlocal backoff
+            now = trio.current_time()
+            if now - lost_at < self.fast_retry_window:
+                delay, backoff = backoff, min(backoff * 2, self.fast_retry_max)
+                return now + delay
+            return attempted + self.reconnect_interval
+
         while True:
             ev = self._addr_event
             addr = self.master_addr
@@ -109,7 +132,6 @@ class HAClient:
                     await ev.wait()
                 continue
             last_addr = addr
-            next_attempt = now + self.reconnect_interval
             self.attempts += 1
             stream = None
             try:
@@ -117,11 +139,20 @@ class HAClient:
                     stream = await self.connect(addr)
             except OSError as exc:
                 log.info("HA connect to master %s failed: %s", addr, exc)
+                next_attempt = retry_at(now)
                 continue
             if stream is None:
                 log.info("HA connect to master %s timed out", addr)
+                next_attempt = retry_at(now)
                 continue
+            began = trio.current_time()
             await self._serve(stream, addr)
+            ended = trio.current_time()
+            if ended - began >= self.reconnect_interval:
+                lost_at, backoff = ended, self.fast_retry_first
+                next_attempt = ended  # at once: the master may only have dropped us
+            else:
+                next_attempt = retry_at(now)
 
     async def _serve(self, stream: trio.abc.Stream, addr: str) -> None:
         self.connected = True

@@ -245,3 +245,44 @@ async def test_connect_listeners_hear_every_connection(open_store, client_for, a
             await master2.report()
             assert heard == [("master:10912", 0.0), ("master:10912", 5.0)]
             n.cancel_scope.cancel()
+
+
+async def test_lost_connection_retries_with_bounded_backoff(open_store, client_for, autojump_clock):
+    """A master that restarts is back within a second or two: after losing a connection that
+    had lasted, the slave retries at once, then 0.1 s doubling up to 1 s for 30 s, then every
+    5 s again (RocketMQ's interval)."""
+    async with open_store("s", broker_role="SLAVE") as s:
+        net = FakeMasterNet()
+        client = client_for(s, net)
+        async with trio.open_nursery() as n:
+            await n.start(client.run)
+            _, master = await net.accept()
+            await master.report()
+            await trio.sleep(6)
+            net.refuse.add("master:10912")  # the master dies and is not listening yet
+            await master.stream.aclose()
+            await trio.sleep(40)
+            times = [round(t, 6) for t, _ in net.attempts]
+            assert times[:8] == [0.0, 6.0, 6.1, 6.3, 6.7, 7.5, 8.5, 9.5]
+            gaps = [round(b - a, 6) for a, b in zip(times[1:], times[2:], strict=False)]
+            assert max(gaps) == 5.0 and gaps[-1] == 5.0  # back to one attempt per 5 s
+            assert all(t - 6.0 < 30.0 for t, g in zip(times[1:], gaps, strict=False) if g < 5)
+            net.refuse.clear()  # the master listens again
+            _, master2 = await net.accept()
+            assert (await master2.report())[0] == 0
+            n.cancel_scope.cancel()
+
+
+async def test_short_connections_do_not_restart_the_backoff(open_store, client_for, autojump_clock):
+    """A master that accepts and drops us at once cannot make the slave spin."""
+    async with open_store("s", broker_role="SLAVE") as s:
+        net = FakeMasterNet()
+        client = client_for(s, net)
+        async with trio.open_nursery() as n:
+            await n.start(client.run)
+            for _ in range(4):
+                _, master = await net.accept()
+                await master.stream.aclose()
+            times = [round(t, 6) for t, _ in net.attempts]
+            assert times == [0.0, 5.0, 10.0, 15.0]
+            n.cancel_scope.cancel()
