@@ -14,7 +14,8 @@ Theory of operation:
 * `kill` sends SIGKILL and waits for the watcher to see the exit; `restart` stops the node
   (SIGTERM, SIGKILL after `stop_timeout`) when it runs and spawns the same command line again:
   same ports, same store directory, same log file (appended). A restarted node is
-  `restarting` until the readiness probe sees it serve, then `alive` again. An exit the
+  `restarting` until the readiness probe sees it serve, then `alive` again (a restarted
+  master waits for the HA connections of its running slaves only). An exit the
   supervisor asked for (`exit_requested`) is never reported as a crash.
 * Shutdown (`stop_all`, shielded by the caller) goes slaves -> masters -> nameserver, so each
   broker unregisters while the nameserver still listens; SIGKILL after `stop_timeout`; every
@@ -260,7 +261,7 @@ class Supervisor:
         from cli.up import _probe_quietly
 
         while ns.process is process and process.returncode is None:
-            if await _probe_quietly(self.probe, self.plan, (ns.node,)):
+            if await _probe_quietly(self.probe, self._running_plan(ns), (ns.node,)):
                 if ns.process is process and process.returncode is None:
                     ns.status = NodeStatus.ALIVE
                     ns.serving.set()
@@ -268,6 +269,13 @@ class Supervisor:
                     self.report(UpEvent("restarted", ns.node, process.pid, log_path=ns.log_path))
                 return
             await trio.sleep(self.poll_interval)
+
+    def _running_plan(self, ns: NodeState) -> ClusterPlan:
+        """The plan without the brokers that are not running: a restarted master waits for
+        the HA connections of its running slaves (they reconnect within a second), never for
+        one that is dead and cannot come."""
+        brokers = tuple(b for b in self.plan.brokers if b is ns.node or self.nodes[b.name].running)
+        return attrs.evolve(self.plan, brokers=brokers)
 
     # --- operations of the control channel -----------------------------------------------
 
