@@ -469,6 +469,7 @@ def message_query(
         "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
         "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
         "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
+        "tail -f app.log | rmq produce -t Logs           # each line sent as it arrives",
     ),
 )
 def produce(
@@ -492,10 +493,20 @@ def produce(
         bool | None,
         typer.Option(
             "--progress/--no-progress",
-            help=f"Progress bar on stderr (default: for more than {PROGRESS_THRESHOLD} "
-            "stdin lines when stdin is not a terminal).",
+            help="Progress bar on stderr instead of one line per message (default, when "
+            f"stdin is not a terminal: once more than {PROGRESS_THRESHOLD} lines were read "
+            "or stdin stays open longer than a second).",
         ),
     ] = None,  # fmt: skip
+    allow_not_replicated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-not-replicated",
+            help="Exit 0 even when the broker stored a message without the replication or "
+            "flush it was configured to wait for (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, "
+            "FLUSH_DISK_TIMEOUT). Default: say so on stderr and exit 1.",
+        ),
+    ] = False,  # fmt: skip
     as_json: JsonOpt = False,
     bodies: Annotated[
         list[str] | None,
@@ -506,10 +517,14 @@ def produce(
 ) -> None:
     """Send messages (arguments, or stdin lines), print each SendResult and a summary line.
 
-    With a progress bar the per-message lines are left out; --json prints one document with
-    every result instead.
+    Stdin lines are sent as they arrive, in batches (up to 512 lines, several batches in
+    flight), so `tail -f log | rmq produce` works; empty lines are skipped. Within a queue
+    the messages keep the order of the lines. With a progress bar the per-message lines are
+    left out; --json prints one document with every result instead.
     """
     from cli import admin_render, render
+    from cli.produce import MessageTemplate, ProduceStats
+    from cli.produce import produce as produce_lines
 
     properties: dict[str, str] = {}
     for item in prop or []:
@@ -518,51 +533,47 @@ def produce(
             raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
         properties[k] = v
     from_stdin = not bodies
-    if bodies:
-        payloads = list(bodies)
+    if as_json:
+        mode = "json"
+    elif progress is not None:
+        mode = "bar" if progress else "lines"
     else:
-        payloads = [line.rstrip("\r\n") for line in sys.stdin]
-        payloads = [p for p in payloads if p]
-    if not payloads:
-        render.error("nothing to send: give BODY arguments or lines on stdin")
-        raise typer.Exit(1)
-    if progress is None:
-        progress = from_stdin and len(payloads) > PROGRESS_THRESHOLD and not _stdin_is_tty()
-    per_line = not as_json and not progress
+        mode = "auto" if from_stdin and not _stdin_is_tty() else "lines"
+    template = MessageTemplate(topic, tags=tags, keys=keys, properties=properties,
+                               delay_level=delay_level)  # fmt: skip
+    stats = ProduceStats()
 
-    async def main():
+    async def main() -> tuple[ProduceStats, float]:
         import trio
 
-        from rmq import Message, Producer
-
-        results = []
         started = trio.current_time()
-        bar = _progress_bar(len(payloads)) if progress else None
+        display = admin_render.ProduceDisplay(topic, stats, mode=mode,
+                                              threshold=PROGRESS_THRESHOLD)  # fmt: skip
         try:
-            async with Producer(group, _namesrv(ctx)) as producer:
-                for body in payloads:
-                    msg = Message(topic, body, tags=tags, keys=keys, properties=properties,
-                                  delay_level=delay_level)  # fmt: skip
-                    result = await producer.send(msg)
-                    results.append(result)
-                    if per_line:
-                        render.send_result(result)
-                    if bar is not None:
-                        bar[0].advance(bar[1])
+            await produce_lines(
+                _namesrv(ctx), template, group=group,
+                stream=_stdin_bytes() if from_stdin else None, bodies=bodies or (),
+                stats=stats, on_results=display.results, on_sent=display.sent,
+            )  # fmt: skip
         finally:
-            if bar is not None:
-                bar[0].stop()
-        return results, trio.current_time() - started
+            seconds = trio.current_time() - started
+            display.close(seconds)
+        if stats.sent:
+            display.summary(seconds)
+        return stats, seconds
 
-    results, seconds = _run(main)
-    if as_json:
-        admin_render.produce_json(topic, results, seconds)
-        return
-    statuses: dict[str, int] = {}
-    for r in results:
-        if r.status.name != "SEND_OK":
-            statuses[r.status.name] = statuses.get(r.status.name, 0) + 1
-    print(admin_render.produce_summary(topic, len(results), seconds, statuses), flush=True)
+    stats, _seconds = _run(main)
+    if not stats.sent:
+        render.error("nothing to send: give BODY arguments or lines on stdin")
+        raise typer.Exit(1)
+    if stats.not_durable and not allow_not_replicated:
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(stats.statuses.items()))
+        render.error(
+            f"{stats.not_durable} of {stats.sent} message(s) were stored without the "
+            f"replication or flush the broker waits for ({parts}); "
+            "--allow-not-replicated accepts that"
+        )
+        raise typer.Exit(1)
 
 
 def _stdin_is_tty() -> bool:
@@ -572,21 +583,9 @@ def _stdin_is_tty() -> bool:
         return False
 
 
-def _progress_bar(total: int):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn("sending"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(file=sys.stderr), transient=False)  # fmt: skip
-    task = bar.add_task("send", total=total)
-    bar.start()
-    return bar, task
+def _stdin_bytes():
+    """Stdin as a binary stream (typer's CliRunner gives a text wrapper over bytes)."""
+    return getattr(sys.stdin, "buffer", sys.stdin)
 
 
 @app.command(

@@ -1,0 +1,224 @@
+"""`rmq produce` streams stdin: lines are sent while the input is still open, in order within
+each queue, with bounded memory; answers that were stored without the replication the broker
+waits for fail the command unless --allow-not-replicated.
+
+Servers run in this process (TCP on 127.0.0.1); the command runs as a real process
+(`python -m cli.main`) where stdin matters, and as `cli.produce.produce` otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from broker.service import run_broker
+from broker.store import MessageStoreConfig, run_memory_store
+from cli.produce import MessageTemplate, ProduceStats, produce, read_stream
+from common.model import MessageQueue
+from namesrv.config import NamesrvConfig
+from namesrv.service import run_namesrv
+from rmq import Admin, PullConsumer, PullStatus
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def start_servers(tmp_path: Path, nursery: trio.Nursery, role: str = "ASYNC_MASTER") -> str:
+    ns = await nursery.start(
+        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
+    )
+    ns_addr = f"127.0.0.1:{ns.port}"
+    config = BrokerConfig(
+        listen_port=0,
+        namesrv_addr=ns_addr,
+        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store", broker_role=role),
+    )
+    await nursery.start(
+        lambda task_status: run_broker(
+            config, store_factory=run_memory_store, task_status=task_status
+        )
+    )
+    async with Admin(ns_addr) as admin:
+        with trio.fail_after(10):
+            while True:
+                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
+                    break
+                await trio.sleep(0.02)
+    return ns_addr
+
+
+@pytest.fixture
+async def namesrv(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[str]:
+    yield await start_servers(tmp_path, nursery)
+
+
+async def create_topic(ns: str, topic: str, queues: int) -> None:
+    async with Admin(ns) as admin:
+        await admin.create_topic(topic, queues=queues)
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await admin.topic_route(topic)
+                    return
+                except Exception:
+                    await trio.sleep(0.02)
+
+
+async def read_queue(c: PullConsumer, mq: MessageQueue) -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        result = await c.pull(mq, offset, 256)
+        if result.status is not PullStatus.FOUND:
+            return out
+        out.extend(m.body for m in result.messages)
+        offset = result.next_begin_offset
+
+
+async def read_topic(ns: str, topic: str) -> dict[int, list[bytes]]:
+    async with PullConsumer("checker", ns) as c:
+        return {mq.queueId: await read_queue(c, mq) for mq in await c.fetch_queues(topic)}
+
+
+def rmq_process(ns: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "cli.main", "-n", ns, "produce", *args]
+
+
+async def test_lines_are_sent_while_stdin_is_still_open(namesrv: str):
+    await create_topic(namesrv, "Tail", 2)
+    proc = await trio.lowlevel.open_process(
+        rmq_process(namesrv, "-t", "Tail", "--json"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        await proc.stdin.send_all(b"first\nsecond\n")
+        with trio.fail_after(60):  # interpreter start included, on a busy machine
+            while True:
+                seen = sorted(b for q in (await read_topic(namesrv, "Tail")).values() for b in q)
+                if seen == [b"first", b"second"]:
+                    break
+                assert not seen or seen == [b"first"] or seen == [b"second"], seen
+                await trio.sleep(0.1)
+        assert proc.poll() is None  # still running: its stdin is open
+        await proc.stdin.send_all(b"third")  # the last line may lack its newline
+        await proc.stdin.aclose()
+        with trio.fail_after(30):
+            out = b""
+            while chunk := await proc.stdout.receive_some():
+                out += chunk
+            assert await proc.wait() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            await proc.wait()
+    doc = json.loads(out)
+    assert doc["sent"] == 3 and doc["statuses"] == {}
+    assert [r["status"] for r in doc["results"]] == ["SEND_OK"] * 3
+    stored = sorted(b for q in (await read_topic(namesrv, "Tail")).values() for b in q)
+    assert stored == [b"first", b"second", b"third"]
+
+
+async def test_count_and_order_within_each_queue(namesrv: str):
+    await create_topic(namesrv, "Ordered", 4)
+    n = 5000
+    data = b"".join(b"%d\r\n" % i if i % 3 else b"%d\n\n" % i for i in range(n))
+    results = []
+    stats = await produce(namesrv, MessageTemplate("Ordered", tags="T"), group="pg",
+                          stream=Trickle(data, 333), handle_signals=False,
+                          on_results=results.extend, senders=4, max_lines=7)  # fmt: skip
+    assert (stats.sent, stats.lines_read, stats.statuses) == (n, n, {})
+    assert len(results) == n and len({r.msg_id for r in results}) == n
+    queues = await read_topic(namesrv, "Ordered")
+    assert sum(len(q) for q in queues.values()) == n
+    assert sorted(int(b) for q in queues.values() for b in q) == list(range(n))
+    for q, bodies in queues.items():
+        numbers = [int(b) for b in bodies]
+        assert numbers == sorted(numbers), f"queue {q} out of input order"
+        assert len(numbers) > n // 8  # every queue got its share of the batches
+    # each result names where its message is
+    by_queue = {(r.message_queue.queueId, r.queue_offset) for r in results}
+    assert len(by_queue) == n
+
+
+class Trickle:
+    """A pipe that hands out `step` bytes per read: lines arrive cut anywhere."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self._data = io.BytesIO(data)
+        self._step = step
+
+    def read1(self, size: int) -> bytes:
+        return self._data.read(min(size, self._step))
+
+
+class CountingStream:
+    """A binary stream of `chunks` 64 KiB reads of short lines that counts the reads made."""
+
+    def __init__(self, chunks: int) -> None:
+        self.chunks = chunks
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def read1(self, size: int) -> bytes:
+        with self._lock:
+            self.reads += 1
+            if self.reads > self.chunks:
+                return b""
+        return b"x\n" * (size // 2)
+
+
+async def test_reader_blocks_while_the_channel_is_full():
+    stream = CountingStream(chunks=20)
+    stats = ProduceStats()
+    send, receive = trio.open_memory_channel[list[bytes]](2)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: read_stream(stream, send, stats, max_lines=100))
+        await trio.sleep(0.5)  # real time: the reader thread runs as far as it can
+        assert stream.reads == 1  # one chunk read, its third batch waits for room
+        assert receive.statistics().current_buffer_used == 2
+        got = 0
+        with trio.fail_after(60):
+            async for batch in receive:
+                got += len(batch)
+                assert len(batch) <= 100
+    assert got == stats.lines_read == 20 * 32 * 1024
+    assert stats.input_done
+
+
+async def test_not_replicated_sends_fail_the_command(tmp_path: Path, nursery: trio.Nursery):
+    # a SYNC_MASTER without a slave answers SLAVE_NOT_AVAILABLE: stored, not replicated
+    ns = await start_servers(tmp_path, nursery, role="SYNC_MASTER")
+    await create_topic(ns, "Lonely", 2)
+
+    async def run(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        with trio.fail_after(60):
+            return await trio.run_process(
+                rmq_process(ns, "-t", "Lonely", *args), stdin=stdin, capture_stdout=True,
+                capture_stderr=True, check=False, cwd=ROOT,
+                env={**os.environ, "COLUMNS": "200"},
+            )  # fmt: skip
+
+    failed = await run(stdin=b"a\nb\nc\n")
+    assert failed.returncode == 1, failed.stderr
+    err = failed.stderr.decode().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: 3 of 3 message(s)"), err
+    assert "SLAVE_NOT_AVAILABLE 3" in err[0] and "--allow-not-replicated" in err[0]
+    assert "(SLAVE_NOT_AVAILABLE 3)" in failed.stdout.decode().splitlines()[-1]  # summary
+
+    allowed = await run("--allow-not-replicated", "one", stdin=b"")
+    assert allowed.returncode == 0 and allowed.stderr == b"", allowed.stderr
+    assert allowed.stdout.decode().startswith("SLAVE_NOT_AVAILABLE msgId=")
+    stored = sorted(b for q in (await read_topic(ns, "Lonely")).values() for b in q)
+    assert stored == [b"a", b"b", b"c", b"one"]
