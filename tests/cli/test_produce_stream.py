@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -222,3 +223,37 @@ async def test_not_replicated_sends_fail_the_command(tmp_path: Path, nursery: tr
     assert allowed.stdout.decode().startswith("SLAVE_NOT_AVAILABLE msgId=")
     stored = sorted(b for q in (await read_topic(ns, "Lonely")).values() for b in q)
     assert stored == [b"a", b"b", b"c", b"one"]
+
+
+async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(namesrv: str):
+    # `tail -f log | rmq produce`: the input never ends, Ctrl-C does; the reader thread is
+    # still blocked in its read then, which must not abort the interpreter at exit
+    await create_topic(namesrv, "Interrupted", 2)
+    proc = await trio.lowlevel.open_process(
+        rmq_process(namesrv, "-t", "Interrupted"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        await proc.stdin.send_all(b"one\ntwo\n")
+        with trio.fail_after(60):
+            while True:
+                stored = await read_topic(namesrv, "Interrupted")
+                if sum(len(q) for q in stored.values()) == 2:
+                    break
+                await trio.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            out = err = b""
+            while chunk := await proc.stdout.receive_some():
+                out += chunk
+            while chunk := await proc.stderr.receive_some():
+                err += chunk
+            code = await proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 0, err
+    assert b"Fatal Python error" not in err and b"Traceback" not in err, err
+    assert out.decode().splitlines()[-1].startswith("sent 2 message(s) to Interrupted")
