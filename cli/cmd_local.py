@@ -34,6 +34,8 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
         "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
         "rmq up --config cluster.toml        # topology from a file (flags override it)",
         "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
+        "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
+        "rmq up --json                       # foreground: one JSON object per event and line",
     ),
 )
 def up(
@@ -81,6 +83,15 @@ def up(
     ready_timeout: Annotated[
         float, typer.Option("--ready-timeout", help="Seconds to wait for ready.")
     ] = 30.0,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With --detach: the ready cluster as one JSON document (as `rmq status "
+            "--json`). In the foreground: one JSON object per line for each event (spawned, "
+            "ready, exited, restarted, stopped...).",
+        ),
+    ] = False,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
     process.
@@ -140,8 +151,9 @@ def up(
                 argv += [f"--{name.replace('_', '-')}", str(value)]
         if sync_master:
             argv.append("--sync-master")
-        _detach(argv, data_dir, topo.ready_timeout)
+        _detach(argv, data_dir, topo.ready_timeout, as_json=as_json)
         return
+    report = local_render.up_event_json if as_json else local_render.up_event
 
     async def main() -> None:
         import signal
@@ -154,7 +166,7 @@ def up(
             async with trio.open_nursery() as nursery:
 
                 async def supervise() -> None:
-                    await run_up(plan, data_dir, report=local_render.up_event,
+                    await run_up(plan, data_dir, report=report,
                                  ready_timeout=topo.ready_timeout)  # fmt: skip
                     nursery.cancel_scope.cancel()  # `rmq down`: done
 
@@ -164,7 +176,7 @@ def up(
                     break
 
     _run(main)
-    local_render.up_stopped()
+    local_render.up_stopped(as_json=as_json)
 
 
 def _typed(ctx: typer.Context | None, param: str) -> bool:
@@ -176,7 +188,7 @@ def _typed(ctx: typer.Context | None, param: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
-def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
+def _detach(argv: list[str], data_dir: Path, ready_timeout: float, *, as_json: bool) -> None:
     """Start `rmq up <argv>` as a background process (own session, output to
     <data-dir>/logs/supervisor.log) and return once it reports ready."""
     import os
@@ -217,7 +229,7 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float) -> None:
             status = None
         if status is not None and status.get("state") == "ready":
             proc.returncode = 0  # detached on purpose: nobody waits for it here
-            local_render.detached(status)
+            local_render.detached(status, as_json=as_json)
             return
         time.sleep(0.05)
     proc.terminate()
@@ -287,23 +299,29 @@ def status(
     epilog=_examples(
         "rmq kill broker-a                   # SIGKILL the master; its slave keeps serving",
         "rmq kill broker-a-s1 --data-dir /tmp/rmq",
+        "rmq kill broker-a --json            # the node as `rmq status --json` shows it",
     ),
 )
 def kill(
     node: Annotated[str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, ...")],
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the killed node as one JSON document.")
+    ] = False,
 ) -> None:
     """SIGKILL one node of a local cluster (the supervisor shows it as exited)."""
     from cli import local_render
 
-    local_render.killed(_control(data_dir, config, "kill", node=node)["node"])
+    reply = _control(data_dir, config, "kill", node=node)
+    local_render.killed(reply["node"], as_json=as_json)
 
 
 @app.command(
     epilog=_examples(
         "rmq restart broker-a                # same ports, same store, log appended",
         "rmq restart namesrv --timeout 60",
+        "rmq restart broker-a --json         # the node, serving again, as one JSON document",
     ),
 )
 def restart(
@@ -313,19 +331,23 @@ def restart(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait until it serves.")
     ] = 30.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the restarted node as one JSON document.")
+    ] = False,
 ) -> None:
     """Start one node of a local cluster again (stopping it first if it runs)."""
     from cli import local_render
 
     reply = _control(data_dir, config, "restart", timeout=timeout + 15,
                      node=node, wait=timeout)  # fmt: skip
-    local_render.restarted(reply["node"])
+    local_render.restarted(reply["node"], as_json=as_json)
 
 
 @app.command(
     epilog=_examples(
         "rmq down                            # the cluster of ./.rmq",
         "rmq down --data-dir /tmp/rmq",
+        "rmq down --json                     # what was stopped, as one JSON document",
     ),
 )
 def down(
@@ -334,6 +356,9 @@ def down(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait until every node is gone.")
     ] = 60.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was stopped as one JSON document.")
+    ] = False,
 ) -> None:
     """Stop a local cluster (`rmq up`, foreground or --detach): every node, then its
     supervisor; returns once every process is gone."""
@@ -374,14 +399,15 @@ def down(
     except Unreachable:
         os.kill(sup_pid, signal.SIGTERM)  # it stops its nodes on SIGTERM as on Ctrl-C
         status = state
-    local_render.down_begun(status)
+    if not as_json:
+        local_render.down_begun(status)
     node_pids = [n["pid"] for n in status["nodes"] if n.get("pid")]
     deadline = time.monotonic() + timeout
     left = node_pids
     while time.monotonic() < deadline:
         left = [p for p in node_pids if pid_running(p)]
         if not left and not pid_running(sup_pid, state.get("start_time")):
-            local_render.down_done([n["name"] for n in status["nodes"]])
+            local_render.down_done(status, as_json=as_json)
             return
         time.sleep(0.05)
     local_render.error(f"still running after {timeout:g} s: pids {left + [sup_pid]}")

@@ -38,7 +38,11 @@ def namesrv(
     ] = None,
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
-    """Run a nameserver until Ctrl-C or SIGTERM."""
+    """Run a nameserver until Ctrl-C or SIGTERM.
+
+    No --json: it prints one line once it listens, then only its log. Ask it with
+    `rmq cluster --json`.
+    """
     try:
         serve_namesrv(port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin)
     except Exit as exc:  # the error line is printed already
@@ -82,7 +86,11 @@ def broker(
     ] = None,
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
-    """Run a broker until Ctrl-C or SIGTERM. Flags override the config file."""
+    """Run a broker until Ctrl-C or SIGTERM. Flags override the config file.
+
+    No --json: it prints one line once it listens, then only its log. Ask it with
+    `rmq broker status ADDR --json`.
+    """
 
     if flush is not None and flush.upper() not in FLUSH_TYPES:
         raise typer.BadParameter("must be SYNC_FLUSH or ASYNC_FLUSH", param_hint="--flush")

@@ -14,18 +14,28 @@ store_app = typer.Typer(
     help="Offline checks of broker store directories.",
     no_args_is_help=True,
     rich_markup_mode=None,
-    epilog=_examples("rmq store verify .rmq/broker-a/store .rmq/broker-a-s1/store"),
+    epilog=_examples("rmq store verify .rmq/broker-a .rmq/broker-a-s1"),
 )
 app.add_typer(store_app, name="store")
 
 
-@store_app.command("verify")
+@store_app.command(
+    "verify",
+    epilog=_examples(
+        "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
+        "rmq store verify /data/master/store/commitlog /data/slave/store/commitlog",
+        "rmq store verify .rmq/broker-a .rmq/broker-a-s1 --json",
+        "rmq store verify M S || echo diverged   # exit 1: different; 2: not a store",
+    ),
+)
 def verify_cmd(
     master: Annotated[Path, typer.Argument(help="The master's storePathRootDir (or commitlog/).")],
     slave: Annotated[Path, typer.Argument(help="The slave's storePathRootDir (or commitlog/).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
-    """Exit 0 when the slave's CommitLog is a byte-identical prefix of the master's, else 1."""
+    """Exit 0 when the slave's CommitLog is a byte-identical prefix of the master's, 1 when
+    it is not (a difference, or a slave ahead of its master), 2 when a path is not a store
+    (one `error:` line). Stop the brokers first, or accept that the newest bytes may move."""
     from cli.store_verify import VerifyError, verify
 
     try:

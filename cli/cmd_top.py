@@ -35,6 +35,11 @@ def top(
 
     A node that stops answering turns red and top keeps running; it turns normal again when
     it is back. Ctrl-C quits.
+
+    No --json: top is a live picture for people. Scripts ask for the same facts as JSON
+    with `rmq cluster --json` (nodes, roles, replication), `rmq topic status T --json`
+    (queue offsets), `rmq group progress G --json` (lag) and `rmq status --json` (the
+    processes of a local cluster).
     """
     namesrv = _namesrv(ctx)
 

@@ -5,10 +5,15 @@ Lines that scripts read are plain, one per fact: each node's line
 name, address and pid), `ready`, `stopped`. `rmq up` prints the same node lines whether it runs
 in the foreground (from the supervisor's events) or with `--detach` (from the supervisor's
 status), so a script reads both the same way. No markup, no wrapping.
+
+With `--json` every command prints one JSON document on stdout instead (a foreground
+`rmq up`, which runs until stopped, prints one JSON object per line and event); errors stay
+one `error:` line on stderr.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +73,34 @@ def up_event(event: UpEvent) -> None:
         _line(f"{node.name:<14} stopped (exit code {event.returncode})")
 
 
-def up_stopped() -> None:
-    _line("stopped")
+def up_stopped(*, as_json: bool = False) -> None:
+    _line(json.dumps({"event": "stopped", "node": None}) if as_json else "stopped")
+
+
+def spec_json(node: NodeSpec) -> dict[str, Any]:
+    """A planned node in the shape of `rmq status --json`'s nodes (without the run's state)."""
+    return {
+        "name": node.name, "kind": node.kind, "role": node.role or "NAMESRV",
+        "broker_name": node.broker_name,
+        "broker_id": node.broker_id if node.kind == "broker" else None,
+        "cluster": node.cluster, "addr": node.addr, "port": node.port,
+        "ha_port": node.ha_port, "vip_port": node.vip_port,
+    }  # fmt: skip
+
+
+def up_event_json(event: UpEvent) -> None:
+    """One supervisor event of a foreground `rmq up --json`: one JSON object, one line."""
+    doc: dict[str, Any] = {"event": event.kind,
+                           "node": None if event.node is None else spec_json(event.node)}  # fmt: skip
+    if event.pid is not None:
+        doc["pid"] = event.pid
+    if event.kind in ("exited", "stopped"):
+        doc["returncode"] = event.returncode
+    if event.log_path is not None:
+        doc["log"] = str(event.log_path)
+    if event.detail is not None:
+        doc["log_tail"] = event.detail
+    _line(json.dumps(doc))
 
 
 def topology(status: dict[str, Any]) -> None:
@@ -80,7 +111,10 @@ def topology(status: dict[str, Any]) -> None:
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 
 
-def detached(status: dict[str, Any]) -> None:
+def detached(status: dict[str, Any], *, as_json: bool = False) -> None:
+    if as_json:
+        _line(json.dumps(status, indent=2))
+        return
     topology(status)
     _line("ready")
     _line(f"supervisor pid {status['supervisor_pid']}; `rmq status --data-dir "
@@ -97,8 +131,6 @@ def state_text(status: dict[str, Any]) -> str:
 def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     """`rmq status`: one row per node."""
     if as_json:
-        import json
-
         _line(json.dumps(status, indent=2))
         return
     from rich.console import Console
@@ -134,12 +166,18 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
                 _line(f"  | {line}")
 
 
-def killed(node: dict[str, Any]) -> None:
+def killed(node: dict[str, Any], *, as_json: bool = False) -> None:
+    if as_json:
+        _line(json.dumps(node, indent=2))
+        return
     _line(f"{node['name']} killed (pid {node['pid']}, exit code {node['returncode']}); "
           f"`rmq restart {node['name']}` starts it again")  # fmt: skip
 
 
-def restarted(node: dict[str, Any]) -> None:
+def restarted(node: dict[str, Any], *, as_json: bool = False) -> None:
+    if as_json:
+        _line(json.dumps(node, indent=2))
+        return
     _line(f"{node['name']} restarted (pid {node['pid']}), serving on {node['addr']}")
 
 
@@ -148,5 +186,12 @@ def down_begun(status: dict[str, Any]) -> None:
           f"(supervisor pid {status['supervisor_pid']})")  # fmt: skip
 
 
-def down_done(names: list[str]) -> None:
+def down_done(status: dict[str, Any], *, as_json: bool = False) -> None:
+    """Every process of the cluster `status` (the supervisor's last snapshot) is gone."""
+    names = [n["name"] for n in status["nodes"]]
+    if as_json:
+        _line(json.dumps({"cluster": status["cluster"], "data_dir": status["data_dir"],
+                          "supervisor_pid": status["supervisor_pid"], "stopped": names},
+                         indent=2))  # fmt: skip
+        return
     _line(f"stopped {', '.join(names)}" if names else "stopped")

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cli.status import BrokerStatus
-    from cli.up import UpEvent
     from common.message import MessageExt
     from common.model import TopicRouteData
     from rmq.producer import SendResult
@@ -47,37 +46,6 @@ def rate(value: float | None) -> str:
 
 def listening(what: str, addr: str) -> None:
     _line(f"{what} listening on {addr}")
-
-
-# --- rmq up ----------------------------------------------------------------------------------
-
-
-def up_event(event: UpEvent) -> None:
-    node = event.node
-    if event.kind == "spawned" and node is not None:
-        if node.kind == "namesrv":
-            detail = "nameserver"
-        else:
-            detail = (
-                f"{node.role} {node.broker_name} id {node.broker_id}, cluster {node.cluster}, "
-                f"listen {node.port}, ha {node.ha_port}, vip {node.vip_port}"
-            )
-        _line(f"{node.name:<14} {node.addr:<21} pid {event.pid:<7} {detail}  log {event.log_path}")
-    elif event.kind == "ready":
-        _line("ready")
-    elif event.kind == "exited" and node is not None:
-        _line(
-            f"{node.name:<14} exited (code {event.returncode}); the other nodes keep running; "
-            f"log {event.log_path}"
-        )
-    elif event.kind == "stopping":
-        _line("stopping")
-    elif event.kind == "stopped" and node is not None:
-        _line(f"{node.name:<14} stopped (exit code {event.returncode})")
-
-
-def up_stopped() -> None:
-    _line("stopped")
 
 
 # --- topics / cluster ------------------------------------------------------------------------
