@@ -257,3 +257,26 @@ async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(namesr
     assert code == 0, err
     assert b"Fatal Python error" not in err and b"Traceback" not in err, err
     assert out.decode().splitlines()[-1].startswith("sent 2 message(s) to Interrupted")
+
+
+async def test_delayed_lines_are_sent_one_by_one_in_input_order():
+    # RocketMQ refuses delayed messages in a batch: each line is its own SEND_MESSAGE (the
+    # in-memory cluster, on the real clock: the reader is a worker thread)
+    from common.remoting.codes import RequestCode
+    from rmq.testing import FakeCluster, FakeRemoting
+
+    cluster = FakeCluster()
+    cluster.add_broker("broker-a", "127.0.0.1:10911")
+    cluster.create_topic("Later", 2)
+    results = []
+    data = b"".join(b"%d\n" % i for i in range(50))
+    with trio.fail_after(30):
+        stats = await produce("127.0.0.1:9876", MessageTemplate("Later", delay_level=3),
+                              group="pg", stream=Trickle(data, 7), on_results=results.extend,
+                              handle_signals=False, remoting=FakeRemoting(cluster))  # fmt: skip
+    assert stats.sent == 50 and len(results) == 50
+    sends = [r for r in cluster.brokers[0].requests if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert len(sends) == 50
+    for q in (0, 1):
+        offsets = [r.queue_offset for r in results if r.message_queue.queueId == q]
+        assert offsets == sorted(offsets) and offsets
