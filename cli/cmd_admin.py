@@ -640,19 +640,21 @@ def consume(
     from cli import admin_render, render
 
     collected: list[Any] = []
+    served = {"by": ""}  # the node that answered the pull whose messages are being printed
 
     def on_message(m: Any) -> None:
         if as_json:
             collected.append(m)
         else:
-            render.message(m, verbose=verbose)
+            render.message(m, verbose=verbose, served_by=served["by"])
 
     async def main() -> None:
         from cli.consume import consume_topic
 
         await consume_topic(_namesrv(ctx), topic, group=group, from_beginning=from_beginning,
                             count=count, tags=tags, idle_timeout=idle_timeout,
-                            on_message=on_message, follow=follow)  # fmt: skip
+                            on_message=on_message, follow=follow,
+                            served_by=lambda addr: served.update(by=addr))  # fmt: skip
 
     _run(main)
     if as_json:

@@ -52,8 +52,13 @@ async def consume_topic(
     handle_signals: bool = True,
     follow: bool = True,
     remoting=None,
+    served_by: Callable[[str], None] | None = None,
 ) -> int:
-    """Consume until done; returns how many messages were handed to `on_message`."""
+    """Consume until done; returns how many messages were handed to `on_message`.
+
+    `served_by`, if given, is told the address of the node that answered each pull right
+    before that pull's messages go to `on_message` (no checkpoint in between, so it names
+    the right node even with one task per queue)."""
     from rmq import PullConsumer, PullStatus
 
     async with PullConsumer(group, namesrv, remoting=remoting) as consumer:
@@ -87,6 +92,8 @@ async def consume_topic(
             while True:
                 suspend = long_poll if follow else 0.0
                 result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=suspend)
+                if served_by is not None and result.messages:
+                    served_by(result.broker_addr)
                 for msg in result.messages:
                     if count is not None and handed >= count:
                         return  # another queue's task reached the count first

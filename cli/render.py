@@ -142,13 +142,18 @@ def send_result(result: SendResult) -> None:
     )
 
 
-def message(msg: MessageExt, *, verbose: bool = False) -> None:
+def message(msg: MessageExt, *, verbose: bool = False, served_by: str = "") -> None:
+    """A consumed message: its body, or with `verbose` where it came from and its ids.
+
+    `served_by` is the node that answered the pull. The record's own store host is the
+    master that stored it, which is wrong once a slave serves it (the master is down)."""
     body = msg.body.decode("utf-8", errors="replace")
     if not verbose:
         _line(body)
         return
+    addr = served_by or f"{msg.store_host[0]}:{msg.store_host[1]}"
     _line(
-        f"[{msg.topic} {msg.store_host[0]}:{msg.store_host[1]} q{msg.queue_id} "
+        f"[{msg.topic} {addr} q{msg.queue_id} "
         f"@{msg.queue_offset}] msgId={msg.uniq_key or msg.msg_id} tags={msg.tags or ''} "
         f"keys={msg.keys or ''} body={body}"
     )

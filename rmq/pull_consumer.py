@@ -55,6 +55,9 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = attrs.field(factory=list)
+    # the node that answered: the master, or a slave serving reads (a message's store_host
+    # names the master that stored it, even when a slave serves it)
+    broker_addr: str = ""
 
 
 def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
@@ -154,6 +157,7 @@ class PullConsumer(ClientBase):
             resp.min_offset,
             resp.max_offset,
             messages,
+            addr,
         )
 
     # --- offsets ---------------------------------------------------------------------------
