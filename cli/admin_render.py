@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cli.render import _console, _line
+from cli.render import _console, _line, rate
 
 if TYPE_CHECKING:
     from common.message import MessageExt
@@ -203,7 +203,7 @@ def group_progress_doc(
             "consumer_offset": stats.consumer_offset,
             "lag": stats.lag,
         },  # fmt: skip
-        "consume_tps": stats.consume_tps,
+        "consume_tps": round(stats.consume_tps, 2),
         "consumers": [
             {
                 "client_id": c.client_id,
@@ -247,7 +247,7 @@ def group_progress(
         )  # fmt: skip
     )
     online = ", ".join(c.client_id for c in connections) or "none online"
-    _line(f"total lag {stats.lag}, consume TPS {stats.consume_tps:g}, consumers: {online}")
+    _line(f"total lag {stats.lag}, consume TPS {rate(stats.consume_tps)}, consumers: {online}")
 
 
 # --- messages -----------------------------------------------------------------------------
