@@ -7,9 +7,10 @@ RocketMQ has one abstract ``ConfigManager``: each table says how to ``encode`` i
 rewrites it (``persist``).  Here the same split holds, so reading, error naming and atomic
 writing exist once:
 
-* :func:`atomic_write` writes a temp file in the same directory, fsyncs it and renames it over
-  the old one: a reader (or a broker restarting after a crash) sees the old or the new file,
-  never a torn one.
+* :func:`atomic_write` (``common/config_file.py``) writes a temp file in the same directory,
+  fsyncs it and renames it over the old one: a reader (or a broker restarting after a crash) sees
+  the old or the new file, never a torn one.  The broker hands topic and group snapshots to a
+  ``WriteBehind`` (same module) so the fsyncs happen in a worker thread, off the event loop.
 * :func:`read_json_file` parses a file with the tolerant reader (fastjson's unquoted integer keys
   included, so files written by a Java broker load); a missing or blank file means "nothing
   stored yet".
@@ -36,32 +37,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common import serde
+from common.config_file import atomic_write, read_json_file
 from common.model import DataVersion
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_json_file(path: Path) -> Any | None:
-    """The parsed JSON of ``path``, None if it does not exist; ValueError if it is corrupt."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    if not data.strip():
-        return None
-    try:
-        return serde.loads(data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
 
 
 def config_dir(store_root: str | os.PathLike[str]) -> Path:

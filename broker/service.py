@@ -51,6 +51,7 @@ from broker.slave_sync import run_slave_sync
 from broker.subscription import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common import serde
+from common.config_file import WriteBehind
 from common.errors import RmqError
 from common.model import RegisterBrokerBody
 from common.remoting.client import open_remoting_client
@@ -128,6 +129,9 @@ class BrokerController:
     slave_sync: Any = None
     # how this broker's ports are bound and its peers reached (TCP; in tests an in-memory one)
     network: Network = TCP
+    # topics.json / subscriptionGroup.json are fsynced by this, in a worker thread; answers that
+    # acknowledge a topic or group change wait for it (wait_config_durable)
+    config_writer: WriteBehind = attrs.field(factory=WriteBehind)
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
@@ -198,19 +202,48 @@ class BrokerController:
         self._groups_dirty = True
         self.persist_groups()
 
+    @property
+    def topics_path(self) -> Path:
+        return self.config_path / "topics.json"
+
+    @property
+    def groups_path(self) -> Path:
+        return self.config_path / "subscriptionGroup.json"
+
     def persist_topics(self) -> None:
+        """Hand the topic table to the write-behind (written and fsynced off the loop)."""
         try:
-            self.topic_config_manager.persist(self.config_path / "topics.json")
+            self.config_writer.submit(self.topics_path, self.topic_config_manager.encode())
             self._topics_dirty = False
         except OSError as exc:
             log.error("could not write topics.json: %s", exc)
 
     def persist_groups(self) -> None:
         try:
-            self.subscription_group_manager.persist(self.config_path / "subscriptionGroup.json")
+            self.config_writer.submit(self.groups_path, self.subscription_group_manager.encode())
             self._groups_dirty = False
         except OSError as exc:
             log.error("could not write subscriptionGroup.json: %s", exc)
+
+    def config_pending(self) -> bool:
+        """A topic or group change is acknowledged to nobody yet: it is not on disk."""
+        w = self.config_writer
+        return w.pending(self.topics_path) is not None or w.pending(self.groups_path) is not None
+
+    async def wait_config_durable(self, timeout: float | None = None) -> bool:
+        """Wait until every topic and group change made so far is on disk; False if that took
+        longer than ``timeout`` (default: the store's syncFlushTimeout)."""
+        w = self.config_writer
+        if timeout is None:
+            timeout = self.config.store.sync_flush_timeout
+        with trio.move_on_after(timeout):
+            for path in (self.topics_path, self.groups_path):
+                gen = w.pending(path)
+                if gen is not None:
+                    await w.wait_durable(path, gen)
+            return True
+        log.error("topic/group config not on disk after %.1f s", timeout)
+        return False
 
     def persist_offsets(self, *, force: bool = False) -> None:
         d = self.config_path
@@ -392,6 +425,7 @@ async def run_broker(
                         if ha_factory is not None:
                             controller.ha_port = await nursery.start(ha_factory, controller)
                         controller.registrar = registrar
+                        await nursery.start(controller.config_writer.run)
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)
                         nursery.start_soon(controller._housekeeping_task)

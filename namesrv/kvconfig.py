@@ -8,8 +8,9 @@ exactly what was acknowledged. The write is atomic: a temporary file in the same
 written, fsynced and renamed over the old one, so a crash mid-write leaves either the old or the
 new file, never a torn one.
 
-The file is small and changes rarely (admin commands), so writes are synchronous; a handler
-that changes the table returns only after the data is on disk.
+A handler that changes the table returns only after the data is on disk, but the write and its
+fsyncs run in a worker thread, so the nameserver keeps serving routes meanwhile.  Changes are
+serialised by a lock: each one starts from the table the previous one left on disk.
 
 A file that cannot be parsed at start raises KVConfigError rather than being silently replaced:
 overwriting it on the next put would lose what it held.
@@ -18,10 +19,12 @@ overwriting it on the next put would lose what it held.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from pathlib import Path
 
 import attrs
+import trio
+
+from common.config_file import atomic_write
 
 # Namespace whose entries a namesrv hands to registering brokers and, with orderMessageEnable,
 # puts in routes as orderTopicConf (NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG).
@@ -37,6 +40,8 @@ class KVConfigManager:
     path: str
     # namespace -> key -> value; invariant: equals the file content after every public call
     _table: dict[str, dict[str, str]] = attrs.Factory(dict)
+    # held from snapshot to adoption of a change (no change starts from a stale table)
+    _write_lock: trio.Lock = attrs.Factory(trio.Lock)
 
     @classmethod
     def load(cls, path: str) -> KVConfigManager:
@@ -58,22 +63,24 @@ class KVConfigManager:
             raise KVConfigError(f"cannot parse {path}: {exc}") from exc
         return mgr
 
-    def put(self, namespace: str, key: str, value: str) -> None:
-        new = self.snapshot()
-        new.setdefault(namespace, {})[key] = value
-        self._commit(new)
+    async def put(self, namespace: str, key: str, value: str) -> None:
+        async with self._write_lock:
+            new = self.snapshot()
+            new.setdefault(namespace, {})[key] = value
+            await self._commit(new)
 
     def get(self, namespace: str, key: str) -> str | None:
         return self._table.get(namespace, {}).get(key)
 
-    def delete(self, namespace: str, key: str) -> None:
-        if key not in self._table.get(namespace, {}):
-            return
-        new = self.snapshot()
-        del new[namespace][key]
-        if not new[namespace]:
-            del new[namespace]
-        self._commit(new)
+    async def delete(self, namespace: str, key: str) -> None:
+        async with self._write_lock:
+            if key not in self._table.get(namespace, {}):
+                return
+            new = self.snapshot()
+            del new[namespace][key]
+            if not new[namespace]:
+                del new[namespace]
+            await self._commit(new)
 
     def get_namespace(self, namespace: str) -> dict[str, str] | None:
         """A copy of one namespace, or None when it has no entries."""
@@ -83,37 +90,9 @@ class KVConfigManager:
     def snapshot(self) -> dict[str, dict[str, str]]:
         return {ns: dict(kv) for ns, kv in self._table.items()}
 
-    def _commit(self, new: dict[str, dict[str, str]]) -> None:
+    async def _commit(self, new: dict[str, dict[str, str]]) -> None:
         # Write first, then adopt: if the write fails (disk full...) memory still matches disk
         # and the caller's request fails instead of being half-applied.
-        self._write(new)
+        data = json.dumps({"configTable": new}, indent=2, sort_keys=True).encode()
+        await trio.to_thread.run_sync(atomic_write, Path(self.path), data)
         self._table = new
-
-    def _write(self, table: dict[str, dict[str, str]]) -> None:
-        data = json.dumps({"configTable": table}, indent=2, sort_keys=True).encode()
-        directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".kvConfig.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        # Make the rename itself durable.
-        try:
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)

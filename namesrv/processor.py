@@ -130,9 +130,9 @@ class NamesrvProcessor:
 
     # ---------------------------------------------------------------- KV config
 
-    def _kv_write(self, fn: Any, *args: str) -> None:
+    async def _kv_write(self, fn: Any, *args: str) -> None:
         try:
-            fn(*args)
+            await fn(*args)
         except OSError as exc:
             raise RequestError(
                 ResponseCode.SYSTEM_ERROR, f"persist kv config failed: {exc}"
@@ -140,7 +140,7 @@ class NamesrvProcessor:
 
     async def put_kv_config(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         ns, key, value = cmd.get_str("namespace"), cmd.get_str("key"), cmd.get_str("value")
-        self._kv_write(self.kv.put, ns, key, value)
+        await self._kv_write(self.kv.put, ns, key, value)
         return cmd.response()
 
     async def get_kv_config(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -154,7 +154,7 @@ class NamesrvProcessor:
 
     async def delete_kv_config(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         ns, key = cmd.get_str("namespace"), cmd.get_str("key")
-        self._kv_write(self.kv.delete, ns, key)
+        await self._kv_write(self.kv.delete, ns, key)
         return cmd.response()
 
     async def get_kv_list_by_namespace(

@@ -126,7 +126,7 @@ class AdminBrokerProcessor:
             order=req.get_bool("order", False),
         )
         b.topic_config_manager.update_topic_config(tc)
-        return req.response(ResponseCode.SUCCESS)
+        return await self._when_durable(req)
 
     async def delete_topic(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
         b = self.broker
@@ -135,7 +135,7 @@ class AdminBrokerProcessor:
         b.topic_config_manager.delete_topic_config(topic)
         b.consumer_offset_manager.remove_topics([topic])
         b.store.delete_topics([topic])
-        return req.response(ResponseCode.SUCCESS)
+        return await self._when_durable(req)
 
     async def get_all_topic_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=self.broker.topic_config_manager.encode())
@@ -161,14 +161,22 @@ class AdminBrokerProcessor:
         if not cfg.groupName:
             return req.response(ResponseCode.SYSTEM_ERROR, "groupName is empty")
         self.broker.subscription_group_manager.update_subscription_group_config(cfg)
-        return req.response(ResponseCode.SUCCESS)
+        return await self._when_durable(req)
+
+    async def _when_durable(self, req: RemotingCommand) -> RemotingCommand:
+        """SUCCESS once the change is on disk (the table is fsynced off the loop)."""
+        if await self.broker.wait_config_durable():
+            return req.response(ResponseCode.SUCCESS)
+        return req.response(
+            ResponseCode.SYSTEM_ERROR, "the change is applied but could not be written to disk"
+        )
 
     async def delete_group(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
         self._refuse_on_slave()
         self.broker.subscription_group_manager.delete_subscription_group_config(
             req.get_str("groupName")
         )
-        return req.response(ResponseCode.SUCCESS)
+        return await self._when_durable(req)
 
     # --- runtime ------------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

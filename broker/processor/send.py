@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
@@ -420,8 +421,26 @@ class SendMessageProcessor:
         wait_replica: bool = False,
     ) -> Any:
         if type(appended) is PendingPut or (wait_replica and appended.ok):
-            return self._answer_later(req, appended, queue_id, wait_replica)
-        return self._answer_put(req, appended, queue_id)
+            answer = self._answer_later(req, appended, queue_id, wait_replica)
+        else:
+            answer = self._answer_put(req, appended, queue_id)
+        if self.broker.config_pending():
+            # this send auto-created a topic (or came right after a topic change) whose config
+            # is still being written: acknowledge only what a restart would find again
+            return self._answer_when_config_durable(answer)
+        return answer
+
+    async def _answer_when_config_durable(
+        self, answer: RemotingCommand | Awaitable[RemotingCommand]
+    ) -> RemotingCommand:
+        durable = await self.broker.wait_config_durable()
+        resp = answer if isinstance(answer, RemotingCommand) else await answer
+        if not durable and resp.code == ResponseCode.SUCCESS:
+            # stored in the CommitLog, but its topic's config is not on disk: say so as a flush
+            # timeout does (the client may resend; a duplicate is possible, a loss is not)
+            resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
+            resp.remark = "the topic config of this auto-created topic is not on disk yet"
+        return resp
 
     async def _answer_later(
         self,

@@ -453,3 +453,40 @@ async def test_lock_unlock(env: Env) -> None:
     assert (await env.call(RequestCode.UNLOCK_BATCH_MQ, None, body)).code == 0
     r = await env.call(RequestCode.LOCK_BATCH_MQ, None, other)
     assert json.loads(r.body_bytes())["lockOKMQSet"] == [mq]
+
+
+async def test_send_that_auto_creates_a_topic_is_answered_once_its_config_is_on_disk(
+    env: Env,
+) -> None:
+    # topics.json is written off the event loop (common/config_file.py WriteBehind); a send
+    # must not be acknowledged for a topic a restart would not know
+    import threading
+
+    from common.config_file import atomic_write
+
+    gate = threading.Event()
+    writer = env.broker.controller.config_writer
+
+    def slow_write(path: Path, data: bytes) -> None:
+        gate.wait(10)
+        atomic_write(path, data)
+
+    writer.write = slow_write
+    topics_json = env.broker.controller.topics_path
+    answers: list[RemotingCommand] = []
+    async with trio.open_nursery() as n:
+
+        async def send() -> None:
+            answers.append(await env.send("Fresh", b"x"))
+
+        n.start_soon(send)
+        await trio.sleep(0.3)
+        assert answers == []  # appended, but topics.json does not have it yet
+        # the event loop is free: other requests are answered meanwhile
+        with trio.fail_after(2):
+            info = await env.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+        assert info.code == ResponseCode.SUCCESS
+        assert answers == []
+        gate.set()
+    assert answers[0].code == ResponseCode.SUCCESS, answers[0].remark
+    assert "Fresh" in json.loads(topics_json.read_text())["topicConfigTable"]

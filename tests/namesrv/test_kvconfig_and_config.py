@@ -6,32 +6,32 @@ import json
 import os
 
 import pytest
+import trio
 
 from namesrv.config import NamesrvConfig, format_properties, parse_properties
 from namesrv.kvconfig import KVConfigError, KVConfigManager
 
 
-def test_kv_put_get_delete_persist_across_restart(tmp_path):
+async def test_kv_put_get_delete_persist_across_restart(tmp_path):
     path = str(tmp_path / "sub" / "kvConfig.json")
     kv = KVConfigManager.load(path)  # missing file and directory: empty table
     assert kv.get("ns", "k") is None
-    kv.put("ns", "k", "v")
-    kv.put("ns", "k2", "v2")
-    kv.put("ORDER_TOPIC_CONFIG", "T", "broker-a:4")
-    with open(path) as f:
-        on_disk = json.load(f)
+    await kv.put("ns", "k", "v")
+    await kv.put("ns", "k2", "v2")
+    await kv.put("ORDER_TOPIC_CONFIG", "T", "broker-a:4")
+    on_disk = json.loads(await trio.Path(path).read_text())
     assert on_disk == {
         "configTable": {"ORDER_TOPIC_CONFIG": {"T": "broker-a:4"}, "ns": {"k": "v", "k2": "v2"}}
     }
-    kv.delete("ns", "k")
-    kv.delete("ns", "absent")
-    kv.delete("absent", "k")
+    await kv.delete("ns", "k")
+    await kv.delete("ns", "absent")
+    await kv.delete("absent", "k")
 
     again = KVConfigManager.load(path)
     assert again.get("ns", "k") is None
     assert again.get("ns", "k2") == "v2"
     assert again.get_namespace("ORDER_TOPIC_CONFIG") == {"T": "broker-a:4"}
-    again.delete("ns", "k2")
+    await again.delete("ns", "k2")
     assert KVConfigManager.load(path).get_namespace("ns") is None
     # no temp files left behind by the atomic writes
     assert sorted(os.listdir(tmp_path / "sub")) == ["kvConfig.json"]
@@ -51,12 +51,12 @@ def test_kv_corrupt_file_is_an_error_not_silently_replaced(tmp_path):
     assert path.read_text() == "{not json"
 
 
-def test_kv_failed_write_leaves_memory_unchanged(tmp_path):
+async def test_kv_failed_write_leaves_memory_unchanged(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     kv = KVConfigManager(str(blocker / "kvConfig.json"))  # parent is a file: writes fail
     with pytest.raises(OSError):
-        kv.put("ns", "k", "v")
+        await kv.put("ns", "k", "v")
     assert kv.get("ns", "k") is None
 
 
@@ -90,3 +90,14 @@ def test_parse_properties_java_syntax():
         "e": "x\tyA",
         "f": "",
     }
+
+
+async def test_kv_changes_are_serialised_and_none_is_lost(tmp_path):
+    # the write runs in a worker thread: concurrent changes must not start from a stale table
+
+    kv = KVConfigManager(str(tmp_path / "kvConfig.json"))
+    async with trio.open_nursery() as n:
+        for i in range(20):
+            n.start_soon(kv.put, "ns", f"k{i}", str(i))
+    on_disk = KVConfigManager.load(str(tmp_path / "kvConfig.json"))
+    assert on_disk.get_namespace("ns") == {f"k{i}": str(i) for i in range(20)}
