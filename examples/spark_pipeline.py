@@ -10,12 +10,16 @@ Modes:
             the "rocketmq-store" source and write the --topic events to Parquet under
             --out/backfill
 
+    rmq up --detach                        # namesrv 127.0.0.1:9876, store under ./.rmq
     python examples/spark_pipeline.py --namesrv 127.0.0.1:9876 generate --count 10000
     python examples/spark_pipeline.py --namesrv 127.0.0.1:9876 stream --out /tmp/orders
-    python examples/spark_pipeline.py backfill --store ~/.rmq/broker-a --out /tmp/orders
+    python examples/spark_pipeline.py backfill --store .rmq/broker-a --out /tmp/orders
 
-    # the same on a cluster: ship the project (or pip install it on every node)
-    spark-submit --master local[2] --py-files dist/trio_rmq.zip \\
+`python` is the venv's (`.venv/bin/python` works without activating it): `pipeline.session()`
+makes Spark's Python workers run that same interpreter. With spark-submit, name it in
+PYSPARK_PYTHON; no zip is needed when the project is installed in that interpreter:
+
+    PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master 'local[2]' \\
         examples/spark_pipeline.py --namesrv 127.0.0.1:9876 stream --out /tmp/orders
 
 How the stream keeps its promises: the source's offsets live in the checkpoint, so a restart
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -180,20 +183,10 @@ def run_backfill(spark, *, store: str, topic: str, out: str, broker_name: str | 
 
 
 def session(app: str = "trio-rmq-pipeline"):
-    # Spark's Python workers must run this interpreter (it has the project and pyarrow)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
+    """The SparkSession of the example: workers run this interpreter, formats registered."""
     import pipeline
 
-    spark = (
-        SparkSession.builder.appName(app)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    pipeline.register(spark)
-    return spark
+    return pipeline.session(app, **{"spark.sql.shuffle.partitions": "4"})
 
 
 def main(argv: list[str] | None = None) -> int:
