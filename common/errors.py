@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from common.remoting.codes import ResponseCode
-
-if TYPE_CHECKING:
-    from common.remoting.command import RemotingCommand
 
 
 class RmqError(Exception):
@@ -186,10 +183,10 @@ for _code in (
     _BY_CODE[int(_code)] = SubscriptionError
 
 
-def error_for_response(cmd: RemotingCommand) -> BrokerResponseError:
-    """The error a client raises for an unexpected response ``cmd`` (class chosen by its code)."""
-    cls = _BY_CODE.get(cmd.code, BrokerResponseError)
-    return cls(cmd.code, cmd.remark)
+def error_for_response(code: int, remark: str | None) -> BrokerResponseError:
+    """The error a client raises for an unexpected response (class chosen by its code)."""
+    cls = _BY_CODE.get(code, BrokerResponseError)
+    return cls(code, remark)
 
 
 # --- exception groups --------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class BlockingClient:
     def call_ok(self, addr: str, code: int, ext: dict | None = None) -> RemotingCommand:
         resp = self.call(addr, code, ext)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         return resp
 
     def _drop(self, addr: str) -> None:
@@ -211,7 +211,7 @@ class LiveCluster:
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         return from_json(resp.body_bytes(), TopicRouteData)
 
     def topics(self) -> list[str]:
@@ -220,7 +220,7 @@ class LiveCluster:
             return list(self.opts.topics)
         resp = self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         names = from_json(resp.body_bytes(), TopicList).topicList
         info_resp = self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
         own: frozenset[str] = frozenset()
@@ -275,7 +275,7 @@ class LiveCluster:
             try:
                 resp = self.client.call(addr, code, ext)
                 if resp.code not in ok:
-                    raise error_for_response(resp)
+                    raise error_for_response(resp.code, resp.remark)
                 return resp
             except (RemotingConnectError, RemotingTimeoutError) as exc:
                 last = exc
@@ -457,7 +457,7 @@ def _pull_bodies(task: PullTask, wanted) -> Iterator[bytes]:
                       f"(its max offset is {resp.ext_fields.get('maxOffset')})")  # fmt: skip
                 break
             elif code != ResponseCode.PULL_RETRY_IMMEDIATELY:
-                raise error_for_response(resp)
+                raise error_for_response(resp.code, resp.remark)
             if nxt <= offset:
                 raise DataLossError(f"{where}: the broker did not advance past offset {offset}")
             offset = nxt

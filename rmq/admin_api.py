@@ -200,7 +200,7 @@ class AdminAPI:
     async def _call_ok(self, addr, code, ext=None, body=b"", *, timeout: float) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout=timeout)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         return resp
 
     async def broker_runtime_info(self, addr: str, *, timeout: float) -> dict[str, str]:
@@ -282,7 +282,7 @@ class AdminAPI:
         if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
             return []
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         try:
             doc = loads(resp.body_bytes())
             subs = {
@@ -328,7 +328,7 @@ class AdminAPI:
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return []
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         body = resp.body_bytes()
         return decode_records(body) if body else []
 

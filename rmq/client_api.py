@@ -87,7 +87,7 @@ def send_code(header: Mapping[str, object]) -> int:
 def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendResponse:
     """The answer to a send request with `header`; error codes raise by cause."""
     if resp.code not in SEND_OK_CODES:
-        raise error_for_response(resp)
+        raise error_for_response(resp.code, resp.remark)
     ext = resp.ext_fields
     return SendResponse(
         code=resp.code,
@@ -115,7 +115,7 @@ class ClientAPI:
     async def _call_ok(self, addr, code, ext=None, body=b"", *, timeout: float) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout=timeout)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         return resp
 
     # --- nameserver ----------------------------------------------------------------------
@@ -218,7 +218,7 @@ class ClientAPI:
         }
         resp = await self._call(addr, RequestCode.PULL_MESSAGE, header, timeout=timeout)
         if resp.code not in PULL_CODES:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         ext = resp.ext_fields
         try:
             next_begin = int(ext["nextBeginOffset"])
@@ -249,7 +249,7 @@ class ClientAPI:
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp)
+            raise error_for_response(resp.code, resp.remark)
         return int(resp.ext_fields.get("offset", 0))
 
     async def update_consumer_offset(

@@ -61,7 +61,7 @@ def test_body_helpers_and_repr_hides_bytes():
 
 def test_error_for_response_by_code():
     def err(code):
-        return error_for_response(RemotingCommand(code=code, remark="r", flag=1))
+        return error_for_response(code, "r")
 
     assert isinstance(err(17), TopicNotExistError) and err(17).retriable
     assert isinstance(err(14), ServiceNotAvailableError) and err(14).retriable
