@@ -131,12 +131,16 @@ class BrokerController:
     network: Network = TCP
     # topics.json / subscriptionGroup.json are fsynced by this, in a worker thread; answers that
     # acknowledge a topic or group change wait for it (wait_config_durable)
-    config_writer: WriteBehind = attrs.field(factory=WriteBehind)
+    config_writer: WriteBehind = attrs.field(init=False)
+    # file writes (configs, offsets) in worker threads; False keeps them on the event loop for
+    # tests under autojump_clock (see common/config_file.py)
+    io_threads: bool = True
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.config_writer = WriteBehind(in_thread=self.io_threads)
         c = self.config
         self.topic_config_manager = TopicConfigManager(
             broker_name=c.broker_name,
@@ -326,7 +330,10 @@ class BrokerController:
                 atomic_write(path, data)
 
         try:
-            await trio.to_thread.run_sync(write_all)
+            if self.io_threads:
+                await trio.to_thread.run_sync(write_all)
+            else:
+                write_all()
         except OSError as exc:
             for manager, _, _ in jobs:
                 manager.mark_dirty()
@@ -372,6 +379,7 @@ async def run_broker(
     store_factory: StoreFactory | None = None,
     ha_factory: Callable[..., Awaitable[Any]] | None = None,
     network: Network = TCP,
+    io_threads: bool = True,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled (see the module docstring).
@@ -391,7 +399,7 @@ async def run_broker(
 
                 store_factory = run_message_store
             store = await outer.start(store_factory, config.store)
-        controller = BrokerController(config, store, network=network)
+        controller = BrokerController(config, store, network=network, io_threads=io_threads)
         controller.load()
         store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
         dispatcher = controller.build_dispatcher()

@@ -84,6 +84,9 @@ class WriteBehind:
     retry_interval: float = 1.0
     # how a snapshot reaches the disk (tests slow it down or make it fail)
     write: Callable[[Path, bytes], None] = atomic_write
+    # write in a worker thread; False writes on the loop (tests under autojump_clock, where a
+    # thread's wall time would let the clock jump past every timeout)
+    in_thread: bool = True
     # path -> (generation, bytes) submitted and not yet written; at most one per path
     _waiting: dict[Path, tuple[int, bytes]] = attrs.field(factory=dict)
     # path -> newest generation known to be on disk
@@ -134,7 +137,10 @@ class WriteBehind:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 batch = dict(self._waiting)
-                failed = await trio.to_thread.run_sync(self._write_batch, batch)
+                if self.in_thread:
+                    failed = await trio.to_thread.run_sync(self._write_batch, batch)
+                else:
+                    failed = self._write_batch(batch)
                 for path, (gen, _) in batch.items():
                     if path not in failed:
                         self.durable[path] = max(self.durable.get(path, 0), gen)

@@ -290,7 +290,11 @@ class MemoryCluster:
         )
         handle = await self.nursery.start(
             functools.partial(
-                run_broker, config, store_factory=run_memory_store, network=self.network
+                run_broker,
+                config,
+                store_factory=run_memory_store,
+                network=self.network,
+                io_threads=False,  # autojump_clock: no wall-clock waits on worker threads
             )
         )
         self.brokers[node] = handle
