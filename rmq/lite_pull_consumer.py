@@ -44,6 +44,7 @@ import trio
 from common.errors import RmqError, unwrapping_groups
 from common.message import MessageExt
 from common.model import MessageQueue
+from common.remoting.network import Network
 from rmq.errors import ClientError
 from rmq.pull_consumer import PullConsumer, PullStatus
 
@@ -91,6 +92,7 @@ class LitePullConsumer:
         pull_delay_on_error: float = PULL_DELAY_ON_ERROR,
         timeout: float = 3.0,
         remoting=None,
+        network: Network | None = None,
     ) -> None:
         name = getattr(consume_from, "name", consume_from)
         if name not in _CONSUME_FROM:
@@ -110,7 +112,9 @@ class LitePullConsumer:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.pull_delay_on_error = pull_delay_on_error
         self.timeout = timeout
-        self._pull = PullConsumer(group, namesrv, remoting=remoting, timeout=timeout)
+        self._pull = PullConsumer(
+            group, namesrv, remoting=remoting, network=network, timeout=timeout
+        )
         # assigned queues in assignment order; the keys are exactly the assignment
         self._queues: dict[MessageQueue, _QueueState] = {}
         # queues taken out of the assignment with offsets not committed yet

@@ -51,6 +51,7 @@ from common.message import java_string_hash
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
+from common.remoting.network import Network
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
 from rmq.errors import InvalidMessageError, NoRouteInfoError
@@ -59,8 +60,10 @@ from rmq.message import (
     _body_bytes,
     _keys_str,
     _topic_problem,
+    check_record_size,
     default_generator,
     encode_batch_body,
+    stored_record_size,
 )
 from rmq.topic_publish_info import (
     TopicPublishInfo,
@@ -69,6 +72,8 @@ from rmq.topic_publish_info import (
 )
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+# Cluster names are far shorter: a message this far under the limit needs no route to be sure
+_CLUSTER_NAME_ALLOWANCE = 4096
 _MAX_HEADER_TEMPLATES = 4096  # a producer writing to many topics starts over past this
 _BATCH_PROPERTIES = "WAIT\x01true"  # encode_properties({"WAIT": "true"})
 
@@ -117,6 +122,7 @@ class Producer(ClientBase):
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
         remoting=None,
+        network: Network | None = None,
         send_timeout: float = 3.0,
         retry_times: int = 2,
         default_topic_queue_nums: int = 4,
@@ -130,6 +136,7 @@ class Producer(ClientBase):
         super().__init__(
             namesrv,
             remoting=remoting,
+            network=network,
             timeout=send_timeout,
             route_max_age=route_max_age,
             heartbeat_interval=heartbeat_interval,
@@ -213,6 +220,10 @@ class Producer(ClientBase):
         """
         body, props, uniq = self._prepare(msg)
         flag = msg.flag
+        if len(body) + _CLUSTER_NAME_ALLOWANCE > self.max_message_size:
+            await self._check_near_limit(
+                msg.topic, stored_record_size(msg.topic, len(body), props, "")
+            )
 
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, props, flag, batch=False), body
@@ -284,6 +295,7 @@ class Producer(ClientBase):
         if problem is not None:
             raise InvalidMessageError(problem)
         items = []
+        stored = 0  # bytes of the records the broker will write, cluster names aside
         uniqs = default_generator().create_many(len(msgs))
         for i, m in enumerate(msgs):
             if m.topic != topic:
@@ -294,8 +306,10 @@ class Producer(ClientBase):
                 raise InvalidMessageError("batch messages must wait for the store (WAIT=true)")
             body, props, uniqs[i] = self._prepare(m, check_size=False, uniq=uniqs[i])
             items.append((m.flag, body, props))
+            stored += stored_record_size(topic, len(body), props, "")
+        check_record_size(stored, self.max_message_size, "batch")
+        await self._check_near_limit(topic, stored)
         body = encode_batch_body(items)
-        self._check_size(len(body))
         uniq = ",".join(uniqs)
         # Batch-level properties are appended to every stored message by the broker, so they
         # carry only WAIT, never a UNIQ_KEY that would shadow each message's own.
@@ -323,16 +337,29 @@ class Producer(ClientBase):
         if msg.keys is not None and msg.keys.__class__ is not str:
             msg.keys = _keys_str(msg.keys)
         msg.validate()
-        if check_size:
-            self._check_size(len(msg.body))
         props, uniq = msg.wire_properties_string(uniq or default_generator().create())
+        if check_size:
+            # the record the broker stores, not the body, is what maxMessageSize limits; the
+            # broker's cluster name is added in send() when the message is near the limit
+            check_record_size(
+                stored_record_size(msg.topic, len(msg.body), props, ""), self.max_message_size
+            )
         return msg.body, props, uniq
 
-    def _check_size(self, size: int) -> None:
-        if size > self.max_message_size:
-            raise InvalidMessageError(
-                f"message body size {size} exceeds the maximum {self.max_message_size}"
-            )
+    async def _check_near_limit(self, topic: str, size: int) -> None:
+        """`size` (records stored without a cluster name) plus the CLUSTER value the topic's
+        brokers add, against maxMessageSize; the route is needed only near the limit."""
+        if size + _CLUSTER_NAME_ALLOWANCE <= self.max_message_size:
+            return
+        await (self._cached_publish_info(topic) or self.publish_info(topic))
+        client = self.client
+        route = client.cached_route(topic) or client.cached_route(self.create_topic_key)
+        longest = (
+            max((len(bd.cluster.encode()) for bd in route.brokerDatas), default=0)
+            if (route is not None)
+            else 0
+        )
+        check_record_size(size + longest, self.max_message_size)
 
     def _header(self, mq: MessageQueue, props: str, flag: int, *, batch: bool) -> dict[str, str]:
         """SendMessageRequestHeaderV2 for `mq`: a copy of the queue's prepared header (every

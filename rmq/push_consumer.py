@@ -59,6 +59,7 @@ from common.message import decode_record, java_string_hash
 from common.model import ConsumerData, ConsumeType, MessageQueue, SubscriptionData
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import Network
 from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.consume_service import (
@@ -142,10 +143,12 @@ class PushConsumer(ClientBase):
         heartbeat_interval: float = 30.0,
         timeout: float = 3.0,
         remoting=None,
+        network: Network | None = None,
     ) -> None:
         super().__init__(
             namesrv,
             remoting=remoting,
+            network=network,
             timeout=timeout,
             instance_name=instance_name,
             heartbeat_interval=heartbeat_interval,
