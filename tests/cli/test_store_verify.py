@@ -74,7 +74,7 @@ def test_a_flipped_byte_is_reported_at_its_offset(tmp_path):
     data[size + 88] ^= 0x01  # the body of the segment's second record
     seg.write_bytes(bytes(data))
     r = run(tmp_path / "m", tmp_path / "s")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.output.strip() == (
         f"DIFFERENT at offset {SEG + size + 88}: bytes differ inside the record at {SEG + size}"
     )
@@ -82,7 +82,7 @@ def test_a_flipped_byte_is_reported_at_its_offset(tmp_path):
     data[size + 4] ^= 0x01  # its magic: the slave's log is torn in the middle
     seg.write_bytes(bytes(data))
     r = run(tmp_path / "m", tmp_path / "s")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.output.startswith(f"DIFFERENT at offset {SEG + size}: slave's log is torn there")
 
 
@@ -90,10 +90,10 @@ def test_slave_ahead_fails(tmp_path):
     write_log(tmp_path / "m", 20)
     write_log(tmp_path / "s", 25)
     r = run(tmp_path / "m", tmp_path / "s")
-    assert r.exit_code == 1 and r.output.startswith("slave is AHEAD of master")
+    assert r.exit_code == 2 and r.output.startswith("slave is AHEAD of master")
 
 
 def test_not_a_store(tmp_path):
     write_log(tmp_path / "m", 1)
     r = run(tmp_path / "m", tmp_path / "missing")
-    assert r.exit_code == 2 and "is not a store directory" in r.output
+    assert r.exit_code == 1 and "is not a store directory" in r.output

@@ -127,7 +127,7 @@ def test_store_verify(tmp_path: Path, paths: dict[str, str], bad: str):
     good = tmp_path / "store"
     (good / "commitlog").mkdir(parents=True)
     for args in ([paths[bad], str(good)], [str(good), paths[bad]]):
-        _one_line(_run("cli.main", "store", "verify", *args), paths[bad], code=2)
+        _one_line(_run("cli.main", "store", "verify", *args), paths[bad])
 
 
 @pytest.mark.parametrize("module", ["cli.main", "cli.node"])
