@@ -9,13 +9,14 @@ attempts at most once per ``reconnect_interval``, 5 s, as RocketMQ, so a master 
 one attempt per 5 s, and one that accepts and drops us cannot make us spin; a *changed* address is
 tried at once), *connected* (below).
 
-Losing a connection that had lasted ``reconnect_interval`` or longer is different: the master
-most likely restarts, and a restarted master listens again within a second or two, while its
-readiness (``rmq up``/``rmq restart``) and SYNC_MASTER sends wait for this slave.  So the slave
-tries again at once and then, for ``fast_retry_window`` (30 s), with a bounded backoff (0.1 s
-doubling up to ``fast_retry_max``, 1 s) before falling back to one attempt per 5 s.  Short
-connections do not restart the backoff, so a master that accepts and drops us still cannot make
-us spin: at most ~35 attempts in that window, then one per 5 s.  A connection is left on EOF, on a transport error, on garbage, on an
+A connection the *master* ended (EOF or reset, not one we left over a protocol disagreement or
+its silence) is different: the master most likely restarts, and a restarted master listens
+again within a second or two, while its readiness (``rmq up``/``rmq restart``) and SYNC_MASTER
+sends wait for this slave.  So the slave tries again at once and then with a bounded backoff
+(0.1 s doubling up to ``fast_retry_max``, 1 s) until ``fast_retry_window`` (30 s) has passed,
+then one attempt per 5 s again.  Such a window begins at most once per 30 s and connections
+made within it do not restart the backoff, so a master that accepts and drops us cannot make us
+spin: about one attempt per second at worst.  A connection is left on EOF, on a transport error, on garbage, on an
 offset mismatch, when the store refuses an append, after ``haHousekeepingInterval`` (20 s)
 without a byte from the master, and when the master address changes.
 
@@ -88,6 +89,8 @@ class HAClient:
     _addr_event: trio.Event = attrs.field(factory=trio.Event)
     # the running connection's scope; cancelled to drop it when the address changes
     _conn_scope: trio.CancelScope | None = None
+    # the master ended the current connection (EOF or reset), as opposed to us leaving it
+    _master_left: bool = False
     # the reporter parks here; the reader wakes it after appends
     _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
     # called with the master's address each time a connection to it opens (the slave's
@@ -109,7 +112,7 @@ class HAClient:
         task_status.started(self)
         next_attempt = -math.inf
         last_addr: str | None = None
-        lost_at = -math.inf  # when a connection that had lasted was lost
+        lost_at = -math.inf  # when the last fast-retry window began
         backoff = self.fast_retry_first
 
         def retry_at(attempted: float) -> float:
@@ -145,12 +148,13 @@ class HAClient:
                 log.info("HA connect to master %s timed out", addr)
                 next_attempt = retry_at(now)
                 continue
-            began = trio.current_time()
+            self._master_left = False
             await self._serve(stream, addr)
             ended = trio.current_time()
-            if ended - began >= self.reconnect_interval:
+            if self._master_left and ended - lost_at >= self.fast_retry_window:
+                # the master went away (a restart?): at once, then the bounded backoff
                 lost_at, backoff = ended, self.fast_retry_first
-                next_attempt = ended  # at once: the master may only have dropped us
+                next_attempt = ended
             else:
                 next_attempt = retry_at(now)
 
@@ -189,6 +193,7 @@ class HAClient:
                     with trio.move_on_after(left):
                         await self._lot.park()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._master_left = True
             log.info("HA report to master failed: %s", exc)
         finally:
             scope.cancel()
@@ -204,6 +209,7 @@ class HAClient:
                 if timer.cancelled_caught:
                     raise _Close(f"master silent for {housekeeping:.0f} s")
                 if not data:
+                    self._master_left = True
                     raise _Close("master closed the connection")
                 self.last_read = trio.current_time()
                 appended = False
@@ -223,6 +229,7 @@ class HAClient:
         except _Close as why:
             log.warning("HA leaving master connection: %s", why)
         except (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError) as exc:
+            self._master_left = not isinstance(exc, HAProtocolError)
             log.info("HA read from master failed: %s", exc)
         finally:
             scope.cancel()
