@@ -204,6 +204,53 @@ class Message:
         return s, uniq_key
 
 
+# The size limit counts the CommitLog record, not the body. A broker refuses a put whose
+# records exceed maxMessageSize (4 MiB by default) with MESSAGE_ILLEGAL (code 13): RocketMQ's
+# CommitLog compares calMsgLength (the whole record) with it, and for a batch the sum of the
+# records. Java's client checks only the body, so a body just under 4 MiB passes it and is
+# refused by the broker. Ours computes the record the broker will write:
+#   91 fixed bytes (IPv4 born and store hosts) + body + topic + stored properties,
+# where the stored properties are those sent in header `i` without WAIT (the broker keeps it in
+# memory only) and with CLUSTER=<the broker's cluster name> added.
+RECORD_FIXED_BYTES = 91
+_CLUSTER_NAME = "CLUSTER\x01"
+
+
+def stored_record_size(topic: str, body_len: int, wire_props: str, cluster: str) -> int:
+    """Bytes of the CommitLog record a broker of `cluster` writes for one message sent to
+    `topic` with a body of `body_len` bytes and header `i` = `wire_props`."""
+    n = len(wire_props) if wire_props.isascii() else len(wire_props.encode("utf-8"))
+    wait = _wait_segment(wire_props)
+    if wait:
+        n -= wait + (1 if n > wait else 0)  # the pair and one separator, if any
+    tail = len(_CLUSTER_NAME) + len(cluster.encode("utf-8"))
+    props = n + 1 + tail if n else tail
+    top = len(topic) if topic.isascii() else len(topic.encode("utf-8"))
+    return RECORD_FIXED_BYTES + body_len + top + props
+
+
+def _wait_segment(props: str) -> int:
+    """Length in bytes of the `WAIT\x01<value>` pair of `props`, 0 when there is none."""
+    if props.startswith("WAIT\x01"):
+        start = 0
+    else:
+        start = props.find("\x02WAIT\x01") + 1
+        if start == 0:
+            return 0
+    end = props.find("\x02", start)
+    return (len(props) if end < 0 else end) - start
+
+
+def check_record_size(size: int, limit: int, what: str = "message") -> None:
+    """Raise InvalidMessageError when a record (or a batch's records) of `size` bytes is more
+    than a broker with maxMessageSize = `limit` stores."""
+    if size > limit:
+        raise InvalidMessageError(
+            f"{what} too large: the broker would store {size} bytes (body, topic and "
+            f"properties), which exceeds its maxMessageSize {limit}"
+        )
+
+
 # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN of one message of a batch body (facts §4.6)
 _BATCH_HEAD = struct.Struct(">iiiii")
 _PROPS_LEN = struct.Struct(">h")

@@ -308,7 +308,7 @@ class Producer(ClientBase):
             items.append((m.flag, body, props))
             stored += stored_record_size(topic, len(body), props, "")
         check_record_size(stored, self.max_message_size, "batch")
-        await self._check_near_limit(topic, stored)
+        await self._check_near_limit(topic, stored, len(msgs))
         body = encode_batch_body(items)
         uniq = ",".join(uniqs)
         # Batch-level properties are appended to every stored message by the broker, so they
@@ -346,20 +346,21 @@ class Producer(ClientBase):
             )
         return msg.body, props, uniq
 
-    async def _check_near_limit(self, topic: str, size: int) -> None:
-        """`size` (records stored without a cluster name) plus the CLUSTER value the topic's
-        brokers add, against maxMessageSize; the route is needed only near the limit."""
-        if size + _CLUSTER_NAME_ALLOWANCE <= self.max_message_size:
+    async def _check_near_limit(self, topic: str, size: int, count: int = 1) -> None:
+        """`size` (`count` records as stored without a cluster name) plus the CLUSTER value
+        the topic's brokers add to each, against maxMessageSize; the route is needed only
+        near the limit."""
+        if size + count * _CLUSTER_NAME_ALLOWANCE <= self.max_message_size:
             return
-        await (self._cached_publish_info(topic) or self.publish_info(topic))
+        if self._cached_publish_info(topic) is None:
+            await self.publish_info(topic)  # caches the route (or the auto-create topic's)
         client = self.client
         route = client.cached_route(topic) or client.cached_route(self.create_topic_key)
-        longest = (
-            max((len(bd.cluster.encode()) for bd in route.brokerDatas), default=0)
-            if (route is not None)
-            else 0
+        brokers = route.brokerDatas if route is not None else []
+        longest = max((len(bd.cluster.encode()) for bd in brokers), default=0)
+        check_record_size(
+            size + count * longest, self.max_message_size, "batch" if count > 1 else "message"
         )
-        check_record_size(size + longest, self.max_message_size)
 
     def _header(self, mq: MessageQueue, props: str, flag: int, *, batch: bool) -> dict[str, str]:
         """SendMessageRequestHeaderV2 for `mq`: a copy of the queue's prepared header (every
