@@ -16,20 +16,18 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
 
+from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
 from common.errors import RequestError
 from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
-
-if TYPE_CHECKING:
-    from broker.service import BrokerController
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 

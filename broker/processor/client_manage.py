@@ -20,9 +20,10 @@ as names (Java) or ints (C++); the model accepts both.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.consumer_manager import ClientChannelInfo
+from broker.controller import BrokerController
 from broker.topic_config import retry_topic
 from common import serde
 from common.errors import RequestError
@@ -36,9 +37,6 @@ from common.model import (
 )
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from broker.service import BrokerController
 
 log = logging.getLogger(__name__)
 

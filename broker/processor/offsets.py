@@ -17,13 +17,11 @@ index and answers the raw records found.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker.controller import BrokerController
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from broker.service import BrokerController
 
 
 class ConsumerManageProcessor:

@@ -31,10 +31,11 @@ to back without joining them.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from broker.controller import BrokerController
 from broker.processor.pull_hold import ParkedPull
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
@@ -42,9 +43,6 @@ from common.errors import RequestError
 from common.model import MessageModel, PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from broker.service import BrokerController
 
 log = logging.getLogger(__name__)
 

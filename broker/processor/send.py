@@ -36,8 +36,9 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker.controller import BrokerController
 from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
 from broker.topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -61,9 +62,6 @@ from common.message import (
 from common.model import PermName
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RESPONSE_FLAG, RemotingCommand
-
-if TYPE_CHECKING:
-    from broker.service import BrokerController
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig
+from broker.controller import BrokerController
 from broker.processor.pull import PullMessageProcessor
-from broker.service import BrokerController
 from broker.store import MessageStoreConfig, run_memory_store
 from common.message import MessageExtBrokerInner, decode_records
 from common.remoting.codes import RequestCode, ResponseCode

@@ -7,9 +7,9 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig
+from broker.controller import BrokerController
 from broker.processor.send import SendMessageProcessor
 from broker.schedule import SCHEDULE_TOPIC, trio_wall_clock_ms
-from broker.service import BrokerController
 from broker.store import MessageStoreConfig, run_memory_store
 from common.message import MessageConst, MessageExtBrokerInner, decode_records, encode_properties
 from common.remoting.codes import RequestCode, ResponseCode

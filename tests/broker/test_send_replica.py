@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
+from broker.controller import BrokerController
 from broker.processor.send import SendMessageProcessor
-from broker.service import BrokerController
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common.message import encode_properties
 from common.remoting.codes import RequestCode, ResponseCode

@@ -7,7 +7,8 @@ import json
 import trio
 
 from broker.config import BrokerConfig
-from broker.service import BrokerController
+from broker.controller import BrokerController
+from broker.processor.dispatcher import build_dispatcher
 from broker.slave_sync import SlaveSynchronize, run_slave_sync
 from broker.store import MessageStoreConfig, run_memory_store
 from common.errors import RemotingConnectError
@@ -70,7 +71,7 @@ async def start_pair(nursery, tmp_path, *, slave_port=0):
 async def test_changes_on_master_reach_slave_within_one_period(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        d = master.build_dispatcher()
+        d = build_dispatcher(master)
         client = LoopbackClient({MASTER: d})
         m = master
         m.topic_config_manager.update_topic_config(TopicConfig("OrderTopic", 4, 4))
@@ -125,7 +126,7 @@ async def test_changes_on_master_reach_slave_within_one_period(tmp_path, autojum
 async def test_tables_replaced_only_when_data_version_differs(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client = LoopbackClient({MASTER: build_dispatcher(master)})
         master.topic_config_manager.update_topic_config(TopicConfig("A", 1, 1))
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
         first = await sync.sync_all()
@@ -146,7 +147,7 @@ async def test_tables_replaced_only_when_data_version_differs(tmp_path, autojump
 async def test_vip_port_on_fixed_ports_and_master_from_registration(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path, slave_port=10921)
-        client = LoopbackClient({"127.0.0.1:10909": master.build_dispatcher()})
+        client = LoopbackClient({"127.0.0.1:10909": build_dispatcher(master)})
         client.routes[MASTER] = client.routes["127.0.0.1:10909"]
         sync = await n.start(
             lambda task_status: run_slave_sync(slave, client, task_status=task_status)
@@ -168,7 +169,7 @@ async def test_vip_port_on_fixed_ports_and_master_from_registration(tmp_path, au
 async def test_master_down_leaves_tables_and_next_round_recovers(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client = LoopbackClient({MASTER: build_dispatcher(master)})
         master.topic_config_manager.update_topic_config(TopicConfig("A", 1, 1))
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
         client.down = True
@@ -221,11 +222,11 @@ async def test_progress_committed_to_slave_during_outage_reaches_returning_maste
 ):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client = LoopbackClient({MASTER: build_dispatcher(master)})
         client.down = True  # the master is gone
         online = [False]
         sync = await start_sync(n, slave, client, online)
-        on_slave = slave.build_dispatcher()
+        on_slave = build_dispatcher(slave)
         for q in range(4):
             await commit_via(on_slave, "cg", "T", q, 50 + q)
         # two periodic rounds fail against the dead master; the slave keeps the progress
@@ -252,12 +253,12 @@ async def test_commit_to_slave_with_master_up_is_forwarded_within_a_second(
 ):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client = LoopbackClient({MASTER: build_dispatcher(master)})
         online = [True]
         sync = await start_sync(n, slave, client, online)
         await trio.sleep(5)  # the first whole round is done
         calls = len(client.calls)
-        on_slave = slave.build_dispatcher()
+        on_slave = build_dispatcher(slave)
         await commit_via(on_slave, "cg", "T", 0, 7)
         await commit_via(on_slave, "cg", "T", 0, 9)
         await trio.sleep(1.0)
@@ -282,10 +283,10 @@ async def test_commit_to_slave_with_master_up_is_forwarded_within_a_second(
 async def test_slave_never_moves_the_masters_offset_back(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        client = LoopbackClient({MASTER: master.build_dispatcher()})
+        client = LoopbackClient({MASTER: build_dispatcher(master)})
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
         slave.slave_sync = sync
-        await commit_via(slave.build_dispatcher(), "cg", "T", 0, 30)
+        await commit_via(build_dispatcher(slave), "cg", "T", 0, 30)
         master.consumer_offset_manager.commit_offset("cg", "T", 0, 50)
         await sync.sync_all()
         assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 50
@@ -297,7 +298,7 @@ async def test_slave_never_moves_the_masters_offset_back(tmp_path, autojump_cloc
 async def test_refused_hand_over_keeps_the_slaves_progress_and_retries(tmp_path, autojump_clock):
     async with trio.open_nursery() as n:
         master, slave = await start_pair(n, tmp_path)
-        inner = LoopbackClient({MASTER: master.build_dispatcher()})
+        inner = LoopbackClient({MASTER: build_dispatcher(master)})
 
         class RefusingUpdates:
             refuse = True
@@ -311,7 +312,7 @@ async def test_refused_hand_over_keeps_the_slaves_progress_and_retries(tmp_path,
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
         slave.slave_sync = sync
         master.consumer_offset_manager.commit_offset("cg", "T", 0, 5)
-        await commit_via(slave.build_dispatcher(), "cg", "T", 0, 40)
+        await commit_via(build_dispatcher(slave), "cg", "T", 0, 40)
         await sync.sync_all()
         assert master.consumer_offset_manager.query_offset("cg", "T", 0) == 5
         # not overwritten by the master's lower value, still marked for the master
