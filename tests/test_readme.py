@@ -72,7 +72,7 @@ def test_every_block_is_run() -> None:
 
 
 def test_readme_links_stay_inside_the_repository() -> None:
-    # a clone has no ../shared; every path the README names in backquotes or links must exist
+    # a clone has only its own files: every path the README links to must exist
     text = (ROOT / "README.md").read_text()
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if not target.startswith("http"):
