@@ -13,7 +13,19 @@ creation time (``yyyyMMddHHmmssSSS``) and queried newest first.
 
 Only the hash is stored, so the store verifies every candidate against the record's topic and
 keys before returning it (this also drops entries that point past a CommitLog truncated by
-recovery).  Entries re-added by a re-dispatch after recovery are deduplicated by offset.
+recovery).
+
+Recovery (``IndexService.recover``, see recovery.py): the header is written when the file is
+flushed, so after a kill the header's ``indexCount`` lags the entries in the map, and slots may
+point at entries past it.  Entries are added in CommitLog order, and the checkpoint's
+``dispatched`` offset is where the re-dispatch starts, so the newest file (and older ones only
+if it keeps nothing) is cut back to the entries of records below ``dispatched``: its written
+end is found by walking from the header's count to the first all-zero entry, every slot that
+points at a dropped entry is moved down its own chain to the newest kept one, and the dropped
+entries are zeroed (invariant: entries past the count are zero, except those written since the
+last header flush).  The re-dispatch then appends them again and every chain stays whole.  This
+reads the entries written since the checkpoint only; RocketMQ instead deletes index files
+newer than its checkpoint's index timestamp.
 Index pages are released from RSS after each flush like the CommitLog's (mapped_file.py).
 """
 
