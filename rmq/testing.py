@@ -1,38 +1,39 @@
-"""An in-memory nameserver + brokers that speak the client's requests (for tests).
+"""Fault injection for client tests that run against the real in-process servers.
 
-Theory of operation: `FakeCluster` holds fake brokers (name, id, address, topics, queues of
-encoded CommitLog records, consumer offsets) and answers the requests the client sends, the
-way a 4.9 nameserver/broker would (facts §2): routes from the brokers' topic tables, TBW102
-auto-create, SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, PULL_MESSAGE with offset outcomes 19/21 and
-tag-hash filtering, offsets, UPDATE_AND_CREATE_TOPIC.
+There is no fake server here: client tests use the real nameserver and broker on the in-memory
+network (the ``memory_cluster`` fixture of ``tests/conftest.py``).  What this module adds is a
+way to make that path misbehave on purpose, and to see what crossed it.
 
-`FakeRemoting` plays the RemotingClient: `invoke(addr, cmd, timeout)` passes the request and
-the answer through the real frame codec (so only what survives the wire reaches either side),
-raises RemotingConnectError for an address that is down, and for a broker told to hang, sleeps
-out the timeout and raises RemotingTimeoutError. Failures are injected per broker:
-`fail_next_sends` (response codes to answer the next sends with), `down`, `hang`.
+Theory of operation: :class:`Tap` is a :class:`common.remoting.network.Network` to hand to one
+client (``Producer(..., network=tap)``).  Each connection that client opens goes through a small
+proxy: two tasks in the test's nursery copy frames between the client and the real server.  The
+client->server direction is decoded frame by frame, so the tap can
 
-Consumer groups (issue 4): HEART_BEAT registers each consumer group member (by client id, with
-the FakeRemoting it came through) and creates `%RETRY%<group>`; a membership change queues a
-NOTIFY_CONSUMER_IDS_CHANGED for every member, delivered through that member's request handler
-right after the request that caused it (`disconnect(client_id)` plays a dropped connection).
-GET_CONSUMER_LIST_BY_GROUP, LOCK/UNLOCK_BATCH_MQ (locks expire after 60 s of Trio time),
-CONSUMER_SEND_MSG_BACK (to `%RETRY%<group>`, or `%DLQ%<group>` past maxReconsumeTimes or for
-delay level < 0; the delay level is recorded in DELAY but not waited for) and the COMMIT_OFFSET
-bit of pulls. A pull with the SUSPEND bit that finds nothing is held until a message arrives
-or the suspend time passes, like the broker's long polling, so pull loops do not spin.
+* record every request with the address it went to (``sent``, oneway ones included);
+* answer chosen request codes to a chosen address with a chosen response code instead of the
+  server (:meth:`Tap.fail`: a broker answering SERVICE_NOT_AVAILABLE, MESSAGE_ILLEGAL, ...);
+* swallow them, so the client meets its own timeout (:meth:`Tap.hang`: a broker that stalls);
+* edit the server's answers to them (:meth:`Tap.rewrite`: e.g. a master suggesting its slave).
 
-This is test support, kept in the package so tests of several directories can share it.
+Frames toward the client are written whole, under one lock, so an injected answer never lands
+inside a server frame.  Refused and dropped connections are the network's business:
+``MemoryNetwork.refused`` and ``MemoryNetwork.cut``.
+
+:meth:`Tap.deliver` sends the client a server->client request and returns its answer.  It is
+kept because our broker never sends GET_CONSUMER_RUNNING_INFO or CONSUME_MESSAGE_DIRECTLY on its
+own (it forwards no admin call to clients), yet the client must answer them as Java's does.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
 import trio
+import trio.testing
 
 from common.errors import RemotingConnectError, RemotingTimeoutError
 from common.message import (
@@ -62,7 +63,174 @@ from common.model import (
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.network import Bound, Network
 from common.serde import from_json, to_json
+
+__all__ = ["SENDS", "Tap"]
+
+SENDS = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+_COPY_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+@attrs.define(eq=False)
+class _Rule:
+    addr: str
+    codes: Collection[int] | None  # request codes it applies to; None: every code
+    answers: list[int] | None  # response codes, one per matching request; None: no answer
+    forever: bool  # an answer rule that is never used up
+
+
+@attrs.define(eq=False)
+class _Link:
+    """One proxied connection: ``client`` is our end of the client's stream."""
+
+    addr: str
+    client: trio.abc.Stream
+    server: trio.abc.Stream
+    lock: trio.Lock = attrs.Factory(trio.Lock)
+    # opaque of a forwarded request -> its code (to find the answers `rewrite` edits)
+    codes: dict[int, int] = attrs.Factory(dict)
+    # opaque of a `deliver`ed request -> where its answer goes
+    waiting: dict[int, trio.MemorySendChannel[RemotingCommand]] = attrs.Factory(dict)
+
+    async def to_client(self, cmd: RemotingCommand) -> None:
+        async with self.lock:
+            await self.client.send_all(encode(cmd))
+
+
+@attrs.define(eq=False)
+class Tap:
+    network: Network
+    nursery: trio.Nursery
+    # every request the client sent, with the address it was sent to
+    sent: list[tuple[str, RemotingCommand]] = attrs.Factory(list)
+    # the client's answers to `deliver`
+    answers: list[RemotingCommand] = attrs.Factory(list)
+    _rules: list[_Rule] = attrs.Factory(list)
+    _rewrites: list[tuple[str, int, Callable[[RemotingCommand], None]]] = attrs.Factory(list)
+    _links: list[_Link] = attrs.Factory(list)
+    # opaques of injected requests: far above the client's own counter, never reused
+    _opaques: itertools.count[int] = attrs.Factory(lambda: itertools.count(1 << 30))
+
+    # --- the rules -------------------------------------------------------------------------
+
+    def fail(
+        self, addr: str, *answers: int, requests: Collection[int] = SENDS, forever: bool = False
+    ) -> None:
+        """Answer the next requests of codes ``requests`` to ``addr`` with ``answers`` (one
+        response code each, in order); ``forever``: answer every one with ``answers[0]``."""
+        self._rules.append(_Rule(addr, requests, list(answers), forever))
+
+    def hang(self, addr: str, requests: Collection[int] | None = None) -> None:
+        """Never pass on requests to ``addr`` (of codes ``requests``, default all)."""
+        self._rules.append(_Rule(addr, requests, None, True))
+
+    def rewrite(self, addr: str, request: int, edit: Callable[[RemotingCommand], None]) -> None:
+        """Call ``edit(response)`` on every answer from ``addr`` to a request of code
+        ``request`` before the client sees it."""
+        self._rewrites.append((addr, request, edit))
+
+    def clear(self) -> None:
+        self._rules.clear()
+        self._rewrites.clear()
+
+    def requests(self, code: int | Collection[int], addr: str | None = None) -> list:
+        """The requests of ``code`` (or codes) sent (to ``addr``), in order."""
+        codes = {code} if isinstance(code, int) else set(code)
+        return [c for a, c in self.sent if c.code in codes and addr in (None, a)]
+
+    def _rule_for(self, addr: str, cmd: RemotingCommand) -> _Rule | None:
+        for rule in self._rules:
+            if rule.addr == addr and (rule.codes is None or cmd.code in rule.codes):
+                return rule
+        return None
+
+    # --- the Network -----------------------------------------------------------------------
+
+    async def listen(self, host: str, port: int) -> Bound:
+        return await self.network.listen(host, port)
+
+    def peer_addr(self, stream: trio.abc.Stream) -> str:
+        return self.network.peer_addr(stream)
+
+    async def connect(self, addr: str) -> trio.abc.Stream:
+        server = await self.network.connect(addr)
+        theirs, ours = trio.testing.memory_stream_pair()
+        link = _Link(addr, ours, server)
+        self._links.append(link)
+        self.nursery.start_soon(self._client_to_server, link)
+        self.nursery.start_soon(self._server_to_client, link)
+        return theirs
+
+    async def _client_to_server(self, link: _Link) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := await link.client.receive_some():
+                for cmd in decoder.feed(data):
+                    await self._from_client(link, cmd)
+        except _COPY_ERRORS:
+            pass
+        finally:
+            await self._close(link)
+
+    async def _from_client(self, link: _Link, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            answer = link.waiting.pop(cmd.opaque, None)
+            if answer is not None:
+                answer.send_nowait(cmd)
+                return
+        else:
+            self.sent.append((link.addr, cmd))
+            rule = self._rule_for(link.addr, cmd)
+            if rule is not None:
+                if rule.answers is None:
+                    return  # swallowed: the client times out
+                code = rule.answers[0] if rule.forever else rule.answers.pop(0)
+                if not rule.answers:
+                    self._rules.remove(rule)
+                if not cmd.is_oneway:
+                    await link.to_client(cmd.response(code, f"injected: answer {code}"))
+                return
+            link.codes[cmd.opaque] = cmd.code
+        await link.server.send_all(encode(cmd))
+
+    async def _server_to_client(self, link: _Link) -> None:
+        decoder = FrameDecoder()
+        try:
+            while data := await link.server.receive_some():
+                for cmd in decoder.feed(data):
+                    if cmd.is_response:
+                        code = link.codes.pop(cmd.opaque, None)
+                        for addr, request, edit in self._rewrites:
+                            if addr == link.addr and request == code:
+                                edit(cmd)
+                    await link.to_client(cmd)
+        except _COPY_ERRORS:
+            pass
+        finally:
+            await self._close(link)
+
+    async def _close(self, link: _Link) -> None:
+        if link in self._links:
+            self._links.remove(link)
+        for stream in (link.client, link.server):
+            await trio.aclose_forcefully(stream)
+
+    # --- server->client requests -----------------------------------------------------------
+
+    async def deliver(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """Send ``cmd`` to the client over its connection to ``addr``; its answer."""
+        link = next(link for link in self._links if link.addr == addr)
+        cmd.opaque = next(self._opaques)
+        send, recv = trio.open_memory_channel[RemotingCommand](1)
+        link.waiting[cmd.opaque] = send
+        await link.to_client(cmd)
+        answer = await recv.receive()
+        self.answers.append(answer)
+        return answer
+
+
+# --- the old fake cluster: goes once no test uses it ---------------------------------------
 
 AUTO_CREATE_TOPIC = "TBW102"
 

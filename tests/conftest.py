@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from common.testing import free_port_block as _free_port_block
 
@@ -259,6 +260,8 @@ class MemoryCluster:
     root: Path
     namesrv: str = ""
     brokers: dict[str, Any] = attrs.Factory(dict)  # node name -> broker.service.BrokerHandle
+    # node name -> (its cancel scope, set once it stopped)
+    _stops: dict[str, tuple[trio.CancelScope, trio.Event]] = attrs.Factory(dict)
 
     async def start_namesrv(self) -> str:
         from namesrv.config import NamesrvConfig
@@ -275,7 +278,8 @@ class MemoryCluster:
         self, node: str = "broker-a", *, broker_name: str = "broker-a", **fields: Any
     ) -> Any:
         """``fields`` are BrokerConfig attributes (``broker_id``, ...); store ones go in
-        ``store=dict(broker_role=...)``."""
+        ``store=dict(broker_role=...)``. The node runs until :meth:`stop_broker` or the test
+        ends."""
         from broker.config import BrokerConfig
         from broker.service import run_broker
         from broker.store import MessageStoreConfig, run_memory_store
@@ -288,20 +292,86 @@ class MemoryCluster:
             store=MessageStoreConfig(store_path_root_dir=str(self.root / node), **store_fields),
             **fields,
         )
-        handle = await self.nursery.start(
-            functools.partial(
-                run_broker,
-                config,
-                store_factory=run_memory_store,
-                network=self.network,
-                io_threads=False,  # autojump_clock: no wall-clock waits on worker threads
-            )
-        )
+        scope = trio.CancelScope()
+        done = trio.Event()
+
+        async def run(task_status: Any) -> None:
+            try:
+                with scope:
+                    await run_broker(
+                        config,
+                        store_factory=run_memory_store,
+                        network=self.network,
+                        io_threads=False,  # autojump_clock: no wall-clock waits on worker threads
+                        task_status=task_status,
+                    )
+            finally:
+                done.set()
+
+        handle = await self.nursery.start(run)
         self.brokers[node] = handle
+        self._stops[node] = (scope, done)
         return handle
+
+    async def stop_broker(self, node: str) -> None:
+        """Shut ``node`` down as SIGTERM would (it unregisters from the nameserver)."""
+        scope, done = self._stops.pop(node)
+        scope.cancel()
+        await done.wait()
+        del self.brokers[node]
 
     def broker(self, node: str = "broker-a") -> Any:
         return self.brokers[node]
+
+    def addr(self, node: str = "broker-a") -> str:
+        return self.brokers[node].addr
+
+    def node_at(self, addr: str) -> str:
+        return next(node for node, h in self.brokers.items() if h.addr == addr)
+
+    def tap(self) -> Any:
+        """A network for one client whose requests are recorded and may be failed
+        (``rmq.testing.Tap``)."""
+        from rmq.testing import Tap
+
+        return Tap(self.network, self.nursery)
+
+    async def create_topic(
+        self, topic: str, queues: int = 4, *, nodes: tuple[str, ...] = (), **kw: Any
+    ) -> None:
+        """Create ``topic`` on ``nodes`` (default: every master) through the real admin path;
+        the brokers register it with the nameserver before this returns."""
+        from rmq import Admin
+
+        masters = nodes or tuple(
+            n for n, h in self.brokers.items() if h.controller.config.broker_id == 0
+        )
+        async with Admin(self.namesrv, network=self.network) as admin:
+            for node in masters:
+                await admin.create_topic(topic, broker_addr=self.addr(node), queues=queues, **kw)
+
+    def messages(self, topic: str, queue_id: int, node: str = "broker-a") -> list[Any]:
+        """What ``node`` stored in one queue, decoded (``common.message.MessageExt``)."""
+        from common.message import decode_record
+
+        store = self.brokers[node].store
+        out = []
+        for off in range(
+            store.get_min_offset_in_queue(topic, queue_id),
+            store.get_max_offset_in_queue(topic, queue_id),
+        ):
+            phys = store.get_commit_log_offset_in_queue(topic, queue_id, off)
+            out.append(decode_record(store.select_one_message_by_offset(phys)))
+        return out
+
+    def offsets(self, group: str, topic: str, node: str = "broker-a") -> dict[int, int]:
+        """queue id -> offset ``group`` committed on ``node``."""
+        return self.brokers[node].controller.consumer_offset_manager.offsets_of(group, topic)
+
+    def members(self, group: str, node: str = "broker-a") -> list[str]:
+        """Client ids ``node`` lists in ``group``."""
+        info = self.brokers[node].controller.consumer_manager.get_consumer_group_info(group)
+        return [] if info is None else sorted(info.client_ids())
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Producer against an in-memory nameserver + brokers (rmq.testing): routes, retries, batches."""
+"""Producer against the real nameserver and two brokers in process (memory_cluster): routes,
+retries, batches; broker faults injected by rmq.testing.Tap."""
 
 from __future__ import annotations
 
@@ -13,44 +14,45 @@ from common.errors import (
     RemotingTimeoutError,
     TopicNotExistError,
 )
-from common.message import decode_properties, decode_records
+from common.message import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError, NoRouteInfoError
 from rmq.message import parse_unique_id
-from rmq.testing import FakeCluster, FakeRemoting
-
-NS = "127.0.0.1:9876"
+from rmq.testing import SENDS
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.add_broker("broker-b", "127.0.0.1:10921")
-    return c
+async def cluster(memory_cluster):
+    await memory_cluster.start_broker("broker-b", broker_name="broker-b")
+    return memory_cluster
 
 
-def producer(cluster: FakeCluster, **kw) -> Producer:
-    return Producer("pg", NS, remoting=FakeRemoting(cluster), **kw)
+@pytest.fixture
+def tap(cluster):
+    return cluster.tap()
 
 
-def sends(cluster: FakeCluster):
-    return [
-        (b.name, r)
-        for b in cluster.brokers
-        for r in b.requests
-        if r.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-    ]
+def producer(cluster, tap, **kw) -> Producer:
+    return Producer("pg", cluster.namesrv, network=tap, **kw)
 
 
-async def test_send_uses_v2_short_header_and_uniq_key(cluster):
-    cluster.create_topic("T", 4)
-    async with producer(cluster) as p:
+def sends(cluster, tap):
+    """(broker, request) of every send the producer made."""
+    return [(cluster.node_at(addr), r) for addr, r in tap.sent if r.code in SENDS]
+
+
+def namesrv_requests(cluster, tap):
+    return [r for addr, r in tap.sent if addr == cluster.namesrv]
+
+
+async def test_send_uses_v2_short_header_and_uniq_key(cluster, tap):
+    await cluster.create_topic("T", 4)
+    async with producer(cluster, tap) as p:
         result = await p.send(Message("T", b"hello", tags="TagA", keys="k1"))
     assert result.status is SendStatus.SEND_OK
-    [(name, req)] = sends(cluster)
+    [(name, req)] = sends(cluster, tap)
     assert req.code == RequestCode.SEND_MESSAGE_V2
     h = req.ext_fields
     assert (h["a"], h["b"], h["c"], h["d"], h["m"], h["n"]) == (
@@ -71,14 +73,13 @@ async def test_send_uses_v2_short_header_and_uniq_key(cluster):
     assert len(result.offset_msg_id) == 32 and result.offset_msg_id != result.msg_id
     assert result.queue_offset == 0
     # what the broker stored decodes to the same message
-    broker = next(b for b in cluster.brokers if b.name == name)
-    [stored] = decode_records(b"".join(broker.messages("T", result.message_queue.queueId)))
+    [stored] = cluster.messages("T", result.message_queue.queueId, name)
     assert stored.body == b"hello" and stored.uniq_key == result.msg_id
 
 
-async def test_round_robin_spreads_over_both_brokers(cluster):
-    cluster.create_topic("T", 2)
-    async with producer(cluster) as p:
+async def test_round_robin_spreads_over_both_brokers(cluster, tap):
+    await cluster.create_topic("T", 2)
+    async with producer(cluster, tap) as p:
         results = [await p.send(Message("T", str(i))) for i in range(8)]
     queues = {(r.message_queue.brokerName, r.message_queue.queueId) for r in results}
     assert len(queues) == 4
@@ -86,231 +87,233 @@ async def test_round_robin_spreads_over_both_brokers(cluster):
 
 
 @pytest.mark.parametrize("code", [17, 14, 1, 16, 204, 205])
-async def test_retriable_code_retries_on_the_other_broker(cluster, code):
-    cluster.create_topic("T", 2)
-    a, b = cluster.brokers
-    a.fail_next_sends = [code] * 5
-    b.fail_next_sends = [code] * 5
-    async with producer(cluster) as p:
-        # make the failing broker be picked first: fail both once, then only the first one
-        a.fail_next_sends, b.fail_next_sends = [code], []
+async def test_retriable_code_retries_on_the_other_broker(cluster, tap, code):
+    await cluster.create_topic("T", 2)
+    a = cluster.addr("broker-a")
+    async with producer(cluster, tap) as p:
+        # make the failing broker be picked first: fail it every time, broker-b never
+        tap.fail(a, code)
         for _ in range(4):
             result = await p.send(Message("T", b"x"))
             assert result.message_queue.brokerName == "broker-b"
-            a.fail_next_sends = [code]
-    failed = [name for name, _ in sends(cluster)]
+            tap.fail(a, code)
+    failed = [name for name, _ in sends(cluster, tap)]
     assert "broker-a" in failed  # it was tried, and every time the retry went to broker-b
 
 
-async def test_non_retriable_code_raises_at_once(cluster):
-    cluster.create_topic("T", 2)
-    for b in cluster.brokers:
-        b.fail_next_sends = [ResponseCode.MESSAGE_ILLEGAL]
-    async with producer(cluster) as p:
+async def test_non_retriable_code_raises_at_once(cluster, tap):
+    await cluster.create_topic("T", 2)
+    for node in ("broker-a", "broker-b"):
+        tap.fail(cluster.addr(node), ResponseCode.MESSAGE_ILLEGAL)
+    async with producer(cluster, tap) as p:
         with pytest.raises(MessageIllegalError) as info:
             await p.send(Message("T", b"x"))
     assert info.value.code == 13 and not info.value.retriable
-    assert len(sends(cluster)) == 1
+    assert len(sends(cluster, tap)) == 1
 
 
-async def test_gives_up_after_retry_times_and_raises_last_error(cluster):
-    cluster.create_topic("T", 2)
-    for b in cluster.brokers:
-        b.fail_next_sends = [ResponseCode.SYSTEM_BUSY + 12] * 10  # 14 SERVICE_NOT_AVAILABLE
-    remoting = FakeRemoting(cluster)
-    async with Producer("pg", NS, remoting=remoting, retry_times=2) as p:
+async def test_gives_up_after_retry_times_and_raises_last_error(cluster, tap):
+    await cluster.create_topic("T", 2)
+    for node in ("broker-a", "broker-b"):
+        tap.fail(cluster.addr(node), ResponseCode.SYSTEM_BUSY + 12, forever=True)  # 14
+    async with Producer("pg", cluster.namesrv, network=tap, retry_times=2) as p:
         with pytest.raises(Exception) as info:
             await p.send(Message("T", b"x"))
     assert getattr(info.value, "code", None) == 14
-    names = [r.ext_fields["n"] for _, r in remoting.sent if r.code == RequestCode.SEND_MESSAGE_V2]
+    names = [r.ext_fields["n"] for r in tap.requests(RequestCode.SEND_MESSAGE_V2)]
     assert len(names) == 3
     assert names[0] != names[1] and names[1] != names[2]  # alternates brokers
 
 
-async def test_stored_but_not_flushed_codes_map_to_status(cluster):
-    cluster.create_topic("T", 1, brokers=[cluster.brokers[0]])
+async def test_stored_but_not_flushed_codes_map_to_status(cluster, tap):
+    await cluster.create_topic("T", 1, nodes=("broker-a",))
     cases = {10: "FLUSH_DISK_TIMEOUT", 12: "FLUSH_SLAVE_TIMEOUT", 11: "SLAVE_NOT_AVAILABLE"}
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         for code, status in cases.items():
-            cluster.brokers[0].fail_next_sends = [code]
-            # fake answers the injected code without headers: still a result, not a retry
+            tap.fail(cluster.addr("broker-a"), code)
+            # the tap answers the injected code without headers: still a result, not a retry
             result = await p.send(Message("T", b"x"))
             assert result.status.name == status
-    assert len(sends(cluster)) == 3
+    assert len(sends(cluster, tap)) == 3
 
 
-async def test_connection_refused_retries_elsewhere_then_refreshes_route(cluster):
-    cluster.create_topic("T", 1)
-    cluster.brokers[0].down = True
-    async with producer(cluster) as p:
+async def test_connection_refused_retries_elsewhere_then_refreshes_route(cluster, tap):
+    await cluster.create_topic("T", 1)
+    cluster.network.refused.add(cluster.broker("broker-a").port)
+    async with producer(cluster, tap) as p:
         for _ in range(3):
             assert (await p.send(Message("T", b"x"))).message_queue.brokerName == "broker-b"
     # each failure dropped the cached route, so the nameserver was asked again
-    routes = [r for r in cluster.namesrv_requests if r.code == RequestCode.GET_ROUTEINFO_BY_TOPIC]
+    routes = [
+        r for r in namesrv_requests(cluster, tap) if r.code == RequestCode.GET_ROUTEINFO_BY_TOPIC
+    ]
     assert len(routes) >= 2
 
 
-async def test_every_broker_down_raises_connect_error(cluster):
-    cluster.create_topic("T", 1)
-    for b in cluster.brokers:
-        b.down = True
-    async with producer(cluster) as p:
+async def test_every_broker_down_raises_connect_error(cluster, tap):
+    await cluster.create_topic("T", 1)
+    for handle in cluster.brokers.values():
+        cluster.network.refused.add(handle.port)
+    async with producer(cluster, tap) as p:
         with pytest.raises(RemotingConnectError):
             await p.send(Message("T", b"x"))
 
 
-async def test_timeout_budget_covers_all_attempts(cluster, autojump_clock):
-    cluster.create_topic("T", 1)
-    for b in cluster.brokers:
-        b.hang = True
-    async with producer(cluster) as p:
+async def test_timeout_budget_covers_all_attempts(cluster, tap, autojump_clock):
+    await cluster.create_topic("T", 1)
+    for node in ("broker-a", "broker-b"):
+        tap.hang(cluster.addr(node))
+    async with producer(cluster, tap) as p:
         start = trio.current_time()
         with pytest.raises(RemotingTimeoutError):
             await p.send(Message("T", b"x"), timeout=2.0)
         assert trio.current_time() - start == pytest.approx(2.0)
-    assert len(sends(cluster)) == 1  # the only attempt used up the whole budget
+    assert len(sends(cluster, tap)) == 1  # the only attempt used up the whole budget
 
 
-async def test_unknown_topic_goes_through_tbw102_and_is_auto_created(cluster):
-    async with producer(cluster) as p:
+async def test_unknown_topic_goes_through_tbw102_and_is_auto_created(cluster, tap):
+    async with producer(cluster, tap) as p:
         result = await p.send(Message("NewTopic", b"x"))
     assert result.status is SendStatus.SEND_OK
-    topics = [r.ext_fields["topic"] for r in cluster.namesrv_requests]
+    topics = [r.ext_fields["topic"] for r in namesrv_requests(cluster, tap)]
     assert topics[:2] == ["NewTopic", "TBW102"]
-    broker = next(b for b in cluster.brokers if b.name == result.message_queue.brokerName)
-    assert broker.topics["NewTopic"].write == 4  # min(defaultTopicQueueNums=4, TBW102's 8)
+    topics = cluster.broker(result.message_queue.brokerName).controller.topic_config_manager
+    # min(defaultTopicQueueNums=4, TBW102's 8)
+    assert topics.select_topic_config("NewTopic").writeQueueNums == 4
     assert result.message_queue.queueId < 4
 
 
-async def test_no_route_and_no_auto_create_raises_no_route_info():
-    cluster = FakeCluster(auto_create=False)
-    cluster.add_broker("broker-a", "127.0.0.1:10911")
-    async with producer(cluster) as p:
+async def test_no_route_and_no_auto_create_raises_no_route_info(memory_cluster):
+    await memory_cluster.stop_broker("broker-a")
+    await memory_cluster.start_broker("broker-x", auto_create_topic_enable=False)
+    async with producer(memory_cluster, memory_cluster.tap()) as p:
         with pytest.raises(NoRouteInfoError, match="NewTopic"):
             await p.send(Message("NewTopic", b"x"))
 
 
-async def test_route_is_cached_then_refetched_after_30s(cluster, autojump_clock):
-    cluster.create_topic("T", 1)
-    async with producer(cluster) as p:
+async def test_route_is_cached_then_refetched_after_30s(cluster, tap, autojump_clock):
+    await cluster.create_topic("T", 1)
+    async with producer(cluster, tap) as p:
         await p.send(Message("T", b"1"))
         await p.send(Message("T", b"2"))
-        assert len(cluster.namesrv_requests) == 1
+        assert len(namesrv_requests(cluster, tap)) == 1
         await trio.sleep(31)
         await p.send(Message("T", b"3"))
-        assert len(cluster.namesrv_requests) == 2
+        assert len(namesrv_requests(cluster, tap)) == 2
 
 
-async def test_namesrv_failover_on_connection_refused(cluster):
-    cluster.namesrv_addrs = ["127.0.0.1:9877", NS]
-    cluster.namesrv_down = {"127.0.0.1:9877"}
-    cluster.create_topic("T", 1)
-    async with Producer("pg", "127.0.0.1:9877;" + NS, remoting=FakeRemoting(cluster)) as p:
+async def test_namesrv_failover_on_connection_refused(cluster, tap):
+    await cluster.create_topic("T", 1)
+    # nobody listens on 9877: connection refused, the next nameserver answers
+    async with Producer("pg", "127.0.0.1:9877;" + cluster.namesrv, network=tap) as p:
         assert (await p.send(Message("T", b"x"))).status is SendStatus.SEND_OK
 
 
-async def test_send_to_explicit_queue(cluster):
-    cluster.create_topic("T", 4)
+async def test_send_to_explicit_queue(cluster, tap):
+    await cluster.create_topic("T", 4)
     mq = MessageQueue("T", "broker-b", 3)
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         result = await p.send(Message("T", b"x"), queue=mq)
     assert result.message_queue == mq
 
 
-async def test_batch_one_request_consecutive_offsets_own_uniq_keys(cluster):
-    cluster.create_topic("T", 1, brokers=[cluster.brokers[0]])
+async def test_batch_one_request_consecutive_offsets_own_uniq_keys(cluster, tap):
+    await cluster.create_topic("T", 1, nodes=("broker-a",))
     msgs = [Message("T", f"m{i}", tags="A", keys=f"k{i}") for i in range(3)]
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         result = await p.send_batch(msgs)
         again = await p.send_batch(msgs[:1])
-    [(_, req), _second] = sends(cluster)
+    [(_, req), _second] = sends(cluster, tap)
     assert req.code == RequestCode.SEND_BATCH_MESSAGE and req.ext_fields["m"] == "true"
     assert decode_properties(req.ext_fields["i"]) == {"WAIT": "true"}
     uniq = result.msg_id.split(",")
     assert len(set(uniq)) == 3
     assert result.queue_offset == 0 and again.queue_offset == 3
     assert len(result.offset_msg_id.split(",")) == 3
-    stored = decode_records(b"".join(cluster.brokers[0].messages("T", 0)))
+    stored = cluster.messages("T", 0, "broker-a")
     assert [m.body for m in stored[:3]] == [b"m0", b"m1", b"m2"]
     assert [m.uniq_key for m in stored[:3]] == uniq
     assert [m.keys for m in stored[:3]] == ["k0", "k1", "k2"]
 
 
-async def test_batch_rejects_mixed_topics_and_delay(cluster):
-    async with producer(cluster) as p:
+async def test_batch_rejects_mixed_topics_and_delay(cluster, tap):
+    async with producer(cluster, tap) as p:
         with pytest.raises(InvalidMessageError, match="same topic"):
             await p.send_batch([Message("A", b"x"), Message("B", b"y")])
         with pytest.raises(InvalidMessageError, match="delay"):
             await p.send_batch([Message("A", b"x", delay_level=2)])
         with pytest.raises(InvalidMessageError, match="empty"):
             await p.send_batch([])
-    assert sends(cluster) == []
+    assert sends(cluster, tap) == []
 
 
-async def test_oversized_message_is_refused_locally(cluster):
-    async with producer(cluster, max_message_size=10) as p:
+async def test_oversized_message_is_refused_locally(cluster, tap):
+    async with producer(cluster, tap, max_message_size=10) as p:
         with pytest.raises(InvalidMessageError, match="exceeds"):
             await p.send(Message("T", b"x" * 11))
 
 
-async def test_oneway_sends_flagged_request_without_waiting(cluster):
-    cluster.create_topic("T", 1)
-    remoting = FakeRemoting(cluster)
-    async with Producer("pg", NS, remoting=remoting) as p:
+async def test_oneway_sends_flagged_request_without_waiting(cluster, tap):
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=tap) as p:
         await p.send_oneway(Message("T", b"x"))
-    [(addr, req)] = [(a, r) for a, r in remoting.sent if r.code == RequestCode.SEND_MESSAGE_V2]
+    [req] = tap.requests(RequestCode.SEND_MESSAGE_V2)
     assert req.is_oneway
-    assert sum(len(b.messages("T", 0)) for b in cluster.brokers) == 1
+    with trio.fail_after(5):  # oneway: stored after the send returned
+        while sum(len(cluster.messages("T", 0, n)) for n in cluster.brokers) < 1:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    assert sum(len(cluster.messages("T", 0, n)) for n in cluster.brokers) == 1
 
 
-async def test_user_uniq_key_is_kept(cluster):
-    cluster.create_topic("T", 1)
-    async with producer(cluster) as p:
+async def test_user_uniq_key_is_kept(cluster, tap):
+    await cluster.create_topic("T", 1)
+    async with producer(cluster, tap) as p:
         result = await p.send(Message("T", b"x", properties={"UNIQ_KEY": "ABC"}))
     assert result.msg_id == "ABC"
 
 
-async def test_topic_not_exist_from_broker_without_auto_create_is_raised_after_retries():
-    cluster = FakeCluster()
-    a = cluster.add_broker("broker-a", "127.0.0.1:10911")
-    cluster.create_topic("T", 1)
-    a.fail_next_sends = [17, 17, 17]
-    async with producer(cluster) as p:
+async def test_topic_not_exist_from_broker_without_auto_create_is_raised_after_retries(
+    memory_cluster,
+):
+    cluster, tap = memory_cluster, memory_cluster.tap()
+    await cluster.create_topic("T", 1)
+    tap.fail(cluster.addr("broker-a"), 17, 17, 17)
+    async with producer(cluster, tap) as p:
         with pytest.raises(TopicNotExistError):
             await p.send(Message("T", b"x"))
-    assert len(sends(cluster)) == 3
+    assert len(sends(cluster, tap)) == 3
 
 
-async def test_use_outside_async_with_is_a_clear_error(cluster):
-    p = producer(cluster)
+async def test_use_outside_async_with_is_a_clear_error(cluster, tap):
+    p = producer(cluster, tap)
     with pytest.raises(Exception, match="async with"):
         await p.send(Message("T", b"x"))
 
 
-async def test_fields_assigned_after_construction_are_normalised_when_sent(cluster):
-    cluster.create_topic("T", 1)
+async def test_fields_assigned_after_construction_are_normalised_when_sent(cluster, tap):
+    await cluster.create_topic("T", 1)
     msg = Message("T", b"x")
     msg.body = "text"  # Message converts when it is made, not on assignment ...
     msg.keys = ["k1", "k2"]
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         result = await p.send(msg)
     # ... the producer converts before it sends
     assert (msg.body, msg.keys) == (b"text", "k1 k2")
-    [(_, req)] = sends(cluster)
+    [(_, req)] = sends(cluster, tap)
     assert req.body_bytes() == b"text"
     assert decode_properties(req.ext_fields["i"])["KEYS"] == "k1 k2"
     assert result.status is SendStatus.SEND_OK
 
 
-async def test_prepared_headers_are_per_queue_and_carry_fresh_fields(cluster):
-    cluster.create_topic("T", 2, brokers=[cluster.brokers[0]])
-    async with producer(cluster) as p:
+async def test_prepared_headers_are_per_queue_and_carry_fresh_fields(cluster, tap):
+    await cluster.create_topic("T", 2, nodes=("broker-a",))
+    async with producer(cluster, tap) as p:
         q0, q1 = (MessageQueue("T", "broker-a", i) for i in (0, 1))
         await p.send(Message("T", b"a", tags="A", flag=5), queue=q0)
         await p.send(Message("T", b"b"), queue=q0)
         await p.send(Message("T", b"c"), queue=q1)
         await p.send_batch([Message("T", b"d")], queue=q1)
-    reqs = [r for _, r in sends(cluster)]
+    reqs = [r for _, r in sends(cluster, tap)]
     assert [r.ext_fields["e"] for r in reqs] == ["0", "0", "1", "1"]
     assert [r.ext_fields["h"] for r in reqs] == ["5", "0", "0", "0"]
     assert [r.ext_fields["m"] for r in reqs] == ["false", "false", "false", "true"]
