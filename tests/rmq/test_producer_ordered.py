@@ -1,5 +1,6 @@
 """Producer issue-4 additions: selectors and send_orderly, send_async callbacks, delay/props,
-retry-when-not-stored, route refresh after a failed selected send (rmq.testing fakes)."""
+retry-when-not-stored, route refresh after a failed selected send; against the real servers
+(memory_cluster), broker answers injected by rmq.testing.Tap."""
 
 from __future__ import annotations
 
@@ -7,41 +8,39 @@ import pytest
 import trio
 
 from common.errors import MessageIllegalError, ServiceNotAvailableError
-from common.message import decode_properties, decode_records, java_string_hash
+from common.message import decode_properties, java_string_hash
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError
 from rmq.producer import select_by_hash
-from rmq.testing import FakeCluster, FakeRemoting
+from rmq.testing import SENDS
 
-NS = "127.0.0.1:9876"
+BROKERS = ("broker-a", "broker-b")
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.add_broker("broker-b", "127.0.0.1:10921")
-    c.create_topic("T", 4)
-    return c
+async def cluster(memory_cluster):
+    await memory_cluster.start_broker("broker-b", broker_name="broker-b")
+    await memory_cluster.create_topic("T", 4)
+    return memory_cluster
 
 
-def producer(cluster: FakeCluster, **kw) -> Producer:
-    return Producer("pg", NS, remoting=FakeRemoting(cluster), **kw)
+@pytest.fixture
+def tap(cluster):
+    return cluster.tap()
 
 
-def send_requests(cluster: FakeCluster):
-    return [
-        (b.name, r)
-        for b in cluster.brokers
-        for r in b.requests
-        if r.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-    ]
+def producer(cluster, tap, **kw) -> Producer:
+    return Producer("pg", cluster.namesrv, network=tap, **kw)
 
 
-def route_requests(cluster: FakeCluster) -> int:
-    return sum(r.code == RequestCode.GET_ROUTEINFO_BY_TOPIC for r in cluster.namesrv_requests)
+def send_requests(cluster, tap):
+    return [(cluster.node_at(addr), r) for addr, r in tap.sent if r.code in SENDS]
+
+
+def route_requests(tap) -> int:
+    return len(tap.requests(RequestCode.GET_ROUTEINFO_BY_TOPIC))
 
 
 ALL_QUEUES = [MessageQueue("T", b, i) for b in ("broker-a", "broker-b") for i in range(4)]
@@ -58,8 +57,8 @@ def test_select_by_hash_is_javas_string_hashcode_mod_queue_count():
     assert abs(neg) % 8 != neg % 8
 
 
-async def test_send_orderly_same_key_same_queue_in_send_order(cluster):
-    async with producer(cluster) as p:
+async def test_send_orderly_same_key_same_queue_in_send_order(cluster, tap):
+    async with producer(cluster, tap) as p:
         results = {}
         for i in range(40):
             key = f"order-{i % 5}"
@@ -72,9 +71,9 @@ async def test_send_orderly_same_key_same_queue_in_send_order(cluster):
         offsets = [r.queue_offset for r in rs]
         assert offsets == sorted(offsets)
     # the bodies stored on each queue are in send order per key
-    for b in cluster.brokers:
+    for node in BROKERS:
         for qid in range(4):
-            recs = decode_records(b"".join(b.messages("T", qid)))
+            recs = cluster.messages("T", qid, node)
             by_key: dict[str, list[int]] = {}
             for m in recs:
                 key, _, i = m.body.decode().partition(":")
@@ -82,21 +81,21 @@ async def test_send_orderly_same_key_same_queue_in_send_order(cluster):
             assert all(v == sorted(v) for v in by_key.values())
 
 
-async def test_custom_selector_gets_queues_message_and_arg(cluster):
+async def test_custom_selector_gets_queues_message_and_arg(cluster, tap):
     seen = []
 
     def selector(mqs, msg, arg):
         seen.append((list(mqs), msg.body, arg))
         return mqs[arg]
 
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         r = await p.send(Message("T", b"x"), selector=selector, arg=5)
     assert r.message_queue == ALL_QUEUES[5]
     assert seen == [(ALL_QUEUES, b"x", 5)]
 
 
-async def test_bad_selector_result_and_queue_plus_selector_are_refused(cluster):
-    async with producer(cluster) as p:
+async def test_bad_selector_result_and_queue_plus_selector_are_refused(cluster, tap):
+    async with producer(cluster, tap) as p:
         with pytest.raises(InvalidMessageError, match="selector returned"):
             await p.send(Message("T", b"x"), selector=lambda mqs, m, a: None)
         with pytest.raises(InvalidMessageError, match="selector returned"):
@@ -105,29 +104,28 @@ async def test_bad_selector_result_and_queue_plus_selector_are_refused(cluster):
             await p.send(Message("T", b"x"), queue=ALL_QUEUES[0], selector=select_by_hash)
         with pytest.raises(InvalidMessageError, match="sharding_key"):
             await p.send_orderly(Message("T", b"x"), 42)
-    assert send_requests(cluster) == []
+    assert send_requests(cluster, tap) == []
 
 
-async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cluster):
+async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cluster, tap):
     target = select_by_hash(ALL_QUEUES, None, "k")
-    broker = next(b for b in cluster.brokers if b.name == target.brokerName)
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         await p.send_orderly(Message("T", b"warm"), "k")
-        before = route_requests(cluster)
-        broker.fail_next_sends = [ResponseCode.SERVICE_NOT_AVAILABLE]
+        before = route_requests(tap)
+        tap.fail(cluster.addr(target.brokerName), ResponseCode.SERVICE_NOT_AVAILABLE)
         with pytest.raises(ServiceNotAvailableError) as info:
             await p.send_orderly(Message("T", b"x"), "k")
         assert info.value.retriable
         # exactly one attempt for the failed send, on the selected broker
-        assert [n for n, _ in send_requests(cluster)] == [target.brokerName] * 2
+        assert [n for n, _ in send_requests(cluster, tap)] == [target.brokerName] * 2
         r = await p.send_orderly(Message("T", b"y"), "k")
         assert r.message_queue == target
-        assert route_requests(cluster) > before  # the failure dropped the cached route
+        assert route_requests(tap) > before  # the failure dropped the cached route
 
 
-async def test_send_async_calls_on_result_from_a_nursery_task(cluster):
+async def test_send_async_calls_on_result_from_a_nursery_task(cluster, tap):
     results, errors = [], []
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         async with trio.open_nursery() as nursery:
             for i in range(5):
                 p.send_async(Message("T", f"m{i}"), results.append, errors.append, nursery=nursery)
@@ -137,39 +135,41 @@ async def test_send_async_calls_on_result_from_a_nursery_task(cluster):
     assert len({r.msg_id for r in results}) == 5
 
 
-async def test_send_async_reports_errors_to_on_error_and_accepts_async_callbacks(cluster):
-    for b in cluster.brokers:
-        b.fail_next_sends = [ResponseCode.MESSAGE_ILLEGAL]
+async def test_send_async_reports_errors_to_on_error_and_accepts_async_callbacks(cluster, tap):
+    for node in BROKERS:
+        tap.fail(cluster.addr(node), ResponseCode.MESSAGE_ILLEGAL)
     got = []
 
     async def on_error(exc):
         await trio.lowlevel.checkpoint()
         got.append(exc)
 
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         async with trio.open_nursery() as nursery:
             p.send_async(Message("T", b"x"), got.append, on_error, nursery=nursery)
     [exc] = got
     assert isinstance(exc, MessageIllegalError)
 
 
-async def test_send_async_without_on_error_raises_into_the_nursery(cluster):
-    for b in cluster.brokers:
-        b.fail_next_sends = [ResponseCode.MESSAGE_ILLEGAL]
-    async with producer(cluster) as p:
+async def test_send_async_without_on_error_raises_into_the_nursery(cluster, tap):
+    for node in BROKERS:
+        tap.fail(cluster.addr(node), ResponseCode.MESSAGE_ILLEGAL)
+    async with producer(cluster, tap) as p:
         with pytest.RaisesGroup(MessageIllegalError):
             async with trio.open_nursery() as nursery:
                 p.send_async(Message("T", b"x"), lambda r: None, nursery=nursery)
 
 
-async def test_send_async_validates_in_the_caller(cluster):
-    async with producer(cluster) as p:
+async def test_send_async_validates_in_the_caller(cluster, tap):
+    async with producer(cluster, tap) as p:
         async with trio.open_nursery() as nursery:
             with pytest.raises(InvalidMessageError):
                 p.send_async(Message("T", b""), lambda r: None, nursery=nursery)
 
 
-async def test_delay_level_tags_keys_and_user_properties_reach_the_broker(cluster):
+async def test_delay_level_tags_keys_and_user_properties_reach_the_broker(
+    cluster, tap, autojump_clock
+):
     msg = Message(
         "T",
         "héllo".encode(),
@@ -178,43 +178,42 @@ async def test_delay_level_tags_keys_and_user_properties_reach_the_broker(cluste
         properties={"color": "red", "ü": "ö"},
         delay_level=3,
     )
-    async with producer(cluster) as p:
+    async with producer(cluster, tap) as p:
         r = await p.send(msg)
-    [(_, req)] = send_requests(cluster)
+    [(_, req)] = send_requests(cluster, tap)
     props = decode_properties(req.ext_fields["i"])
     assert props["DELAY"] == "3" and props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2"
     assert props["color"] == "red" and props["ü"] == "ö"
-    broker = next(b for b in cluster.brokers if b.name == r.message_queue.brokerName)
-    [stored] = decode_records(b"".join(broker.messages("T", r.message_queue.queueId)))
+    await trio.sleep(11)  # delay level 3 is 10 s: then the broker puts it on T
+    [stored] = cluster.messages("T", r.message_queue.queueId, r.message_queue.brokerName)
     assert stored.body == "héllo".encode() and stored.properties["color"] == "red"
 
 
 @pytest.mark.parametrize("code", [10, 11, 12])
-async def test_not_stored_ok_is_returned_unless_asked_to_retry(cluster, code):
-    for b in cluster.brokers:
-        b.fail_next_sends = [code]
-    async with producer(cluster) as p:
+async def test_not_stored_ok_is_returned_unless_asked_to_retry(cluster, tap, code):
+    for node in BROKERS:
+        tap.fail(cluster.addr(node), code)
+    async with producer(cluster, tap) as p:
         r = await p.send(Message("T", b"x"))
     assert r.status is not SendStatus.SEND_OK
-    assert len(send_requests(cluster)) == 1
+    assert len(send_requests(cluster, tap)) == 1
 
-    for b in cluster.brokers:
-        b.requests.clear()
-        b.fail_next_sends = [code]  # each broker answers `code` once
-    remoting = FakeRemoting(cluster)
+    tap = cluster.tap()
+    for node in BROKERS:
+        tap.fail(cluster.addr(node), code)  # each broker answers `code` once
     async with Producer(
-        "pg", NS, remoting=remoting, retry_another_broker_when_not_store_ok=True
+        "pg", cluster.namesrv, network=tap, retry_another_broker_when_not_store_ok=True
     ) as p:
         r = await p.send(Message("T", b"x"))
     assert r.status is SendStatus.SEND_OK
-    names = [req.ext_fields["n"] for _, req in remoting.sent if req.code == 310]
+    names = [req.ext_fields["n"] for req in tap.requests(310)]
     assert len(names) == 3 and names[0] != names[1] != names[2]
 
 
-async def test_not_stored_ok_everywhere_returns_the_last_status(cluster):
-    for b in cluster.brokers:
-        b.fail_next_sends = [ResponseCode.FLUSH_SLAVE_TIMEOUT] * 3
-    async with producer(cluster, retry_another_broker_when_not_store_ok=True) as p:
+async def test_not_stored_ok_everywhere_returns_the_last_status(cluster, tap):
+    for node in BROKERS:
+        tap.fail(cluster.addr(node), *[ResponseCode.FLUSH_SLAVE_TIMEOUT] * 3)
+    async with producer(cluster, tap, retry_another_broker_when_not_store_ok=True) as p:
         r = await p.send(Message("T", b"x"))
     assert r.status is SendStatus.FLUSH_SLAVE_TIMEOUT
-    assert len(send_requests(cluster)) == 3
+    assert len(send_requests(cluster, tap)) == 3
