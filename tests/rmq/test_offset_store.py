@@ -7,52 +7,62 @@ import json
 import pytest
 
 from common.model import MessageQueue
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode, ResponseCode
 from rmq.client_instance import ClientInstance
 from rmq.errors import ClientError
 from rmq.offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
-from rmq.testing import FakeCluster, FakeRemoting
 
-NS = "127.0.0.1:9876"
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-a", 1)
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.create_topic("T", 2)
-    return c
+async def cluster(memory_cluster):
+    await memory_cluster.create_topic("T", 2)
+    return memory_cluster
 
 
 async def test_remote_store_reads_updates_and_persists(cluster):
-    instance = ClientInstance(FakeRemoting(cluster), [NS])
-    store = RemoteBrokerOffsetStore(instance, "g")
-    broker = cluster.brokers[0]
-    assert await store.read_offset(MQ0, ReadOffsetType.STORE) == -1  # none yet
-    broker.offsets[("g", "T", 0)] = 7
+    tap = cluster.tap()
+    offsets = cluster.broker().controller.consumer_offset_manager
+    async with open_remoting_client(network=tap) as remoting:
+        instance = ClientInstance(remoting, [cluster.namesrv])
+        store = RemoteBrokerOffsetStore(instance, "g")
+        # a fresh group on a queue that starts at 0: the broker says 0
+        assert await store.read_offset(MQ0, ReadOffsetType.STORE) == 0
+        # QUERY_NOT_FOUND (the queue's head is gone): none yet
+        query = {RequestCode.QUERY_CONSUMER_OFFSET}
+        tap.fail(cluster.addr(), ResponseCode.QUERY_NOT_FOUND, requests=query)
+        assert await store.read_offset(MQ0, ReadOffsetType.STORE) == -1
+        offsets.commit_offset("g", "T", 0, 7)
+        await _remote_store_updates_and_persists(store, offsets)
+
+
+async def _remote_store_updates_and_persists(store, offsets) -> None:
     assert await store.read_offset(MQ0, ReadOffsetType.STORE) == 7
     assert await store.read_offset(MQ0, ReadOffsetType.MEMORY) == 7
     store.update_offset(MQ0, 9, increase_only=True)
     store.update_offset(MQ0, 8, increase_only=True)  # a late, smaller result is ignored
     store.update_offset(MQ1, 3)
     await store.persist_all([MQ0])
-    assert broker.offsets[("g", "T", 0)] == 9
-    assert ("g", "T", 1) not in broker.offsets  # not assigned any more: not written ...
+    assert offsets.offsets_of("g", "T")[0] == 9
+    assert 1 not in offsets.offsets_of("g", "T")  # not assigned any more: not written ...
     assert MQ1 not in store.table()  # ... and forgotten
     store.update_offset(MQ0, 2)  # not increase_only: moves back (orderly, offset reset)
     assert await store.read_offset(MQ0, ReadOffsetType.MEMORY) == 2
 
 
 async def test_remote_store_failure_reads_minus_two(cluster):
-    instance = ClientInstance(FakeRemoting(cluster), [NS])
-    store = RemoteBrokerOffsetStore(instance, "g")
-    await instance.fetch_route("T")
-    cluster.brokers[0].down = True
-    assert await store.read_offset(MQ0, ReadOffsetType.STORE) == -2
-    store.update_offset(MQ0, 5)
-    await store.persist(MQ0)  # logged, not raised
-    assert store.table() == {MQ0: 5}
+    async with open_remoting_client(network=cluster.network) as remoting:
+        instance = ClientInstance(remoting, [cluster.namesrv])
+        store = RemoteBrokerOffsetStore(instance, "g")
+        await instance.fetch_route("T")
+        cluster.network.refused.add(cluster.broker().port)
+        assert await store.read_offset(MQ0, ReadOffsetType.STORE) == -2
+        store.update_offset(MQ0, 5)
+        await store.persist(MQ0)  # logged, not raised
+        assert store.table() == {MQ0: 5}
 
 
 async def test_local_store_round_trips_through_its_file(tmp_path):
