@@ -26,6 +26,7 @@ own (it forwards no admin call to clients), yet the client must answer them as J
 
 from __future__ import annotations
 
+import errno
 import itertools
 import time
 from collections.abc import Callable, Collection
@@ -109,6 +110,7 @@ class Tap:
     _rules: list[_Rule] = attrs.Factory(list)
     _rewrites: list[tuple[str, int, Callable[[RemotingCommand], None]]] = attrs.Factory(list)
     _links: list[_Link] = attrs.Factory(list)
+    vanished: bool = False  # set by `cut`
     # opaques of injected requests: far above the client's own counter, never reused
     _opaques: itertools.count[int] = attrs.Factory(lambda: itertools.count(1 << 30))
 
@@ -122,7 +124,7 @@ class Tap:
         self._rules.append(_Rule(addr, requests, list(answers), forever))
 
     def hang(self, addr: str, requests: Collection[int] | None = None) -> None:
-        """Never pass on requests to ``addr`` (of codes ``requests``, default all)."""
+        """Never pass on requests to or from ``addr`` (of codes ``requests``, default all)."""
         self._rules.append(_Rule(addr, requests, None, True))
 
     def rewrite(self, addr: str, request: int, edit: Callable[[RemotingCommand], None]) -> None:
@@ -154,6 +156,8 @@ class Tap:
         return self.network.peer_addr(stream)
 
     async def connect(self, addr: str) -> trio.abc.Stream:
+        if self.vanished:
+            raise ConnectionRefusedError(errno.EHOSTUNREACH, f"this host vanished: {addr}")
         server = await self.network.connect(addr)
         theirs, ours = trio.testing.memory_stream_pair()
         link = _Link(addr, ours, server)
@@ -204,6 +208,8 @@ class Tap:
                         for addr, request, edit in self._rewrites:
                             if addr == link.addr and request == code:
                                 edit(cmd)
+                    elif (rule := self._rule_for(link.addr, cmd)) and rule.answers is None:
+                        continue  # a hung code is dropped toward the client too (lost notify)
                     await link.to_client(cmd)
         except _COPY_ERRORS:
             pass
@@ -215,6 +221,13 @@ class Tap:
             self._links.remove(link)
         for stream in (link.client, link.server):
             await trio.aclose_forcefully(stream)
+
+    async def cut(self) -> None:
+        """The client's host vanishes: every connection it made through this tap closes (the
+        servers see the channels close) and it cannot connect again."""
+        self.vanished = True
+        for link in list(self._links):
+            await self._close(link)
 
     # --- server->client requests -----------------------------------------------------------
 

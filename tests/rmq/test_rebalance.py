@@ -1,4 +1,5 @@
-"""AllocateMessageQueueAveragely and group rebalancing on join/leave, over the FakeCluster."""
+"""AllocateMessageQueueAveragely and group rebalancing on join/leave, against the real servers
+(memory_cluster): the broker's own NOTIFY_CONSUMER_IDS_CHANGED, lost ones dropped by a Tap."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.model import MessageQueue
+from common.remoting.codes import RequestCode
 from rmq import PushConsumer, allocate_averagely
-from rmq.testing import FakeCluster, FakeRemoting
 
 NS = "127.0.0.1:9876"
 
@@ -53,16 +54,15 @@ def test_allocation_is_a_partition(n_queues, n_members):
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.add_broker("broker-b", "127.0.0.1:10921")
-    c.create_topic("T", 4)  # 8 queues over two brokers
-    return c
+async def cluster(memory_cluster):
+    await memory_cluster.start_broker("broker-b", broker_name="broker-b")
+    await memory_cluster.create_topic("T", 4)  # 8 queues over two brokers
+    return memory_cluster
 
 
 def consumer(cluster, name: str, **kw) -> PushConsumer:
-    c = PushConsumer("g", NS, remoting=FakeRemoting(cluster), instance_name=name, **kw)
+    kw.setdefault("network", cluster.network)
+    c = PushConsumer("g", cluster.namesrv, instance_name=name, **kw)
     c.subscribe("T")
 
     async def listener(msgs):
@@ -102,22 +102,25 @@ async def test_members_join_and_leave_and_queues_follow(cluster, autojump_clock)
 async def test_a_dead_member_is_noticed_through_the_broker(cluster, autojump_clock):
     async with consumer(cluster, "one") as c1:
         # a member that never says goodbye: only a heartbeat, then its connection closes
-        async with consumer(cluster, "ghost") as c2:
+        ghost = cluster.tap()
+        async with consumer(cluster, "ghost", network=ghost):
             await trio.sleep(1)
             assert len(t_queues(c1)) == 4
-            ghost_id = c2.client_id
-            await cluster.disconnect(ghost_id)
-            await trio.sleep(1)
+            await ghost.cut()  # its connections close; the broker drops it from the group
+            # once its held pulls are given up (the channel's 1 s EOF grace) and tells "one"
+            await trio.sleep(3)
             assert len(t_queues(c1)) == 8
 
 
 async def test_periodic_rebalance_without_notify(cluster, autojump_clock):
-    async with consumer(cluster, "one", rebalance_interval=20.0) as c1:
+    tap = cluster.tap()
+    async with consumer(cluster, "one", rebalance_interval=20.0, network=tap) as c1:
         await trio.sleep(1)  # the rebalance its own join triggered is done
-        # a member appears that the broker never announced (notify lost)
-        cluster.groups["g"]["127.0.0.1@zzz"] = None
-        cluster.pending_notifies.clear()
-        await trio.sleep(5)
-        assert len(t_queues(c1)) == 8
-        await trio.sleep(15)
-        assert len(t_queues(c1)) == 4
+        # a member appears that the broker's notify never announces to "one" (lost)
+        for node in ("broker-a", "broker-b"):
+            tap.hang(cluster.addr(node), {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED})
+        async with consumer(cluster, "zzz"):
+            await trio.sleep(5)
+            assert len(t_queues(c1)) == 8
+            await trio.sleep(15)
+            assert len(t_queues(c1)) == 4

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 import trio
 
 from common.model import MessageQueue
-from rmq import PushConsumer
-from rmq.testing import FakeCluster, FakeRemoting
-
-NS = "127.0.0.1:9876"
-
-
-@pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    return c
+from rmq import Admin, PushConsumer
 
 
 def warnings_about(caplog, topic: str) -> list[logging.LogRecord]:
@@ -29,9 +18,12 @@ def warnings_about(caplog, topic: str) -> list[logging.LogRecord]:
     ]
 
 
-async def test_missing_topic_is_one_clear_warning_then_debug(cluster, caplog, autojump_clock):
+async def test_missing_topic_is_one_clear_warning_then_debug(
+    memory_cluster, caplog, autojump_clock
+):
     caplog.set_level(logging.DEBUG, logger="rmq.rebalance")
-    c = PushConsumer("g", NS, remoting=FakeRemoting(cluster), rebalance_interval=1.0)
+    cluster = memory_cluster
+    c = PushConsumer("g", cluster.namesrv, network=cluster.network, rebalance_interval=1.0)
     c.subscribe("Later")
     c.register_listener(lambda msgs: None)
     async with c:
@@ -52,7 +44,7 @@ async def test_missing_topic_is_one_clear_warning_then_debug(cluster, caplog, au
         assert len(repeats) >= 4
 
         # created: picked up at the next rebalance, no further warning
-        cluster.create_topic("Later", 2)
+        await cluster.create_topic("Later", 2)
         await trio.sleep(1.5)
         assert {mq for mq in c.assigned_queues() if mq.topic == "Later"} == {
             MessageQueue("Later", "broker-a", i) for i in range(2)
@@ -61,7 +53,8 @@ async def test_missing_topic_is_one_clear_warning_then_debug(cluster, caplog, au
         assert "rebalance of Later" not in caplog.text  # no "no consumer for this group"
 
         # gone again: a change, so it is said once more
-        del cluster.brokers[0].topics["Later"]
+        async with Admin(cluster.namesrv, network=cluster.network) as admin:
+            await admin.delete_topic("Later")
         c.client.invalidate("Later")
         await trio.sleep(3.5)
         assert len(warnings_about(caplog, "Later")) == 2
