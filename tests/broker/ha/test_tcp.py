@@ -144,9 +144,15 @@ async def test_slave_learns_master_from_nameserver_and_follows_a_restart(tmp_pat
             base = broker_config(root, **{k: kw.pop(k) for k in ("role", "broker_id") if k in kw})
             return attrs.evolve(base, **fast, **kw)
 
+        stopped: dict[str, trio.Event] = {}
+
         async def run_in(scope, config, task_status=trio.TASK_STATUS_IGNORED):
-            with scope:
-                await run_broker(config, task_status=task_status)
+            done = stopped[str(config.store.store_path_root_dir)] = trio.Event()
+            try:
+                with scope:
+                    await run_broker(config, task_status=task_status)
+            finally:
+                done.set()
 
         m_scope = trio.CancelScope()
         master = await n.start(run_in, m_scope, cfg(mroot, role="SYNC_MASTER"))
@@ -176,6 +182,8 @@ async def test_slave_learns_master_from_nameserver_and_follows_a_restart(tmp_pat
         old_ha = master.ha_port
         m_scope.cancel()
         with trio.fail_after(10):
+            # the old master has let go of its store (unregistered, flushed, unlocked)
+            await stopped[str(mroot)].wait()
             while client.connected:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         master = await n.start(run_in, trio.CancelScope(), cfg(mroot, role="SYNC_MASTER"))
