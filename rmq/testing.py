@@ -111,6 +111,8 @@ class Tap:
     _rewrites: list[tuple[str, int, Callable[[RemotingCommand], None]]] = attrs.Factory(list)
     _links: list[_Link] = attrs.Factory(list)
     vanished: bool = False  # set by `cut`
+    # addresses this client cannot connect to now (a broker down for it alone)
+    refused: set[str] = attrs.Factory(set)
     # opaques of injected requests: far above the client's own counter, never reused
     _opaques: itertools.count[int] = attrs.Factory(lambda: itertools.count(1 << 30))
 
@@ -156,8 +158,8 @@ class Tap:
         return self.network.peer_addr(stream)
 
     async def connect(self, addr: str) -> trio.abc.Stream:
-        if self.vanished:
-            raise ConnectionRefusedError(errno.EHOSTUNREACH, f"this host vanished: {addr}")
+        if self.vanished or addr in self.refused:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"connection refused: {addr}")
         server = await self.network.connect(addr)
         theirs, ours = trio.testing.memory_stream_pair()
         link = _Link(addr, ours, server)
