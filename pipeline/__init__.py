@@ -9,38 +9,8 @@ workers run this interpreter, with both formats registered (`pipeline/spark_sess
 
 from __future__ import annotations
 
-import logging
+# the functions live in pipeline/spark_session.py, which imports only the standard library at
+# module level, so `import pipeline` still works without pyspark
+from pipeline.spark_session import register, session
 
 __all__ = ["register", "session"]
-
-
-def session(app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf: str):
-    """A SparkSession whose workers run this interpreter, formats registered
-    (`pipeline.spark_session.session`)."""
-    from pipeline.spark_session import session as _session
-
-    return _session(app, master=master, **conf)
-
-
-def register(spark) -> None:
-    """Register the "rocketmq" and "rocketmq-store" formats with `spark`.
-
-    First makes sure the session's Python workers can import this project (a local session
-    whose workers would run another `python3` is switched to this interpreter, with a warning;
-    see `pipeline/spark_session.py`): the data sources are registered with that interpreter.
-    """
-    from pipeline.data_source import RocketMQDataSource
-    from pipeline.spark_session import check_worker_python
-
-    check_worker_python(spark)
-
-    spark.dataSource.register(RocketMQDataSource)
-    try:
-        from pipeline.store_source import RocketMQStoreDataSource
-    except ModuleNotFoundError as exc:
-        if exc.name != "pipeline.store_source":
-            raise
-        # a checkout without the store reader still serves live topics
-        logging.getLogger(__name__).warning("pipeline.store_source missing: no rocketmq-store")
-        return
-    spark.dataSource.register(RocketMQStoreDataSource)

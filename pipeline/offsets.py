@@ -27,6 +27,8 @@ from typing import Literal, NamedTuple
 
 import attrs
 
+from pipeline.errors import OptionError
+
 __all__ = [
     "EARLIEST",
     "LATEST",
@@ -62,9 +64,6 @@ class _SpecError(ValueError):
 
 
 def _option_error(option: str, msg: str) -> Exception:
-    # OptionError lives in pipeline.options (which imports this module): import it late
-    from pipeline.options import OptionError
-
     return OptionError(f"option {option}: {msg}")
 
 

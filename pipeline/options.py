@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from pipeline.errors import OptionError
 from pipeline.offsets import OffsetSpec, parse_offset_spec
 from rmq.errors import ClientError
 from rmq.pull_consumer import parse_tag_expression
@@ -29,10 +30,6 @@ __all__ = ["DEFAULT_GROUP", "OptionError", "ReaderOptions", "parse_reader_option
 # The subscription group the broker sees for pulls when no consumerGroup is given (the broker
 # auto-creates subscription groups, as it does for mqadmin's TOOLS_CONSUMER).
 DEFAULT_GROUP = "TRIO_RMQ_SPARK_READER"
-
-
-class OptionError(ValueError):
-    """A reader option is missing, malformed, or contradicts another; the message names it."""
 
 
 # lower-case key -> the spelling users write (Spark lower-cases nothing, but its dict is

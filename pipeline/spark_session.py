@@ -13,13 +13,13 @@ Two remedies, both here:
 
 * `session()` sets PYSPARK_PYTHON to this interpreter (`sys.executable`) before it builds the
   SparkSession, unless the caller set PYSPARK_PYTHON or a SparkContext exists already.
-* `check_worker_python(spark)` (called by `pipeline.register`) asks whether the context's
-  worker interpreter can import the pipeline. If it cannot and the master is local (the
-  workers run on this machine, so this interpreter is a valid choice), it points
-  `sc.pythonExec` at `sys.executable`, which every function wrapped from then on carries,
-  the data sources registered right after included, and logs a warning. On a cluster
-  master it only warns: only the cluster knows which Python its nodes have. spark-submit
-  users set PYSPARK_PYTHON (docs/pipeline.md).
+* `check_worker_python(spark)` (called by `register`, which is `pipeline.register`) asks
+  whether the context's worker interpreter can import the pipeline. If it cannot and the
+  master is local (the workers run on this machine, so this interpreter is a valid
+  choice), it points `sc.pythonExec` at `sys.executable`, which every function wrapped
+  from then on carries, the data sources registered right after included, and logs a
+  warning. On a cluster master it only warns: only the cluster knows which Python its nodes
+  have. spark-submit users set PYSPARK_PYTHON (docs/pipeline.md).
 
 The check runs the candidate interpreter once (about 0.3 s) unless it is this very
 interpreter, and remembers the answer per path.
@@ -48,8 +48,6 @@ def session(app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    import pipeline
-
     if SparkContext._active_spark_context is None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
@@ -58,8 +56,31 @@ def session(app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    pipeline.register(spark)
+    register(spark)
     return spark
+
+
+def register(spark) -> None:
+    """Register the "rocketmq" and "rocketmq-store" formats with `spark`.
+
+    First makes sure the session's Python workers can import this project (a local session
+    whose workers would run another `python3` is switched to this interpreter, with a warning;
+    see `check_worker_python`): the data sources are registered with that interpreter.
+    """
+    from pipeline.data_source import RocketMQDataSource
+
+    check_worker_python(spark)
+
+    spark.dataSource.register(RocketMQDataSource)
+    try:
+        from pipeline.store_source import RocketMQStoreDataSource
+    except ModuleNotFoundError as exc:
+        if exc.name != "pipeline.store_source":
+            raise
+        # a checkout without the store reader still serves live topics
+        log.warning("pipeline.store_source missing: no rocketmq-store")
+        return
+    spark.dataSource.register(RocketMQStoreDataSource)
 
 
 def check_worker_python(spark) -> str:
