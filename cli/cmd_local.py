@@ -160,7 +160,7 @@ def up(
 
         import trio
 
-        from cli.up import run_up
+        from cli.supervisor import run_up
 
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
@@ -412,18 +412,6 @@ def down(
         time.sleep(0.05)
     local_render.error(f"still running after {timeout:g} s: pids {left + [sup_pid]}")
     raise typer.Exit(1)
-
-
-def master_role(role: str, *, slaves: int, sync_master: bool = False) -> str:
-    """The masters' brokerRole for `rmq up --role ROLE [--sync-master]` with `slaves` slaves."""
-    from cli.up import PlanError
-
-    role = role.upper()
-    if role == "AUTO":
-        role = "SYNC_MASTER" if sync_master or slaves > 0 else "ASYNC_MASTER"
-    if sync_master and role != "SYNC_MASTER":
-        raise PlanError(f"--sync-master contradicts --role {role}")
-    return role
 
 
 def fast_up_arguments(argv: list[str]) -> dict[str, Any] | None:

@@ -3,3 +3,7 @@
 
 class CliError(Exception):
     """An expected failure of a command (bad input, a node that would not start, ...)."""
+
+
+class ControlError(CliError):
+    """An operation on a running cluster the supervisor refuses (unknown node, not running...)."""

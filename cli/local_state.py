@@ -27,16 +27,14 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cli.errors import CliError
+from cli.errors import CliError, ControlError
 
 if TYPE_CHECKING:
     import trio
-
-    from cli.supervisor import Supervisor
 
 STATE_FILE = "supervisor.json"
 SOCKET_NAME = "control.sock"
@@ -54,6 +52,26 @@ class Unreachable(CliError):
 
 class Refused(CliError):
     """The supervisor answered with an error (unknown node, node not running, ...)."""
+
+
+class _NodeView(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class Controlled(Protocol):
+    """What the control channel needs of the cluster it serves (cli/supervisor.py's
+    `Supervisor`, which imports this module to serve its channel)."""
+
+    data_dir: Path
+    # called after every change the state file should record; the channel installs it
+    on_change: Callable[[], None]
+    stop_requested: trio.Event  # set by `down`
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    async def kill(self, name: str) -> _NodeView: ...
+
+    async def restart(self, name: str, timeout: float | None = None) -> _NodeView: ...
 
 
 # --- the state file --------------------------------------------------------------------------
@@ -145,11 +163,10 @@ def running_supervisor(data_dir: Path) -> dict[str, Any] | None:
 
 
 @contextlib.asynccontextmanager
-async def control_channel(supervisor: Supervisor) -> AsyncIterator[None]:
+async def control_channel(supervisor: Controlled) -> AsyncIterator[None]:
     """Serve the control socket and keep the state file while the body runs."""
     import trio
 
-    from cli.supervisor import ControlError
     from common.errors import unwrapping_groups
 
     data_dir = supervisor.data_dir
@@ -190,7 +207,7 @@ async def control_channel(supervisor: Supervisor) -> AsyncIterator[None]:
         remove_state(data_dir, pid=os.getpid())
 
 
-def _handler(supervisor: Supervisor):
+def _handler(supervisor: Controlled):
     import trio
 
     async def handle(stream: trio.SocketStream) -> None:
@@ -224,9 +241,7 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any]:
     return request
 
 
-async def _dispatch(supervisor: Supervisor, request: dict[str, Any]) -> dict[str, Any]:
-    from cli.supervisor import ControlError
-
+async def _dispatch(supervisor: Controlled, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     if op == "status":
         return {"ok": True, **supervisor.snapshot()}
@@ -261,9 +276,7 @@ def request(
         raise NoCluster(f"no cluster is running in {data_dir} (start one with `rmq up`)")
     pid = state["supervisor_pid"]
     if not pid_running(pid, state.get("start_time")):
-        raise NoCluster(
-            f"no cluster is running in {data_dir} (its supervisor, pid {pid}, is gone)"
-        )
+        raise NoCluster(f"no cluster is running in {data_dir} (its supervisor, pid {pid}, is gone)")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
@@ -277,8 +290,7 @@ def request(
                 data += chunk
     except (OSError, KeyError) as exc:
         raise Unreachable(
-            f"the supervisor of {data_dir} (pid {pid}) does not answer on its control "
-            f"socket: {exc}"
+            f"the supervisor of {data_dir} (pid {pid}) does not answer on its control socket: {exc}"
         ) from None
     try:
         reply = json.loads(data)

@@ -16,7 +16,7 @@ import typer
 # Importing a command module registers its commands on `app`.
 from cli import cmd_admin, cmd_bench, cmd_local, cmd_servers, cmd_store, cmd_top  # noqa: F401
 from cli.app import app
-from cli.cmd_local import fast_up_arguments, master_role, up
+from cli.cmd_local import fast_up_arguments, up
 from cli.node import (
     BROKER_FLAG_PROPERTIES,
     broker_properties,
@@ -29,7 +29,6 @@ __all__ = [
     "broker_properties",
     "fast_up_arguments",
     "main",
-    "master_role",
     "properties_text",
 ]
 

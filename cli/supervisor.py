@@ -43,7 +43,8 @@ from typing import Any
 import attrs
 import trio
 
-from cli.errors import CliError
+from cli.errors import ControlError
+from cli.local_state import control_channel
 from cli.up import (
     ClusterPlan,
     CommandFor,
@@ -52,13 +53,12 @@ from cli.up import (
     Probe,
     UpEvent,
     log_tail,
+    node_command,
+    probe_cluster,
     run_separator,
     write_node_config,
 )
-
-
-class ControlError(CliError):
-    """An operation on a running cluster the supervisor refuses (unknown node, not running...)."""
+from common.errors import RmqError, unwrapping_groups
 
 
 class NodeStatus(enum.Enum):
@@ -161,8 +161,6 @@ class Supervisor:
     async def run(self, *, task_status: trio.TaskStatus[Supervisor]) -> None:
         """Spawn every node, wait until all serve, report `ready`, run until `stop_requested`
         or cancelled; then stop every node (shielded, bounded)."""
-        from common.errors import unwrapping_groups
-
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         deadline = trio.current_time() + self.ready_timeout
         try:
@@ -247,8 +245,6 @@ class Supervisor:
         self.report(UpEvent("exited", ns.node, process.pid, code, ns.log_path, detail=detail))
 
     async def _wait_serving(self, nodes: tuple[NodeSpec, ...], deadline: float) -> bool:
-        from cli.up import _probe_quietly
-
         with trio.move_on_at(deadline):
             while True:
                 if await _probe_quietly(self.probe, self.plan, nodes):
@@ -258,8 +254,6 @@ class Supervisor:
 
     async def _until_serving(self, ns: NodeState, process: trio.Process) -> None:
         """After a restart: `alive` once the probe sees the node serve (or its process ended)."""
-        from cli.up import _probe_quietly
-
         while ns.process is process and process.returncode is None:
             if await _probe_quietly(self.probe, self._running_plan(ns), (ns.node,)):
                 if ns.process is process and process.returncode is None:
@@ -424,3 +418,48 @@ class Supervisor:
             "data_dir": str(self.data_dir),
             "nodes": [ns.to_json() for ns in self.nodes.values()],
         }
+
+
+async def run_up(
+    plan: ClusterPlan,
+    data_dir: Path,
+    *,
+    report: Callable[[UpEvent], None] = lambda e: None,
+    probe: Probe | None = None,
+    command_for: CommandFor = node_command,
+    ready_timeout: float = 30.0,
+    stop_timeout: float = 10.0,
+    poll_interval: float = 0.05,
+    control: bool = True,
+    task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Spawn every node, report `ready` once all serve, run until cancelled or `rmq down`,
+    then stop all. `task_status.started` hands over the `Supervisor`.
+
+    With `control` the supervisor also serves `rmq status/kill/restart/down` on a Unix socket
+    and records itself in the data dir's state file (cli/local_state.py) while it runs.
+    """
+    supervisor = Supervisor(
+        plan,
+        data_dir,
+        report,
+        probe or probe_cluster,
+        command_for,
+        ready_timeout=ready_timeout,
+        stop_timeout=stop_timeout,
+        poll_interval=poll_interval,
+    )
+    if not control:
+        await supervisor.run(task_status=task_status)
+        return
+    async with control_channel(supervisor):
+        await supervisor.run(task_status=task_status)
+
+
+async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
+    try:
+        return await probe(plan, nodes)
+    except (OSError, ValueError, trio.BrokenResourceError):
+        return False  # not listening yet, or an answer that is not (yet) what we wait for
+    except RmqError:
+        return False  # a node that answers garbage is "not ready yet", not a crash

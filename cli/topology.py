@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from cli.up import ClusterPlan, PlanError, plan_cluster
+from cli.up import ClusterPlan, PlanError, broker_name_for, master_role, plan_cluster
 
 # broker.conf properties the plan sets itself (a node's role, identity, ports and store)
 PLANNED_PROPERTIES = frozenset({
@@ -86,8 +86,6 @@ class Topology:
             if name not in names:
                 properties[name] = self.node_conf[name]  # plan_cluster names the bad node
         try:
-            from cli.cmd_local import master_role
-
             role = master_role(self.role, slaves=self.slaves, sync_master=sync_master)
             return self._plan(role, properties)
         except TopologyError:
@@ -109,8 +107,6 @@ class Topology:
 
 
 def _planned_names(masters: int, slaves: int) -> list[str]:
-    from cli.up import broker_name_for
-
     names = ["namesrv"] + [broker_name_for(m) for m in range(masters)]
     names += [f"{broker_name_for(m)}-s{s}" for s in range(1, slaves + 1) for m in range(masters)]
     return names

@@ -6,9 +6,9 @@ Theory of operation:
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
   port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
-* `run_up` spawns every node at once: the interpreters start in parallel, and a broker that
-  comes up before the nameserver listens retries its registration within a fraction of a
-  second (`broker/registrar.py`). Each child is `python -m cli.node namesrv|broker ...
+* `run_up` (in `cli/supervisor.py`, which runs the processes) spawns every node at once:
+  the interpreters start in parallel, and a broker that comes up before the nameserver
+  listens retries its registration within a fraction of a second (`broker/registrar.py`). Each child is `python -m cli.node namesrv|broker ...
   --watch-stdin` (argparse, no typer/pydantic: see `cli/node.py`), with stdout+stderr going
   to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
   the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
@@ -38,15 +38,10 @@ import string
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
 from cli.errors import CliError
-
-if TYPE_CHECKING:
-    from cli.supervisor import Supervisor
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
@@ -112,6 +107,16 @@ def broker_name_for(index: int) -> str:
     if index < 26:
         return f"broker-{string.ascii_lowercase[index]}"
     return f"broker-{index}"
+
+
+def master_role(role: str, *, slaves: int, sync_master: bool = False) -> str:
+    """The masters' brokerRole for `rmq up --role ROLE [--sync-master]` with `slaves` slaves."""
+    role = role.upper()
+    if role == "AUTO":
+        role = "SYNC_MASTER" if sync_master or slaves > 0 else "ASYNC_MASTER"
+    if sync_master and role != "SYNC_MASTER":
+        raise PlanError(f"--sync-master contradicts --role {role}")
+    return role
 
 
 def plan_cluster(
@@ -293,59 +298,6 @@ def run_separator(name: str, pid: int, restarts: int = 0) -> str:
     now = datetime.now().astimezone().isoformat(timespec="milliseconds")
     again = f" (restart {restarts})" if restarts else ""
     return f"==== {now} rmq up: starting {name} pid {pid}{again} ====\n"
-
-
-async def run_up(
-    plan: ClusterPlan,
-    data_dir: Path,
-    *,
-    report: Callable[[UpEvent], None] = lambda e: None,
-    probe: Probe | None = None,
-    command_for: CommandFor = node_command,
-    ready_timeout: float = 30.0,
-    stop_timeout: float = 10.0,
-    poll_interval: float = 0.05,
-    control: bool = True,
-    task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Spawn every node, report `ready` once all serve, run until cancelled or `rmq down`,
-    then stop all. `task_status.started` hands over the `Supervisor` (cli/supervisor.py).
-
-    With `control` the supervisor also serves `rmq status/kill/restart/down` on a Unix socket
-    and records itself in the data dir's state file (cli/local_state.py) while it runs.
-    """
-    from cli.supervisor import Supervisor
-
-    supervisor = Supervisor(
-        plan,
-        data_dir,
-        report,
-        probe or probe_cluster,
-        command_for,
-        ready_timeout=ready_timeout,
-        stop_timeout=stop_timeout,
-        poll_interval=poll_interval,
-    )
-    if not control:
-        await supervisor.run(task_status=task_status)
-        return
-    from cli.local_state import control_channel
-
-    async with control_channel(supervisor):
-        await supervisor.run(task_status=task_status)
-
-
-async def _probe_quietly(probe: Probe, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
-    try:
-        return await probe(plan, nodes)
-    except (OSError, ValueError, trio.BrokenResourceError):
-        return False  # not listening yet, or an answer that is not (yet) what we wait for
-    except Exception as exc:  # a node that answers garbage is "not ready yet", not a crash
-        from common.errors import RmqError
-
-        if isinstance(exc, RmqError):
-            return False
-        raise
 
 
 def registered_at(cluster_info: object, node: NodeSpec) -> bool:

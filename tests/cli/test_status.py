@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import render
-from cli.main import app, fast_up_arguments, master_role
+from cli.main import app, fast_up_arguments
 from cli.status import (
     BrokerStatus,
     SlaveLag,
@@ -18,6 +18,7 @@ from cli.status import (
     parse_runtime_info,
     runtime_table,
 )
+from cli.up import master_role
 
 runner = CliRunner()
 

@@ -269,7 +269,8 @@ async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path)
     import trio
 
     from cli.status import cluster_status
-    from cli.up import plan_cluster, run_up
+    from cli.supervisor import run_up
+    from cli.up import plan_cluster
 
     base = free_block(40)
     plan = plan_cluster(namesrv_port=base + 35, broker_port=base, slaves=2,

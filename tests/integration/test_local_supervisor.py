@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from cli.errors import ControlError
 from cli.local_state import (
     NoCluster,
     Refused,
@@ -26,8 +27,8 @@ from cli.local_state import (
     request,
     running_supervisor,
 )
-from cli.supervisor import ControlError, Supervisor
-from cli.up import UpEvent, plan_cluster, run_up
+from cli.supervisor import Supervisor, run_up
+from cli.up import UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 

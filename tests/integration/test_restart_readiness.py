@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.supervisor import ControlError, Supervisor
-from cli.up import UpEvent, plan_cluster, run_up, slaves_of
+from cli.errors import ControlError
+from cli.supervisor import Supervisor, run_up
+from cli.up import UpEvent, plan_cluster, slaves_of
 
 pytestmark = pytest.mark.integration
 
