@@ -1,8 +1,9 @@
 """Dependencies point one way: common <- namesrv, broker, rmq <- cli, pipeline.
 
 DESIGN.md makes this a rule; this test walks every import statement of every package module
-(with ast, so nothing is executed) and fails on an arrow that points the wrong way, and on
-relative imports (we use absolute imports only).
+(with ast, so nothing is executed) and fails on an arrow that points the wrong way, on
+relative imports (we use absolute imports only), and on import circles between the modules of
+a package (DESIGN.md: no import circles; a lazy import hides one, it does not remove it).
 """
 
 from __future__ import annotations
@@ -58,3 +59,141 @@ def test_imports_point_one_way(path: Path) -> None:
         if top in FIRST_PARTY and top not in ALLOWED[owner]:
             bad.append(f"line {lineno}: {owner} must not import {module}")
     assert not bad, "\n".join(bad)
+
+
+# --- no import circles ---------------------------------------------------------------------
+#
+# Every import statement counts, at module level or inside a function, under TYPE_CHECKING or
+# not: a lazy import only hides a circle from the interpreter, not from the reader, and the
+# next module-level import closes it. `from a.b import c` imports the module a.b.c when there
+# is one, else a.b; importing a package means importing its __init__ (the module `a.b`).
+
+
+def _module_names() -> dict[str, Path]:
+    names: dict[str, Path] = {}
+    for path in _modules():
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    return _graph_of(
+        {name: path.read_text(encoding="utf-8") for name, path in _module_names().items()}
+    )
+
+
+def _graph_of(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module name -> the first-party modules it imports, from the modules' source texts."""
+
+    def known(name: str) -> str | None:
+        # `import a.b.X` where X is not a module: the module it names is the longest prefix
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(source, filename=module)):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in sources
+                    else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            deps.update(t for t in map(known, targets) if t is not None and t != module)
+        graph[module] = deps
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def _describe(circle: list[str], graph: dict[str, set[str]]) -> str:
+    members = set(circle)
+    arrows = "; ".join(f"{m} -> {', '.join(sorted(graph[m] & members))}" for m in circle)
+    return f"circle {' <-> '.join(circle)} ({arrows})"
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    # The check below must be able to fail: a made-up graph with two circles and a tail.
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}}
+    assert _circles(graph) == [["a", "b", "c"], ["e", "f"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_import_statement_counts() -> None:
+    # Lazy imports, TYPE_CHECKING imports and a package's __init__ are edges like any other.
+    sources = {
+        "p": "from p.b import g\n",  # the package's __init__ imports a module of it
+        "p.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import T\n",
+        "p.b": "def f():\n    import p.c.X\n",  # X is not a module: p.c is what is imported
+        "p.c": "from p import a\n",  # `from pkg import module` imports the module p.a
+        "p.d": "from p import name\n",  # `from pkg import name` imports the package p
+        "q": "import os\nimport p.d\n",  # non-first-party imports are not in the graph
+    }
+    graph = _graph_of(sources)
+    assert graph == {
+        "p": {"p.b"},
+        "p.a": {"p.b"},
+        "p.b": {"p.c"},
+        "p.c": {"p.a"},
+        "p.d": {"p"},
+        "q": {"p.d"},
+    }
+    assert _circles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+# broker: added when the lead removes its two circles
+@pytest.mark.parametrize("package", ["common", "namesrv", "rmq", "cli", "pipeline"])
+def test_no_import_circles(package: str) -> None:
+    graph = _import_graph()
+    circles = [c for c in _circles(graph) if package in {m.split(".")[0] for m in c}]
+    assert not circles, "\n".join(_describe(c, graph) for c in circles)
