@@ -373,7 +373,9 @@ class SendMessageProcessor:
         else:
             msg.properties_string = stored
         appended = b.store.append_message(msg)
-        return self._answer_append(req, appended, msg.queue_id, self._wait_replica(msg))
+        # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue the
+        # store moved a delayed message to
+        return self._answer_append(req, appended, queue_id, self._wait_replica(msg))
 
     def _send_batch(self, req, h, channel, topic, queue_id, body) -> Any:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
