@@ -186,17 +186,28 @@ class ConsumeType(enum.IntEnum):
 
 
 class MessageModel(enum.IntEnum):
+    """How a group shares a topic; the values are Java's ordinals (what the C++ client sends)."""
+
     BROADCASTING = 0
     CLUSTERING = 1
 
 
 class ConsumeFromWhere(enum.IntEnum):
+    """Where a push consumer starts a queue its group has no offset for (RocketMQ 4.9's
+    members and ordinals; the three deprecated ones behave as CONSUME_FROM_LAST_OFFSET)."""
+
     CONSUME_FROM_LAST_OFFSET = 0
-    CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 1
-    CONSUME_FROM_MIN_OFFSET = 2
-    CONSUME_FROM_MAX_OFFSET = 3
+    CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 1  # deprecated in RocketMQ
+    CONSUME_FROM_MIN_OFFSET = 2  # deprecated in RocketMQ
+    CONSUME_FROM_MAX_OFFSET = 3  # deprecated in RocketMQ
     CONSUME_FROM_FIRST_OFFSET = 4
     CONSUME_FROM_TIMESTAMP = 5
+    # The rmq client's short spellings (PushConsumer(consume_from=ConsumeFromWhere.FIRST_OFFSET),
+    # LitePullConsumer(consume_from="FIRST_OFFSET")): aliases of the same members, so `.name`
+    # and the wire keep RocketMQ's names and nothing can drift.
+    LAST_OFFSET = 0
+    FIRST_OFFSET = 4
+    TIMESTAMP = 5
 
 
 @attrs.frozen

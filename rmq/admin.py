@@ -28,10 +28,10 @@ import trio
 
 from common.errors import RemotingError, TopicNotExistError
 from common.message import MessageExt, decode_offset_msg_id
+from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from rmq.admin_api import (
-    TOOLS_CONSUMER,
     AdminAPI,
     ConsumerConnection,
     ConsumeStats,
@@ -372,7 +372,7 @@ class Admin(ClientBase):
             raise ClientError(f"offset must be >= 0, not {offset}")
         addr = await self._broker(mq)
         resp = await self.client.api.pull_message(
-            addr, group=TOOLS_CONSUMER, mq=mq, offset=offset, max_nums=1, sys_flag=PULL_SUBSCRIPTION,
+            addr, group=TOOLS_CONSUMER_GROUP, mq=mq, offset=offset, max_nums=1, sys_flag=PULL_SUBSCRIPTION,
             commit_offset=0, suspend_ms=0, subscription="*", sub_version=0,
             timeout=self.timeout,
         )  # fmt: skip

@@ -26,8 +26,6 @@ from common.serde import loads
 
 # QueryMessageRequestHeader's end timestamp when the caller wants "any time" (Long.MAX_VALUE).
 END_OF_TIME = 2**63 - 1
-# The group Java admin tools pull with (a system group every broker knows).
-TOOLS_CONSUMER = "TOOLS_CONSUMER"
 
 # --- values ----------------------------------------------------------------------------------
 

@@ -38,11 +38,11 @@ import trio
 
 from common.message import MessageConst, MessageExt
 from common.model import MessageQueue
+from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 SEND_BACK_RETRY_DELAY = 5.0  # Java submitConsumeRequestLater
 SUSPEND_A_MOMENT = 1.0  # Java suspendCurrentQueueTimeMillis
 LOCK_RETRY_DELAY = 3.0  # Java tryLockLaterAndReconsume (not locked yet)

@@ -94,7 +94,8 @@ class LitePullConsumer:
         remoting=None,
         network: Network | None = None,
     ) -> None:
-        name = getattr(consume_from, "name", consume_from)
+        # by name; a ConsumeFromWhere member or RocketMQ's spelling ("CONSUME_FROM_...") too
+        name = str(getattr(consume_from, "name", consume_from)).removeprefix("CONSUME_FROM_")
         if name not in _CONSUME_FROM:
             raise ClientError(f"consume_from must be one of {_CONSUME_FROM}, got {consume_from!r}")
         if name == "TIMESTAMP" and consume_timestamp_ms is None:

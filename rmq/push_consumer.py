@@ -45,7 +45,6 @@ their ClientInstance (Java shares one per instance name and JVM).
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import time
@@ -53,17 +52,23 @@ from pathlib import Path
 
 import trio
 
-from common import model as wire
 from common import serde
 from common.message import decode_record, java_string_hash
-from common.model import ConsumerData, ConsumeType, MessageQueue, SubscriptionData
+from common.model import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
+from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.consume_service import (
-    RETRY_GROUP_TOPIC_PREFIX,
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     ConsumeStatus,
@@ -93,17 +98,6 @@ PULL_DELAY_WHEN_EXCEPTION = 3.0
 LOCK_INTERVAL = 20.0
 
 
-class MessageModel(enum.Enum):
-    CLUSTERING = "CLUSTERING"
-    BROADCASTING = "BROADCASTING"
-
-
-class ConsumeFromWhere(enum.Enum):
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
-
-
 def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: tags split on '||', hash codes of each."""
     tags = parse_tag_expression(expression)
@@ -128,7 +122,7 @@ class PushConsumer(ClientBase):
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         consume_timestamp_ms: int | None = None,
         max_reconsume_times: int = 16,
         pull_batch_size: int = 32,
@@ -162,8 +156,9 @@ class PushConsumer(ClientBase):
         if consume_concurrency < 1:
             raise ClientError("consume_concurrency must be >= 1")
         self.group = group
-        self.message_model = MessageModel(message_model)
-        self.consume_from = ConsumeFromWhere(consume_from)
+        # a member, its name ("BROADCASTING", "FIRST_OFFSET") or its wire ordinal, as on the wire
+        self.message_model = serde.converter.structure(message_model, MessageModel)
+        self.consume_from = serde.converter.structure(consume_from, ConsumeFromWhere)
         self.consume_timestamp_ms = consume_timestamp_ms
         self.max_reconsume_times = max_reconsume_times
         self.pull_batch_size = pull_batch_size
@@ -313,16 +308,11 @@ class PushConsumer(ClientBase):
     # --- what rebalance and the consume services call ------------------------------------
 
     def consumer_data(self) -> ConsumerData:
-        cfw = {
-            ConsumeFromWhere.LAST_OFFSET: wire.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-            ConsumeFromWhere.FIRST_OFFSET: wire.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-            ConsumeFromWhere.TIMESTAMP: wire.ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
-        }[self.consume_from]
         return ConsumerData(
             groupName=self.group,
             consumeType=ConsumeType.CONSUME_PASSIVELY,
-            messageModel=wire.MessageModel[self.message_model.value],
-            consumeFromWhere=cfw,
+            messageModel=self.message_model,
+            consumeFromWhere=self.consume_from,
             subscriptionDataSet=list(self.subscriptions.values()),
         )
 
@@ -336,9 +326,10 @@ class PushConsumer(ClientBase):
         try:
             addr = await self.client.any_addr(mq.brokerName, mq.topic)
             api = self.client.api
-            if self.consume_from is ConsumeFromWhere.FIRST_OFFSET:
+            if self.consume_from is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
                 return 0
-            if self.consume_from is ConsumeFromWhere.LAST_OFFSET:
+            if self.consume_from is not ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+                # LAST_OFFSET, and as in Java its deprecated variants (MIN/MAX_OFFSET, ...)
                 if is_retry:
                     return 0
                 return await api.get_max_offset(addr, mq, timeout=self.timeout)
@@ -455,8 +446,8 @@ class PushConsumer(ClientBase):
             "PROP_THREADPOOL_CORE_SIZE": str(self.consume_concurrency),
             "PROP_CONSUMER_START_TIMESTAMP": str(self._start_ms),
             "PROP_CLIENT_VERSION": "V4_9_7",
-            "messageModel": self.message_model.value,
-            "consumeFromWhere": self.consumer_data().consumeFromWhere.name,
+            "messageModel": self.message_model.name,
+            "consumeFromWhere": self.consume_from.name,
         }
         body = {
             "properties": props,

@@ -44,7 +44,7 @@ import trio
 
 from common.errors import TopicNotExistError
 from common.model import MessageQueue
-from rmq.consume_service import RETRY_GROUP_TOPIC_PREFIX
+from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.process_queue import ProcessQueue
 from rmq.topic_publish_info import subscribe_queues
 
