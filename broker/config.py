@@ -26,10 +26,9 @@ from typing import Any
 import attrs
 
 from broker.store.config import MessageStoreConfig, parse_delay_levels
+from common.mixall import MASTER_ID
 
 log = logging.getLogger(__name__)
-
-MASTER_ID = 0
 
 
 def _parse_bool(v: str) -> bool:

@@ -43,10 +43,10 @@ from common.message import (
     MessageExtBrokerInner,
     decode_records,
 )
+from common.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_GROUP = "SCHEDULE_CONSUMER"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _BATCH = 32

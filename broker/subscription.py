@@ -25,6 +25,7 @@ import attrs
 
 from broker.config_manager import VersionedConfigManager
 from common.message import java_string_hash
+from common.mixall import SYSTEM_GROUPS
 from common.model import (
     DataVersion,
     SubscriptionData,
@@ -34,17 +35,6 @@ from common.model import (
 
 log = logging.getLogger(__name__)
 
-# Groups RocketMQ's SubscriptionGroupManager creates at start.
-SYSTEM_GROUPS = (
-    "TOOLS_CONSUMER",
-    "FILTERSRV_CONSUMER",
-    "__MONITOR_CONSUMER",
-    "CID_ONS-HTTP-PROXY",
-    "CID_ONSAPI_PULL",
-    "CID_ONSAPI_PERMISSION",
-    "CID_ONSAPI_OWNER",
-    "CID_RMQ_SYS_TRANS",
-)
 SUB_ALL = "*"
 
 
@@ -121,7 +111,7 @@ class SubscriptionGroupManager(VersionedConfigManager):
     data_version: DataVersion = attrs.field(factory=DataVersion.now, init=False)
 
     def __attrs_post_init__(self) -> None:
-        for g in SYSTEM_GROUPS:
+        for g in SYSTEM_GROUPS:  # as SubscriptionGroupManager.init
             self.table[g] = SubscriptionGroupConfig(groupName=g)
 
     def find_subscription_group_config(self, group: str) -> SubscriptionGroupConfig | None:

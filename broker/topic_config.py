@@ -37,30 +37,21 @@ import attrs
 
 from broker.config_manager import VersionedConfigManager
 from common.model import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
+from common.topics import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    REPLY_TOPIC_POSTFIX,
+    RMQ_SYS_TRACE_TOPIC,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-BENCHMARK_TOPIC = "BenchmarkTest"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SCHEDULE_QUEUE_NUMS = 18
-RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+SCHEDULE_QUEUE_NUMS = 18  # one queue per delay level (TopicConfigManager)
 TOPIC_MAX_LENGTH = 127
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 def validate_topic(topic: str) -> str | None:
@@ -72,18 +63,6 @@ def validate_topic(topic: str) -> str | None:
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length 127."
     return None
-
-
-def is_system_topic_name(topic: str) -> bool:
-    return topic in (
-        AUTO_CREATE_TOPIC_KEY_TOPIC,
-        SCHEDULE_TOPIC,
-        RMQ_SYS_TRANS_HALF_TOPIC,
-        RMQ_SYS_TRACE_TOPIC,
-        OFFSET_MOVED_EVENT,
-        SELF_TEST_TOPIC,
-        BENCHMARK_TOPIC,
-    )
 
 
 @attrs.define(eq=False)

@@ -19,6 +19,7 @@ import typer
 
 from cli.app import _examples, _namesrv, _run, app, topic_app
 from cli.errors import CliError
+from common.mixall import is_system_group
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
@@ -326,13 +327,6 @@ group_app = typer.Typer(
 )
 app.add_typer(group_app, name="group")
 
-# Groups every broker creates for itself; `group list` hides them unless --all.
-SYSTEM_GROUPS = frozenset({
-    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CID_ONS-HTTP-PROXY",
-    "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS",
-    "SELF_TEST_C_GROUP", "CID_SYS_RMQ_TRANS",
-})  # fmt: skip
-
 
 @group_app.command("list", epilog=_examples("rmq group list", "rmq group list --all --json"))
 def group_list(
@@ -352,7 +346,7 @@ def group_list(
 
     groups = _run(main)
     if not show_all:
-        groups = [g for g in groups if g not in SYSTEM_GROUPS]
+        groups = [g for g in groups if not is_system_group(g)]
     admin_render.group_list(groups, as_json=as_json)
 
 

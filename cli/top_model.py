@@ -34,26 +34,11 @@ import attrs
 import trio
 
 from cli.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
+from common.mixall import is_system_group
 from common.model import ClusterInfo
 from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported
 
 T = TypeVar("T")
-
-# Topics and groups every broker creates for itself (TopicConfigManager /
-# SubscriptionGroupManager); `top` hides them unless asked.
-SYSTEM_GROUPS = frozenset(
-    {
-        "TOOLS_CONSUMER",
-        "FILTERSRV_CONSUMER",
-        "__MONITOR_CONSUMER",
-        "CID_ONS-HTTP-PROXY",
-        "CID_ONSAPI_PULL",
-        "CID_ONSAPI_PERMISSION",
-        "CID_ONSAPI_OWNER",
-        "CID_RMQ_SYS_TRANS",
-        "SELF_TEST_C_GROUP",
-    }
-)
 
 
 @attrs.frozen
@@ -311,7 +296,7 @@ class TopCollector:
             if isinstance(names, BaseException):
                 list_errors["groups"] = describe_error(names)
                 return
-            user = sorted(g for g in set(names) if self.show_system or g not in SYSTEM_GROUPS)
+            user = sorted(g for g in set(names) if self.show_system or not is_system_group(g))
             hidden[1] = max(0, len(user) - self.max_groups)
             found: dict[str, GroupView] = {}
 

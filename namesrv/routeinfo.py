@@ -33,13 +33,8 @@ from typing import Any
 
 import attrs
 
-MASTER_ID = 0
-# PermName bits (common/constant/PermName.java).
-PERM_READ = 4
-PERM_WRITE = 2
-# TopicSysFlag bits.
-FLAG_UNIT = 1
-FLAG_UNIT_SUB = 2
+from common.mixall import MASTER_ID
+from common.model import PermName, TopicSysFlag
 
 
 @attrs.frozen
@@ -49,7 +44,7 @@ class TopicQueueConfig:
     topic_name: str
     read_queue_nums: int = 16
     write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
+    perm: int = PermName.READ | PermName.WRITE
     topic_sys_flag: int = 0
 
 
@@ -338,13 +333,15 @@ class RouteInfoManager:
         )
 
     def get_unit_topics(self) -> list[str]:
-        return self._topics_where(lambda f: bool(f & FLAG_UNIT))
+        return self._topics_where(lambda f: bool(f & TopicSysFlag.UNIT))
 
     def get_has_unit_sub_topic_list(self) -> list[str]:
-        return self._topics_where(lambda f: bool(f & FLAG_UNIT_SUB))
+        return self._topics_where(lambda f: bool(f & TopicSysFlag.UNIT_SUB))
 
     def get_has_unit_sub_ununit_topic_list(self) -> list[str]:
-        return self._topics_where(lambda f: not f & FLAG_UNIT and bool(f & FLAG_UNIT_SUB))
+        return self._topics_where(
+            lambda f: not f & TopicSysFlag.UNIT and bool(f & TopicSysFlag.UNIT_SUB)
+        )
 
     def broker_live_info(self, broker_addr: str) -> BrokerLiveInfo | None:
         return self._broker_live_table.get(broker_addr)
@@ -370,11 +367,11 @@ class RouteInfoManager:
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:
         """Clear the WRITE bit on every topic of `broker_name` (producers stop sending there,
         consumers keep reading). Returns the number of topics touched."""
-        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda perm: perm & ~PermName.WRITE)
 
     def add_write_perm_of_broker(self, broker_name: str) -> int:
         """Give `broker_name` read+write on every topic again. Returns the topic count."""
-        return self._operate_write_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda _perm: PermName.READ | PermName.WRITE)
 
     def _operate_write_perm(self, broker_name: str, op: Callable[[int], int]) -> int:
         count = 0

@@ -24,7 +24,6 @@ from typing import Any
 
 from broker.consumer_manager import ClientChannelInfo
 from broker.controller import BrokerController
-from broker.topic_config import retry_topic
 from common import serde
 from common.errors import RequestError
 from common.model import (
@@ -37,6 +36,7 @@ from common.model import (
 )
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.topics import retry_topic
 
 log = logging.getLogger(__name__)
 

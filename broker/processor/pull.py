@@ -40,6 +40,7 @@ from broker.processor.pull_hold import ParkedPull
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.errors import RequestError
+from common.mixall import MASTER_ID
 from common.model import MessageModel, PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -53,9 +54,6 @@ class PullSysFlag:
     SUBSCRIPTION = 0x4
     CLASS_FILTER = 0x8
     LITE_PULL = 0x10
-
-
-MASTER_ID = 0
 
 
 class _Parked:

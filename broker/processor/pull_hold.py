@@ -24,14 +24,11 @@ through the same object.
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 import attrs
 import trio
 
-
-class MessageFilter(Protocol):
-    def is_matched_by_consume_queue(self, tags_code: int | None) -> bool: ...
+from broker.store.results import MessageFilter
 
 
 @attrs.define(eq=False)

@@ -40,14 +40,7 @@ from typing import Any
 
 from broker.controller import BrokerController
 from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
-from broker.topic_config import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    SCHEDULE_TOPIC,
-    dlq_topic,
-    retry_topic,
-    validate_topic,
-)
+from broker.topic_config import validate_topic
 from common.errors import RequestError
 from common.message import (
     NAME_VALUE_SEPARATOR,
@@ -62,6 +55,13 @@ from common.message import (
 from common.model import PermName
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RESPONSE_FLAG, RemotingCommand
+from common.topics import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class SendMessageProcessor:
             sys_flag = 0
             tc = tcm.create_topic_in_send_message_method(
                 topic,
-                h.get("defaultTopic") or "TBW102",
+                h.get("defaultTopic") or AUTO_CREATE_TOPIC_KEY_TOPIC,
                 _h_int(h, "defaultTopicQueueNums", 4),
                 sys_flag,
             )
@@ -559,4 +559,4 @@ class SendMessageProcessor:
         return req.response(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
 
 
-__all__ = ["DLQ_GROUP_TOPIC_PREFIX", "SendMessageProcessor", "send_header"]
+__all__ = ["SendMessageProcessor", "send_header"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from common.model import PermName
 from namesrv.routeinfo import (
-    PERM_READ,
-    PERM_WRITE,
     QueueData,
     RouteInfoManager,
     TopicQueueConfig,
@@ -231,10 +230,10 @@ def test_wipe_and_add_write_perm(rim):
     reg(rim, name="broker-b", addr="10.0.0.3:10911", topics=tcs(("A", 2)))
     assert rim.wipe_write_perm_of_broker("broker-a") == 2
     perms = {q.broker_name: q.perm for q in rim.pickup_topic_route_data("A").queue_datas}
-    assert perms == {"broker-a": PERM_READ, "broker-b": PERM_READ | PERM_WRITE}
-    assert rim.pickup_topic_route_data("B").queue_datas[0].perm == PERM_READ
+    assert perms == {"broker-a": PermName.READ, "broker-b": PermName.READ | PermName.WRITE}
+    assert rim.pickup_topic_route_data("B").queue_datas[0].perm == PermName.READ
     assert rim.add_write_perm_of_broker("broker-a") == 2
-    assert rim.pickup_topic_route_data("B").queue_datas[0].perm == PERM_READ | PERM_WRITE
+    assert rim.pickup_topic_route_data("B").queue_datas[0].perm == PermName.READ | PermName.WRITE
     assert rim.wipe_write_perm_of_broker("nobody") == 0
 
 
