@@ -1,4 +1,6 @@
-"""Fixtures shared by the whole suite: free loopback ports and a real `rmq up` cluster.
+"""Fixtures shared by the whole suite: free loopback ports, a real `rmq up` cluster, and the
+real servers in this process (``memory_cluster``, ``tcp_cluster``, ``portal_cluster``: one
+``InProcessCluster`` class on the in-memory network or on TCP).
 
 Integration and interop tests run real processes on 127.0.0.1. They pick ports that are free
 right now, start `rmq up` in a temporary directory, wait for its `ready` line and, whatever
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import subprocess
@@ -243,22 +246,29 @@ def procs(tmp_path: Path) -> Iterator[ProcessGroup]:
         group.stop_all()
 
 
-# --- one in-process cluster on the in-memory network ---------------------------------------
+# --- one in-process cluster: the real servers in this process -----------------------------
 
 
 @attrs.define(eq=False)
-class MemoryCluster:
-    """A real nameserver and real brokers in this test's process, on a MemoryNetwork.
+class InProcessCluster:
+    """A real nameserver and real brokers in this test's process, on one network.
 
-    Every node runs in the test's nursery (cancelled with it); stores are in memory; addresses
-    look like loopback ("127.0.0.1:30000") but no socket is opened, so tests may use
-    ``autojump_clock``. ``start_broker`` adds more (a slave, a second master).
+    Every node runs in ``nursery`` (cancelled with it); stores are in memory. On a MemoryNetwork
+    (``memory_cluster``, ``portal_cluster``) addresses look like loopback ("127.0.0.1:30000") but
+    no socket is opened, so tests may use ``autojump_clock``; on TCP (``tcp_cluster``) the ports
+    are real (bound on port 0), for clients in other processes. ``start_broker`` adds more (a
+    slave, a second master).
     """
 
-    network: Any  # common.testing.MemoryNetwork
+    network: Any  # common.testing.MemoryNetwork, or common.remoting.network.TCP
     nursery: Any  # trio.Nursery
     root: Path
+    # False: a broker's config and offset writes stay on the loop (autojump_clock cannot see
+    # a worker thread's wall time); True on TCP, as in production
+    io_threads: bool = False
     namesrv: str = ""
+    # the loop the nodes run in, for `call` from other threads
+    token: Any = None
     brokers: dict[str, Any] = attrs.Factory(dict)  # node name -> broker.service.BrokerHandle
     # node name -> (its cancel scope, set once it stopped)
     _stops: dict[str, tuple[trio.CancelScope, trio.Event]] = attrs.Factory(dict)
@@ -267,6 +277,7 @@ class MemoryCluster:
         from namesrv.config import NamesrvConfig
         from namesrv.service import run_namesrv
 
+        self.token = trio.lowlevel.current_trio_token()
         config = NamesrvConfig(listen_port=0, kv_config_path=str(self.root / "kv.json"))
         handle = await self.nursery.start(
             functools.partial(run_namesrv, config, network=self.network)
@@ -302,7 +313,7 @@ class MemoryCluster:
                         config,
                         store_factory=run_memory_store,
                         network=self.network,
-                        io_threads=False,  # autojump_clock: no wall-clock waits on worker threads
+                        io_threads=self.io_threads,
                         task_status=task_status,
                     )
             finally:
@@ -373,13 +384,70 @@ class MemoryCluster:
         info = self.brokers[node].controller.consumer_manager.get_consumer_group_info(group)
         return [] if info is None else sorted(info.client_ids())
 
+    def call(self, fn: Any, *args: Any) -> Any:
+        """From a thread outside the cluster's loop (sync/aio bridge tests): run ``fn(*args)``
+        (a coroutine function or a plain one) in that loop and return its result."""
+        if inspect.iscoroutinefunction(fn):
+            return trio.from_thread.run(fn, *args, trio_token=self.token)
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+
 
 @pytest.fixture
-async def memory_cluster(tmp_path: Path, nursery: Any) -> MemoryCluster:
+def broker_fields() -> dict[str, Any]:
+    """BrokerConfig fields of the clusters' first broker (broker-a); a test module overrides
+    this fixture to change them (e.g. ``broker_cluster_name``)."""
+    return {}
+
+
+async def _start(cluster: InProcessCluster, broker_fields: dict[str, Any]) -> InProcessCluster:
+    await cluster.start_namesrv()
+    await cluster.start_broker(**broker_fields)
+    return cluster
+
+
+@pytest.fixture
+async def memory_cluster(
+    tmp_path: Path, nursery: Any, broker_fields: dict[str, Any]
+) -> InProcessCluster:
     """A nameserver and one ASYNC_MASTER broker-a, in process, on an in-memory network."""
     from common.testing import MemoryNetwork
 
-    cluster = MemoryCluster(MemoryNetwork(), nursery, tmp_path)
-    await cluster.start_namesrv()
-    await cluster.start_broker()
-    return cluster
+    return await _start(InProcessCluster(MemoryNetwork(), nursery, tmp_path), broker_fields)
+
+
+@pytest.fixture
+async def tcp_cluster(
+    tmp_path: Path, nursery: Any, broker_fields: dict[str, Any]
+) -> InProcessCluster:
+    """``memory_cluster`` on real TCP (127.0.0.1, ports 0) with the broker's I/O threads: for
+    a client in another process (the CLI as a subprocess) or over real sockets."""
+    from common.remoting.network import TCP
+
+    cluster = InProcessCluster(TCP, nursery, tmp_path, io_threads=True)
+    return await _start(cluster, broker_fields)
+
+
+@pytest.fixture
+def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[InProcessCluster]:
+    """``memory_cluster`` for the plain (non-Trio) tests of ``rmq.sync`` and ``rmq.aio``.
+
+    Those clients run on the process-wide portal thread's Trio loop, and an in-memory stream
+    works only inside one loop: so the servers run on the portal too (held open like a sync
+    client, ``rmq.sync._Portal.enter``) and the test reaches them through ``cluster.call``.
+    """
+    from common.testing import MemoryNetwork
+    from rmq.sync import _get_portal
+
+    @contextlib.asynccontextmanager
+    async def running() -> Any:
+        async with trio.open_nursery() as nursery:
+            cluster = InProcessCluster(MemoryNetwork(), nursery, tmp_path)
+            yield await _start(cluster, broker_fields)
+            nursery.cancel_scope.cancel()
+
+    portal = _get_portal()
+    lease = portal.enter(running())
+    try:
+        yield lease.value
+    finally:
+        portal.exit(lease)

@@ -1,5 +1,5 @@
 """rmq.aio: a real asyncio loop (asyncio.run in plain test functions) driving the Trio
-clients on the portal thread, against rmq.testing fakes."""
+clients on the portal thread, against the real servers on that thread (portal_cluster)."""
 
 from __future__ import annotations
 
@@ -11,33 +11,39 @@ import trio
 
 from common.errors import MessageIllegalError
 from common.model import MessageQueue
+from common.remoting.codes import ResponseCode
 from rmq import Message, PullStatus, SendStatus, aio
 from rmq.errors import ClientError, InvalidMessageError
 from rmq.producer import select_by_hash
 from rmq.sync import _get_portal
-from rmq.testing import FakeCluster, FakeRemoting
 
-NS = "127.0.0.1:9876"
 MQ0 = MessageQueue("T", "broker-a", 0)
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.create_topic("T", 2)
-    return c
+def broker_fields():
+    # a failed consume comes back after delay level 3: 1 s here (10 s by default), real time
+    return {"store": {"message_delay_level": "1s 1s 1s 1s"}}
+
+
+@pytest.fixture
+def cluster(portal_cluster):
+    portal_cluster.call(portal_cluster.create_topic, "T", 2)
+    return portal_cluster
+
+
+def client(cls, cluster, *args, network=None, **kw):
+    """An aio client of ``cls`` on ``cluster`` (through ``network``, default the cluster's)."""
+    return cls(*args, cluster.namesrv, network=network or cluster.network, **kw)
 
 
 def test_produce_orderly_batch_and_pull_from_asyncio(cluster):
-    remoting = FakeRemoting(cluster)
-
     async def main():
-        async with aio.Producer("pg", NS, remoting=remoting) as p:
+        async with client(aio.Producer, cluster, "pg") as p:
             results = await asyncio.gather(*(p.send(Message("T", f"m{i}")) for i in range(10)))
             ordered = [await p.send_orderly(Message("T", f"o{i}"), "key-1") for i in range(3)]
             batch = await p.send_batch([Message("T", "b0"), Message("T", "b1")], queue=MQ0)
-        async with aio.PullConsumer("cg", NS, remoting=remoting) as c:
+        async with client(aio.PullConsumer, cluster, "cg") as c:
             queues = await c.fetch_queues("T")
             found = [await c.pull(q, 0, 64) for q in queues]
         return results, ordered, batch, queues, found
@@ -52,10 +58,11 @@ def test_produce_orderly_batch_and_pull_from_asyncio(cluster):
 
 
 def test_errors_arrive_as_themselves_and_misuse_is_a_client_error(cluster):
-    cluster.brokers[0].fail_next_sends = [13]
+    tap = cluster.tap()
+    tap.fail(cluster.addr(), ResponseCode.MESSAGE_ILLEGAL)
 
     async def main():
-        p = aio.Producer("pg", NS, remoting=FakeRemoting(cluster))
+        p = client(aio.Producer, cluster, "pg", network=tap)
         with pytest.raises(ClientError, match="not open"):
             await p.send(Message("T", b"x"))
         async with p:
@@ -68,7 +75,7 @@ def test_errors_arrive_as_themselves_and_misuse_is_a_client_error(cluster):
                 await p.__aenter__()
         # a user exception leaves `async with` unchanged, and the client still closes
         with pytest.raises(KeyError):
-            async with aio.Producer("pg", NS, remoting=FakeRemoting(cluster)):
+            async with client(aio.Producer, cluster, "pg"):
                 raise KeyError("mine")
 
     asyncio.run(main())
@@ -96,14 +103,12 @@ def test_cancelling_the_asyncio_await_cancels_the_trio_task(cluster):
 
 
 def test_lite_pull_from_asyncio_assign_seek_poll_commit(cluster):
-    remoting = FakeRemoting(cluster)
-
     async def main():
-        async with aio.Producer("pg", NS, remoting=remoting) as p:
+        async with client(aio.Producer, cluster, "pg") as p:
             for i in range(5):
                 await p.send(Message("T", f"m{i}"), queue=MQ0)
-        async with aio.LitePullConsumer(
-            "lg", NS, remoting=remoting, consume_from="FIRST_OFFSET", auto_commit=False
+        async with client(
+            aio.LitePullConsumer, cluster, "lg", consume_from="FIRST_OFFSET", auto_commit=False
         ) as c:
             c.assign([MQ0])
             got = []
@@ -121,6 +126,8 @@ def test_lite_pull_from_asyncio_assign_seek_poll_commit(cluster):
 
 
 def test_send_async_callbacks_run_on_the_loop_and_exit_waits_for_them(cluster):
+    tap = cluster.tap()
+
     async def main():
         loop_thread = threading.get_ident()
         seen = []
@@ -128,14 +135,14 @@ def test_send_async_callbacks_run_on_the_loop_and_exit_waits_for_them(cluster):
         async def on_error(exc):
             seen.append(("error", type(exc), threading.get_ident() == loop_thread))
 
-        async with aio.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+        async with client(aio.Producer, cluster, "pg", network=tap) as p:
             first = p.send_async(
                 Message("T", b"a"),
                 lambda r: seen.append(("ok", r.status, threading.get_ident() == loop_thread)),
             )
             assert not first.done()  # send_async returned before the send finished
             assert (await first).status is SendStatus.SEND_OK
-            cluster.brokers[0].fail_next_sends = [13]
+            tap.fail(cluster.addr(), ResponseCode.MESSAGE_ILLEGAL)
             t = p.send_async(Message("T", b"b"), seen.append, on_error)
             with pytest.raises(InvalidMessageError):
                 p.send_async(Message("T", b""), seen.append)
@@ -149,7 +156,7 @@ def test_send_async_callbacks_run_on_the_loop_and_exit_waits_for_them(cluster):
 
 def test_admin_coroutines_are_mirrored(cluster):
     async def main():
-        async with aio.Admin(NS, remoting=FakeRemoting(cluster)) as admin:
+        async with aio.Admin(cluster.namesrv, network=cluster.network) as admin:
             return await admin.topic_list(), await admin.max_offset(MQ0)
 
     topics, max_offset = asyncio.run(main())
@@ -158,8 +165,6 @@ def test_admin_coroutines_are_mirrored(cluster):
 
 def test_push_consumer_async_listener_runs_on_the_callers_loop(cluster):
     from rmq.push_consumer import ConsumeFromWhere, ConsumeStatus
-
-    remoting = FakeRemoting(cluster)
 
     async def main():
         loop_thread = threading.get_ident()
@@ -179,12 +184,10 @@ def test_push_consumer_async_listener_runs_on_the_callers_loop(cluster):
                 done.set()
             return ConsumeStatus.SUCCESS
 
-        async with aio.Producer("pg", NS, remoting=remoting) as p:
+        async with client(aio.Producer, cluster, "pg") as p:
             for i in range(6):
                 await p.send(Message("T", f"m{i}"))
-        c = aio.PushConsumer(
-            "ag", NS, remoting=remoting, consume_from=ConsumeFromWhere.FIRST_OFFSET
-        )
+        c = client(aio.PushConsumer, cluster, "ag", consume_from=ConsumeFromWhere.FIRST_OFFSET)
         c.subscribe("T")
         c.register_listener(listener)
         async with c:

@@ -1,5 +1,6 @@
 """rmq.sync issue-4 additions: LitePullConsumer, ordered sends, send_async with callbacks in
-worker threads, and coroutine methods mirrored through __getattr__ (rmq.testing fakes)."""
+worker threads, and coroutine methods mirrored through __getattr__; against the real servers on
+the portal thread (portal_cluster)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,32 @@ import pytest
 
 from common.errors import MessageIllegalError
 from common.model import MessageQueue
+from common.remoting.codes import ResponseCode
 from rmq import Message, SendStatus, sync
 from rmq.errors import ClientError, InvalidMessageError
 from rmq.producer import select_by_hash
-from rmq.testing import FakeCluster, FakeRemoting
 
-NS = "127.0.0.1:9876"
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-a", 1)
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.create_topic("T", 2)
-    return c
+def cluster(portal_cluster):
+    portal_cluster.call(portal_cluster.create_topic, "T", 2)
+    return portal_cluster
+
+
+def client(cls, cluster, *args, network=None, **kw):
+    """A sync client of ``cls`` on ``cluster`` (through ``network``, default the cluster's)."""
+    return cls(*args, cluster.namesrv, network=network or cluster.network, **kw)
 
 
 def test_lite_pull_consumer_blocking_assign_poll_seek_commit(cluster):
-    remoting = FakeRemoting(cluster)
-    with sync.Producer("pg", NS, remoting=remoting) as p:
+    with client(sync.Producer, cluster, "pg") as p:
         for i in range(4):
             p.send(Message("T", f"a{i}"), queue=MQ0)
         p.send(Message("T", "b0"), queue=MQ1)
-    c = sync.LitePullConsumer("lg", NS, remoting=remoting, consume_from="FIRST_OFFSET")
+    c = client(sync.LitePullConsumer, cluster, "lg", consume_from="FIRST_OFFSET")
     c.assign([MQ0])  # before open: taken when the consumer starts
     with c:
         got = []
@@ -53,11 +55,11 @@ def test_lite_pull_consumer_blocking_assign_poll_seek_commit(cluster):
         with pytest.raises(ClientError, match="illegal"):
             c.seek(MQ0, 100)
     # seek moved the committed offset back, and the exit kept it there
-    assert cluster.brokers[0].offsets[("lg", "T", 0)] == 1
+    assert cluster.call(cluster.offsets, "lg", "T")[0] == 1
 
 
 def test_send_orderly_and_selector_from_sync_code(cluster):
-    with sync.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+    with client(sync.Producer, cluster, "pg") as p:
         rs = [p.send_orderly(Message("T", f"m{i}"), "user-42") for i in range(3)]
         picked = p.send(Message("T", b"x"), selector=lambda mqs, m, arg: mqs[arg], arg=1)
     queues = [MQ0, MQ1]
@@ -79,7 +81,7 @@ def test_send_async_runs_callbacks_in_worker_threads_and_close_waits(cluster):
         with lock:
             seen.append(("error", type(exc), threading.get_ident() != main))
 
-    p = sync.Producer("pg", NS, remoting=FakeRemoting(cluster))
+    p = client(sync.Producer, cluster, "pg")
     with pytest.raises(ClientError, match="not open"):
         p.send_async(Message("T", b"x"), on_result)
     with p:
@@ -89,8 +91,9 @@ def test_send_async_runs_callbacks_in_worker_threads_and_close_waits(cluster):
     assert all(f.done() for f in futs)  # close() waited for every send in flight
     assert sorted(seen, key=str) == [("ok", SendStatus.SEND_OK, True)] * 5
 
-    cluster.brokers[0].fail_next_sends = [13]
-    with sync.Producer("pg", NS, remoting=FakeRemoting(cluster)) as p:
+    tap = cluster.tap()
+    tap.fail(cluster.addr(), ResponseCode.MESSAGE_ILLEGAL)
+    with client(sync.Producer, cluster, "pg", network=tap) as p:
         fut = p.send_async(Message("T", b"bad"), on_result, on_error)
         with pytest.raises(MessageIllegalError):
             fut.result(timeout=5)
@@ -98,9 +101,9 @@ def test_send_async_runs_callbacks_in_worker_threads_and_close_waits(cluster):
 
 
 def test_async_methods_without_a_sync_twin_are_mirrored(cluster):
-    with sync.Admin(NS, remoting=FakeRemoting(cluster)) as admin:
+    with sync.Admin(cluster.namesrv, network=cluster.network) as admin:
         # master_addrs has no explicit sync twin: reached through __getattr__
-        assert admin.master_addrs() == ["127.0.0.1:10911"]
+        assert admin.master_addrs() == [cluster.addr()]
         with pytest.raises(AttributeError):
             admin.no_such_method  # noqa: B018
 
@@ -108,8 +111,7 @@ def test_async_methods_without_a_sync_twin_are_mirrored(cluster):
 def test_push_consumer_plain_listener_runs_in_worker_threads(cluster):
     from rmq.push_consumer import ConsumeFromWhere
 
-    remoting = FakeRemoting(cluster)
-    with sync.Producer("pg", NS, remoting=remoting) as p:
+    with client(sync.Producer, cluster, "pg") as p:
         for i in range(5):
             p.send(Message("T", f"m{i}"))
     got, threads = [], set()
@@ -121,7 +123,7 @@ def test_push_consumer_plain_listener_runs_in_worker_threads(cluster):
         if len(got) >= 5:
             done.set()
 
-    c = sync.PushConsumer("sg", NS, remoting=remoting, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    c = client(sync.PushConsumer, cluster, "sg", consume_from=ConsumeFromWhere.FIRST_OFFSET)
     c.subscribe("T")
     c.register_listener(listener)
     with c:
@@ -133,5 +135,5 @@ def test_push_consumer_plain_listener_runs_in_worker_threads(cluster):
     assert sorted(got) == [f"m{i}".encode() for i in range(5)]
     assert threading.get_ident() not in threads
     # the exit persisted the consumed offsets on the broker
-    offsets = cluster.brokers[0].offsets
-    assert offsets.get(("sg", "T", 0), 0) + offsets.get(("sg", "T", 1), 0) == 5
+    offsets = cluster.call(cluster.offsets, "sg", "T")
+    assert offsets.get(0, 0) + offsets.get(1, 0) == 5
