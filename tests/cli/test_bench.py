@@ -1,5 +1,6 @@
-"""`rmq bench`: statistics, the produce/consume loops over the in-memory cluster fake, and the
-command's error paths through typer's runner."""
+"""`rmq bench`: statistics, the produce/consume loops against the real servers in process
+(memory_cluster; a failing broker through rmq.testing.Tap), and the command's error paths
+through typer's runner."""
 
 from __future__ import annotations
 
@@ -22,22 +23,25 @@ from cli.bench import (
 )
 from cli.main import app
 from common.errors import TopicNotExistError
+from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
-from rmq.testing import FakeCluster, FakeRemoting
-
-NS = "127.0.0.1:9876"
 
 
 @pytest.fixture
-def cluster() -> FakeCluster:
-    c = FakeCluster()
-    c.add_broker("broker-a", "127.0.0.1:10911")
-    c.create_topic("B", 4)
-    return c
+async def cluster(memory_cluster):
+    await memory_cluster.create_topic("B", 4)
+    return memory_cluster
 
 
-def stored(cluster: FakeCluster, topic: str = "B") -> list[bytes]:
-    return [m for b in cluster.brokers for q in range(4) for m in b.messages(topic, q)]
+@pytest.fixture
+async def remoting(cluster):
+    """The commands take a RemotingClient (`remoting=`): one on the cluster's network."""
+    async with open_remoting_client(network=cluster.network) as client:
+        yield client
+
+
+def stored(cluster, topic: str = "B") -> list:
+    return [m for q in range(4) for m in cluster.messages(topic, q)]
 
 
 def test_percentiles_nearest_rank():
@@ -67,10 +71,10 @@ def test_summary_over_runs_and_json():
     assert runs[0].mb_per_s == pytest.approx(100 * 1024 / 1024 / 1024)
 
 
-async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, autojump_clock):
+async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, remoting, autojump_clock):
     seen = []
-    r = await bench_produce(NS, "B", size=100, batch=3, inflight=4, count=20,
-                            progress=seen.append, remoting=FakeRemoting(cluster))  # fmt: skip
+    r = await bench_produce(cluster.namesrv, "B", size=100, batch=3, inflight=4, count=20,
+                            progress=seen.append, remoting=remoting)  # fmt: skip
     assert (r.msgs, r.bytes) == (20, 2000)
     assert r.requests == 7  # 6 batches of 3 and one of 2
     assert len(stored(cluster)) == 21  # + the warm-up message
@@ -78,39 +82,43 @@ async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, autoju
     assert set(r.latency_ms) >= {"min", "median", "max", "p50", "p90", "p99", "p999"}
 
 
-async def test_produce_for_a_duration(cluster):
-    # the real clock: the fake answers at once, so an autojump clock would never move
-    r = await bench_produce(NS, "B", size=10, inflight=2, count=None, duration=0.2,
-                            remoting=FakeRemoting(cluster))  # fmt: skip
+async def test_produce_for_a_duration(cluster, remoting):
+    # the real clock: the in-memory broker answers at once, so an autojump clock would never
+    # move
+    r = await bench_produce(cluster.namesrv, "B", size=10, inflight=2, count=None,
+                            duration=0.2, remoting=remoting)  # fmt: skip
     assert r.msgs > 0 and len(stored(cluster)) == r.msgs + 1
     assert 0.2 <= r.seconds < 5
 
 
 async def test_produce_failure_ends_the_run(cluster, autojump_clock):
-    cluster.broker("127.0.0.1:10911").fail_next_sends = [ResponseCode.SUCCESS] + [
-        ResponseCode.FLUSH_SLAVE_TIMEOUT] * 5  # fmt: skip
-    with pytest.raises(BenchError, match="FLUSH_SLAVE_TIMEOUT"):
-        await bench_produce(NS, "B", inflight=1, count=10, remoting=FakeRemoting(cluster))
+    tap = cluster.tap()
+    # the warm-up is stored, then the broker answers "stored, but the slave did not ack"
+    tap.fail(cluster.addr(), ResponseCode.SUCCESS, *[ResponseCode.FLUSH_SLAVE_TIMEOUT] * 5)
+    async with open_remoting_client(network=tap) as remoting:
+        with pytest.raises(BenchError, match="FLUSH_SLAVE_TIMEOUT"):
+            await bench_produce(cluster.namesrv, "B", inflight=1, count=10, remoting=remoting)
 
 
-async def test_produce_rejects_bad_options(cluster):
+async def test_produce_rejects_bad_options(cluster, remoting):
     with pytest.raises(BenchError):
-        await bench_produce(NS, "B", size=0, remoting=FakeRemoting(cluster))
+        await bench_produce(cluster.namesrv, "B", size=0, remoting=remoting)
     with pytest.raises(BenchError, match="count or a duration"):
-        await bench_produce(NS, "B", count=None, remoting=FakeRemoting(cluster))
+        await bench_produce(cluster.namesrv, "B", count=None, remoting=remoting)
 
 
-async def test_consume_reads_back_everything_or_count(cluster, autojump_clock):
-    await bench_produce(NS, "B", size=50, inflight=3, count=40, remoting=FakeRemoting(cluster))
-    everything = await bench_consume(NS, "B", batch=7, count=None, duration=60.0,
-                                     remoting=FakeRemoting(cluster))  # fmt: skip
+async def test_consume_reads_back_everything_or_count(cluster, remoting, autojump_clock):
+    ns = cluster.namesrv
+    await bench_produce(ns, "B", size=50, inflight=3, count=40, remoting=remoting)
+    everything = await bench_consume(ns, "B", batch=7, count=None, duration=60.0,
+                                     remoting=remoting)  # fmt: skip
     assert (everything.msgs, everything.bytes) == (41, 41 * 50)
-    some = await bench_consume(NS, "B", batch=5, count=10, remoting=FakeRemoting(cluster))
+    some = await bench_consume(ns, "B", batch=5, count=10, remoting=remoting)
     assert 10 <= some.msgs <= 10 + 4 * 5  # stops within one pull per queue of the count
     with pytest.raises(BenchError, match="fewer than --count"):
-        await bench_consume(NS, "B", count=1000, remoting=FakeRemoting(cluster))
+        await bench_consume(ns, "B", count=1000, remoting=remoting)
     with pytest.raises(TopicNotExistError):
-        await bench_consume(NS, "Nope", count=1, remoting=FakeRemoting(cluster))
+        await bench_consume(ns, "Nope", count=1, remoting=remoting)
 
 
 @pytest.mark.parametrize("kind", ["produce", "consume"])

@@ -2,7 +2,7 @@
 each queue, with bounded memory; answers that were stored without the replication the broker
 waits for fail the command unless --allow-not-replicated.
 
-Servers run in this process (TCP on 127.0.0.1); the command runs as a real process
+Servers run in this process (tcp_cluster: TCP on 127.0.0.1); the command runs as a real process
 (`python -m cli.main`) where stdin matters, and as `cli.produce.produce` otherwise.
 """
 
@@ -15,65 +15,20 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from cli.produce import MessageTemplate, ProduceStats, produce, read_stream
 from common.model import MessageQueue
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
-from rmq import Admin, PullConsumer, PullStatus
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode
+from rmq import PullConsumer, PullStatus
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def start_servers(tmp_path: Path, nursery: trio.Nursery, role: str = "ASYNC_MASTER") -> str:
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    ns_addr = f"127.0.0.1:{ns.port}"
-    config = BrokerConfig(
-        listen_port=0,
-        namesrv_addr=ns_addr,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store", broker_role=role),
-    )
-    await nursery.start(
-        lambda task_status: run_broker(
-            config, store_factory=run_memory_store, task_status=task_status
-        )
-    )
-    async with Admin(ns_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
-                    break
-                await trio.sleep(0.02)
-    return ns_addr
-
-
-@pytest.fixture
-async def namesrv(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[str]:
-    yield await start_servers(tmp_path, nursery)
-
-
-async def create_topic(ns: str, topic: str, queues: int) -> None:
-    async with Admin(ns) as admin:
-        await admin.create_topic(topic, queues=queues)
-        with trio.fail_after(10):
-            while True:
-                try:
-                    await admin.topic_route(topic)
-                    return
-                except Exception:
-                    await trio.sleep(0.02)
 
 
 async def read_queue(c: PullConsumer, mq: MessageQueue) -> list[bytes]:
@@ -96,8 +51,9 @@ def rmq_process(ns: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "cli.main", "-n", ns, "produce", *args]
 
 
-async def test_lines_are_sent_while_stdin_is_still_open(namesrv: str):
-    await create_topic(namesrv, "Tail", 2)
+async def test_lines_are_sent_while_stdin_is_still_open(tcp_cluster):
+    namesrv = tcp_cluster.namesrv
+    await tcp_cluster.create_topic("Tail", 2)
     proc = await trio.lowlevel.open_process(
         rmq_process(namesrv, "-t", "Tail", "--json"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
@@ -131,8 +87,9 @@ async def test_lines_are_sent_while_stdin_is_still_open(namesrv: str):
     assert stored == [b"first", b"second", b"third"]
 
 
-async def test_count_and_order_within_each_queue(namesrv: str):
-    await create_topic(namesrv, "Ordered", 4)
+async def test_count_and_order_within_each_queue(tcp_cluster):
+    namesrv = tcp_cluster.namesrv
+    await tcp_cluster.create_topic("Ordered", 4)
     n = 5000
     data = b"".join(b"%d\r\n" % i if i % 3 else b"%d\n\n" % i for i in range(n))
     results = []
@@ -198,10 +155,12 @@ async def test_reader_blocks_while_the_channel_is_full():
     assert stats.input_done
 
 
-async def test_not_replicated_sends_fail_the_command(tmp_path: Path, nursery: trio.Nursery):
+async def test_not_replicated_sends_fail_the_command(tcp_cluster):
     # a SYNC_MASTER without a slave answers SLAVE_NOT_AVAILABLE: stored, not replicated
-    ns = await start_servers(tmp_path, nursery, role="SYNC_MASTER")
-    await create_topic(ns, "Lonely", 2)
+    ns = tcp_cluster.namesrv
+    sync_master = dict(broker_name="broker-s", store=dict(broker_role="SYNC_MASTER"))
+    await tcp_cluster.start_broker("broker-s", **sync_master)
+    await tcp_cluster.create_topic("Lonely", 2, nodes=("broker-s",))
 
     async def run(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
         with trio.fail_after(60):
@@ -225,10 +184,11 @@ async def test_not_replicated_sends_fail_the_command(tmp_path: Path, nursery: tr
     assert stored == [b"a", b"b", b"c", b"one"]
 
 
-async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(namesrv: str):
+async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(tcp_cluster):
     # `tail -f log | rmq produce`: the input never ends, Ctrl-C does; the reader thread is
     # still blocked in its read then, which must not abort the interpreter at exit
-    await create_topic(namesrv, "Interrupted", 2)
+    namesrv = tcp_cluster.namesrv
+    await tcp_cluster.create_topic("Interrupted", 2)
     proc = await trio.lowlevel.open_process(
         rmq_process(namesrv, "-t", "Interrupted"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
@@ -259,24 +219,25 @@ async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(namesr
     assert out.decode().splitlines()[-1].startswith("sent 2 message(s) to Interrupted")
 
 
-async def test_delayed_lines_are_sent_one_by_one_in_input_order():
+async def test_delayed_lines_are_sent_one_by_one_in_input_order(memory_cluster):
     # RocketMQ refuses delayed messages in a batch: each line is its own SEND_MESSAGE (the
     # in-memory cluster, on the real clock: the reader is a worker thread)
-    from common.remoting.codes import RequestCode
-    from rmq.testing import FakeCluster, FakeRemoting
-
-    cluster = FakeCluster()
-    cluster.add_broker("broker-a", "127.0.0.1:10911")
-    cluster.create_topic("Later", 2)
+    await memory_cluster.create_topic("Later", 2)
+    tap = memory_cluster.tap()
     results = []
     data = b"".join(b"%d\n" % i for i in range(50))
     with trio.fail_after(30):
-        stats = await produce("127.0.0.1:9876", MessageTemplate("Later", delay_level=3),
-                              group="pg", stream=Trickle(data, 7), on_results=results.extend,
-                              handle_signals=False, remoting=FakeRemoting(cluster))  # fmt: skip
+        async with open_remoting_client(network=tap) as remoting:
+            stats = await produce(memory_cluster.namesrv, MessageTemplate("Later", delay_level=3),
+                                  group="pg", stream=Trickle(data, 7), on_results=results.extend,
+                                  handle_signals=False, remoting=remoting)  # fmt: skip
     assert stats.sent == 50 and len(results) == 50
-    sends = [r for r in cluster.brokers[0].requests if r.code == RequestCode.SEND_MESSAGE_V2]
-    assert len(sends) == 50
+    sends = tap.requests(RequestCode.SEND_MESSAGE_V2)
+    assert len(sends) == 50 and tap.requests(RequestCode.SEND_BATCH_MESSAGE) == []
+    assert sorted(int(r.body_bytes()) for r in sends) == list(range(50))
+    for q in ("0", "1"):  # each queue got its lines in input order
+        lines = [int(r.body_bytes()) for r in sends if r.ext_fields["e"] == q]
+        assert lines == sorted(lines) and lines
     for q in (0, 1):
         offsets = [r.queue_offset for r in results if r.message_queue.queueId == q]
         assert offsets == sorted(offsets) and offsets
