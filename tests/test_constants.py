@@ -66,9 +66,6 @@ _PENDING: set[tuple[str, str]] = {
     # broker/store/* is being split into named modules by another engineer right now; the
     # store imports SCHEDULE_TOPIC from common.topics once that lands.
     ("SCHEDULE_TOPIC", "broker.store.store_util"),
-    # rmq/testing.py is being shrunk to fault injection; its fake broker's copy of TBW102
-    # goes with it (or imports AUTO_CREATE_TOPIC_KEY_TOPIC).
-    ("AUTO_CREATE_TOPIC", "rmq.testing"),
 }
 
 
