@@ -16,10 +16,8 @@ from broker.store.results import (
     PutMessageStatus,
     QueryMessageResult,
 )
-from broker.store.store_util import SCHEDULE_TOPIC
 
 __all__ = [
-    "SCHEDULE_TOPIC",
     "AppendMessageResult",
     "DefaultMessageStore",
     "GetMessageResult",

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import logging
 
+from broker.store.dispatch import BLANK, PARTIAL, parse_record
 from broker.store.mapped_file_queue import MappedFileQueue
-from broker.store.store_util import BLANK, PARTIAL, parse_record
 from common.message import BLANK_MAGIC_CODE, RecordDecodeError
 
 log = logging.getLogger(__name__)
@@ -157,9 +157,9 @@ class CommitLog:
                             "commitlog recovery: end at %d (%s)", mf.file_from_offset + pos, exc
                         )
                     break
-                if what == PARTIAL:
+                if what is PARTIAL:
                     break
-                if what == BLANK:
+                if what is BLANK:
                     if pos + n != size:
                         log.warning(
                             "commitlog recovery: bad BLANK at %d", mf.file_from_offset + pos

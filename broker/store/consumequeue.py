@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 
 from broker.store.mapped_file_queue import MappedFileQueue
-from broker.store.store_util import CQ_UNIT, CQ_UNIT_SIZE
 
 log = logging.getLogger(__name__)
+
+# a unit: long commitLogOffset, int size, long tagsCode
+CQ_UNIT = struct.Struct(">qiq")
+CQ_UNIT_SIZE = 20
 
 BLANK_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
 _ZERO_UNIT = bytes(CQ_UNIT_SIZE)

@@ -18,9 +18,13 @@ import logging
 import os
 
 from broker.store.mapped_file import MappedFile
-from broker.store.store_util import offset_to_file_name
 
 log = logging.getLogger(__name__)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """A segment's name: its start offset, 20 digits zero-padded (``UtilAll.offset2FileName``)."""
+    return f"{offset:020d}"
 
 
 class MappedFileQueue:

@@ -13,7 +13,9 @@ is visible to ``get_message`` when ``put_message`` returns.  Bytes appended by H
 the same way, from the raw records, waiting for the rest of a record split across HA chunks.
 
 Readers get ``bytes`` copies (never views of the growing bytearrays, which could then not grow).
-The get-path rules are ``store_util.select_messages``, shared with the file store.
+The get-path rules are ``get_message.select_messages`` and the other lookups
+``queries.StoreQueries``, shared with the file store; the put steps are ``put_message.PutSteps``
+and the dispatch rules dispatch.py's.
 """
 
 from __future__ import annotations
@@ -22,48 +24,37 @@ import bisect
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import trio
 
+from broker.store.api import ArrivalListener
 from broker.store.config import MessageStoreConfig
+from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE
+from broker.store.dispatch import (
+    BLANK,
+    PARTIAL,
+    DispatchRequest,
+    parse_record,
+    takes_index_entries,
+    takes_queue_unit,
+)
+from broker.store.get_message import select_messages
+from broker.store.put_message import PutSteps
+from broker.store.queries import StoreQueries
 from broker.store.results import (
     GetMessageResult,
     MessageFilter,
     PutMessageResult,
-    QueryMessageResult,
 )
-from broker.store.store_util import (
-    BLANK,
-    CQ_UNIT,
-    CQ_UNIT_SIZE,
-    MAX_QUERY_NUM,
-    PARTIAL,
-    DispatchRequest,
-    StoreStats,
-    StoreSteps,
-    dispatch_tags_code,
-    group_queue_ids,
-    index_keys,
-    is_prepared_or_rollback,
-    parse_record,
-    search_offset_by_time,
-    select_messages,
-)
-from common.message import (
-    BLANK_MAGIC_CODE,
-    MessageExtBrokerInner,
-    MessageSysFlag,
-    RecordDecodeError,
-    store_timestamp_position,
-)
+from broker.store.stats import StoreStats
+from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner, RecordDecodeError
 
 log = logging.getLogger(__name__)
 
-ArrivalListener = Callable[[str, int, int, int], None]
-_Q = struct.Struct(">q")
 _BLANK_HEAD = struct.Struct(">ii")
+_I = struct.Struct(">i")
 
 
 @attrs.define(eq=False)
@@ -77,7 +68,7 @@ class _MemQueue:
 
 
 @attrs.define(eq=False)
-class MemoryMessageStore(StoreSteps):
+class MemoryMessageStore(PutSteps, StoreQueries):
     config: MessageStoreConfig
     # commit log "files": starts[i] is the physical offset of files[i]; files are contiguous
     _starts: list[int] = attrs.Factory(list)
@@ -195,17 +186,16 @@ class MemoryMessageStore(StoreSteps):
             except RecordDecodeError as exc:
                 log.error("reput stopped at %d: %s", self._reput_from, exc)
                 break
-            if what == PARTIAL:
+            if what is PARTIAL:
                 break
-            if what == BLANK:
+            if what is BLANK:
                 self._reput_from = self._roll_next_file(self._reput_from)
                 continue
             self._dispatch(what)
             self._reput_from += size
 
     def _dispatch(self, req: DispatchRequest) -> None:
-        tran_rollback_or_prepared = is_prepared_or_rollback(req.sys_flag)
-        if not tran_rollback_or_prepared:
+        if takes_queue_unit(req.sys_flag):
             key = (req.topic, req.queue_id)
             q = self._queues.get(key)
             if q is None:
@@ -224,9 +214,7 @@ class MemoryMessageStore(StoreSteps):
                     req.consume_queue_offset,
                     q.max_offset,
                 )
-        if self.config.message_index_enable and (
-            MessageSysFlag.transaction_value(req.sys_flag) != MessageSysFlag.TRANSACTION_ROLLBACK
-        ):
+        if self.config.message_index_enable and takes_index_entries(req.sys_flag):
             for k in req.keys:
                 self._index.setdefault(k, []).append((req.commit_log_offset, req.store_timestamp))
             if req.keys:
@@ -295,62 +283,31 @@ class MemoryMessageStore(StoreSteps):
         q = self._queues.get((topic, queue_id))
         return 0 if q is None else q.base
 
-    def _unit(self, q: _MemQueue, off: int) -> tuple[int, int, int] | None:
-        if not q.base <= off < q.max_offset:
+    # what queries.StoreQueries asks of a store
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        q = self._queues.get((topic, queue_id))
+        return None if q is None else (q.base, q.max_offset)
+
+    def _queue_unit(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
+        q = self._queues.get((topic, queue_id))
+        if q is None or not q.base <= offset < q.max_offset:
             return None
-        return CQ_UNIT.unpack_from(q.units, (off - q.base) * CQ_UNIT_SIZE)
+        phys, size, tcode = CQ_UNIT.unpack_from(q.units, (offset - q.base) * CQ_UNIT_SIZE)
+        return phys, size, tcode
 
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        q = self._queues.get((topic, queue_id))
-        u = None if q is None else self._unit(q, cq_offset)
-        return 0 if u is None else u[0]
+    def _record_size(self, phys: int) -> int:
+        head = self._read(phys, 4)
+        return -1 if head is None else int(_I.unpack(head)[0])
 
-    def _store_time(self, phys: int, size: int) -> int:
-        rec = self._read(phys, size)
-        if rec is None:
-            return -1
-        sys_flag = struct.unpack_from(">i", rec, 36)[0]
-        return _Q.unpack_from(rec, store_timestamp_position(sys_flag))[0]
+    def _index_candidates(self, full_key: str, max_num: int, begin: int, end: int) -> list[int]:
+        hits = self._index.get(full_key, [])
+        return [p for p, ts in reversed(hits) if begin <= ts <= end][:max_num]
 
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        q = self._queues.get((topic, queue_id))
-        if q is None:
-            return 0
+    def _index_last_update(self) -> tuple[int, int]:
+        return self._index_last_ts, self._index_last_phy
 
-        def ts_at(off: int) -> int:
-            phys, size, _ = self._unit(q, off)
-            return self._store_time(phys, size)
-
-        return search_offset_by_time(q.base, q.max_offset, timestamp_ms, ts_at)
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        q = self._queues.get((topic, queue_id))
-        if q is None or q.max_offset == q.base:
-            return -1
-        phys, size, _ = self._unit(q, q.base)
-        return self._store_time(phys, size)
-
-    def select_one_message_by_offset(
-        self, phys_offset: int, size: int | None = None
-    ) -> bytes | None:
-        if size is None:
-            head = self._read(phys_offset, 4)
-            if head is None:
-                return None
-            size = struct.unpack(">i", head)[0]
-            if size <= 0:
-                return None
-        return self._read(phys_offset, size)
-
-    def query_message(
-        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
-    ) -> QueryMessageResult:
-        hits = self._index.get(f"{topic}#{key}", [])
-        max_num = max(min(max_num, MAX_QUERY_NUM), 0)
-        found = [p for p, ts in reversed(hits) if begin_ts <= ts <= end_ts][:max_num]
-        found.sort()
-        bufs = [b for b in (self.select_one_message_by_offset(p) for p in found) if b is not None]
-        return QueryMessageResult(bufs, self._index_last_ts, self._index_last_phy)
+    def _queue_keys(self) -> Iterable[tuple[str, int]]:
+        return self._queues
 
     # ------------------------------------------------------------------ HA
 
@@ -361,9 +318,8 @@ class MemoryMessageStore(StoreSteps):
         f, pos = loc
         return memoryview(bytes(f[pos:]))
 
-    def append_to_commit_log(self, start_offset: int, data) -> bool:
+    def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
         size = self.config.mapped_file_size_commit_log
-        data = bytes(data)
         if not self._files:
             if start_offset % size:
                 log.error("HA append at %d is not at a file start", start_offset)
@@ -385,14 +341,11 @@ class MemoryMessageStore(StoreSteps):
 
     # ------------------------------------------------------------------ admin
 
-    def topic_queues(self) -> dict[str, list[int]]:
-        return group_queue_ids(self._queues)
-
-    def delete_topics(self, topics) -> None:
-        topics = set(topics)
-        for key in [k for k in self._queues if k[0] in topics]:
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        names = set(topics)
+        for key in [k for k in self._queues if k[0] in names]:
             del self._queues[key]
-        for key in [k for k in self._topic_queue_table if k[0] in topics]:
+        for key in [k for k in self._topic_queue_table if k[0] in names]:
             del self._topic_queue_table[key]
 
     def runtime_info(self) -> dict[str, str]:
@@ -413,7 +366,9 @@ class MemoryMessageStore(StoreSteps):
 
 
 async def run_memory_store(
-    config: MessageStoreConfig, *, task_status=trio.TASK_STATUS_IGNORED
+    config: MessageStoreConfig,
+    *,
+    task_status: trio.TaskStatus[MemoryMessageStore] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Start an in-memory store; it lives until this task is cancelled."""
     store = MemoryMessageStore(config)
@@ -424,4 +379,4 @@ async def run_memory_store(
         store.shutdown = True
 
 
-__all__ = ["MemoryMessageStore", "dispatch_tags_code", "index_keys", "run_memory_store"]
+__all__ = ["MemoryMessageStore", "run_memory_store"]

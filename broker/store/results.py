@@ -13,6 +13,10 @@ from typing import Protocol
 
 import attrs
 
+# A stored record as readers get it: a memoryview of a mapped file (file store), a copy
+# (in-memory store), or bytes received over HA.
+Buffer = bytes | bytearray | memoryview
+
 
 class PutMessageStatus(enum.Enum):
     PUT_OK = "PUT_OK"
@@ -97,7 +101,7 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    buffers: list = attrs.field(factory=list)  # list[memoryview | bytes]: raw records
+    buffers: list[Buffer] = attrs.field(factory=list)  # raw records
     message_count: int = 0
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
@@ -107,7 +111,7 @@ class GetMessageResult:
 
 @attrs.frozen
 class QueryMessageResult:
-    buffers: list = attrs.field(factory=list)  # raw records, ascending physical offset
+    buffers: list[Buffer] = attrs.field(factory=list)  # raw records, ascending physical offset
     index_last_update_timestamp: int = 0
     index_last_update_phyoffset: int = 0
 

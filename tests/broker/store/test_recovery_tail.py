@@ -17,7 +17,7 @@ import trio
 
 from broker.store import GetMessageStatus, MessageStoreConfig, run_message_store
 from broker.store import commitlog as commitlog_mod
-from broker.store import message_store as message_store_mod
+from broker.store import reput as reput_mod
 from broker.store.checkpoint import StoreCheckpoint
 from common.message import MessageExtBrokerInner, decode_record, decode_records
 
@@ -71,9 +71,7 @@ def parsed(monkeypatch):
     monkeypatch.setattr(
         commitlog_mod, "parse_record", counting("validate", commitlog_mod.parse_record)
     )
-    monkeypatch.setattr(
-        message_store_mod, "parse_record", counting("dispatch", message_store_mod.parse_record)
-    )
+    monkeypatch.setattr(reput_mod, "parse_record", counting("dispatch", reput_mod.parse_record))
     return counts
 
 

@@ -1,0 +1,273 @@
+"""The file store's reput: CommitLog records -> ConsumeQueue units and index entries (RocketMQ
+``DefaultMessageStore.ReputMessageService`` and the ``CommitLogDispatcher``s).
+
+Theory of operation
+-------------------
+``reput_from`` is the CommitLog offset up to which every record is dispatched: a record
+boundary, or the start of the file after a BLANK filler.  Three paths move it, all applying the
+rules of dispatch.py:
+
+* the put path, when nothing older is pending (always, on a master), dispatches the records it
+  just wrote right away (``dispatch_put``), so they are visible to ``get_message`` when the
+  append returns;
+* when reput is behind, the put path leaves a ready :class:`DispatchRequest` per record
+  (``queue_put``: no re-parse) and wakes the task;
+* the task (``run``) otherwise parses what is past ``reput_from``: bytes appended by HA (a
+  record split across HA chunks waits for its remaining bytes) or found by recovery
+  (``do_reput(limit=None)``).
+
+A unit is written only at its queue's end (``ConsumeQueue.put``), so a re-dispatch after
+recovery is idempotent; a duplicate index entry is harmless (queries verify records).  After
+the units of a record are written, the arrival listeners are called with
+``(topic, queueId, offset + 1, tagsCode)``: long polls wake, the HA master learns of new bytes.
+Waiters (``wait_dispatched``) park on an event replaced after every round.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+from collections.abc import Sequence
+
+import trio
+
+from broker.store.api import ArrivalListener
+from broker.store.commitlog import CommitLog
+from broker.store.config import MessageStoreConfig
+from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
+from broker.store.dispatch import (
+    BLANK,
+    PARTIAL,
+    DispatchRequest,
+    UnitRun,
+    dispatch_put,
+    parse_record,
+    request_for_put,
+    takes_index_entries,
+    takes_queue_unit,
+)
+from broker.store.index import IndexService
+from common.message import MessageExtBrokerInner, RecordDecodeError
+
+log = logging.getLogger(__name__)
+
+# records dispatched before the reput task yields to other tasks
+_REPUT_BATCH = 4096
+# an arrival listener's arguments: (topic, queueId, offset + 1, tagsCode)
+_Arrival = tuple[str, int, int, int]
+
+
+class ReputService:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commit_log: CommitLog,
+        consume_queues: dict[tuple[str, int], ConsumeQueue],
+        index: IndexService,
+    ):
+        self.config = config
+        self.delay_millis = config.delay_level_millis
+        self.commit_log = commit_log
+        # shared with the store, which loads and deletes queues; reput creates new ones
+        self.consume_queues = consume_queues
+        self.index = index
+        self.cq_root = os.path.join(config.store_path_root_dir, "consumequeue")
+        # CommitLog offset up to which records were dispatched (a record boundary or file start)
+        self.reput_from = 0
+        # DispatchRequests of records the put path wrote, in CommitLog order, not yet dispatched
+        self._pending: collections.deque[DispatchRequest] = collections.deque()
+        self._wake = trio.Event()
+        # replaced after every reput round; waiters re-check reput_from when it fires
+        self._progress = trio.Event()
+        self.listeners: list[ArrivalListener] = []
+
+    @property
+    def caught_up(self) -> bool:
+        """Nothing older than a put arriving now waits for dispatch."""
+        return self.reput_from == self.commit_log.max_offset and not self._pending
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def wait_dispatched(self, end: int | None = None) -> None:
+        """Until every record below ``end`` (default: the CommitLog end) is dispatched."""
+        if end is None:
+            end = self.commit_log.max_offset
+        with trio.move_on_after(self.config.sync_flush_timeout):
+            while self.reput_from < end:
+                ev = self._progress
+                self._wake.set()
+                await ev.wait()
+            return
+        log.error("dispatch is stuck at %d (wanted %d)", self.reput_from, end)
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self.do_reput():
+                self._wake_progress()
+                await trio.lowlevel.checkpoint()
+            self._wake_progress()
+
+    def _wake_progress(self) -> None:
+        ev, self._progress = self._progress, trio.Event()
+        ev.set()
+
+    # --- the parse path -----------------------------------------------------------------------
+
+    def do_reput(self, limit: int | None = _REPUT_BATCH) -> bool:
+        """Dispatch available records; returns True if it stopped because of ``limit``."""
+        cl = self.commit_log
+        pending = self._pending
+        n = 0
+        while self.reput_from < cl.max_offset:
+            if limit is not None and n >= limit:
+                return True
+            pos = self.reput_from
+            while pending and pending[0].commit_log_offset < pos:
+                pending.popleft()
+            if pending and pending[0].commit_log_offset == pos:
+                req = pending.popleft()
+                size = req.msg_size
+            else:
+                mf = cl.queue.find(pos)
+                if mf is None:
+                    break
+                try:
+                    parsed, size = parse_record(
+                        mf.view,
+                        pos - mf.file_from_offset,
+                        mf.wrote,
+                        self.delay_millis,
+                        check_crc=False,
+                    )
+                except RecordDecodeError as exc:
+                    log.error("reput stopped at %d: %s", pos, exc)
+                    break
+                if parsed is PARTIAL:
+                    if mf.is_full:  # nothing more can come in this segment
+                        log.error("reput: truncated record at the end of segment %s", mf.path)
+                    break
+                if parsed is BLANK:
+                    self.reput_from = cl.roll_next_file(pos)
+                    continue
+                req = parsed
+                if req.commit_log_offset != pos:
+                    log.error("reput: record at %d claims offset %d", pos, req.commit_log_offset)
+                    break
+            self.dispatch(req)
+            self.reput_from = pos + size
+            n += 1
+        return False
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self.consume_queues.get(key)
+        if cq is None:
+            cq = ConsumeQueue(
+                self.cq_root, topic, queue_id, self.config.mapped_file_size_consume_queue
+            )
+            self.consume_queues[key] = cq
+        return cq
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        if takes_queue_unit(req.sys_flag):
+            cq = self.consume_queue(req.topic, req.queue_id)
+            if cq.put(req.commit_log_offset, req.msg_size, req.tags_code, req.consume_queue_offset):
+                table = self.commit_log.topic_queue_table
+                key = (req.topic, req.queue_id)
+                if table.get(key, 0) <= req.consume_queue_offset:
+                    table[key] = req.consume_queue_offset + 1  # a slave learns it from records
+                for fn in self.listeners:
+                    try:
+                        fn(req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code)
+                    except Exception:
+                        log.exception("arrival listener failed")
+        if req.keys and self.config.message_index_enable and takes_index_entries(req.sys_flag):
+            self.index.put(req.keys, req.commit_log_offset, req.store_timestamp)
+
+    # --- the put path -------------------------------------------------------------------------
+
+    def queue_put(
+        self,
+        msgs: Sequence[MessageExtBrokerInner],
+        sizes: Sequence[int],
+        qoffs: Sequence[int],
+        phys: int,
+        store_ts: int,
+    ) -> None:
+        """Reput is behind: leave ready DispatchRequests for the task (no re-parse)."""
+        pending = self._pending
+        delays = self.delay_millis
+        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+            pending.append(request_for_put(m, phys, size, q, store_ts, delays))
+            phys += size
+        self._wake.set()
+
+    def dispatch_put(
+        self,
+        msgs: Sequence[MessageExtBrokerInner],
+        sizes: Sequence[int],
+        qoffs: Sequence[int],
+        first: int,
+        store_ts: int,
+    ) -> None:
+        """Dispatch records the put path just wrote at ``first`` while reput was caught up.
+
+        Same effect as ``dispatch`` per record (dispatch.dispatch_put).  [reput_from, first)
+        can only be a BLANK filler written by reserve().  On an error reput_from stays at
+        ``first`` and the task re-parses from there (CQ puts are idempotent, duplicate index
+        entries are harmless).
+        """
+        self.reput_from = first
+        try:
+            runs, entries = dispatch_put(
+                msgs,
+                sizes,
+                qoffs,
+                first,
+                store_ts,
+                self.delay_millis,
+                index_enabled=self.config.message_index_enable,
+            )
+            notes: list[_Arrival] = []  # arrival listener calls, made once every unit is written
+            for run in runs:
+                notes.extend(self._put_units(run))
+            if entries:
+                self.index.put_entries(entries, store_ts)
+        except Exception:
+            log.exception("dispatch failed at %d", first)
+            self._wake.set()
+            return
+        self.reput_from = first + sum(sizes)
+        listeners = self.listeners
+        if listeners:
+            for note in notes:
+                for fn in listeners:
+                    try:
+                        fn(*note)
+                    except Exception:
+                        log.exception("arrival listener failed")
+
+    def _put_units(self, run: UnitRun) -> list[_Arrival]:
+        """Write a run of packed units; the arrival notes of those added."""
+        topic, qid = key = run.key
+        first_q, units = run.first_offset, run.units
+        cq = self.consume_queue(topic, qid)
+        n = len(units) // CQ_UNIT_SIZE
+        added: Sequence[int]
+        if cq.put_tail(first_q, units):
+            added = range(n)
+        else:
+            added = [
+                i
+                for i in range(n)
+                if cq.put(*CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE), first_q + i)
+            ]
+        table = self.commit_log.topic_queue_table
+        if added and table.get(key, 0) < first_q + added[-1] + 1:
+            table[key] = first_q + added[-1] + 1
+        unpack = CQ_UNIT.unpack_from
+        return [(topic, qid, first_q + i + 1, unpack(units, i * CQ_UNIT_SIZE)[2]) for i in added]
