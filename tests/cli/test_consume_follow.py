@@ -7,20 +7,12 @@ position. A group that did commit 0 must still resume at 0.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from cli.consume import consume_topic
 from common.model import MessageQueue
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
-from rmq import Admin, Message, Producer, PullConsumer
+from rmq import Message, Producer, PullConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -30,35 +22,15 @@ OLD = 20  # messages stored before any consumer exists
 
 
 @pytest.fixture
-async def namesrv(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[str]:
-    """A nameserver and one broker in this process (TCP on 127.0.0.1), TOPIC holding OLD
-    messages spread over its queues, every queue starting at offset 0."""
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    ns_addr = f"127.0.0.1:{ns.port}"
-    config = BrokerConfig(
-        listen_port=0,
-        namesrv_addr=ns_addr,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
-    )
-    await nursery.start(
-        lambda task_status: run_broker(
-            config, store_factory=run_memory_store, task_status=task_status
-        )
-    )
-    async with Admin(ns_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
-                    break
-                await trio.sleep(0.02)
-        await admin.create_topic(TOPIC, queues=QUEUES)
-    async with Producer("pg", ns_addr) as p:
+async def namesrv(tcp_cluster) -> str:
+    """The nameserver of a real nameserver and broker in this process (tcp_cluster), TOPIC
+    holding OLD messages spread over its queues, every queue starting at offset 0."""
+    await tcp_cluster.create_topic(TOPIC, QUEUES)
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         with trio.fail_after(20):
             for i in range(OLD):
                 await p.send(Message(TOPIC, f"old-{i}"))
-    yield ns_addr
+    return tcp_cluster.namesrv
 
 
 async def test_broker_answers_zero_for_a_new_group(namesrv: str):

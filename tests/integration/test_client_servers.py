@@ -1,27 +1,19 @@
 """The Python client against the real nameserver and broker (in-process, TCP on 127.0.0.1).
 
-Servers: run_namesrv on port 0, run_broker on port 0 with the memory store, registered with
-that nameserver. Clients: rmq.Producer / PullConsumer / Admin, rmq.sync and the CLI's pull
+Servers: tcp_cluster (run_namesrv and run_broker on port 0, the memory store, registered with
+that nameserver). Clients: rmq.Producer / PullConsumer / Admin, rmq.sync and the CLI's pull
 loop, each over a real RemotingClient.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import attrs
 import pytest
 import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from cli.consume import consume_topic
 from common.errors import RemotingConnectError, TopicNotExistError
 from common.model import MessageQueue
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
 from rmq import Admin, Message, Producer, PullConsumer, PullStatus, SendStatus, sync
 
 pytestmark = pytest.mark.integration
@@ -34,29 +26,8 @@ class Servers:
 
 
 @pytest.fixture
-async def servers(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Servers]:
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    ns_addr = f"127.0.0.1:{ns.port}"
-    config = BrokerConfig(
-        listen_port=0,
-        namesrv_addr=ns_addr,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
-    )
-    broker = await nursery.start(
-        lambda task_status: run_broker(
-            config, store_factory=run_memory_store, task_status=task_status
-        )
-    )
-    async with Admin(ns_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                info = await admin.cluster_info()
-                if "broker-a" in info.brokerAddrTable:
-                    break
-                await trio.sleep(0.02)
-    yield Servers(ns_addr, broker.addr)
+def servers(tcp_cluster) -> Servers:
+    return Servers(tcp_cluster.namesrv, tcp_cluster.addr())
 
 
 async def test_send_new_topic_through_tbw102_then_pull_it_back(servers: Servers):

@@ -3,27 +3,18 @@
 maxMessageSize (4 MiB) limits the CommitLog record the broker writes (fixed fields, body,
 topic, stored properties with the broker's CLUSTER added), not the body. A body of exactly
 4 MiB used to pass the client's body-only check and come back as MESSAGE_ILLEGAL (13). Here,
-against a real in-process nameserver and broker (with a cluster name of unusual length): the
-largest message the client lets through is stored, one byte more is refused by the client
-before sending, and that same message sent by a client with the check lifted is refused by
-the broker with code 13. The same for a batch.
+against a real in-process nameserver and broker (tcp_cluster, with a cluster name of unusual
+length): the largest message the client lets through is stored, one byte more is refused by
+the client before sending, and that same message sent by a client with the check lifted is
+refused by the broker with code 13. The same for a batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from common.errors import MessageIllegalError
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
-from rmq import Admin, InvalidMessageError, Message, Producer, SendStatus
+from rmq import InvalidMessageError, Message, Producer, SendStatus
 from rmq.message import stored_record_size
 from rmq.producer import MAX_MESSAGE_SIZE
 
@@ -35,30 +26,14 @@ UNIQ = "0" * 32  # every UNIQ_KEY has 32 characters
 
 
 @pytest.fixture
-async def namesrv(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[str]:
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    ns_addr = f"127.0.0.1:{ns.port}"
-    config = BrokerConfig(
-        listen_port=0,
-        namesrv_addr=ns_addr,
-        broker_cluster_name=CLUSTER,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
-    )
-    await nursery.start(
-        lambda task_status: run_broker(
-            config, store_factory=run_memory_store, task_status=task_status
-        )
-    )
-    async with Admin(ns_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
-                    break
-                await trio.sleep(0.02)
-        await admin.create_topic(TOPIC, queues=1)
-    yield ns_addr
+def broker_fields():
+    return {"broker_cluster_name": CLUSTER}
+
+
+@pytest.fixture
+async def namesrv(tcp_cluster) -> str:
+    await tcp_cluster.create_topic(TOPIC, 1)
+    return tcp_cluster.namesrv
 
 
 def _message(body_len: int) -> Message:

@@ -1,4 +1,4 @@
-"""rmq.Admin's issue-4 calls against a real in-process nameserver + broker (TCP on 127.0.0.1).
+"""rmq.Admin's issue-4 calls against a real in-process nameserver + broker (tcp_cluster).
 
 Runtime info, group list, consume stats (lag), connections, topic stats, delete topic, and the
 three ways to find a message (key, msgId / UNIQ_KEY, queue offset), checked against what was
@@ -8,20 +8,13 @@ produced. The fastjson `Map<MessageQueue, V>` parser is also checked on its own.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import attrs
 import pytest
 import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from common.errors import ProtocolError, RemotingConnectError, TopicNotExistError
 from common.model import MessageQueue
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
 from rmq import Admin, Message, Producer, PullConsumer
 from rmq.admin import MessageNotFoundError
 from rmq.admin_api import QueueConsumeStats, parse_mq_map
@@ -37,28 +30,8 @@ class Servers:
 
 
 @pytest.fixture
-async def servers(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Servers]:
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    ns_addr = f"127.0.0.1:{ns.port}"
-    config = BrokerConfig(
-        listen_port=0,
-        namesrv_addr=ns_addr,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path / "store"),
-    )
-    broker = await nursery.start(
-        lambda task_status: run_broker(
-            config, store_factory=run_memory_store, task_status=task_status
-        )
-    )
-    async with Admin(ns_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                if "broker-a" in (await admin.cluster_info()).brokerAddrTable:
-                    break
-                await trio.sleep(0.02)
-    yield Servers(ns_addr, broker.addr)
+def servers(tcp_cluster) -> Servers:
+    return Servers(tcp_cluster.namesrv, tcp_cluster.addr())
 
 
 async def produce(ns: str, topic: str, n: int, **kw):
