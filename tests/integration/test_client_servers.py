@@ -7,7 +7,6 @@ loop, each over a real RemotingClient.
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import trio
 
@@ -19,25 +18,14 @@ from rmq import Admin, Message, Producer, PullConsumer, PullStatus, SendStatus, 
 pytestmark = pytest.mark.integration
 
 
-@attrs.frozen
-class Servers:
-    namesrv: str
-    broker: str
-
-
-@pytest.fixture
-def servers(tcp_cluster) -> Servers:
-    return Servers(tcp_cluster.namesrv, tcp_cluster.addr())
-
-
-async def test_send_new_topic_through_tbw102_then_pull_it_back(servers: Servers):
-    async with Producer("pg", servers.namesrv) as p:
+async def test_send_new_topic_through_tbw102_then_pull_it_back(tcp_cluster):
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         first = await p.send(Message("AutoTopic", b"one", tags="TagA", keys="k1"))
         results = [first] + [await p.send(Message("AutoTopic", f"m{i}")) for i in range(5)]
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert {r.message_queue.brokerName for r in results} == {"broker-a"}
     assert len({r.msg_id for r in results}) == 6
-    async with PullConsumer("cg", servers.namesrv) as c:
+    async with PullConsumer("cg", tcp_cluster.namesrv) as c:
         queues = await c.fetch_queues("AutoTopic")
         assert len(queues) == 4  # defaultTopicQueueNums
         got = {}
@@ -53,9 +41,9 @@ async def test_send_new_topic_through_tbw102_then_pull_it_back(servers: Servers)
     assert m.msg_id == first.offset_msg_id
 
 
-async def test_batch_pull_tags_offsets_and_admin(servers: Servers):
-    async with Admin(servers.namesrv) as admin:
-        assert await admin.create_topic("Batch", queues=2) == [servers.broker]
+async def test_batch_pull_tags_offsets_and_admin(tcp_cluster):
+    async with Admin(tcp_cluster.namesrv) as admin:
+        assert await admin.create_topic("Batch", queues=2) == [tcp_cluster.addr()]
         with trio.fail_after(10):
             while True:
                 try:
@@ -66,12 +54,12 @@ async def test_batch_pull_tags_offsets_and_admin(servers: Servers):
         assert route.queueDatas[0].writeQueueNums == 2
         assert "Batch" in await admin.topic_list()
     mq = MessageQueue("Batch", "broker-a", 1)
-    async with Producer("pg", servers.namesrv) as p:
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         batch = await p.send_batch(
             [Message("Batch", f"b{i}", tags="A" if i % 2 else "B") for i in range(4)], queue=mq
         )
     assert batch.status is SendStatus.SEND_OK and batch.queue_offset == 0
-    async with PullConsumer("cg2", servers.namesrv) as c:
+    async with PullConsumer("cg2", tcp_cluster.namesrv) as c:
         r = await c.pull(mq, 0, tags="A")
         assert r.status is PullStatus.FOUND
         assert [m.body for m in r.messages] == [b"b1", b"b3"]
@@ -88,7 +76,7 @@ async def test_batch_pull_tags_offsets_and_admin(servers: Servers):
 
             async def late_send():
                 await trio.sleep(0.3)
-                async with Producer("pg", servers.namesrv) as p:
+                async with Producer("pg", tcp_cluster.namesrv) as p:
                     await p.send(Message("Batch", b"late"), queue=mq)
 
             n.start_soon(late_send)
@@ -97,29 +85,29 @@ async def test_batch_pull_tags_offsets_and_admin(servers: Servers):
         assert [m.body for m in r.messages] == [b"late"]
 
 
-async def test_cli_pull_loop_counts_and_commits(servers: Servers):
-    async with Producer("pg", servers.namesrv) as p:
+async def test_cli_pull_loop_counts_and_commits(tcp_cluster):
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         for i in range(5):
             await p.send(Message("Loop", f"x{i}"))
     seen: list[bytes] = []
     with trio.fail_after(20):
-        n = await consume_topic(servers.namesrv, "Loop", group="g1", from_beginning=True,
+        n = await consume_topic(tcp_cluster.namesrv, "Loop", group="g1", from_beginning=True,
                                 count=3, on_message=lambda m: seen.append(m.body),
                                 handle_signals=False)  # fmt: skip
     assert n == 3 and len(seen) == 3
     # the same group continues after what it consumed
     with trio.fail_after(20):
-        await consume_topic(servers.namesrv, "Loop", group="g1", count=2,
+        await consume_topic(tcp_cluster.namesrv, "Loop", group="g1", count=2,
                             on_message=lambda m: seen.append(m.body),
                             handle_signals=False)  # fmt: skip
     assert sorted(seen) == [b"x0", b"x1", b"x2", b"x3", b"x4"]
 
 
-async def test_sync_clients_from_a_worker_thread(servers: Servers):
+async def test_sync_clients_from_a_worker_thread(tcp_cluster):
     def work():
-        with sync.Producer("pg", servers.namesrv) as p:
+        with sync.Producer("pg", tcp_cluster.namesrv) as p:
             result = p.send(Message("SyncTopic", b"s"))
-        with sync.PullConsumer("cg", servers.namesrv) as c:
+        with sync.PullConsumer("cg", tcp_cluster.namesrv) as c:
             r = c.pull(result.message_queue, result.queue_offset)
         return result, r
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import attrs
 import pytest
 import trio
 
@@ -21,17 +20,6 @@ from rmq.admin_api import QueueConsumeStats, parse_mq_map
 from rmq.errors import ClientError
 
 pytestmark = pytest.mark.integration
-
-
-@attrs.frozen
-class Servers:
-    namesrv: str
-    broker: str
-
-
-@pytest.fixture
-def servers(tcp_cluster) -> Servers:
-    return Servers(tcp_cluster.namesrv, tcp_cluster.addr())
 
 
 async def produce(ns: str, topic: str, n: int, **kw):
@@ -77,13 +65,13 @@ def test_lag_is_broker_minus_consumer_and_never_negative():
     assert QueueConsumeStats(mq, 3, 5, 0).lag == 0
 
 
-async def test_runtime_info_and_group_list(servers: Servers):
-    await produce(servers.namesrv, "RtTopic", 3)
-    async with PullConsumer("cg-list", servers.namesrv) as c:
+async def test_runtime_info_and_group_list(tcp_cluster):
+    await produce(tcp_cluster.namesrv, "RtTopic", 3)
+    async with PullConsumer("cg-list", tcp_cluster.namesrv) as c:
         for mq in await c.fetch_queues("RtTopic"):
             await c.pull(mq, 0)
-    async with Admin(servers.namesrv) as admin:
-        info = await admin.broker_runtime_info(servers.broker)
+    async with Admin(tcp_cluster.namesrv) as admin:
+        info = await admin.broker_runtime_info(tcp_cluster.addr())
         groups = await admin.group_list()
         with pytest.raises(ClientError, match="not registered"):
             await admin.group_list("NoSuchCluster")
@@ -95,17 +83,17 @@ async def test_runtime_info_and_group_list(servers: Servers):
     assert groups == sorted(groups)
 
 
-async def test_consume_stats_reports_per_queue_lag_and_total(servers: Servers):
-    results = await produce(servers.namesrv, "LagTopic", 10)
+async def test_consume_stats_reports_per_queue_lag_and_total(tcp_cluster):
+    results = await produce(tcp_cluster.namesrv, "LagTopic", 10)
     per_queue: dict[int, int] = {}
     for r in results:
         per_queue[r.message_queue.queueId] = per_queue.get(r.message_queue.queueId, 0) + 1
     consumed_mq = results[0].message_queue
-    async with PullConsumer("cg-lag", servers.namesrv) as c:
+    async with PullConsumer("cg-lag", tcp_cluster.namesrv) as c:
         r = await c.pull(consumed_mq, 0, max_nums=1)
         await c.commit_offset(consumed_mq, 1)
     consumed_at = r.messages[0].store_timestamp
-    async with Admin(servers.namesrv) as admin:
+    async with Admin(tcp_cluster.namesrv) as admin:
         stats = await admin.consume_stats("cg-lag", "LagTopic")
         all_topics = await admin.consume_stats("cg-lag")
         with pytest.raises(TopicNotExistError):
@@ -123,12 +111,12 @@ async def test_consume_stats_reports_per_queue_lag_and_total(servers: Servers):
     assert all_topics.topics() == ["LagTopic"] and all_topics.lag == 9
 
 
-async def test_consumer_connections_empty_when_no_push_consumer(servers: Servers):
-    async with Admin(servers.namesrv) as admin:
+async def test_consumer_connections_empty_when_no_push_consumer(tcp_cluster):
+    async with Admin(tcp_cluster.namesrv) as admin:
         assert await admin.consumer_connections("nobody-home") == []
 
 
-async def test_consumer_connections_lists_a_heartbeating_client(servers: Servers):
+async def test_consumer_connections_lists_a_heartbeating_client(tcp_cluster):
     from common.model import ConsumerData, HeartbeatData, SubscriptionData
     from common.remoting.codes import RequestCode
     from common.remoting.command import RemotingCommand
@@ -143,9 +131,9 @@ async def test_consumer_connections_lists_a_heartbeating_client(servers: Servers
             )
         ],
     )
-    async with Admin(servers.namesrv) as admin:
+    async with Admin(tcp_cluster.namesrv) as admin:
         resp = await admin.client.remoting.invoke(
-            servers.broker,
+            tcp_cluster.addr(),
             RemotingCommand.request(RequestCode.HEART_BEAT, body=to_json(heartbeat)),
             3.0,
         )
@@ -156,16 +144,16 @@ async def test_consumer_connections_lists_a_heartbeating_client(servers: Servers
     assert conns[0].message_model and conns[0].consume_type
 
 
-async def test_topic_stats_min_max_and_last_update(servers: Servers):
-    results = await produce(servers.namesrv, "StatTopic", 6)
-    async with Admin(servers.namesrv) as admin:
+async def test_topic_stats_min_max_and_last_update(tcp_cluster):
+    results = await produce(tcp_cluster.namesrv, "StatTopic", 6)
+    async with Admin(tcp_cluster.namesrv) as admin:
         stats = await admin.topic_stats("StatTopic")
         with pytest.raises(TopicNotExistError):
             await admin.topic_stats("NoSuchTopic")
     assert sum(q.max_offset for q in stats) == 6
     assert all(q.min_offset == 0 for q in stats)
     newest: dict[int, int] = {}
-    async with PullConsumer("cg-stat", servers.namesrv) as c:
+    async with PullConsumer("cg-stat", tcp_cluster.namesrv) as c:
         for q in stats:
             if q.max_offset:
                 r = await c.pull(q.queue, q.max_offset - 1)
@@ -175,12 +163,12 @@ async def test_topic_stats_min_max_and_last_update(servers: Servers):
     assert {r.message_queue.queueId for r in results} == set(newest)
 
 
-async def test_delete_topic_removes_route_and_broker_config(servers: Servers):
-    async with Admin(servers.namesrv) as admin:
+async def test_delete_topic_removes_route_and_broker_config(tcp_cluster):
+    async with Admin(tcp_cluster.namesrv) as admin:
         await admin.create_topic("DelTopic", queues=2)
         await wait_route(admin, "DelTopic")
         deleted = await admin.delete_topic("DelTopic")
-        assert deleted == [servers.broker]
+        assert deleted == [tcp_cluster.addr()]
         with pytest.raises(TopicNotExistError):
             await admin.topic_route("DelTopic")
         assert "DelTopic" not in await admin.topic_list()
@@ -188,16 +176,16 @@ async def test_delete_topic_removes_route_and_broker_config(servers: Servers):
             await admin.delete_topic("DelTopic")
         # the broker's own table no longer has it: stats of it are refused
         with pytest.raises(TopicNotExistError):
-            await admin._admin_api.topic_stats(servers.broker, "DelTopic", timeout=3)
+            await admin._admin_api.topic_stats(tcp_cluster.addr(), "DelTopic", timeout=3)
 
 
-async def test_query_by_key_finds_exactly_the_keyed_messages(servers: Servers):
-    async with Producer("pg", servers.namesrv) as p:
+async def test_query_by_key_finds_exactly_the_keyed_messages(tcp_cluster):
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         a = [
             await p.send(Message("KeyTopic", f"a{i}", keys=["order-1", f"x{i}"])) for i in range(3)
         ]
         await p.send(Message("KeyTopic", "b", keys="order-2", tags="TagB"))
-    async with Admin(servers.namesrv) as admin:
+    async with Admin(tcp_cluster.namesrv) as admin:
         with trio.fail_after(5):  # the index is written by the reput task, right after the put
             while True:
                 found = await admin.query_message_by_key("KeyTopic", "order-1")
@@ -212,11 +200,11 @@ async def test_query_by_key_finds_exactly_the_keyed_messages(servers: Servers):
     assert [m.uniq_key for m in found] == [r.msg_id for r in a]
 
 
-async def test_view_message_by_offset_id_and_by_uniq_key(servers: Servers):
-    async with Producer("pg", servers.namesrv) as p:
+async def test_view_message_by_offset_id_and_by_uniq_key(tcp_cluster):
+    async with Producer("pg", tcp_cluster.namesrv) as p:
         r = await p.send(Message("ViewTopic", "hello", tags="T1", keys="k1",
                                  properties={"color": "red"}))  # fmt: skip
-    async with Admin(servers.namesrv) as admin:
+    async with Admin(tcp_cluster.namesrv) as admin:
         by_offset = await admin.view_message(r.offset_msg_id)
         by_offset_lower = await admin.view_message(r.offset_msg_id.lower())
         with trio.fail_after(5):
@@ -238,10 +226,10 @@ async def test_view_message_by_offset_id_and_by_uniq_key(servers: Servers):
         assert m.msg_id == r.offset_msg_id and m.uniq_key == r.msg_id
 
 
-async def test_message_at_queue_offset(servers: Servers):
-    results = await produce(servers.namesrv, "AtTopic", 5)
+async def test_message_at_queue_offset(tcp_cluster):
+    results = await produce(tcp_cluster.namesrv, "AtTopic", 5)
     target = results[3]
-    async with Admin(servers.namesrv) as admin:
+    async with Admin(tcp_cluster.namesrv) as admin:
         m = await admin.message_at(target.message_queue, target.queue_offset)
         with pytest.raises(MessageNotFoundError, match="offset 99"):
             await admin.message_at(target.message_queue, 99)
