@@ -22,17 +22,49 @@ process's page tables (``MappedFile.release``) to keep RSS flat.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import trio
 
-if TYPE_CHECKING:
-    from broker.store.message_store import DefaultMessageStore
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commitlog import CommitLog
+from broker.store.config import MessageStoreConfig
+from broker.store.consumequeue import ConsumeQueue
+from broker.store.index import IndexService
+from broker.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
 
-def _flush_files(jobs, release: bool) -> None:
+class FlushTarget(Protocol):
+    """What the flush service reads of its store (``DefaultMessageStore`` keeps it)."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+
+    @property
+    def consume_queues(self) -> Mapping[tuple[str, int], ConsumeQueue]: ...
+
+    @property
+    def index(self) -> IndexService: ...
+
+    @property
+    def checkpoint(self) -> StoreCheckpoint: ...
+
+    # CommitLog offset below which every record is dispatched (a record boundary)
+    @property
+    def reput_from(self) -> int: ...
+
+    # store timestamp of the newest record
+    @property
+    def last_store_timestamp(self) -> int: ...
+
+
+def _flush_files(jobs: Iterable[tuple[MappedFile, int | None]], release: bool) -> None:
     """Worker thread: fdatasync each (file, upto), then drop the flushed pages from RSS."""
     for mf, upto in jobs:
         try:
@@ -43,7 +75,7 @@ def _flush_files(jobs, release: bool) -> None:
             continue
 
 
-def _release_files(files) -> None:
+def _release_files(files: Iterable[MappedFile]) -> None:
     """Worker thread: drop pages that readers faulted back in (older segments) from RSS."""
     for mf in files:
         try:
@@ -53,7 +85,7 @@ def _release_files(files) -> None:
 
 
 class FlushService:
-    def __init__(self, store: DefaultMessageStore):
+    def __init__(self, store: FlushTarget):
         self.store = store
         cfg = store.config
         self.sync = cfg.flush_disk_type == "SYNC_FLUSH"
@@ -104,7 +136,7 @@ class FlushService:
                 # the checkpoint may only name CommitLog bytes that are on disk (recovery
                 # does not read below it), so flush the records dispatched meanwhile first
                 await self._flush_commit_log()
-            jobs = []
+            jobs: list[tuple[MappedFile, int | None]] = []
             for cq in list(store.consume_queues.values()):
                 jobs.extend((mf, mf.wrote) for mf in cq.flush_jobs())
             jobs.extend((mf, None) for mf in store.index.flush_jobs())

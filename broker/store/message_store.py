@@ -291,6 +291,13 @@ class DefaultMessageStore(PutSteps, StoreQueries):
     async def wait_dispatched(self, end: int | None = None) -> None:
         await self.reput.wait_dispatched(end)
 
+    async def wait_flushed(self, end: int) -> bool:
+        """True once the CommitLog is on disk up to ``end`` (False: sync_flush_timeout passed)."""
+        flush = self.flush
+        if flush is None:
+            return True
+        return await flush.wait_flushed(end, self.config.sync_flush_timeout)
+
     @property
     def dispatch_behind_bytes(self) -> int:
         return self.commit_log.max_offset - self.reput.reput_from

@@ -53,6 +53,16 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
+class PutCompletion(Protocol):
+    """What a :class:`PendingPut` waits on (the file store)."""
+
+    async def wait_dispatched(self, end: int | None = None) -> None: ...
+
+    async def wait_flushed(self, end: int) -> bool:
+        """True once the CommitLog is on disk up to ``end``; False after sync_flush_timeout."""
+        ...
+
+
 class PendingPut:
     """A put already appended to the CommitLog whose outcome waits on the store.
 
@@ -65,7 +75,7 @@ class PendingPut:
 
     __slots__ = ("_end", "_need_flush", "_store", "result")
 
-    def __init__(self, store, result: PutMessageResult, end: int, need_flush: bool):
+    def __init__(self, store: PutCompletion, result: PutMessageResult, end: int, need_flush: bool):
         self._store = store
         self.result = result  # the append's PUT_OK result (offsets, msgId)
         self._end = end  # CommitLog offset just after the appended records
@@ -74,12 +84,10 @@ class PendingPut:
     async def wait(self) -> PutMessageResult:
         store = self._store
         await store.wait_dispatched(self._end)
-        if self._need_flush:
-            ok = await store.flush.wait_flushed(self._end, store.config.sync_flush_timeout)
-            if not ok:
-                return PutMessageResult(
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT, self.result.append, "flush disk timeout"
-                )
+        if self._need_flush and not await store.wait_flushed(self._end):
+            return PutMessageResult(
+                PutMessageStatus.FLUSH_DISK_TIMEOUT, self.result.append, "flush disk timeout"
+            )
         return self.result
 
 
