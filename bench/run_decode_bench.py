@@ -25,7 +25,8 @@ import statistics
 import time
 
 from broker.store.commitlog_scan import scan_segment
-from common.message import MessageExtBrokerInner, encode_record
+from common.message import MessageExtBrokerInner
+from common.message_encoder import encode_record
 from pipeline import record_batch
 from pipeline.record_batch import decode_records, walk_records
 

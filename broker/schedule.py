@@ -37,12 +37,8 @@ from broker.processor.pull_hold import PullRequestHoldService
 from broker.store.config import parse_delay_levels as _parse_levels
 from broker.store.results import GetMessageStatus, PutMessageStatus
 from common import serde
-from common.message import (
-    MessageConst,
-    MessageExt,
-    MessageExtBrokerInner,
-    decode_records,
-)
+from common.message import MessageExt, MessageExtBrokerInner, decode_records
+from common.message_properties import MessageConst
 from common.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,6 @@ from typing import ClassVar
 import attrs
 
 from broker.config_manager import VersionedConfigManager
-from common.message import java_string_hash
 from common.mixall import SYSTEM_GROUPS
 from common.model import (
     DataVersion,
@@ -32,6 +31,7 @@ from common.model import (
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
 )
+from common.string_hash import java_string_hash
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""CommitLog message record codec, message properties and message ids (RocketMQ 4.x, v1 records).
+"""The message types and the CommitLog record: its layout, its size and its decoder (RocketMQ 4.x).
 
 Theory of operation
 -------------------
@@ -6,47 +6,49 @@ A RocketMQ message lives on the wire and on disk as one *record* (facts §4.1): 
 length-prefixed struct whose fixed part is 88 bytes with IPv4 hosts (112 with two IPv6 hosts),
 followed by the body (int length), the topic (byte length) and the properties string (short
 length).  The same bytes are written to the CommitLog, served raw in PULL bodies, replicated to
-slaves and decoded by clients, so this module is the single definition of that layout.
+slaves and decoded by clients, so this module is the single definition of that layout: the
+magic codes, the field positions, :func:`record_size` (Java's ``calMsgLength``) and the two
+message types, :class:`MessageExtBrokerInner` (a message ready to store) and
+:class:`MessageExt` (every field of a decoded record).
 
 Everything here is a pure function over bytes (no I/O, no Trio):
 
-* ``encode_record`` builds a record for a :class:`MessageExtBrokerInner` given the three values
-  only the store knows (queue offset, physical offset, store timestamp).  The host IPv6 bits of
-  SYSFLAG are derived from the host addresses, so a record is always self-consistent.
-* ``decode_record`` reads one record at an offset of any buffer (bytes, memoryview, mmap) and
-  raises :class:`RecordDecodeError` for anything that is not a complete, well-formed record:
-  readers of a torn CommitLog tail must never get garbage back.  Trailing bytes after the record
-  are ignored (the caller asked for one record at an offset); ``decode_records`` decodes a
-  concatenation and rejects a partial record at the end.  The common case (IPv4 hosts) takes
-  one ``unpack_from`` for the fixed part; the hosts and the properties map of a
-  :class:`MessageExt` are only parsed when read (clients pull thousands of records a second
-  and mostly read the body).  ``encode_records`` encodes a whole put into one buffer.
-* Properties are ``k\\x01v\\x02k\\x01v`` (facts §4.5); the parser mirrors Java's tolerance
-  (segments shorter than 3 chars and empty keys/values are skipped).
-* The "offset msgId" is the hex of store host + physical offset (facts §4.4).
-* Batch bodies (SEND_BATCH_MESSAGE, facts §4.6) are a concatenation of small per-message structs.
+* ``decode_record`` (Java's ``MessageDecoder.decode``) reads one record at an offset of any
+  buffer (bytes, memoryview, mmap) and raises :class:`RecordDecodeError` for anything that is
+  not a complete, well-formed record: readers of a torn CommitLog tail must never get garbage
+  back.  Trailing bytes after the record are ignored (the caller asked for one record at an
+  offset); ``decode_records`` decodes a concatenation and rejects a partial record at the end.
+  The common case (IPv4 hosts) takes one ``unpack_from`` for the fixed part; the hosts and the
+  properties map of a :class:`MessageExt` are only parsed when read (clients pull thousands of
+  records a second and mostly read the body), which is why the decoder lives next to the type.
+* BODYCRC is ``crc32(body) & 0x7FFFFFFF`` like ``UtilAll.crc32`` (Java stores the masked value).
 
-BODYCRC is ``crc32(body) & 0x7FFFFFFF`` like ``UtilAll.crc32`` (Java stores the masked value).
+The rest of the format has modules of its own, each named for the RocketMQ part it is:
+``common.message_encoder`` (the store's put path, Java's ``MessageExtEncoder``),
+``common.message_properties`` (``MessageConst`` and the ``k\\x01v\\x02`` codec, facts §4.5),
+``common.message_id`` (the offset msgId, facts §4.4), ``common.batch_body`` (SEND_BATCH_MESSAGE
+bodies, facts §4.6), ``common.socket_address`` (a host as records store it) and
+``common.string_hash`` (Java's ``String.hashCode``, for tags codes).  Callers import each name
+from its home; nothing is re-exported here.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
-import socket
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
 
 import attrs
+
+from common.message_id import create_offset_msg_id
+from common.message_properties import MessageConst, decode_properties, encode_properties
+from common.socket_address import unpack_host, unpack_ip
+from common.string_hash import java_string_hash
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
 
 # Fixed byte positions inside a record (identical for IPv4 and IPv6 up to BORNTIMESTAMP).
 TOTAL_SIZE_POSITION = 0
@@ -64,6 +66,8 @@ BORN_HOST_POSITION = 48
 _HEAD = struct.Struct(">iiiiiqqiq")
 # RECONSUMETIMES PREPAREDTXOFFSET BODYLEN
 _MID = struct.Struct(">iqi")
+# TOTALSIZE to BODYLEN with IPv4 hosts (ip+port as 8 raw bytes each): the decoder's fast path
+_FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
@@ -93,150 +97,6 @@ class MessageSysFlag:
         return sys_flag & MessageSysFlag.TRANSACTION_MASK
 
 
-class MessageConst:
-    KEYS = "KEYS"
-    TAGS = "TAGS"
-    WAIT = "WAIT"
-    DELAY = "DELAY"
-    RETRY_TOPIC = "RETRY_TOPIC"
-    REAL_TOPIC = "REAL_TOPIC"
-    REAL_QID = "REAL_QID"
-    TRAN_MSG = "TRAN_MSG"
-    PGROUP = "PGROUP"
-    MIN_OFFSET = "MIN_OFFSET"
-    MAX_OFFSET = "MAX_OFFSET"
-    BUYER_ID = "BUYER_ID"
-    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-    TRANSFER_FLAG = "TRANSFER_FLAG"
-    CORRECTION_FLAG = "CORRECTION_FLAG"
-    MQ2_FLAG = "MQ2_FLAG"
-    RECONSUME_TIME = "RECONSUME_TIME"
-    MSG_REGION = "MSG_REGION"
-    TRACE_ON = "TRACE_ON"
-    UNIQ_KEY = "UNIQ_KEY"
-    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-    CONSUME_START_TIME = "CONSUME_START_TIME"
-    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-    INSTANCE_ID = "INSTANCE_ID"
-    CORRELATION_ID = "CORRELATION_ID"
-    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
-    TTL = "TTL"
-    ARRIVE_TIME = "ARRIVE_TIME"
-    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
-    CLUSTER = "CLUSTER"
-    MSG_TYPE = "MSG_TYPE"
-    INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
-    INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
-    KEY_SEPARATOR = " "
-
-
-# --------------------------------------------------------------------------------------- properties
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    """``k\\x01v\\x02k\\x01v`` with no trailing separator; None values are skipped like Java."""
-    items = [(k, v if isinstance(v, str) else str(v)) for k, v in props.items() if v is not None]
-    s = PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in items])
-    # one C-level scan instead of four per property: exactly one \x01 per pair, \x02 between
-    if s.count(NAME_VALUE_SEPARATOR) != len(items) or s.count(PROPERTY_SEPARATOR) != max(
-        len(items) - 1, 0
-    ):
-        for k, v in items:
-            if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
-                raise ValueError(f"property name {k!r} contains a separator character")
-            if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
-                raise ValueError(f"property {k!r} value contains a separator character")
-    return s
-
-
-def decode_properties(s: str) -> dict[str, str]:
-    """Java ``string2messageProperties``: skip segments < 3 chars, need non-empty key and value."""
-    out: dict[str, str] = {}
-    if not s:
-        return out
-    for seg in s.split(PROPERTY_SEPARATOR):
-        # key before the first \x01, value after it; both non-empty (so len(seg) >= 3)
-        k, _, v = seg.partition(NAME_VALUE_SEPARATOR)
-        if k and v:
-            out[k] = v
-    return out
-
-
-# ------------------------------------------------------------------------------------ hash / tags
-
-
-_MASK32 = 0xFFFFFFFF
-# 31**k mod 2**32, highest power first when sliced from the end: hash = sum(c_i * 31**(n-1-i))
-_POW31 = [pow(31, k, 1 << 32) for k in range(255, -1, -1)]
-
-
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode``: signed 32-bit ``s[0]*31^(n-1)+...`` over UTF-16 code units."""
-    if s.isascii():
-        units: bytes | list[int] = s.encode("ascii")
-    else:
-        raw = s.encode("utf-16-be", "surrogatepass")
-        units = [u for (u,) in struct.iter_unpack(">H", raw)]
-    n = len(units)
-    if n <= len(_POW31):
-        # the dot product runs in C (map/sum), much faster than a Python loop per char
-        h = sum(map(operator.mul, units, _POW31[len(_POW31) - n :])) & _MASK32
-    else:
-        h = 0
-        for u in units:
-            h = (31 * h + u) & _MASK32
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-@functools.lru_cache(maxsize=256)
-def _pow31_tail(n: int) -> list[int]:
-    return _POW31[len(_POW31) - n :]
-
-
-@functools.lru_cache(maxsize=4096)
-def _java_hash_u32(s: str) -> int:
-    return java_string_hash(s) & _MASK32
-
-
-def java_string_hash_concat(prefix: str, s: str) -> int:
-    """``java_string_hash(prefix + s)`` without hashing ``prefix`` again for every ``s``.
-
-    Java's hash is a polynomial, so h(a + b) = h(a) * 31**len(b) + h(b) (mod 2**32) with lengths
-    in UTF-16 units; the prefix's hash is cached (index keys are "topic#" + key).
-    """
-    n = len(s)
-    if n >= len(_POW31) or not s.isascii():
-        return java_string_hash(prefix + s)
-    if n > 8:
-        # UNIQ_KEYs of one producer share their first 20 hex chars and those of one batch
-        # (one millisecond) their first 28: the hash of all but the last 4 chars is cached
-        h = (
-            _head_hash(prefix, s[:-4]) * 923521  # 31**4
-            + ord(s[-4]) * 29791
-            + ord(s[-3]) * 961
-            + ord(s[-2]) * 31
-            + ord(s[-1])
-        ) & _MASK32
-    else:
-        h = (
-            _java_hash_u32(prefix) * _POW31[len(_POW31) - 1 - n]
-            + sum(map(operator.mul, s.encode("ascii"), _pow31_tail(n)))
-        ) & _MASK32
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-@functools.lru_cache(maxsize=1024)
-def _head_hash(prefix: str, head: str) -> int:
-    """Unsigned Java hash of ``prefix + head`` (``head`` ASCII, shorter than 256 chars)."""
-    n = len(head)
-    return (
-        _java_hash_u32(prefix) * _POW31[len(_POW31) - 1 - n]
-        + sum(map(operator.mul, head.encode("ascii"), _pow31_tail(n)))
-    ) & _MASK32
-
-
 @functools.lru_cache(maxsize=4096)
 def _tags_code_cached(tags: str) -> int:
     return java_string_hash(tags)
@@ -247,61 +107,6 @@ def tags_code(tags: str | None) -> int:
     if not tags:
         return 0
     return _tags_code_cached(tags)
-
-
-# --------------------------------------------------------------------------------------- hosts
-
-
-@functools.lru_cache(maxsize=1024)
-def _pack_host(ip: str, port: int) -> bytes:
-    try:
-        if ":" in ip:
-            raw = socket.inet_pton(socket.AF_INET6, ip)
-        else:
-            raw = socket.inet_pton(socket.AF_INET, ip)
-    except OSError as exc:
-        raise ValueError(f"bad host address {ip!r}") from exc
-    if not 0 <= port <= 0x7FFFFFFF:
-        raise ValueError(f"bad port {port}")
-    return raw + _I.pack(port)
-
-
-@functools.lru_cache(maxsize=1024)
-def _unpack_ip(raw: bytes) -> str:
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw)
-    return socket.inet_ntop(socket.AF_INET6, raw)
-
-
-def _is_v6(host: tuple[str, int]) -> bool:
-    return ":" in host[0]
-
-
-@functools.lru_cache(maxsize=1024)
-def _host_hex(host: tuple[str, int]) -> str:
-    return _pack_host(host[0], host[1]).hex().upper()
-
-
-def create_offset_msg_id(store_host: tuple[str, int], phys_offset: int) -> str:
-    """Offset msgId: uppercase hex of store ip (4|16) + port (int) + commit log offset (long)."""
-    if phys_offset >= 0:
-        return _host_hex(store_host) + f"{phys_offset:016X}"
-    return (_pack_host(store_host[0], store_host[1]) + _Q.pack(phys_offset)).hex().upper()
-
-
-def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
-    """Inverse of :func:`create_offset_msg_id`; raises ValueError if it is not one."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"not an offset msgId (length {len(msg_id)}): {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError as exc:
-        raise ValueError(f"not an offset msgId (not hex): {msg_id!r}") from exc
-    iplen = len(raw) - 12
-    ip = _unpack_ip(raw[:iplen])
-    (port,) = _I.unpack_from(raw, iplen)
-    (offset,) = _Q.unpack_from(raw, iplen + 4)
-    return (ip, port), offset
 
 
 # ------------------------------------------------------------------------------------- records
@@ -374,155 +179,7 @@ def store_timestamp_position(sys_flag: int) -> int:
     return BORN_HOST_POSITION + (20 if sys_flag & MessageSysFlag.BORNHOST_V6 else 8)
 
 
-def effective_sys_flag(msg: MessageExtBrokerInner) -> int:
-    """sys_flag with the two host-IPv6 bits matching the actual host addresses."""
-    f = msg.sys_flag & ~(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOSTADDRESS_V6)
-    if _is_v6(msg.born_host):
-        f |= MessageSysFlag.BORNHOST_V6
-    if _is_v6(msg.store_host):
-        f |= MessageSysFlag.STOREHOSTADDRESS_V6
-    return f
-
-
 _V6_BITS = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOSTADDRESS_V6
-
-
-@functools.lru_cache(maxsize=16)
-def _fixed_struct(born_len: int, store_len: int) -> struct.Struct:
-    # everything from TOTALSIZE to BODYLEN in one pack: hosts go in as raw ip+port bytes
-    return struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
-
-
-@functools.lru_cache(maxsize=4096)
-def _topic_part(topic: str) -> bytes:
-    topic_b = topic.encode("utf-8")
-    if len(topic_b) > MAX_TOPIC_BYTES:
-        raise ValueError(f"topic is {len(topic_b)} bytes, max {MAX_TOPIC_BYTES}")
-    return _B.pack(len(topic_b)) + topic_b
-
-
-@functools.lru_cache(maxsize=1024)
-def _host_bytes(host: tuple[str, int]) -> bytes:
-    return _pack_host(host[0], host[1])
-
-
-def encode_record(
-    msg: MessageExtBrokerInner, queue_offset: int, phys_offset: int, store_timestamp: int
-) -> bytes:
-    """One CommitLog record (facts §4.1). Raises ValueError for a topic/properties too long."""
-    topic_part = _topic_part(msg.topic)
-    props = msg.properties_string
-    if props is None:
-        props = encode_properties(msg.properties)
-    props_b = props.encode("utf-8")
-    if len(props_b) > MAX_PROPERTIES_BYTES:
-        raise ValueError(f"properties are {len(props_b)} bytes, max {MAX_PROPERTIES_BYTES}")
-    body = msg.body
-    born = _host_bytes(msg.born_host)
-    store = _host_bytes(msg.store_host)
-    sys_flag = msg.sys_flag & ~_V6_BITS
-    if len(born) == 20:
-        sys_flag |= MessageSysFlag.BORNHOST_V6
-    if len(store) == 20:
-        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6
-    fixed = _fixed_struct(len(born), len(store))
-    blen = len(body)
-    size = fixed.size + blen + len(topic_part) + 2 + len(props_b)
-    return b"".join(
-        (
-            fixed.pack(
-                size,
-                MESSAGE_MAGIC_CODE,
-                zlib.crc32(body) & 0x7FFFFFFF,
-                msg.queue_id,
-                msg.flag,
-                queue_offset,
-                phys_offset,
-                sys_flag,
-                msg.born_timestamp,
-                born,
-                store_timestamp,
-                store,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-                blen,
-            ),
-            body,
-            topic_part,
-            _H.pack(len(props_b)),
-            props_b,
-        )
-    )
-
-
-_FIXED_BY_LEN = {(b, st): _fixed_struct(b, st) for b in (8, 20) for st in (8, 20)}
-
-
-def encode_records(
-    msgs: Iterable[MessageExtBrokerInner], queue_offsets: Iterable[int], store_timestamp: int
-) -> tuple[bytearray, list[int]]:
-    """Records for several messages in one buffer, PHYSICALOFFSET 0 (the caller patches it).
-
-    Byte for byte ``b"".join(encode_record(m, q, 0, store_timestamp) ...)``; returns the buffer
-    and the record sizes.  One ``pack`` per record and one join: the put path of a batch.
-    """
-    parts: list = []
-    add = parts.extend
-    sizes: list[int] = []
-    crc32 = zlib.crc32
-    hpack = _H.pack
-    last_topic = last_born = last_store = None
-    for m, q in zip(msgs, queue_offsets, strict=True):
-        props = m.properties_string
-        if props is None:
-            props = encode_properties(m.properties)
-        props_b = props.encode("utf-8")
-        plen = len(props_b)
-        if plen > MAX_PROPERTIES_BYTES:
-            raise ValueError(f"properties are {plen} bytes, max {MAX_PROPERTIES_BYTES}")
-        # the messages of one put mostly share topic and hosts: skip the cache lookups then
-        if m.topic is not last_topic:
-            last_topic = m.topic
-            topic_part = _topic_part(last_topic)
-        if m.born_host is not last_born or m.store_host is not last_store:
-            last_born, last_store = m.born_host, m.store_host
-            born = _host_bytes(last_born)
-            store = _host_bytes(last_store)
-            v6 = (MessageSysFlag.BORNHOST_V6 if len(born) == 20 else 0) | (
-                MessageSysFlag.STOREHOSTADDRESS_V6 if len(store) == 20 else 0
-            )
-            fixed = _FIXED_BY_LEN[len(born), len(store)]
-        sys_flag = (m.sys_flag & ~_V6_BITS) | v6
-        body = m.body
-        blen = len(body)
-        size = fixed.size + blen + len(topic_part) + 2 + plen
-        add(
-            (
-                fixed.pack(
-                    size,
-                    MESSAGE_MAGIC_CODE,
-                    crc32(body) & 0x7FFFFFFF,
-                    m.queue_id,
-                    m.flag,
-                    q,
-                    0,
-                    sys_flag,
-                    m.born_timestamp,
-                    born,
-                    store_timestamp,
-                    store,
-                    m.reconsume_times,
-                    m.prepared_transaction_offset,
-                    blen,
-                ),
-                body,
-                topic_part,
-                hpack(plen),
-                props_b,
-            )
-        )
-        sizes.append(size)
-    return bytearray(b"".join(parts)), sizes
 
 
 _MESSAGE_EXT_FIELDS = (
@@ -543,11 +200,6 @@ _MESSAGE_EXT_FIELDS = (
     "topic",
     "properties",
 )
-
-
-@functools.lru_cache(maxsize=1024)
-def _host_from_raw(raw: bytes) -> tuple[str, int]:
-    return _unpack_ip(raw[:-4]), int.from_bytes(raw[-4:], "big", signed=True)
 
 
 class MessageExt:
@@ -619,14 +271,14 @@ class MessageExt:
     def born_host(self) -> tuple[str, int]:
         h = self._born_host
         if type(h) is bytes:
-            h = self._born_host = _host_from_raw(h)
+            h = self._born_host = unpack_host(h)
         return h
 
     @property
     def store_host(self) -> tuple[str, int]:
         h = self._store_host
         if type(h) is bytes:
-            h = self._store_host = _host_from_raw(h)
+            h = self._store_host = unpack_host(h)
         return h
 
     @property
@@ -672,9 +324,6 @@ class MessageExt:
     @property
     def tags_code(self) -> int:
         return tags_code(self.tags)
-
-
-_FIXED_V4 = _FIXED_BY_LEN[8, 8]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -761,12 +410,12 @@ def _decode_record_checked(buf, offset: int, check_crc: bool) -> MessageExt:
     try:
         pos = offset + _HEAD.size
         hl = 16 if sys_flag & MessageSysFlag.BORNHOST_V6 else 4
-        born_host = (_unpack_ip(bytes(buf[pos : pos + hl])), _I.unpack_from(buf, pos + hl)[0])
+        born_host = (unpack_ip(bytes(buf[pos : pos + hl])), _I.unpack_from(buf, pos + hl)[0])
         pos += hl + 4
         (store_ts,) = _Q.unpack_from(buf, pos)
         pos += 8
         hl = 16 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6 else 4
-        store_host = (_unpack_ip(bytes(buf[pos : pos + hl])), _I.unpack_from(buf, pos + hl)[0])
+        store_host = (unpack_ip(bytes(buf[pos : pos + hl])), _I.unpack_from(buf, pos + hl)[0])
         pos += hl + 4
         reconsume, prepared, body_len = _MID.unpack_from(buf, pos)
         pos += _MID.size
@@ -821,57 +470,3 @@ def decode_records(buf, *, check_crc: bool = False) -> list[MessageExt]:
         out.append(m)
         pos += m.store_size
     return out
-
-
-# ------------------------------------------------------------------------------------ batches
-
-# TOTALSIZE MAGIC BODYCRC FLAG BODYLEN
-_BATCH_HEAD = struct.Struct(">iiiii")
-
-
-def decode_batch_body(body) -> list[tuple[int, bytes, dict[str, str]]]:
-    """SEND_BATCH_MESSAGE body -> [(flag, body, properties)].
-
-    Like the broker (``MessageExtBatchEncoder``) the per-message TOTALSIZE/MAGIC/BODYCRC are not
-    trusted; the lengths of body and properties delimit each message.  Truncation raises.
-    """
-    out = []
-    pos = 0
-    n = len(body)
-    try:
-        while pos < n:
-            if pos + _BATCH_HEAD.size > n:
-                raise RecordDecodeError(f"truncated batch message header at {pos}")
-            _size, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
-            pos += _BATCH_HEAD.size
-            if body_len < 0 or pos + body_len + 2 > n:
-                raise RecordDecodeError(f"batch message body length {body_len} overruns body")
-            mbody = bytes(body[pos : pos + body_len])
-            pos += body_len
-            (props_len,) = _H.unpack_from(body, pos)
-            pos += 2
-            if props_len < 0 or pos + props_len > n:
-                raise RecordDecodeError(
-                    f"batch message properties length {props_len} overruns body"
-                )
-            props = decode_properties(bytes(body[pos : pos + props_len]).decode("utf-8"))
-            pos += props_len
-            out.append((flag, mbody, props))
-    except UnicodeDecodeError as exc:
-        raise RecordDecodeError(f"batch message properties are not UTF-8: {exc}") from exc
-    return out
-
-
-def encode_batch_body(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes:
-    """Inverse of :func:`decode_batch_body` (Java ``MessageDecoder.encodeMessage`` per message)."""
-    parts = []
-    for flag, body, props in messages:
-        props_b = encode_properties(props).encode("utf-8")
-        if len(props_b) > MAX_PROPERTIES_BYTES:
-            raise ValueError("batch message properties too long")
-        size = _BATCH_HEAD.size + len(body) + 2 + len(props_b)
-        parts.append(_BATCH_HEAD.pack(size, 0, 0, flag, len(body)))
-        parts.append(bytes(body))
-        parts.append(_H.pack(len(props_b)))
-        parts.append(props_b)
-    return b"".join(parts)

@@ -52,12 +52,11 @@ from broker.store import commitlog_scan
 from common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
-    MessageConst,
     MessageSysFlag,
     RecordDecodeError,
-    decode_properties,
     record_size,
 )
+from common.message_properties import MessageConst, decode_properties
 from pipeline.schema import arrow_schema
 
 try:

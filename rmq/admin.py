@@ -27,7 +27,8 @@ import attrs
 import trio
 
 from common.errors import RemotingError, TopicNotExistError
-from common.message import MessageExt, decode_offset_msg_id
+from common.message import MessageExt
+from common.message_id import decode_offset_msg_id
 from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network

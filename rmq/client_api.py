@@ -13,7 +13,8 @@ from collections.abc import Mapping
 import attrs
 
 from common.errors import ProtocolError, error_for_response
-from common.message import decode_records, encode_properties
+from common.message import decode_records
+from common.message_properties import encode_properties
 from common.model import (
     ClusterInfo,
     GetConsumerListByGroupResponseBody,

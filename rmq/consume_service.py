@@ -36,7 +36,8 @@ from typing import Any
 
 import trio
 
-from common.message import MessageConst, MessageExt
+from common.message import MessageExt
+from common.message_properties import MessageConst
 from common.model import MessageQueue
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.process_queue import ProcessQueue

@@ -47,11 +47,11 @@ import attrs
 import trio
 
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
-from common.message import java_string_hash
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
+from common.string_hash import java_string_hash
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
 from rmq.errors import InvalidMessageError, NoRouteInfoError

@@ -53,7 +53,7 @@ from pathlib import Path
 import trio
 
 from common import serde
-from common.message import decode_record, java_string_hash
+from common.message import decode_record
 from common.model import (
     ConsumeFromWhere,
     ConsumerData,
@@ -65,6 +65,7 @@ from common.model import (
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
+from common.string_hash import java_string_hash
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase

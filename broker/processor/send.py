@@ -41,14 +41,13 @@ from typing import Any
 from broker.controller import BrokerController
 from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
 from broker.topic_config import validate_topic
+from common.batch_body import decode_batch_body
 from common.errors import RequestError
-from common.message import (
+from common.message import MessageExtBrokerInner, RecordDecodeError
+from common.message_properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     MessageConst,
-    MessageExtBrokerInner,
-    RecordDecodeError,
-    decode_batch_body,
     decode_properties,
     encode_properties,
 )

@@ -30,6 +30,7 @@ import logging
 
 from broker.store.dispatch import BLANK, PARTIAL, parse_record
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.results import Buffer
 from common.message import BLANK_MAGIC_CODE, RecordDecodeError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class CommitLog:
             mf = self.queue.create(mf.file_from_offset + self.file_size)
         return mf.end_offset
 
-    def write(self, data) -> None:
+    def write(self, data: Buffer) -> None:
         """Append ``data`` at the end; the caller reserved room with ``reserve``."""
         self.queue.files[-1].append(data)
 
@@ -106,7 +107,7 @@ class CommitLog:
 
     # ---------------------------------------------------------------- HA slave
 
-    def append_raw(self, start_offset: int, data) -> bool:
+    def append_raw(self, start_offset: int, data: Buffer) -> bool:
         if not self.queue.files:
             if start_offset % self.file_size:
                 log.error("HA append at %d is not at a segment start", start_offset)

@@ -38,19 +38,25 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 
 import attrs
 import numpy as np
+from numpy.typing import NDArray
+
+from broker.store.results import Buffer
 
 from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
 
 # A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it
 # is imported (`use_compiled_chain`): the broker never imports the pipeline (layering), and
 # without it the numpy chain below finds the same starts.
-_compiled_chain = None
+# (bytes, pos, limit, file_from_offset or -1, check_offset) -> (starts, after)
+ChainWalk = Callable[[NDArray[np.uint8], int, int, int, bool], tuple[NDArray[np.int64], int]]
+_compiled_chain: ChainWalk | None = None
 
 
-def use_compiled_chain(fn) -> None:
+def use_compiled_chain(fn: ChainWalk | None) -> None:
     """Install ``fn(arr, pos, limit, file_from_offset_or_-1, check_offset) -> (starts, after)``
     as the chain walk (None: back to numpy)."""
     global _compiled_chain
@@ -71,7 +77,9 @@ _MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
 _WINDOW = 8 << 20
 
 
-def chain_starts(buf, pos: int, limit: int, file_from_offset: int | None = None):
+def chain_starts(
+    buf: Buffer, pos: int, limit: int, file_from_offset: int | None = None
+) -> tuple[NDArray[np.int64], int]:
     """Records from ``pos`` found without a Python loop: ``(starts, next position)``.
 
     Candidates are MESSAGE magics (numpy over the raw bytes) whose size is possible and fits in
@@ -92,7 +100,9 @@ def chain_starts(buf, pos: int, limit: int, file_from_offset: int | None = None)
     return _chain_numpy(buf, pos, limit, file_from_offset)
 
 
-def _chain_numpy(buf, pos: int, limit: int, file_from_offset: int | None = None):
+def _chain_numpy(
+    buf: Buffer, pos: int, limit: int, file_from_offset: int | None = None
+) -> tuple[NDArray[np.int64], int]:
     """:func:`chain_starts` without numba."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     n = len(arr)
@@ -156,7 +166,7 @@ class SegmentScan:
     """
 
     file_from_offset: int
-    starts: np.ndarray  # int64 positions in the buffer, increasing
+    starts: NDArray[np.int64]  # positions in the buffer, increasing
     end: int
     reason: ScanEnd
     blank_at: int | None = None  # position of the BLANK filler when reason is BLANK
@@ -172,7 +182,7 @@ class SegmentScan:
 
 
 def scan_segment(
-    buf, file_from_offset: int, *, start: int = 0, stop: int | None = None
+    buf: Buffer, file_from_offset: int, *, start: int = 0, stop: int | None = None
 ) -> SegmentScan:
     """Walk the records of one segment from ``start`` (a record start) to the first end.
 
@@ -184,7 +194,7 @@ def scan_segment(
     limit = n if stop is None else min(stop, n)
     unpack = _HEAD.unpack_from
     phys = _PHYS.unpack_from
-    chunks: list[np.ndarray] = []
+    chunks: list[NDArray[np.int64]] = []
     starts: list[int] = []
     add = starts.append
     pos = start
@@ -254,7 +264,7 @@ def scan_segment(
     )
 
 
-def resync(buf, file_from_offset: int, pos: int, *, stop: int | None = None) -> int | None:
+def resync(buf: Buffer, file_from_offset: int, pos: int, *, stop: int | None = None) -> int | None:
     """First record start at or after ``pos`` (and before ``stop``), or None.
 
     A candidate is a MESSAGE magic at ``p + 4`` whose PHYSICALOFFSET equals its own absolute

@@ -33,7 +33,7 @@ import enum
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from broker.store.consumequeue import CQ_UNIT
 from broker.store.index import topic_key_hash
@@ -161,8 +161,8 @@ class NotARecord(enum.Enum):
     BLANK = "blank"
 
 
-PARTIAL = NotARecord.PARTIAL
-BLANK = NotARecord.BLANK
+PARTIAL: Final = NotARecord.PARTIAL
+BLANK: Final = NotARecord.BLANK
 
 _HEAD2 = struct.Struct(">ii")
 _HEAD9 = struct.Struct(">iiiiiqqiq")

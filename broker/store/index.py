@@ -35,9 +35,10 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Iterable, Sequence
 
 from broker.store.mapped_file import MappedFile
-from common.message import java_string_hash, java_string_hash_concat
+from common.string_hash import java_string_hash, java_string_hash_concat
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class IndexFile:
         self.dirty = True
         return True
 
-    def put_entries(self, entries, start: int, store_ts: int) -> int:
+    def put_entries(self, entries: Sequence[tuple[int, int]], start: int, store_ts: int) -> int:
         """``put_hash`` for ``entries[start:]`` ((hash, phy) pairs, one store time) until the
         file is full; returns the index of the first entry not added."""
         view = self.mf.view
@@ -296,10 +297,10 @@ class IndexService:
         self.files.append(f)
         return f
 
-    def put(self, keys, phy: int, store_ts: int) -> None:
+    def put(self, keys: Iterable[str], phy: int, store_ts: int) -> None:
         self.put_hashes([key_hash(k) for k in keys], phy, store_ts)
 
-    def put_hashes(self, hashes, phy: int, store_ts: int) -> None:
+    def put_hashes(self, hashes: Iterable[int], phy: int, store_ts: int) -> None:
         """Entries for keys given by their ``key_hash`` (the put path hashes without strings)."""
         files = self.files
         for h in hashes:
@@ -309,7 +310,7 @@ class IndexService:
             if not f.put_hash(h, phy, store_ts):  # pragma: no cover - fullness checked above
                 log.error("index put failed at %d", phy)
 
-    def put_entries(self, entries, store_ts: int) -> None:
+    def put_entries(self, entries: Sequence[tuple[int, int]], store_ts: int) -> None:
         """Entries ``(key_hash, phy)`` of records stored at ``store_ts``, in CommitLog order."""
         i, n = 0, len(entries)
         files = self.files

@@ -161,7 +161,7 @@ class MemoryMessageStore(PutSteps, StoreQueries):
     def _put_sync(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
         table = self._topic_queue_table
         put = self._prepare_put(msgs, table, batch=batch)
-        if type(put) is PutMessageResult:
+        if isinstance(put, PutMessageResult):
             return put
         first = self._reserve(len(put.buf))
         msg_id = self._stamp_physical_offsets(put, msgs, first)

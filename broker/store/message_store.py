@@ -222,7 +222,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         """Synchronous part of a put: checks, encode, copy into the CommitLog."""
         cl = self.commit_log
         put = self._prepare_put(msgs, cl.topic_queue_table, batch=batch)
-        if type(put) is PutMessageResult:
+        if isinstance(put, PutMessageResult):
             return put
         # Dispatch inline when the reput task has nothing older left to do: the put is then
         # visible to get_message as soon as this returns, without a round trip through the task.
@@ -244,14 +244,17 @@ class DefaultMessageStore(PutSteps, StoreQueries):
 
     def _finish(self, result: PutMessageResult, wait_store: bool) -> PutMessageResult | PendingPut:
         """Final result if nothing is left to wait for, else a PendingPut."""
-        if not result.ok:
+        append = result.append
+        if append is None:  # the put failed
             return result
-        end = result.append.wrote_offset + result.append.wrote_bytes
+        end = append.wrote_offset + append.wrote_bytes
         flush = self.flush
-        need_flush = flush is not None and flush.sync
-        if need_flush and not wait_store:
-            flush.request()  # WAIT=false: ask for the flush but do not wait for it
-            need_flush = False
+        need_flush = False
+        if flush is not None and flush.sync:
+            if wait_store:
+                need_flush = True
+            else:
+                flush.request()  # WAIT=false: ask for the flush but do not wait for it
         if not need_flush and self.reput_from >= end:
             return result
         return PendingPut(self, result, end, need_flush)
@@ -269,14 +272,14 @@ class DefaultMessageStore(PutSteps, StoreQueries):
 
     async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         r = self.append_message(msg)
-        if type(r) is PendingPut:
+        if isinstance(r, PendingPut):
             return await r.wait()
         await trio.lowlevel.checkpoint()
         return r
 
     async def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
         r = self.append_messages(msgs)
-        if type(r) is PendingPut:
+        if isinstance(r, PendingPut):
             return await r.wait()
         await trio.lowlevel.checkpoint()
         return r

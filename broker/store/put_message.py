@@ -101,9 +101,9 @@ def validate_put(
             or not topic.isascii()
             or not props.isascii()
         ):
-            bad = check_message(m, config, role)
-            if bad is not None:
-                return bad, f"store rejected the message: {bad.name}"
+            refused = check_message(m, config, role)
+            if refused is not None:
+                return refused, f"store rejected the message: {refused.name}"
         if batch and (
             m.sys_flag & MessageSysFlag.TRANSACTION_MASK or delay_level_of(m.properties) > 0
         ):
@@ -204,8 +204,6 @@ class PutSteps:
     The store provides the attributes declared below.  Each step runs once per put; the
     per-message work stays inside the steps' own loops.
     """
-
-    __slots__ = ()
 
     config: MessageStoreConfig
     shutdown: bool

@@ -83,8 +83,6 @@ def group_queue_ids(keys: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
 class StoreQueries:
     """The lookups of the module docstring, over the primitives below (a mixin)."""
 
-    __slots__ = ()
-
     config: MessageStoreConfig
 
     # --- what each store provides ---------------------------------------------------------

@@ -261,11 +261,11 @@ class ReputService:
         if cq.put_tail(first_q, units):
             added = range(n)
         else:
-            added = [
-                i
-                for i in range(n)
-                if cq.put(*CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE), first_q + i)
-            ]
+            added = []
+            for i in range(n):
+                phys, size, tcode = CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE)
+                if cq.put(phys, size, tcode, first_q + i):
+                    added.append(i)
         table = self.commit_log.topic_queue_table
         if added and table.get(key, 0) < first_q + added[-1] + 1:
             table[key] = first_q + added[-1] + 1

@@ -13,16 +13,13 @@ import trio
 from broker.config import BrokerConfig
 from broker.service import BrokerHandle, run_broker
 from broker.store import MessageStoreConfig, run_memory_store
-from common.message import (
-    MessageConst,
-    decode_records,
-    encode_batch_body,
-    encode_properties,
-    java_string_hash,
-)
+from common.batch_body import encode_batch_body
+from common.message import decode_records
+from common.message_properties import MessageConst, encode_properties
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.string_hash import java_string_hash
 
 
 @attrs.define
@@ -317,7 +314,7 @@ async def test_offsets(env: Env) -> None:
 
 async def test_view_and_query_message(env: Env) -> None:
     r = await env.send("VT", b"body", props={"KEYS": "k1"})
-    from common.message import decode_offset_msg_id
+    from common.message_id import decode_offset_msg_id
 
     _, phys = decode_offset_msg_id(r.ext_fields["msgId"])
     v = await env.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": phys})

@@ -17,7 +17,6 @@ from broker.consumer_manager import (
 from broker.offsets import ConsumerOffsetManager
 from broker.subscription import SubscriptionGroupManager, TagMessageFilter, build_subscription_data
 from broker.topic_config import TopicConfigManager, validate_topic
-from common.message import java_string_hash
 from common.model import (
     ConsumeFromWhere,
     ConsumeType,
@@ -27,6 +26,7 @@ from common.model import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
+from common.string_hash import java_string_hash
 
 # --- offsets -------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import trio
 
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.subscription import TagMessageFilter, build_subscription_data
-from common.message import java_string_hash
+from common.string_hash import java_string_hash
 
 
 async def test_wakes_on_arrival_beyond_offset(autojump_clock: trio.abc.Clock) -> None:

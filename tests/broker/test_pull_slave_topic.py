@@ -14,7 +14,8 @@ import trio
 from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig, run_memory_store
-from common.message import MessageExtBrokerInner, decode_records, encode_record
+from common.message import MessageExtBrokerInner, decode_records
+from common.message_encoder import encode_record
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand

@@ -11,7 +11,8 @@ from broker.controller import BrokerController
 from broker.processor.send import SendMessageProcessor
 from broker.schedule import SCHEDULE_TOPIC, trio_wall_clock_ms
 from broker.store import MessageStoreConfig, run_memory_store
-from common.message import MessageConst, MessageExtBrokerInner, decode_records, encode_properties
+from common.message import MessageExtBrokerInner, decode_records
+from common.message_properties import MessageConst, encode_properties
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 

@@ -17,7 +17,9 @@ import trio
 from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig, run_memory_store
-from common.message import decode_records, encode_batch_body, encode_properties
+from common.batch_body import encode_batch_body
+from common.message import decode_records
+from common.message_properties import encode_properties
 from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode

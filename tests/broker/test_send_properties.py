@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.processor.send import _stored_properties
-from common.message import MessageConst, decode_properties, encode_properties
+from common.message_properties import MessageConst, decode_properties, encode_properties
 
 names = st.sampled_from(["WAIT", "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER", "a", "b"])
 values = st.text(alphabet=st.sampled_from("xyz\x01\x02 é"), min_size=0, max_size=4)

@@ -11,7 +11,7 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.processor.send import SendMessageProcessor
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
-from common.message import encode_properties
+from common.message_properties import encode_properties
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 

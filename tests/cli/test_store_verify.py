@@ -8,7 +8,8 @@ import shutil
 from typer.testing import CliRunner
 
 from cli.main import app
-from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner, encode_record
+from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner
+from common.message_encoder import encode_record
 
 SEG = 2048
 

@@ -7,34 +7,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.batch_body import decode_batch_body, encode_batch_body
 from common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     PHYSICAL_OFFSET_POSITION,
     QUEUE_OFFSET_POSITION,
     SYSFLAG_POSITION,
-    MessageConst,
     MessageExt,
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
     _decode_record_checked,
-    create_offset_msg_id,
-    decode_batch_body,
-    decode_offset_msg_id,
-    decode_properties,
     decode_record,
     decode_records,
-    encode_batch_body,
-    encode_properties,
-    encode_record,
-    encode_records,
-    java_string_hash,
-    java_string_hash_concat,
     record_size,
     store_timestamp_position,
     tags_code,
 )
+from common.message_encoder import encode_record, encode_records
+from common.message_id import create_offset_msg_id, decode_offset_msg_id
+from common.message_properties import MessageConst, decode_properties, encode_properties
+from common.string_hash import java_string_hash, java_string_hash_concat
 
 # ----------------------------------------------------------------------------------- strategies
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.message import decode_offset_msg_id, decode_records
+from common.message import decode_records
+from common.message_id import decode_offset_msg_id
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand

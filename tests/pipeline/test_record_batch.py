@@ -15,11 +15,11 @@ from common.message import (
     MessageExtBrokerInner,
     MessageSysFlag,
     RecordDecodeError,
-    create_offset_msg_id,
-    decode_properties,
     decode_record,
-    encode_record,
 )
+from common.message_encoder import encode_record
+from common.message_id import create_offset_msg_id
+from common.message_properties import decode_properties
 from pipeline import record_batch
 from pipeline.record_batch import decode_records, walk_records
 from pipeline.schema import COLUMNS, arrow_schema

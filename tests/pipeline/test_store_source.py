@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from broker.store.commitlog_scan import ScanEnd, scan_segment
-from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner, encode_record
+from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner
+from common.message_encoder import encode_record
 from common.model import MessageQueue
 from pipeline.store_source import (
     StoreSourceError,

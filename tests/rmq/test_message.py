@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.message import decode_batch_body, decode_properties, encode_properties
-from common.message import encode_batch_body as common_encode_batch_body
+from common.batch_body import decode_batch_body
+from common.batch_body import encode_batch_body as common_encode_batch_body
+from common.message_properties import decode_properties, encode_properties
 from rmq.errors import InvalidMessageError
 from rmq.message import (
     MAX_DELAY_LEVEL,

@@ -14,7 +14,7 @@ from common.errors import (
     RemotingTimeoutError,
     TopicNotExistError,
 )
-from common.message import decode_properties
+from common.message_properties import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from rmq import Message, Producer, SendStatus

@@ -8,9 +8,10 @@ import pytest
 import trio
 
 from common.errors import MessageIllegalError, ServiceNotAvailableError
-from common.message import decode_properties, java_string_hash
+from common.message_properties import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
+from common.string_hash import java_string_hash
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError
 from rmq.producer import select_by_hash

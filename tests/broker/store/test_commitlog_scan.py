@@ -9,12 +9,8 @@ from hypothesis import strategies as st
 
 from broker.store import commitlog_scan
 from broker.store.commitlog_scan import ScanEnd, resync, scan_segment
-from common.message import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    MessageExtBrokerInner,
-    encode_record,
-)
+from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageExtBrokerInner
+from common.message_encoder import encode_record
 
 FROM = 1 << 20  # the segment's first physical offset
 

@@ -14,14 +14,14 @@ from broker.store import GetMessageStatus, PutMessageStatus
 from broker.store import PutMessageResult as PutResult
 from common.message import (
     BLANK_MAGIC_CODE,
-    MessageConst,
     MessageExtBrokerInner,
     MessageSysFlag,
-    decode_offset_msg_id,
     decode_record,
     decode_records,
     tags_code,
 )
+from common.message_id import decode_offset_msg_id
+from common.message_properties import MessageConst
 
 STORE_HOST = ("127.0.0.1", 10911)
 
