@@ -22,8 +22,9 @@ MQ0 = MessageQueue("T", "broker-a", 0)
 
 @pytest.fixture
 def broker_fields():
-    # a failed consume comes back after delay level 3: 1 s here (10 s by default), real time
-    return {"store": {"message_delay_level": "1s 1s 1s 1s"}}
+    # a failed consume comes back after delay level 3: at once here (10 s by default), on the
+    # real clock
+    return {"store": {"message_delay_level": "0s 0s 0s 0s"}}
 
 
 @pytest.fixture
