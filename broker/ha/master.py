@@ -33,7 +33,6 @@ order; a connection counts in ``watermark.connections`` exactly while it is regi
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import attrs
 import trio
@@ -41,6 +40,7 @@ import trio
 from broker.ha.protocol import HAProtocolError, ReportDecoder, encode_header
 from broker.ha.watermark import ReplicaWatermark
 from broker.store import MessageStoreConfig
+from broker.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class SlaveConnection:
 
 @attrs.define(eq=False)
 class HAMaster:
-    store: Any
+    store: MessageStore
     config: MessageStoreConfig
     watermark: ReplicaWatermark
     # every connection being served, in connect order
@@ -171,7 +171,7 @@ class HAMaster:
                     # one send of up to SEND_SIZE saves a loop turn and a syscall per frame.
                     # One copy out of the map before any await: the file may be unmapped later.
                     total = min(len(data), max(batch, SEND_SIZE // batch * batch))
-                    parts = []
+                    parts: list[bytes | memoryview] = []
                     for pos in range(0, total, batch):
                         size = min(batch, total - pos)
                         parts.append(encode_header(nxt + pos, size))

@@ -73,7 +73,7 @@ class ReportDecoder:
     # how many complete reports were decoded so far (the first one is slaveRequestOffset)
     count: int = 0
 
-    def feed(self, data: bytes) -> int | None:
+    def feed(self, data: bytes | bytearray) -> int | None:
         """Feed received bytes; the last complete report in them (None if none completed)."""
         buf = self._partial + bytes(data) if self._partial else bytes(data)
         whole = len(buf) - len(buf) % REPORT_SIZE
@@ -102,7 +102,7 @@ class TransferDecoder:
     def reset(self) -> None:
         self._buf.clear()
 
-    def feed(self, data: bytes) -> list[Transfer]:
+    def feed(self, data: bytes | bytearray) -> list[Transfer]:
         if self._buf:
             self._buf += data
             view = memoryview(self._buf)

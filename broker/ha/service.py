@@ -13,6 +13,9 @@ Theory of operation
   ``haServerAddr`` of every REGISTER_BROKER answer (``controller.register_listeners``); a changed
   address reconnects at once.
 
+What the service needs from its broker is :class:`HABroker` (the ``BrokerController`` keeps it):
+typed here, so HA does not import the controller, which holds the HA service.
+
 For the send path (SYNC_MASTER), the processor calls, after the message is stored and flushed::
 
     status = await controller.ha.wait_for_replica(result.append.wrote_offset
@@ -32,15 +35,20 @@ transfer offset) and :meth:`HAService.runtime_info` (the same flattened to strin
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import trio
 
+from broker.config import BrokerConfig
 from broker.ha.master import HAMaster
 from broker.ha.slave import Connect, HAClient, tcp_connect
 from broker.ha.watermark import ReplicaWatermark
+from broker.registrar import RegisterResult
 from broker.store import MessageStoreConfig, PutMessageStatus
+from broker.store.api import MessageStore
+from common.remoting.network import Network
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +74,7 @@ def configured_master_address(config: MessageStoreConfig) -> str | None:
 
 @attrs.define(eq=False)
 class HAService:
-    store: Any
+    store: MessageStore
     config: MessageStoreConfig
     is_slave: bool = False
     connect: Connect = tcp_connect
@@ -109,11 +117,10 @@ class HAService:
         if self.client is not None:
             self.client.update_master_address(addr)
 
-    def on_register_result(self, result: Any) -> None:
+    def on_register_result(self, result: RegisterResult) -> None:
         """REGISTER_BROKER answer hook: follow the nameserver's ``haServerAddr``."""
-        addr = getattr(result, "ha_server_addr", None)
-        if addr:
-            self.update_master_address(addr)
+        if result.ha_server_addr:
+            self.update_master_address(result.ha_server_addr)
 
     # --- observability ----------------------------------------------------------------------
     def slaves(self) -> list[SlaveInfo]:
@@ -145,8 +152,42 @@ class HAService:
         return info
 
 
+class HARegistrar(Protocol):
+    # the master's HA address from the last REGISTER_BROKER answer (None before one)
+    @property
+    def ha_master_addr(self) -> str | None: ...
+
+
+class HABroker(Protocol):
+    """What the HA service needs from its broker (``broker.controller.BrokerController``)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    # how the HA port is bound and the master reached
+    @property
+    def network(self) -> Network: ...
+
+    @property
+    def registrar(self) -> HARegistrar | None: ...
+
+    # called with every REGISTER_BROKER answer
+    @property
+    def register_listeners(self) -> list[Callable[[RegisterResult], None]]: ...
+
+    # set to the HA service once it serves (the send path waits on it)
+    @property
+    def ha(self) -> object: ...
+
+    @ha.setter
+    def ha(self, value: HAService) -> None: ...
+
+
 async def run_ha_service(
-    controller: Any,
+    controller: HABroker,
     *,
     connect: Connect | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
@@ -174,7 +215,7 @@ async def run_ha_service(
         if ha.client is not None:
             if configured_master_address(config.store) is None:
                 controller.register_listeners.append(ha.on_register_result)
-                registrar = getattr(controller, "registrar", None)
+                registrar = controller.registrar
                 if registrar is not None and registrar.ha_master_addr:
                     ha.update_master_address(registrar.ha_master_addr)
             await nursery.start(ha.client.run)

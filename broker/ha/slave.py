@@ -40,13 +40,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import attrs
 import trio
 
 from broker.ha.protocol import HAProtocolError, TransferDecoder, encode_report
 from broker.store import MessageStoreConfig
+from broker.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class _Close(Exception):
 
 @attrs.define(eq=False)
 class HAClient:
-    store: Any
+    store: MessageStore
     config: MessageStoreConfig
     connect: Connect = tcp_connect
     master_addr: str | None = None
@@ -108,7 +108,9 @@ class HAClient:
         if self._conn_scope is not None:
             self._conn_scope.cancel()
 
-    async def run(self, *, task_status: trio.TaskStatus[HAClient] = trio.TASK_STATUS_IGNORED):
+    async def run(
+        self, *, task_status: trio.TaskStatus[HAClient] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         task_status.started(self)
         next_attempt = -math.inf
         last_addr: str | None = None

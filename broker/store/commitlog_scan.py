@@ -45,7 +45,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from broker.store.results import Buffer
-
 from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
 
 # A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it

@@ -28,7 +28,9 @@ import logging
 import os
 import struct
 
+from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.results import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class ConsumeQueue:
         mf.append(CQ_UNIT.pack(phys, size, tags_code))
         return True
 
-    def put_tail(self, queue_offset: int, units) -> bool:
+    def put_tail(self, queue_offset: int, units: Buffer) -> bool:
         """Append consecutive ``units`` (packed) for logical offsets from ``queue_offset``.
 
         Only when ``queue_offset`` is the queue's end and the queue has a segment (the put path
@@ -186,8 +188,8 @@ class ConsumeQueue:
         hi = self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
-            phys, size, _ = self.unit(mid)
-            if size == 0x7FFFFFFF or phys < commit_log_min:
+            u = self.unit(mid)
+            if u is None or u[1] == 0x7FFFFFFF or u[0] < commit_log_min:
                 lo = mid + 1
             else:
                 hi = mid
@@ -198,8 +200,8 @@ class ConsumeQueue:
         end = self.max_offset
         start = self.min_offset
         while end > start:
-            phys, size, _ = self.unit(end - 1)
-            if phys + size <= phy_end:
+            u = self.unit(end - 1)
+            if u is not None and u[0] + u[1] <= phy_end:
                 break
             end -= 1
         dropped = self.max_offset - end
@@ -208,7 +210,7 @@ class ConsumeQueue:
             self.queue.truncate_dirty(end * CQ_UNIT_SIZE)
         return dropped
 
-    def flush_jobs(self):
+    def flush_jobs(self) -> list[MappedFile]:
         return self.queue.flush_jobs()
 
     def close(self) -> None:

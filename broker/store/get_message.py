@@ -21,7 +21,13 @@ from collections.abc import Callable
 
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE
-from broker.store.results import Buffer, GetMessageResult, GetMessageStatus, MessageFilter
+from broker.store.results import (
+    Buffer,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    Record,
+)
 
 try:
     TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -44,7 +50,7 @@ def select_messages(
     max_offset: int,
     read_units: Callable[[int, int], Buffer | None],
     cq_roll_next_file: Callable[[int], int],
-    read_record: Callable[[int, int], Buffer | None],
+    read_record: Callable[[int, int], Record | None],
     commit_log_roll_next_file: Callable[[int], int],
     max_phy_offset: int,
     role: str | None = None,
@@ -93,7 +99,7 @@ def select_messages(
             max_offset,
         )
     status = GetMessageStatus.NO_MATCHED_MESSAGE
-    buffers: list[Buffer] = []
+    buffers: list[Record] = []
     qoffs: list[int] = []
     total = 0
     count = 0

@@ -31,6 +31,8 @@ import errno
 import mmap
 import os
 
+from broker.store.results import Buffer
+
 PAGE_SIZE = mmap.PAGESIZE
 _ZERO_CHUNK = 1 << 20
 
@@ -76,7 +78,7 @@ class MappedFile:
         """Absolute offset just after the last written byte."""
         return self.file_from_offset + self.wrote
 
-    def append(self, data) -> int:
+    def append(self, data: Buffer) -> int:
         """Copy ``data`` at ``wrote``; returns the file-relative position it went to."""
         pos = self.wrote
         n = len(data)
@@ -86,7 +88,7 @@ class MappedFile:
         self.wrote = pos + n
         return pos
 
-    def write_at(self, pos: int, data) -> None:
+    def write_at(self, pos: int, data: Buffer) -> None:
         self.view[pos : pos + len(data)] = data
 
     def slice(self, pos: int, size: int) -> memoryview | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from broker.store.api import ArrivalListener
+from broker.store.api import ArrivalListener, MessageStore
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE
 from broker.store.dispatch import (
@@ -363,6 +363,10 @@ class MemoryMessageStore(PutSteps, StoreQueries):
             }
         )
         return info
+
+
+# mypy proves here that the in-memory store keeps the MessageStore contract (api.py)
+_CONTRACT: type[MessageStore] = MemoryMessageStore
 
 
 async def run_memory_store(

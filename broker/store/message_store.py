@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 
 import trio
 
-from broker.store.api import ArrivalListener
+from broker.store.api import ArrivalListener, MessageStore
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
@@ -62,12 +62,12 @@ from broker.store.queries import StoreQueries
 from broker.store.recovery import RecoveryReport, commit_log_start
 from broker.store.reput import ReputService
 from broker.store.results import (
-    Buffer,
     GetMessageResult,
     MessageFilter,
     PendingPut,
     PutMessageResult,
     PutMessageStatus,
+    Record,
 )
 from broker.store.stats import StoreStats
 from common.message import MessageExtBrokerInner
@@ -357,7 +357,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             return None
         return cq.unit(offset)
 
-    def _read(self, phys: int, size: int) -> Buffer | None:
+    def _read(self, phys: int, size: int) -> Record | None:
         return self.commit_log.read(phys, size)
 
     def _record_size(self, phys: int) -> int:
@@ -429,6 +429,10 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             }
         )
         return info
+
+
+# mypy proves here that the file store keeps the MessageStore contract (api.py)
+_CONTRACT: type[MessageStore] = DefaultMessageStore
 
 
 async def run_message_store(

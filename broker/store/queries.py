@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from broker.store.config import MessageStoreConfig
 from broker.store.dispatch import DispatchRequest, parse_record
-from broker.store.results import Buffer, QueryMessageResult
+from broker.store.results import QueryMessageResult, Record
 from common.message import MessageExt, RecordDecodeError, decode_record, store_timestamp_position
 
 # RocketMQ caps one key query at maxMsgsNumBatch messages
@@ -95,7 +95,7 @@ class StoreQueries:
         """The unit (phys, size, tagsCode) at ``offset``; None outside the queue or unreadable."""
         raise NotImplementedError
 
-    def _read(self, phys: int, size: int) -> Buffer | None:
+    def _read(self, phys: int, size: int) -> Record | None:
         """``size`` CommitLog bytes at ``phys``; None when they are not (all) there."""
         raise NotImplementedError
 
@@ -150,7 +150,7 @@ class StoreQueries:
 
     def select_one_message_by_offset(
         self, phys_offset: int, size: int | None = None
-    ) -> Buffer | None:
+    ) -> Record | None:
         if size is None:
             size = self._record_size(phys_offset)
         if size <= 0:

@@ -13,9 +13,11 @@ from typing import Protocol
 
 import attrs
 
-# A stored record as readers get it: a memoryview of a mapped file (file store), a copy
-# (in-memory store), or bytes received over HA.
+# Bytes records are read from or copied into: a mapped file's view, an encoded put, an HA chunk.
 Buffer = bytes | bytearray | memoryview
+# A stored record as readers get it: a memoryview of a mapped file (file store) or a copy
+# (in-memory store).
+Record = bytes | memoryview
 
 
 class PutMessageStatus(enum.Enum):
@@ -109,7 +111,7 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    buffers: list[Buffer] = attrs.field(factory=list)  # raw records
+    buffers: list[Record] = attrs.field(factory=list)  # raw records
     message_count: int = 0
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
@@ -119,7 +121,7 @@ class GetMessageResult:
 
 @attrs.frozen
 class QueryMessageResult:
-    buffers: list[Buffer] = attrs.field(factory=list)  # raw records, ascending physical offset
+    buffers: list[Record] = attrs.field(factory=list)  # raw records, ascending physical offset
     index_last_update_timestamp: int = 0
     index_last_update_phyoffset: int = 0
 
