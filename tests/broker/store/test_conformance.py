@@ -451,3 +451,54 @@ async def test_role_switch_at_runtime(open_store):
         store.broker_role = "SLAVE"
         r = store.get_message("g", "T", 0, 5, 32)
         assert r.next_begin_offset == 5
+
+
+async def test_put_path_and_replicated_bytes_dispatch_alike(open_store, tmp_path):
+    # The put path dispatches the messages it has in hand (the file store's fast path when reput
+    # is caught up); a slave parses the same records from bytes. Both must apply dispatch.py's
+    # rules the same way: units (phys, size, tagsCode), queue ends and index entries.
+    async with (
+        open_store(root=tmp_path / "m") as master,
+        open_store(root=tmp_path / "s", broker_role="SLAVE") as slave,
+    ):
+        clock = FakeClock()
+        master.clock = clock
+        batch = [
+            mk(qid=i % 2, body=b"b%d" % i, TAGS=f"t{i % 3}", KEYS=f"k{i} kk") for i in range(6)
+        ]
+        batch[3].properties.pop("TAGS")
+        batch[4].properties[MessageConst.UNIQ_KEY] = "U4"
+        assert (await master.put_messages(batch)).ok
+        assert (await master.put_message(mk(topic="Real", DELAY=2, TAGS="d", KEYS="dk"))).ok
+        half = mk(KEYS="prep")
+        half.sys_flag = MessageSysFlag.TRANSACTION_PREPARED
+        assert (await master.put_message(half)).ok
+        gone = mk(KEYS="rolled")
+        gone.sys_flag = MessageSysFlag.TRANSACTION_ROLLBACK
+        assert (await master.put_message(gone)).ok
+        assert (await master.put_message(mk(qid=1, TAGS="last", KEYS="k9"))).ok
+
+        data = master.get_commit_log_data(0)
+        assert slave.append_to_commit_log(0, bytes(data))
+        await slave.wait_dispatched()
+
+        queues = master.topic_queues()
+        assert queues == {"T": [0, 1], "SCHEDULE_TOPIC_XXXX": [1]}
+        assert slave.topic_queues() == queues
+        for topic, qids in queues.items():
+            for q in qids:
+                n = master.get_max_offset_in_queue(topic, q)
+                assert slave.get_max_offset_in_queue(topic, q) == n
+                units = [master._queue_unit(topic, q, i) for i in range(n)]
+                assert [slave._queue_unit(topic, q, i) for i in range(n)] == units
+        # tagsCode: the tags' hash (0 without tags), the deliver time in SCHEDULE_TOPIC
+        t0 = [master._queue_unit("T", 0, i)[2] for i in range(3)]
+        assert t0 == [tags_code("t0"), tags_code("t2"), tags_code("t1")]
+        assert master._queue_unit("T", 1, 1)[2] == 0  # batch[3], no TAGS
+        assert master._queue_unit("SCHEDULE_TOPIC_XXXX", 1, 0)[2] == clock.now + 5_000
+        for key, found in [("k0", 1), ("kk", 6), ("U4", 1), ("prep", 1), ("rolled", 0)]:
+            for store in (master, slave):
+                assert len(store.query_message("T", key, 32, 0, 2**62).buffers) == found, key
+        assert len(slave.query_message("Real", "dk", 32, 0, 2**62).buffers) == 0
+        for store in (master, slave):
+            assert len(store.query_message("SCHEDULE_TOPIC_XXXX", "dk", 32, 0, 2**62).buffers) == 1
