@@ -1,7 +1,7 @@
 """Micro-benchmark of the vectorized CommitLog decoder (pipeline.record_batch).
 
 Builds ``--records`` records of ``--body`` byte bodies with producer-like properties (TAGS, KEYS,
-UNIQ_KEY, WAIT) with ``common.message.encode_record`` and times, over ``--runs`` runs:
+UNIQ_KEY, WAIT) with ``common.message_encoder.encode_record`` and times, over ``--runs`` runs:
 
 * ``walk``: finding record starts (``walk_records``),
 * ``scan``: the same through ``broker.store.commitlog_scan.scan_segment`` (segment semantics),

@@ -15,19 +15,19 @@ compiled passes over the records and hand back plain numpy arrays that become Ar
   lets the general decoder word the error, so both paths raise the same thing.
 * :func:`fill` copies fixed-width fields, bodies, topics and msgIds into contiguous buffers with
   int32 offsets and splits each properties string the way Java's ``string2messageProperties``
-  does (``common.message.decode_properties``): segments end at \\x02, a segment's key runs to its
-  first \\x01 and its value is the rest (it may hold more \\x01), both must be non-empty or the
-  segment is skipped; a repeated name keeps the first position and the last value (what a
-  Python dict built in order gives).  TAGS/KEYS/UNIQ_KEY are found as pair indexes; msgId is the
-  UNIQ_KEY value, else the offset msgId (uppercase hex of the store host's ip + port and the
-  PHYSICALOFFSET, 32 or 56 characters).
+  does (``common.message_properties.decode_properties``): segments end at \\x02, a segment's
+  key runs to its first \\x01 and its value is the rest (it may hold more \\x01), both must be
+  non-empty or the segment is skipped; a repeated name keeps the first position and the last
+  value (what a Python dict built in order gives).  TAGS/KEYS/UNIQ_KEY are found as pair
+  indexes; msgId is the UNIQ_KEY value, else the offset msgId (uppercase hex of the store
+  host's ip + port and the PHYSICALOFFSET, 32 or 56 characters).
 
 UTF-8 is not validated here: a row whose topic or properties hold a byte >= 0x80 is flagged and
 the caller checks just those rows (ASCII, the usual case, is always valid).  Compressed bodies
 are flagged too and inflated by the caller.  ``cache=True`` keeps the compiled code on disk next
 to this file, so Spark's Python workers do not compile again; ``nogil=True`` lets threads decode
-in parallel.  Importing this module fails without numba; ``record_batch`` then keeps its numpy
-path.
+in parallel.  Importing this module fails without numba; ``record_batch`` then decodes with
+``pipeline.numpy_decoder``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from common.message import (
 from common.message_encoder import encode_record
 from common.message_id import create_offset_msg_id
 from common.message_properties import decode_properties
-from pipeline import record_batch
+from pipeline import numpy_decoder, properties_map, record_batch
 from pipeline.record_batch import decode_records, walk_records
 from pipeline.schema import COLUMNS, arrow_schema
 
@@ -243,10 +243,10 @@ def test_fast_path_agrees_with_decode_record_and_the_general_path(items):
     buf = _encode([m for m, _ in items], [ts for _, ts in items])
     starts = walk_records(buf)
     arr = np.frombuffer(buf, dtype=np.uint8)
-    fast = record_batch._decode_fast(arr, "broker-x", starts)
+    fast = numpy_decoder.decode_fast(arr, "broker-x", starts)
     assert fast is not None
     assert _actual(fast) == _expected(buf, "broker-x")
-    assert fast.equals(record_batch._decode_general(buf, "broker-x", starts))
+    assert fast.equals(numpy_decoder.decode_general(buf, "broker-x", starts))
 
 
 _PROP_TEXT = st.text(alphabet=st.sampled_from(["a", "b", "\x01", "\x02", "é", "\x00"]), max_size=24)
@@ -256,13 +256,13 @@ _PROP_TEXT = st.text(alphabet=st.sampled_from(["a", "b", "\x01", "\x02", "é", "
 @given(st.lists(_PROP_TEXT, min_size=1, max_size=8))
 def test_properties_fast_path_agrees_with_java_parser(strings):
     arr = pa.array(strings, pa.string())
-    props, lookups = record_batch._properties(arr, len(strings))
+    props, lookups = properties_map.parse_properties(arr, len(strings))
     assert [dict(r) for r in props.to_pylist()] == [decode_properties(x) for x in strings]
     for r in props.to_pylist():
         assert len({k for k, _ in r}) == len(r)  # no repeated names in a map
-    fast = record_batch._properties_fast(arr, len(strings))
+    fast = properties_map._properties_fast(arr, len(strings))
     if fast is not None:
-        slow = record_batch._properties_general(arr, len(strings))
+        slow = properties_map._properties_general(arr, len(strings))
         assert fast[0].equals(slow[0])
         for name in fast[1]:
             assert fast[1][name].equals(slow[1][name])
@@ -272,7 +272,7 @@ def test_properties_fast_path_agrees_with_java_parser(strings):
 def test_regular_properties_take_the_fast_path_with_or_without_javas_trailing_separator(trailing):
     rows = [f"TAGS\x01t{i}\x02KEYS\x01k{i}\x02UNIQ_KEY\x01U{i}{trailing}" for i in range(50)]
     rows.append("")
-    fast = record_batch._properties_fast(pa.array(rows), len(rows))
+    fast = properties_map._properties_fast(pa.array(rows), len(rows))
     assert fast is not None
     props, lookups = fast
     assert props.to_pylist()[3] == [("TAGS", "t3"), ("KEYS", "k3"), ("UNIQ_KEY", "U3")]
@@ -312,7 +312,7 @@ def test_compiled_path_agrees_with_decode_record_and_the_numpy_path(items, blank
     compiled = record_batch._decode_compiled(np.frombuffer(buf, np.uint8), "broker-x", starts)
     assert compiled is not None
     assert _actual(compiled) == _expected(buf, "broker-x")
-    general = record_batch._decode_general(buf, "broker-x", starts)
+    general = numpy_decoder.decode_general(buf, "broker-x", starts)
     assert compiled.equals(general)
     # map entries in the order a dict built from the string has them (first position, last value)
     for row, m in zip(compiled.column("properties").to_pylist(), items, strict=True):
