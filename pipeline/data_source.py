@@ -4,7 +4,7 @@
     spark.readStream.format("rocketmq").option(...).option("maxOffsetsPerTrigger", 10000).load()
 
 Theory of operation. Options are checked on the driver (`pipeline.options`). Planning asks the
-cluster (`pipeline.live_reader.LiveCluster`) for every readable queue of the topics and its
+cluster (`pipeline.live_cluster.LiveCluster`) for every readable queue of the topics and its
 min/max offsets, turns the start/end options into one [start, end) range per queue
 (`pipeline.offsets`) and gives Spark one InputPartition per queue with data, split above
 maxOffsetsPerPartition offsets. A partition carries only a frozen `PullTask` of plain values;
@@ -45,7 +45,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from common.errors import RemotingConnectError
-from pipeline.live_reader import DataLossError, LiveCluster, PullTask, QueueState, read_task
+from pipeline.errors import DataLossError
+from pipeline.live_cluster import LiveCluster, QueueState
+from pipeline.live_reader import PullTask, read_task
 from pipeline.offsets import (
     QueueKey,
     QueueRange,

@@ -8,7 +8,7 @@ import threading
 
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode
-from pipeline.live_reader import BlockingClient
+from pipeline.blocking_client import BlockingClient
 
 
 def _serve(listener: socket.socket, answers: int, seen: list[int]) -> None:
