@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -51,7 +52,10 @@ class NamesrvConfig:
         protected = PROTECTED_PROPERTIES.intersection(props)
         if protected:
             raise PermissionError(f"Can not update config path: {', '.join(sorted(protected))}")
-        changes: dict[str, object] = {}
+        # Any: evolve's keywords are typed per field, and which field gets which value is the
+        # _PROPS table's business (each kind decodes to its field's type), not something a
+        # checker can follow through a name lookup.
+        changes: dict[str, Any] = {}
         for name, raw in props.items():
             if name not in _PROPS:
                 continue
@@ -77,7 +81,9 @@ def _encode_value(kind: str, value: object) -> str:
     if kind == "bool":
         return "true" if value else "false"
     if kind == "ms":
-        return str(round(float(value) * 1000))  # type: ignore[arg-type]
+        if not isinstance(value, int | float):
+            raise TypeError(f"a duration in seconds, not {value!r}")
+        return str(round(value * 1000))
     return str(value)
 
 
