@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from cli.render import _console, _line, rate
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from common.message import MessageExt
     from common.model import TopicRouteData
     from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
@@ -42,7 +44,9 @@ def _time(ms: int) -> str:
     return iso_ms(ms) or "-"
 
 
-def _table(title: str, columns: Iterable[str], rows: Iterable[Iterable[object]], **kw: Any):
+def _table(
+    title: str, columns: Iterable[str], rows: Iterable[Iterable[object]], **kw: Any
+) -> Table:
     from rich.table import Table
 
     table = Table(title=title, **kw)

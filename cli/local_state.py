@@ -27,7 +27,7 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -207,7 +207,7 @@ async def control_channel(supervisor: Controlled) -> AsyncIterator[None]:
         remove_state(data_dir, pid=os.getpid())
 
 
-def _handler(supervisor: Controlled):
+def _handler(supervisor: Controlled) -> Callable[[trio.SocketStream], Awaitable[None]]:
     import trio
 
     async def handle(stream: trio.SocketStream) -> None:

@@ -23,7 +23,10 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 FLUSH_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
@@ -222,7 +225,7 @@ def _choice(allowed: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     import argparse
 
     ap = argparse.ArgumentParser(
@@ -250,7 +253,7 @@ def _parser():
     return ap
 
 
-def broker_props_from_args(args) -> dict[str, str]:
+def broker_props_from_args(args: argparse.Namespace) -> dict[str, str]:
     """broker.conf properties of parsed `broker` arguments (config file, then flags)."""
     conf_text = args.config_file.read_text() if args.config_file is not None else None
     overrides = {flag: getattr(args, flag) for flag in BROKER_FLAG_PROPERTIES}

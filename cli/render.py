@@ -12,13 +12,15 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from cli.status import BrokerStatus
     from common.message import MessageExt
     from common.model import TopicRouteData
     from rmq.producer import SendResult
 
 
-def _console(stderr: bool = False, min_width: int | None = None):
+def _console(stderr: bool = False, min_width: int | None = None) -> Console:
     from rich.console import Console
 
     console = Console(file=sys.stderr if stderr else sys.stdout, highlight=False, soft_wrap=True)

@@ -79,7 +79,7 @@ class VerifyResult:
         }
 
 
-def _segments(path: str | os.PathLike) -> list[tuple[Path, int]]:
+def _segments(path: str | os.PathLike[str]) -> list[tuple[Path, int]]:
     p = Path(path)
     d = p / "commitlog" if (p / "commitlog").is_dir() else p
     if not d.is_dir():
@@ -103,7 +103,9 @@ def _read(path: Path) -> bytes:
             return bytes(mm)
 
 
-def _scan_log(path) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int, str]]]:
+def _scan_log(
+    path: str | os.PathLike[str],
+) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int, str]]]:
     """Per segment: (bytes, record starts, valid end position); summary of the whole log."""
     segs = _segments(path)
     out: dict[int, tuple[bytes, list[int], int, str]] = {}
@@ -129,7 +131,7 @@ def _scan_log(path) -> tuple[LogSummary, dict[int, tuple[bytes, list[int], int, 
     return LogSummary(str(path), first, end, records, torn), out
 
 
-def verify(master_dir, slave_dir) -> VerifyResult:
+def verify(master_dir: str | os.PathLike[str], slave_dir: str | os.PathLike[str]) -> VerifyResult:
     master, msegs = _scan_log(master_dir)
     slave, ssegs = _scan_log(slave_dir)
     lo = max(master.first_offset, slave.first_offset)

@@ -21,11 +21,10 @@ a node that answers but that the nameserver no longer lists is yellow.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import attrs
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -42,7 +41,11 @@ MIN_WRAP_COLUMN = 24  # a wrapping last column is shown only with at least this 
 class Column:
     name: str
     priority: int  # lower = kept longer when the terminal is narrow
-    justify: str = "left"
+    justify: JustifyMethod = "left"
+
+
+# A table's rows: (cells by column name, row style).
+_Rows = list[tuple[dict[str, str | Text], str | None]]
 
 
 def _num(value: int | None) -> str:
@@ -62,7 +65,7 @@ def _table(title: str) -> Table:
     )
 
 
-def fit_table(title: str, columns: list[Column], rows: list[tuple[dict[str, Any], str | None]],
+def fit_table(title: str, columns: list[Column], rows: _Rows,
               width: int, *, wrap_last: Column | None = None) -> Table:  # fmt: skip
     """A table of the highest-priority columns whose natural width fits `width`.
 
@@ -85,10 +88,10 @@ def fit_table(title: str, columns: list[Column], rows: list[tuple[dict[str, Any]
     return table
 
 
-def _build(title: str, columns: list[Column], rows) -> Table:
+def _build(title: str, columns: list[Column], rows: _Rows) -> Table:
     table = _table(title)
     for col in columns:
-        table.add_column(col.name, justify=col.justify,  # type: ignore[arg-type]
+        table.add_column(col.name, justify=col.justify,
                          no_wrap=col.priority < 100, overflow="fold")  # fmt: skip
     for cells, style in rows:
         table.add_row(*(cells.get(c.name, "") for c in columns), style=style)
@@ -130,13 +133,11 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
     """The nameserver, then one row per broker node; a dead node's row is red and says DOWN
     (a broker's reason goes below the table, the nameserver's is in the header)."""
     tps = rates(snap, prev)
-    namesrv = {"broker": "namesrv", "id": "-", "role": "NAMESRV", "address": snap.namesrv,
+    namesrv: dict[str, str | Text] = {"broker": "namesrv", "id": "-", "role": "NAMESRV", "address": snap.namesrv,
                "state": "DOWN" if snap.namesrv_error else "up"}  # fmt: skip
-    rows: list[tuple[dict[str, Any], str | None]] = [
-        (namesrv, DOWN_STYLE if snap.namesrv_error else None)
-    ]
+    rows: _Rows = [(namesrv, DOWN_STYLE if snap.namesrv_error else None)]
     for node in snap.nodes:
-        cells: dict[str, Any] = {
+        cells: dict[str, str | Text] = {
             "cluster": node.cluster,
             "broker": node.broker_name,
             "id": str(node.broker_id),
@@ -176,7 +177,7 @@ QUEUE_OFFSETS = Column("queue max offsets (broker:queue=offset)", 100)
 
 
 def topics_table(snap: TopSnapshot, *, width: int) -> Table:
-    rows: list[tuple[dict[str, Any], str | None]] = []
+    rows: _Rows = []
     for t in snap.topics:
         if t.error:
             rows.append(({"topic": t.topic, "messages": "-", "queues": "-",
@@ -199,7 +200,7 @@ GROUP_TOPICS = Column("topics", 100)
 
 
 def groups_table(snap: TopSnapshot, *, width: int) -> Table:
-    rows: list[tuple[dict[str, Any], str | None]] = []
+    rows: _Rows = []
     for g in snap.groups:
         if g.error:
             rows.append(({"group": g.group, "lag": "-", "queues": "-",
@@ -234,7 +235,7 @@ def render_top(snap: TopSnapshot, prev: TopSnapshot | None = None, *,
 
 
 async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
-                  timeout: float = 2.0, show_system: bool = False, console=None,
+                  timeout: float = 2.0, show_system: bool = False, console: Console | None = None,
                   frames: int | None = None) -> None:  # fmt: skip
     """Collect and draw until cancelled (ctrl-C), or one frame with `once`.
 
@@ -254,12 +255,12 @@ async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
         collector = TopCollector(AdminSource(admin, timeout), namesrv, timeout=timeout,
                                  show_system=show_system)  # fmt: skip
         if once:
-            prev = await collector.collect()
-            if prev.namesrv_error and not prev.nodes:
-                raise CliError(f"cannot reach the nameserver {namesrv}: {prev.namesrv_error}")
+            first = await collector.collect()
+            if first.namesrv_error and not first.nodes:
+                raise CliError(f"cannot reach the nameserver {namesrv}: {first.namesrv_error}")
             await trio.sleep(interval)
             snap = await collector.collect()
-            console.print(render_top(snap, prev, width=console.width))
+            console.print(render_top(snap, first, width=console.width))
             return
         prev: TopSnapshot | None = None
         count = 0
