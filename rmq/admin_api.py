@@ -13,6 +13,7 @@ value at a time, and accepts strict JSON objects too (keys that are strings hold
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -23,6 +24,7 @@ from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import loads
+from rmq.remoting import Invoker
 
 # QueryMessageRequestHeader's end timestamp when the caller wants "any time" (Long.MAX_VALUE).
 END_OF_TIME = 2**63 - 1
@@ -187,15 +189,31 @@ def _int(value: Any, what: str) -> int:
 
 
 class AdminAPI:
-    """Stateless admin requests over a RemotingClient (anything with `invoke`)."""
+    """Stateless admin requests over a RemotingClient (all they need is `invoke`)."""
 
-    def __init__(self, remoting: Any) -> None:
+    def __init__(self, remoting: Invoker) -> None:
         self.remoting = remoting
 
-    async def _call(self, addr: str, code: int, ext=None, body: bytes = b"", *, timeout: float):
+    async def _call(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
         return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
 
-    async def _call_ok(self, addr, code, ext=None, body=b"", *, timeout: float) -> RemotingCommand:
+    async def _call_ok(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout=timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for_response(resp.code, resp.remark)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import attrs
 
 from common.errors import ProtocolError, error_for_response
-from common.message import decode_records
+from common.message import MessageExt, decode_records
 from common.message_properties import encode_properties
 from common.model import (
     ClusterInfo,
@@ -30,6 +30,7 @@ from common.model import (
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import from_json, to_json
+from rmq.remoting import Remoting
 
 # Response codes whose send still stored the message (facts §1.7).
 SEND_OK_CODES = frozenset(
@@ -74,7 +75,7 @@ class PullResponse:
     min_offset: int
     max_offset: int
     suggest_which_broker_id: int
-    messages: list  # list[common.message.MessageExt], undecoded tags filtering is the caller's
+    messages: list[MessageExt]  # tag filtering is the caller's
 
 
 def send_code(header: Mapping[str, object]) -> int:
@@ -93,7 +94,8 @@ def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendRe
     return SendResponse(
         code=resp.code,
         msg_id=ext.get("msgId", ""),
-        queue_id=int(ext.get("queueId", header.get("e", 0))),
+        # the header's `e` is an int, or its string in a prepared header
+        queue_id=int(ext.get("queueId", str(header.get("e", 0)))),
         queue_offset=int(ext.get("queueOffset", -1)),
         region_id=ext.get("MSG_REGION") or "DefaultRegion",
         trace_on=ext.get("TRACE_ON", "true") != "false",
@@ -102,9 +104,9 @@ def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendRe
 
 
 class ClientAPI:
-    """Stateless request helpers over a RemotingClient (anything with `invoke`)."""
+    """Stateless request helpers over a RemotingClient."""
 
-    def __init__(self, remoting) -> None:
+    def __init__(self, remoting: Remoting) -> None:
         self.remoting = remoting
 
     async def _call(
@@ -113,7 +115,15 @@ class ClientAPI:
     ) -> RemotingCommand:  # fmt: skip
         return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
 
-    async def _call_ok(self, addr, code, ext=None, body=b"", *, timeout: float) -> RemotingCommand:
+    async def _call_ok(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout=timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for_response(resp.code, resp.remark)
@@ -182,7 +192,9 @@ class ClientAPI:
         resp = await self._call(addr, code, header, body, timeout=timeout)
         return send_response(resp, header)
 
-    async def send_message_oneway(self, addr: str, header: Mapping[str, object], body: bytes):
+    async def send_message_oneway(
+        self, addr: str, header: Mapping[str, object], body: bytes
+    ) -> None:
         code = send_code(header)
         await self.remoting.invoke_oneway(
             addr, RemotingCommand.request(code, header, body, oneway=True)
@@ -264,7 +276,15 @@ class ClientAPI:
             timeout=timeout,
         )  # fmt: skip
 
-    async def _offset(self, addr, code, mq: MessageQueue, extra=None, *, timeout: float) -> int:
+    async def _offset(
+        self,
+        addr: str,
+        code: int,
+        mq: MessageQueue,
+        extra: Mapping[str, object] | None = None,
+        *,
+        timeout: float,
+    ) -> int:
         ext = {"topic": mq.topic, "queueId": mq.queueId, "bname": mq.brokerName, **(extra or {})}
         resp = await self._call_ok(addr, code, ext, timeout=timeout)
         return int(resp.ext_fields.get("offset", 0))
@@ -343,7 +363,7 @@ class ClientAPI:
         await self._call_ok(addr, RequestCode.UNLOCK_BATCH_MQ, None, body, timeout=timeout)
 
     async def consumer_send_msg_back(
-        self, addr: str, msg, group: str, delay_level: int, max_reconsume_times: int,
+        self, addr: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int,
         *, timeout: float,
     ) -> None:  # fmt: skip
         """CONSUMER_SEND_MSG_BACK of a pulled message (by its CommitLog offset)."""

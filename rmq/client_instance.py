@@ -37,8 +37,9 @@ import itertools
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Protocol, Self, TypeVar
 
 import attrs
 import trio
@@ -49,12 +50,14 @@ from common.errors import (
     RemotingTimeoutError,
     unwrap_group,
 )
-from common.model import HeartbeatData, ProducerData, TopicRouteData
+from common.model import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
+from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
+from rmq.remoting import Remoting
 from rmq.topic_publish_info import find_broker_addr_in_subscribe
 
 T = TypeVar("T")
@@ -101,9 +104,28 @@ def parse_namesrv(namesrv: str | list[str]) -> list[str]:
     return addrs
 
 
+class RegisteredConsumer(Protocol):
+    """What the instance needs of a consumer registered under its group (a PushConsumer): its
+    topics and ConsumerData for heartbeats, and answers to the brokers' requests about it."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, object]: ...
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def rebalance_immediately(self) -> None: ...
+
+    def running_info_json(self) -> bytes: ...
+
+    async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand: ...
+
+
 @attrs.define(eq=False)
 class ClientInstance:
-    remoting: Any
+    remoting: Remoting
     namesrv_addrs: list[str]
     timeout: float = 3.0
     route_max_age: float = ROUTE_MAX_AGE
@@ -118,7 +140,7 @@ class ClientInstance:
     heartbeat_interval: float = HEARTBEAT_INTERVAL
     poll_namesrv_interval: float = POLL_NAMESRV_INTERVAL
     # group -> the PushConsumer registered under it (heartbeats, broker requests)
-    consumers: dict[str, Any] = attrs.field(factory=dict, init=False)
+    consumers: dict[str, RegisteredConsumer] = attrs.field(factory=dict, init=False)
     # producer groups registered with this instance (heartbeats only)
     producer_groups: set[str] = attrs.field(factory=set, init=False)
     # set when something registers, so `run` starts its periodic work
@@ -203,7 +225,7 @@ class ClientInstance:
 
     # --- groups, heartbeats, background work (MQClientInstance) ---------------------------
 
-    def register_consumer(self, group: str, consumer: Any) -> None:
+    def register_consumer(self, group: str, consumer: RegisteredConsumer) -> None:
         if group in self.consumers:
             raise ClientError(f"consumer group {group} is already registered in this client")
         self.consumers[group] = consumer
@@ -258,7 +280,7 @@ class ClientInstance:
             except Exception as exc:
                 log.debug("route refresh of %s failed: %s", topic, exc)
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Heartbeats and route refreshes while anything is registered; until cancelled."""
         task_status.started()
         await self._registered.wait()
@@ -278,7 +300,9 @@ class ClientInstance:
 
     # --- requests from brokers (ClientRemotingProcessor) -----------------------------------
 
-    async def handle_request(self, cmd: RemotingCommand, channel: Any) -> RemotingCommand | None:
+    async def handle_request(
+        self, cmd: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             consumer = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
             if consumer is not None:
@@ -315,7 +339,7 @@ class ClientBase:
         self,
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
-        remoting: Any = None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
         timeout: float = 3.0,
         route_max_age: float = ROUTE_MAX_AGE,
@@ -350,7 +374,7 @@ class ClientBase:
             raise ClientError(f"{type(self).__name__} is not open: use `async with`")
         return self._instance
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         if self._stack is not None:
             raise ClientError(f"{type(self).__name__} is already open")
         stack = contextlib.AsyncExitStack()
@@ -371,8 +395,7 @@ class ClientBase:
                 heartbeat_interval=self._heartbeat_interval,
             )
             # server->client requests (NOTIFY_CONSUMER_IDS_CHANGED ...) of this connection set
-            if hasattr(remoting, "set_request_handler"):
-                remoting.set_request_handler(instance.handle_request)
+            remoting.set_request_handler(instance.handle_request)
             # the instance's periodic work; idle until a group registers
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
@@ -400,7 +423,12 @@ class ClientBase:
                 except Exception as exc:
                     log.info("unregister producer %s from %s failed: %s", group, addr, exc)
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
         stack, self._stack, self._instance = self._stack, None, None
         if stack is None:
             return False

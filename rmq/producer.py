@@ -42,6 +42,7 @@ import enum
 import inspect
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import attrs
 import trio
@@ -65,11 +66,14 @@ from rmq.message import (
     encode_batch_body,
     stored_record_size,
 )
+from rmq.remoting import Remoting
 from rmq.topic_publish_info import (
     TopicPublishInfo,
     default_publish_info,
     publish_info_from_route,
 )
+
+T = TypeVar("T")
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 # Cluster names are far shorter: a message this far under the limit needs no route to be sure
@@ -85,7 +89,8 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-_STATUS_BY_CODE = {
+# keyed by int: a response's code is the wire's int, not always a ResponseCode member
+_STATUS_BY_CODE: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -94,6 +99,8 @@ _STATUS_BY_CODE = {
 
 
 MessageQueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+# A send's request for the queue it goes to: (extFields, body).
+_Build = Callable[[MessageQueue], tuple[dict[str, str], bytes]]
 
 
 def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
@@ -121,7 +128,7 @@ class Producer(ClientBase):
         group: str = "DEFAULT_PRODUCER",
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
-        remoting=None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
         send_timeout: float = 3.0,
         retry_times: int = 2,
@@ -271,7 +278,9 @@ class Producer(ClientBase):
 
         nursery.start_soon(task)
 
-    async def _select(self, msg: Message, selector, arg) -> MessageQueue:
+    async def _select(
+        self, msg: Message, selector: MessageQueueSelector, arg: object
+    ) -> MessageQueue:
         info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
         mqs = list(info.queues)
         mq = selector(mqs, msg, arg)
@@ -392,7 +401,14 @@ class Producer(ClientBase):
             header["h"] = str(flag)
         return header
 
-    async def _send(self, topic, build, uniq: str, timeout, queue) -> SendResult:
+    async def _send(
+        self,
+        topic: str,
+        build: _Build,
+        uniq: str,
+        timeout: float | None,
+        queue: MessageQueue | None,
+    ) -> SendResult:
         # The await chain of a send is kept short (send -> _send -> RemotingClient.invoke):
         # every frame in it is resumed again each time the request waits for the network.
         timeout = self.send_timeout if timeout is None else timeout
@@ -448,7 +464,7 @@ class Producer(ClientBase):
         detail = f"; last error: {last_error}" if last_error else ""
         raise RemotingTimeoutError(f"send to topic {topic} timed out after {timeout:g} s{detail}")
 
-    def _request(self, mq: MessageQueue, build) -> RemotingCommand:
+    def _request(self, mq: MessageQueue, build: _Build) -> RemotingCommand:
         header, body = build(mq)
         # the prepared header holds the wire strings already: it becomes extFields as it is
         return RemotingCommand(code=send_code(header), ext_fields=header, body=body)
@@ -468,7 +484,7 @@ class Producer(ClientBase):
         )
 
 
-async def _call_back(fn: Callable, value: object) -> None:
+async def _call_back(fn: Callable[[T], object], value: T) -> None:
     out = fn(value)
     if inspect.isawaitable(out):
         await out
