@@ -21,7 +21,9 @@ _H = struct.Struct(">h")
 _BATCH_HEAD = struct.Struct(">iiiii")
 
 
-def decode_batch_body(body) -> list[tuple[int, bytes, dict[str, str]]]:
+def decode_batch_body(
+    body: bytes | bytearray | memoryview,
+) -> list[tuple[int, bytes, dict[str, str]]]:
     """SEND_BATCH_MESSAGE body -> [(flag, body, properties)].
 
     Like the broker (``MessageExtBatchEncoder``) the per-message TOTALSIZE/MAGIC/BODYCRC are not

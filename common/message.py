@@ -35,6 +35,7 @@ from its home; nothing is re-exported here.
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 import zlib
 
@@ -70,6 +71,8 @@ _MID = struct.Struct(">iqi")
 _FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
+# what records are decoded from: a PULL body, a CommitLog segment's memoryview or mmap
+RecordBuffer = bytes | bytearray | memoryview | mmap.mmap
 _H = struct.Struct(">h")
 _B = struct.Struct(">B")
 
@@ -270,21 +273,21 @@ class MessageExt:
     @property
     def born_host(self) -> tuple[str, int]:
         h = self._born_host
-        if type(h) is bytes:
+        if isinstance(h, bytes):
             h = self._born_host = unpack_host(h)
         return h
 
     @property
     def store_host(self) -> tuple[str, int]:
         h = self._store_host
-        if type(h) is bytes:
+        if isinstance(h, bytes):
             h = self._store_host = unpack_host(h)
         return h
 
     @property
     def properties(self) -> dict[str, str]:
         p = self._properties
-        if type(p) is str:
+        if isinstance(p, str):
             p = self._properties = decode_properties(p)
         return p
 
@@ -331,7 +334,7 @@ def _topic_from_raw(raw: bytes) -> str:
     return raw.decode("utf-8")
 
 
-def decode_record(buf, offset: int = 0, *, check_crc: bool = False) -> MessageExt:
+def decode_record(buf: RecordBuffer, offset: int = 0, *, check_crc: bool = False) -> MessageExt:
     """Decode the record starting at ``offset``; bytes after it are ignored."""
     # Fast path: IPv4 hosts and a well-formed record: one unpack for the fixed part. Anything
     # unusual goes through the careful path below, which also words the errors.
@@ -390,7 +393,7 @@ def decode_record(buf, offset: int = 0, *, check_crc: bool = False) -> MessageEx
     )
 
 
-def _decode_record_checked(buf, offset: int, check_crc: bool) -> MessageExt:
+def _decode_record_checked(buf: RecordBuffer, offset: int, check_crc: bool) -> MessageExt:
     n = len(buf)
     if offset < 0 or offset + _HEAD.size > n:
         raise RecordDecodeError(f"truncated record header at {offset} (buffer {n} bytes)")
@@ -460,7 +463,7 @@ def _decode_record_checked(buf, offset: int, check_crc: bool) -> MessageExt:
     )
 
 
-def decode_records(buf, *, check_crc: bool = False) -> list[MessageExt]:
+def decode_records(buf: RecordBuffer, *, check_crc: bool = False) -> list[MessageExt]:
     """Decode concatenated records (a PULL body); a partial record at the end raises."""
     out = []
     pos = 0
