@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from common.model import MessageQueue
+from rmq.client_instance import ClientInstance
 from rmq.errors import ClientError
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,9 @@ class _MemoryTable:
 
 
 class RemoteBrokerOffsetStore(_MemoryTable):
-    def __init__(self, client, group: str, timeout: float = 3.0) -> None:
+    def __init__(self, client: ClientInstance, group: str, timeout: float = 3.0) -> None:
         super().__init__()
-        self._client = client  # rmq.client_instance.ClientInstance
+        self._client = client
         self.group = group
         self.timeout = timeout
 
