@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import trio
 
@@ -40,7 +41,9 @@ from common.message import MessageExt
 from common.message_properties import MessageConst
 from common.model import MessageQueue
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
+from rmq.offset_store import OffsetStore
 from rmq.process_queue import ProcessQueue
+from rmq.rebalance import RebalanceImpl
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,43 @@ class OrderlyStatus(enum.Enum):
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
+# The user's listener, as the consumer calls it (sync and asyncio listeners are wrapped into
+# one of these). What it returns is checked at run time: None, or the service's status enum.
+Listener = Callable[[list[MessageExt]], Awaitable[object]]
+
+
+class Consumer(Protocol):
+    """What the consume services need of their push consumer."""
+
+    # failed listener calls, counted here
+    stats_failed: int
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def consume_concurrency(self) -> int: ...
+
+    @property
+    def consume_batch_max_size(self) -> int: ...
+
+    @property
+    def max_reconsume_times(self) -> int: ...
+
+    @property
+    def broadcasting(self) -> bool: ...
+
+    @property
+    def offset_store(self) -> OffsetStore: ...
+
+    @property
+    def rebalance(self) -> RebalanceImpl: ...
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int, mq: MessageQueue) -> bool:
+        """CONSUMER_SEND_MSG_BACK; False when the broker did not take the message."""
+        ...
+
+
 def reset_retry_topic(msgs: list[MessageExt], group: str) -> None:
     retry = RETRY_GROUP_TOPIC_PREFIX + group
     for m in msgs:
@@ -68,7 +108,7 @@ def reset_retry_topic(msgs: list[MessageExt], group: str) -> None:
 
 
 class ConsumeMessageConcurrentlyService:
-    def __init__(self, consumer: Any, listener, nursery: trio.Nursery) -> None:
+    def __init__(self, consumer: Consumer, listener: Listener, nursery: trio.Nursery) -> None:
         self.c = consumer
         self.listener = listener
         self.nursery = nursery
@@ -118,13 +158,15 @@ class ConsumeMessageConcurrentlyService:
         if offset >= 0 and not pq.dropped:
             self.c.offset_store.update_offset(mq, offset, increase_only=True)
 
-    async def _consume_later(self, msgs, pq: ProcessQueue, mq: MessageQueue) -> None:
+    async def _consume_later(
+        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
+    ) -> None:
         await trio.sleep(SEND_BACK_RETRY_DELAY)
         await self._consume(msgs, pq, mq)
 
 
 class ConsumeMessageOrderlyService:
-    def __init__(self, consumer: Any, listener, nursery: trio.Nursery) -> None:
+    def __init__(self, consumer: Consumer, listener: Listener, nursery: trio.Nursery) -> None:
         self.c = consumer
         self.listener = listener
         self.nursery = nursery

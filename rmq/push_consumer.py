@@ -49,11 +49,12 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Self
 
 import trio
 
 from common import serde
-from common.message import decode_record
+from common.message import MessageExt, decode_record
 from common.model import (
     ConsumeFromWhere,
     ConsumerData,
@@ -67,19 +68,26 @@ from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
 from common.string_hash import java_string_hash
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
-from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
-from rmq.client_instance import ClientBase
+from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullResponse
+from rmq.client_instance import ClientBase, ClientInstance
 from rmq.consume_service import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     ConsumeStatus,
+    Listener,
     OrderlyStatus,
 )
 from rmq.errors import ClientError
-from rmq.offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from rmq.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
 from rmq.process_queue import ProcessQueue
 from rmq.pull_consumer import parse_tag_expression
 from rmq.rebalance import RebalanceImpl, allocate_averagely
+from rmq.remoting import Remoting
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +107,7 @@ PULL_DELAY_WHEN_EXCEPTION = 3.0
 LOCK_INTERVAL = 20.0
 
 
-def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
+def build_subscription(topic: str, expression: str) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData: tags split on '||', hash codes of each."""
     tags = parse_tag_expression(expression)
     if tags is None:
@@ -131,13 +139,13 @@ class PushConsumer(ClientBase):
         consume_concurrency: int = 20,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue_mib: int = 100,
-        offset_store_dir: str | os.PathLike | None = None,
+        offset_store_dir: str | os.PathLike[str] | None = None,
         instance_name: str | None = None,
         rebalance_interval: float = 20.0,
         persist_interval: float = 5.0,
         heartbeat_interval: float = 30.0,
         timeout: float = 3.0,
-        remoting=None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
     ) -> None:
         super().__init__(
@@ -175,27 +183,42 @@ class PushConsumer(ClientBase):
         self.timeout = timeout
         # topic -> subscription (the user's, plus %RETRY%group in clustering mode)
         self.subscriptions: dict[str, SubscriptionData] = {}
-        self._listener = None
+        self._listener: Listener | None = None
         self.orderly = False
         self.rebalance = RebalanceImpl(self)
-        self.offset_store = None
-        self._consume_service = None
+        # both made by `_start`: the remote store needs the client, the service the nursery
+        self._offset_store: OffsetStore | None = None
+        self._consume_service: (
+            ConsumeMessageOrderlyService | ConsumeMessageConcurrentlyService | None
+        ) = None
         # set to run a rebalance now rather than at the next interval
         self._rebalance_wakeup = trio.Event()
         # queue -> broker id the broker suggested on the last pull
         self._suggested: dict[MessageQueue, int] = {}
         self._start_ms = 0
         # the ClientInstance from start until the end of shutdown
-        self._live = None
+        self._live: ClientInstance | None = None
         self.stats_consumed = 0
         self.stats_failed = 0
 
     @property
-    def client(self):
+    def client(self) -> ClientInstance:
         # ClientBase forgets its instance before the exit stack runs; our shutdown still needs it
         if self._live is not None:
             return self._live
         return super().client
+
+    @property
+    def offset_store(self) -> OffsetStore:
+        if self._offset_store is None:
+            raise ClientError("the consumer is not started: no offset store yet")
+        return self._offset_store
+
+    @property
+    def _service(self) -> ConsumeMessageOrderlyService | ConsumeMessageConcurrentlyService:
+        if self._consume_service is None:
+            raise ClientError("the consumer is not started: no consume service yet")
+        return self._consume_service
 
     @property
     def broadcasting(self) -> bool:
@@ -210,10 +233,10 @@ class PushConsumer(ClientBase):
             raise ClientError("topic is empty")
         self.subscriptions[topic] = build_subscription(topic, expression)
 
-    def register_listener(self, fn) -> None:
+    def register_listener(self, fn: Listener) -> None:
         self._listener, self.orderly = fn, False
 
-    def register_orderly_listener(self, fn) -> None:
+    def register_orderly_listener(self, fn: Listener) -> None:
         self._listener, self.orderly = fn, True
 
     def assigned_queues(self) -> frozenset[MessageQueue]:
@@ -224,8 +247,9 @@ class PushConsumer(ClientBase):
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def __aenter__(self) -> PushConsumer:
-        if self._listener is None:
+    async def __aenter__(self) -> Self:
+        listener = self._listener
+        if listener is None:
             raise ClientError("register a listener before starting the consumer")
         if not self.subscriptions:
             raise ClientError("subscribe to at least one topic before starting the consumer")
@@ -234,24 +258,24 @@ class PushConsumer(ClientBase):
             self.subscriptions.setdefault(retry, build_subscription(retry, "*"))
         await super().__aenter__()
         try:
-            await self._start()
+            await self._start(listener)
         except BaseException:
             await super().__aexit__(None, None, None)
             raise
         return self
 
-    async def _start(self) -> None:
+    async def _start(self, listener: Listener) -> None:
         client = self._live = self.client
         assert self._stack is not None
         self._stack.callback(setattr, self, "_live", None)
         self._start_ms = int(time.time() * 1000)
+        store: OffsetStore
         if self.broadcasting:
-            self.offset_store = LocalFileOffsetStore(
-                self.offset_store_dir, self.client_id, self.group
-            )
+            store = LocalFileOffsetStore(self.offset_store_dir, self.client_id, self.group)
         else:
-            self.offset_store = RemoteBrokerOffsetStore(client, self.group, self.timeout)
-        self.offset_store.load()
+            store = RemoteBrokerOffsetStore(client, self.group, self.timeout)
+        store.load()
+        self._offset_store = store
         client.register_consumer(self.group, self)
         self._stack.callback(client.unregister_consumer, self.group)
         nursery = await self._stack.enter_async_context(trio.open_nursery())
@@ -261,7 +285,7 @@ class PushConsumer(ClientBase):
         service = (
             ConsumeMessageOrderlyService if self.orderly else ConsumeMessageConcurrentlyService
         )
-        self._consume_service = service(self, self._listener, nursery)
+        self._consume_service = service(self, listener, nursery)
         self._nursery = nursery
         await client.update_routes()
         await client.send_heartbeat_to_all_brokers()
@@ -348,7 +372,7 @@ class PushConsumer(ClientBase):
         assert self._nursery is not None
         self._nursery.start_soon(self._pull_loop, mq, pq, offset)
 
-    async def send_message_back(self, msg, delay_level: int, mq: MessageQueue) -> bool:
+    async def send_message_back(self, msg: MessageExt, delay_level: int, mq: MessageQueue) -> bool:
         """CONSUMER_SEND_MSG_BACK to the master of the queue's broker; False when it failed."""
         try:
             addr = await self.client.master_addr(mq.brokerName, mq.topic)
@@ -407,12 +431,14 @@ class PushConsumer(ClientBase):
             if msgs:
                 pq.put(msgs)
                 self.stats_consumed += len(msgs)
-                self._consume_service.submit(msgs, pq, mq)
+                self._service.submit(msgs, pq, mq)
             elif pq.msg_count == 0:
                 # correctTagsOffset: nothing cached, so the next offset is safe to commit
                 self.offset_store.update_offset(mq, offset, increase_only=True)
 
-    async def _pull_once(self, mq: MessageQueue, offset: int, sub: SubscriptionData):
+    async def _pull_once(
+        self, mq: MessageQueue, offset: int, sub: SubscriptionData
+    ) -> PullResponse:
         client = self.client
         addr, is_slave = await client.subscribe_addr(
             mq.brokerName, self._suggested.get(mq, 0), mq.topic
@@ -462,6 +488,9 @@ class PushConsumer(ClientBase):
 
     async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand:
         """CONSUME_MESSAGE_DIRECTLY: run the listener on the record in the body."""
+        listener = self._listener
+        if listener is None:  # not registered with a broker before `async with` checked it
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "no listener registered")
         try:
             msg = decode_record(cmd.body_bytes())
         except ValueError as exc:
@@ -469,7 +498,7 @@ class PushConsumer(ClientBase):
         started = time.monotonic()
         remark = None
         try:
-            status = await self._listener([msg])
+            status = await listener([msg])
         except Exception as exc:
             status, remark = None, repr(exc)
             result = "CR_THROW_EXCEPTION"

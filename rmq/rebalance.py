@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import trio
 
 from common.errors import TopicNotExistError
 from common.model import MessageQueue
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
+from rmq.client_instance import ClientInstance
+from rmq.offset_store import OffsetStore
 from rmq.process_queue import ProcessQueue
 from rmq.topic_publish_info import subscribe_queues
 
@@ -80,10 +82,43 @@ def allocate_averagely(
     return [mq_all[(start + i) % n] for i in range(max(0, count))]
 
 
-class RebalanceImpl:
-    """The queue table of one push consumer; `consumer` is the PushConsumer (its internals)."""
+class RebalanceConsumer(Protocol):
+    """What a rebalance needs of its push consumer: the subscription and mode, where offsets
+    are kept, the client to reach brokers with, and how a queue's pulls start."""
 
-    def __init__(self, consumer: Any) -> None:
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, object]: ...
+
+    @property
+    def orderly(self) -> bool: ...
+
+    @property
+    def broadcasting(self) -> bool: ...
+
+    @property
+    def offset_store(self) -> OffsetStore: ...
+
+    @property
+    def client(self) -> ClientInstance: ...
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int: ...
+
+    def start_pull(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None: ...
+
+
+class RebalanceImpl:
+    """The queue table of one push consumer."""
+
+    def __init__(self, consumer: RebalanceConsumer) -> None:
         self.c = consumer
         # queue -> its ProcessQueue while this consumer owns it (pull loop running)
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
