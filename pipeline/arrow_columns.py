@@ -31,7 +31,7 @@ _MAX_MS = 253402300799999
 _HEX16 = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint16)
 
 
-def timestamps(ms) -> pa.Array:
+def timestamps(ms: np.ndarray) -> pa.Array:
     """Record milliseconds as Spark timestamps; null where Spark cannot hold the value."""
     ms = ms.astype(np.int64)
     ok = (ms >= _MIN_MS) & (ms <= _MAX_MS)
@@ -42,7 +42,7 @@ def timestamps(ms) -> pa.Array:
     return pa.array(us, ts, mask=~ok)
 
 
-def binary_array(kind, offsets: np.ndarray, data: np.ndarray, n: int) -> pa.Array:
+def binary_array(kind: pa.DataType, offsets: np.ndarray, data: np.ndarray, n: int) -> pa.Array:
     """An ``n``-row string or binary array over int32 ``offsets`` into ``data`` (no copy)."""
     return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 

@@ -147,7 +147,12 @@ class LiveCluster:
         return out
 
     def _first(
-        self, addrs: tuple[str, ...], code: int, ext: dict, *, ok=frozenset({ResponseCode.SUCCESS})
+        self,
+        addrs: tuple[str, ...],
+        code: int,
+        ext: dict,
+        *,
+        ok: frozenset[int] = frozenset({ResponseCode.SUCCESS}),
     ) -> RemotingCommand:
         last: Exception | None = None
         for addr in addrs:

@@ -24,6 +24,7 @@ import logging
 import struct
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -34,6 +35,9 @@ from pipeline.blocking_client import BlockingClient
 from pipeline.errors import DataLossError
 from pipeline.prefetch import prefetched
 from rmq.client_api import PULL_SUBSCRIPTION
+
+if TYPE_CHECKING:  # pyarrow is imported where batches are made, on the executors
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,9 @@ class PullTask:
     read_from_slave: bool = False
 
 
-def _keep(batch, start: int, end: int, tags: frozenset[str] | None):
+def _keep(
+    batch: pa.RecordBatch, start: int, end: int, tags: frozenset[str] | None
+) -> pa.RecordBatch:
     import pyarrow.compute as pc
 
     if batch.num_rows == 0:
@@ -69,7 +75,7 @@ def _keep(batch, start: int, end: int, tags: frozenset[str] | None):
     return batch.filter(mask)
 
 
-def pa_strings(values: frozenset[str]):
+def pa_strings(values: frozenset[str]) -> pa.Array:
     import pyarrow as pa
 
     return pa.array(sorted(values), type=pa.string())
@@ -115,7 +121,7 @@ def read_task(task: PullTask) -> Iterator:
             yield batch
 
 
-def _pull_bodies(task: PullTask, wanted) -> Iterator[bytes]:
+def _pull_bodies(task: PullTask, wanted: frozenset[str] | None) -> Iterator[bytes]:
     """The raw PULL bodies of [start, end) of `task`'s queue, in order."""
     where = f"{task.topic} {task.broker}/{task.queue_id}"
     offset = task.start

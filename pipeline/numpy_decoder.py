@@ -31,11 +31,20 @@ records) in one gather; it returns None rather than raising, and the caller fall
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.message import MESSAGE_MAGIC_CODE, MessageSysFlag, RecordDecodeError, record_size
+from common.message import (
+    MESSAGE_MAGIC_CODE,
+    MessageSysFlag,
+    RecordBuffer,
+    RecordDecodeError,
+    record_size,
+)
 from common.message_properties import MessageConst
 from pipeline.arrow_columns import constant_string, inflate, offset_msg_ids, timestamps
 from pipeline.properties_map import parse_properties
@@ -63,7 +72,7 @@ _MID = np.dtype(
 # two uppercase hex digits per byte value, as one uint16 in memory order
 
 
-def _strided(arr: np.ndarray, dtype) -> np.ndarray:
+def _strided(arr: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
     """``arr`` (uint8) seen as one ``dtype`` struct starting at every byte."""
     dtype = np.dtype(dtype)
     count = len(arr) - dtype.itemsize + 1
@@ -72,12 +81,12 @@ def _strided(arr: np.ndarray, dtype) -> np.ndarray:
     return np.ndarray(shape=(count,), dtype=dtype, buffer=arr, offset=0, strides=(1,))
 
 
-def _fail(s: np.ndarray, bad: np.ndarray, what: str):
+def _fail(s: np.ndarray, bad: np.ndarray, what: str) -> NoReturn:
     i = int(np.flatnonzero(bad)[0])
     raise RecordDecodeError(f"record at {int(s[i])}: {what}")
 
 
-def decode_general(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
+def decode_general(buf: RecordBuffer, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
     """Any records (IPv6 hosts too); checks each and raises naming the first bad one."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     nbuf = len(arr)
@@ -196,7 +205,7 @@ def decode_general(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
     )
 
 
-def _fail_utf8(parts: pa.Array, s: np.ndarray, n: int, exc: Exception):
+def _fail_utf8(parts: pa.Array, s: np.ndarray, n: int, exc: Exception) -> NoReturn:
     for i in range(n):
         for k, what in ((2, "topic"), (4, "properties")):
             v = parts[6 * i + k].as_py()

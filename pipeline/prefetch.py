@@ -33,7 +33,7 @@ def prefetched(make: Callable[[], Iterator], depth: int = PREFETCH_DEPTH) -> Ite
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
-    def put(item) -> bool:
+    def put(item: object) -> bool:
         while not stop.is_set():
             try:
                 q.put(item, timeout=0.05)

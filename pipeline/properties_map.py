@@ -241,7 +241,9 @@ def _properties_fast(props_str: pa.Array, n: int) -> tuple[pa.Array, dict[str, p
     return props, lookups
 
 
-def _maybe_duplicates(row, counts, klen, first, last) -> bool:
+def _maybe_duplicates(
+    row: np.ndarray, counts: np.ndarray, klen: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> bool:
     """Whether two pairs of one row might share a name (equal fingerprints); exact for <= 16."""
     widest = int(counts.max())
     if widest > 16:

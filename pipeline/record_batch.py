@@ -28,10 +28,11 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from broker.store import commitlog_scan
-from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, RecordDecodeError
+from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, RecordBuffer, RecordDecodeError
 from pipeline.arrow_columns import binary_array, constant_string, inflate, timestamps
 from pipeline.numpy_decoder import MIN_RECORD_SIZE, decode_fast, decode_general
 from pipeline.schema import arrow_schema
@@ -39,7 +40,7 @@ from pipeline.schema import arrow_schema
 try:
     from pipeline import _kernels
 except ImportError:  # numba is in the "spark" extra; without it the numpy path decodes
-    _kernels = None
+    _kernels = None  # type: ignore[assignment]  # the module or None: tested before each use
 else:
     commitlog_scan.use_compiled_chain(_kernels.chain)
 
@@ -50,7 +51,7 @@ _HEAD2 = struct.Struct(">ii")
 _MAX_SPAN = (1 << 31) - 1
 
 
-def walk_records(buf) -> np.ndarray:
+def walk_records(buf: RecordBuffer) -> np.ndarray:
     """Start positions of the records of ``buf`` (a PULL body or a whole segment).
 
     BLANK filler is stepped over; anything else that is not a complete record raises.
@@ -62,7 +63,7 @@ def walk_records(buf) -> np.ndarray:
     return _walk_python(buf)
 
 
-def _walk_python(buf) -> np.ndarray:
+def _walk_python(buf: RecordBuffer) -> np.ndarray:
     """The plain walk: the fallback without numba, and the wording of every walk error."""
     n = len(buf)
     unpack = _HEAD2.unpack_from
@@ -90,7 +91,9 @@ def _walk_python(buf) -> np.ndarray:
     return np.fromiter(starts, dtype=np.int64, count=len(starts))
 
 
-def decode_records(buf, *, broker_name: str, starts=None) -> pa.RecordBatch:
+def decode_records(
+    buf: RecordBuffer, *, broker_name: str, starts: npt.ArrayLike | None = None
+) -> pa.RecordBatch:
     """Decode every record of ``buf`` (or those at ``starts``) into one pipeline-schema batch."""
     if starts is None:
         starts = walk_records(buf)
@@ -104,7 +107,7 @@ def decode_records(buf, *, broker_name: str, starts=None) -> pa.RecordBatch:
     return _decode(buf, broker_name, starts)
 
 
-def _decode(buf, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
+def _decode(buf: RecordBuffer, broker_name: str, s: np.ndarray) -> pa.RecordBatch:
     arr = np.frombuffer(buf, dtype=np.uint8)
     n = len(s)
     if _kernels is not None and n:
