@@ -42,6 +42,7 @@ from rmq.admin_api import (
 from rmq.client_api import PULL_SUBSCRIPTION
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
+from rmq.remoting import Remoting
 from rmq.topic_publish_info import subscribe_queues
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ class Admin(ClientBase):
         self,
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
-        remoting=None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
         timeout: float = 3.0,
     ) -> None:
@@ -303,7 +304,7 @@ class Admin(ClientBase):
         """Messages of `topic` whose KEYS hold `key` (mqadmin queryMsgByKey), oldest first."""
         return await self._query(topic, key, max_num, unique=False)
 
-    async def _query(self, topic: str, key: str, max_num: int, *, unique: bool):
+    async def _query(self, topic: str, key: str, max_num: int, *, unique: bool) -> list[MessageExt]:
         api = self._admin_api
         brokers = await self._topic_masters(topic)
         answers = await self._each(
@@ -312,7 +313,7 @@ class Admin(ClientBase):
                 addr, topic, key, max_num, unique=unique, timeout=self.timeout
             ),  # fmt: skip
         )
-        found = []
+        found: list[MessageExt] = []
         for msgs in answers:
             for m in msgs:
                 # the index is a hash table: drop other keys (and other topics) that collide

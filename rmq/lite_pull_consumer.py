@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Iterable
+from types import TracebackType
 
 import attrs
 import trio
@@ -47,6 +48,7 @@ from common.model import MessageQueue
 from common.remoting.network import Network
 from rmq.errors import ClientError
 from rmq.pull_consumer import PullConsumer, PullStatus
+from rmq.remoting import Remoting
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ class LitePullConsumer:
         consume_timestamp_ms: int | None = None,
         pull_delay_on_error: float = PULL_DELAY_ON_ERROR,
         timeout: float = 3.0,
-        remoting=None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
     ) -> None:
         # by name; a ConsumeFromWhere member or RocketMQ's spelling ("CONSUME_FROM_...") too
@@ -144,7 +146,12 @@ class LitePullConsumer:
             self._nursery.start_soon(self._auto_commit)
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
         nursery, self._nursery = self._nursery, None
         if nursery is None:
             return False

@@ -77,7 +77,7 @@ MAX_PROPERTIES_BYTES = 32767  # the record stores the properties length as a sho
 
 def _body_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
     if body.__class__ is bytes:
-        return body  # type: ignore[return-value]
+        return body
     if isinstance(body, str):
         return body.encode("utf-8")
     return bytes(body)

@@ -30,6 +30,7 @@ from common.remoting.network import Network
 from rmq.client_api import PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
+from rmq.remoting import Remoting
 from rmq.topic_publish_info import subscribe_queues
 
 
@@ -78,7 +79,7 @@ class PullConsumer(ClientBase):
         group: str = "DEFAULT_CONSUMER",
         namesrv: str | list[str] = "127.0.0.1:9876",
         *,
-        remoting=None,
+        remoting: Remoting | None = None,
         network: Network | None = None,
         timeout: float = 3.0,
         route_max_age: float = 30.0,

@@ -72,15 +72,14 @@ def publish_info_from_route(
     topic: str, route: TopicRouteData, *, max_queue_nums: int | None = None
 ) -> TopicPublishInfo:
     """The writable queues of `route` for `topic` (see the module docstring)."""
+    queues: list[MessageQueue] = []
     if route.orderTopicConf:
-        queues = []
         for item in route.orderTopicConf.split(";"):
             name, _, num = item.partition(":")
             if name and num.strip().isdigit():
                 queues += [MessageQueue(topic, name, i) for i in range(int(num))]
         return TopicPublishInfo(topic, queues, order_topic=True)
     masters = _masters(route)
-    queues: list[MessageQueue] = []
     for qd in sorted(route.queueDatas, key=lambda q: q.brokerName):
         if not PermName.is_writeable(qd.perm) or qd.brokerName not in masters:
             continue
