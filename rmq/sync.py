@@ -40,8 +40,9 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Self, TypeVar, TypeVarTuple
 
 import attrs
 import trio
@@ -55,6 +56,7 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
+from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
 from rmq.producer import SendResult, SendStatus
@@ -68,6 +70,9 @@ from rmq.push_consumer import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 @attrs.define(eq=False)
@@ -100,7 +105,7 @@ class _Portal:
             self._ready.set()
             await trio.sleep_forever()
 
-    def run(self, afn, *args) -> Any:
+    def run(self, afn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
         try:
             return trio.from_thread.run(afn, *args, trio_token=self._token)
         except BaseExceptionGroup as group:
@@ -114,13 +119,15 @@ class _Portal:
         assert self._token is not None
         return self._token
 
-    def submit(self, afn, *args) -> concurrent.futures.Future:
+    def submit(
+        self, afn: Callable[[*Ts], Awaitable[T]], *args: *Ts
+    ) -> concurrent.futures.Future[T]:
         """Start `afn(*args)` as a portal task now; its outcome lands in the returned future.
 
         Never blocks (safe from an asyncio loop). Cancelling the future cancels the task; a
         task the portal itself cancels leaves the future cancelled, never pending forever.
         """
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         scope = trio.CancelScope()
 
         async def runner() -> None:
@@ -133,7 +140,7 @@ class _Portal:
                 if not fut.done():
                     fut.cancel()
 
-        def on_done(f: concurrent.futures.Future) -> None:
+        def on_done(f: concurrent.futures.Future[T]) -> None:
             if f.cancelled():
                 try:
                     self.token.run_sync_soon(scope.cancel)
@@ -145,7 +152,7 @@ class _Portal:
         self.token.run_sync_soon(self._nursery.start_soon, runner)
         return fut
 
-    def enter(self, acm) -> _Lease:
+    def enter(self, acm: AbstractAsyncContextManager[object]) -> _Lease:
         assert self._nursery is not None
         return self.run(self._nursery.start, _hold, acm)
 
@@ -156,7 +163,12 @@ class _Portal:
             raise lease.error
 
 
-def _settle(fut: concurrent.futures.Future, *, result: Any = None, error=None) -> None:
+def _settle(
+    fut: concurrent.futures.Future[Any],
+    *,
+    result: object = None,
+    error: BaseException | None = None,
+) -> None:
     """Complete `fut` unless its waiter cancelled it meanwhile (then the outcome is dropped)."""
     try:
         if error is not None:
@@ -167,7 +179,10 @@ def _settle(fut: concurrent.futures.Future, *, result: Any = None, error=None) -
         pass
 
 
-async def _hold(acm, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _hold(
+    acm: AbstractAsyncContextManager[object],
+    task_status: trio.TaskStatus[_Lease] = trio.TASK_STATUS_IGNORED,
+) -> None:
     lease: _Lease | None = None
     try:
         async with acm as value:
@@ -216,7 +231,7 @@ class _SyncClient:
         self._async = self._async_cls(*args, **kwargs)
         self._lease: _Lease | None = None
 
-    def open(self):
+    def open(self) -> Self:
         if self._lease is not None:
             raise ClientError(f"{type(self).__name__} is already open")
         self._lease = _get_portal().enter(self._async)
@@ -227,10 +242,10 @@ class _SyncClient:
         if lease is not None:
             _get_portal().exit(lease)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.open()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -249,7 +264,7 @@ class Producer(_SyncClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # send_async futures not yet done; close() waits for them
-        self._inflight: set[concurrent.futures.Future] = set()
+        self._inflight: set[concurrent.futures.Future[SendResult]] = set()
         self._inflight_lock = threading.Lock()
 
     def send(
@@ -257,7 +272,7 @@ class Producer(_SyncClient):
         msg: Message,
         *,
         queue: MessageQueue | None = None,
-        selector: Callable | None = None,
+        selector: _producer.MessageQueueSelector | None = None,
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
@@ -275,7 +290,7 @@ class Producer(_SyncClient):
         on_error: Callable[[BaseException], object] | None = None,
         *,
         timeout: float | None = None,
-    ) -> concurrent.futures.Future:
+    ) -> concurrent.futures.Future[SendResult]:
         """Start the send and return at once; the callback runs in a worker thread.
 
         Without `on_error` a failure is logged (there is no caller left to raise it to) and
@@ -290,7 +305,7 @@ class Producer(_SyncClient):
         fut.add_done_callback(self._forget)
         return fut
 
-    def _forget(self, fut: concurrent.futures.Future) -> None:
+    def _forget(self, fut: concurrent.futures.Future[SendResult]) -> None:
         with self._inflight_lock:
             self._inflight.discard(fut)
 
@@ -350,7 +365,13 @@ class PullConsumer(_SyncClient):
         return self._call("search_offset", mq, timestamp_ms)
 
 
-async def _send_then_call(producer, msg, on_result, on_error, timeout) -> SendResult:
+async def _send_then_call(
+    producer: _producer.Producer,
+    msg: Message,
+    on_result: Callable[[SendResult], object],
+    on_error: Callable[[BaseException], object] | None,
+    timeout: float | None,
+) -> SendResult:
     try:
         result = await producer.send(msg, timeout=timeout)
     except RmqError as exc:
@@ -401,14 +422,14 @@ class LitePullConsumer(_SyncClient):
         return self._call("committed", mq)
 
 
-async def _run_sync_in_trio(fn, *args) -> Any:
+async def _run_sync_in_trio(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return fn(*args)
 
 
-def _thread_listener(fn: Callable) -> Callable:
+def _thread_listener(fn: Callable[[list[MessageExt]], object]) -> Listener:
     """A Trio listener that runs the plain function `fn` in a worker thread."""
 
-    async def listener(msgs):
+    async def listener(msgs: list[MessageExt]) -> object:
         return await trio.to_thread.run_sync(fn, msgs)
 
     return listener
@@ -423,11 +444,11 @@ class PushConsumer(_SyncClient):
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
 
-    def register_listener(self, fn: Callable) -> None:
+    def register_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
         """`fn(msgs) -> ConsumeStatus | None`, called in a worker thread."""
         self._async.register_listener(_thread_listener(fn))
 
-    def register_orderly_listener(self, fn: Callable) -> None:
+    def register_orderly_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
         """`fn(msgs) -> OrderlyStatus | None`, called in a worker thread."""
         self._async.register_orderly_listener(_thread_listener(fn))
 
