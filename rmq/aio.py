@@ -54,8 +54,8 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Self, TypeVar
 
 import trio
 
@@ -68,6 +68,7 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
+from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
 from rmq.producer import SendResult, SendStatus
@@ -83,8 +84,10 @@ from rmq.sync import _get_portal, _hold, _Lease, _MirrorCoroutines
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-async def _bridge(afn, *args: Any, **kwargs: Any) -> Any:
+
+async def _bridge(afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Run the Trio coroutine function `afn` on the portal; await it from asyncio."""
     portal = _get_portal()
     fut = portal.submit(functools.partial(afn, *args, **kwargs))
@@ -98,7 +101,7 @@ class _AioClient:
         self._async = self._async_cls(*args, **kwargs)
         self._lease: _Lease | None = None
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         if self._lease is not None:
             raise ClientError(f"{type(self).__name__} is already open")
         portal = _get_portal()
@@ -106,7 +109,7 @@ class _AioClient:
         self._lease = await _bridge(portal._nursery.start, _hold, self._async)
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None
         if lease is None:
             return
@@ -132,14 +135,14 @@ class Producer(_AioClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # send_async tasks not yet done; __aexit__ waits for them
-        self._inflight: set[asyncio.Task] = set()
+        self._inflight: set[asyncio.Task[SendResult]] = set()
 
     async def send(
         self,
         msg: Message,
         *,
         queue: MessageQueue | None = None,
-        selector: Callable | None = None,
+        selector: _producer.MessageQueueSelector | None = None,
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
@@ -165,7 +168,7 @@ class Producer(_AioClient):
         on_error: Callable[[BaseException], object] | None = None,
         *,
         timeout: float | None = None,
-    ) -> asyncio.Task:
+    ) -> asyncio.Task[SendResult]:
         """Start the send as a task of the running loop; callbacks run on that loop.
 
         Without `on_error` a failure stays in the returned task (await it to see it).
@@ -189,7 +192,7 @@ class Producer(_AioClient):
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._inflight:
             await asyncio.wait(list(self._inflight))
         await super().__aexit__(*exc_info)
@@ -208,7 +211,9 @@ class PullConsumer(_AioClient):
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return await self._call("fetch_queues", topic)
 
-    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw) -> PullResult:
+    async def pull(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any
+    ) -> PullResult:
         return await self._call("pull", mq, offset, max_nums, **kw)
 
     async def query_offset(self, mq: MessageQueue) -> int:
@@ -267,13 +272,15 @@ class LitePullConsumer(_AioClient):
         return await self._call("committed", mq)
 
 
-def _loop_listener(fn: Callable, loop: asyncio.AbstractEventLoop) -> Callable:
+def _loop_listener(
+    fn: Callable[[list[MessageExt]], object], loop: asyncio.AbstractEventLoop
+) -> Listener:
     """A Trio listener that runs `fn(msgs)` on the asyncio `loop` and waits for it."""
 
-    async def on_loop(msgs):
+    async def on_loop(msgs: list[MessageExt]) -> object:
         return await _maybe_result(fn(msgs))
 
-    async def listener(msgs):
+    async def listener(msgs: list[MessageExt]) -> object:
         fut = asyncio.run_coroutine_threadsafe(on_loop(msgs), loop)
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
@@ -302,11 +309,11 @@ class PushConsumer(_AioClient):
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
 
-    def register_listener(self, fn: Callable) -> None:
+    def register_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
         """`async def fn(msgs) -> ConsumeStatus | None`; call from inside the asyncio loop."""
         self._async.register_listener(_loop_listener(fn, asyncio.get_running_loop()))
 
-    def register_orderly_listener(self, fn: Callable) -> None:
+    def register_orderly_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
         """`async def fn(msgs) -> OrderlyStatus | None`; call from inside the asyncio loop."""
         self._async.register_orderly_listener(_loop_listener(fn, asyncio.get_running_loop()))
 
