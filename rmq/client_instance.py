@@ -428,16 +428,20 @@ class ClientBase:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
+        # None, not bool: leaving a client never swallows the caller's exception (so mypy
+        # knows a `return` inside `async with Producer(...)` is the function's end). The stack
+        # could only swallow a Cancelled of our own nursery's scope, and nothing cancels that
+        # while the caller's block runs: a failed task raises its error at exit instead.
         stack, self._stack, self._instance = self._stack, None, None
         if stack is None:
-            return False
+            return
         try:
-            return bool(await stack.__aexit__(exc_type, exc, tb))
+            await stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             inner = unwrap_group(group)
             if inner is group:
                 raise
             if inner is exc:
-                return False  # let the original exception propagate unchanged
+                return  # let the original exception propagate unchanged
             raise inner from None

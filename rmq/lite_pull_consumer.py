@@ -151,10 +151,10 @@ class LitePullConsumer:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         nursery, self._nursery = self._nursery, None
         if nursery is None:
-            return False
+            return
         self._closing = True
         nursery.cancel_scope.cancel()
         try:
@@ -166,7 +166,6 @@ class LitePullConsumer:
                     await self._commit_all(log_errors=True)
             finally:
                 await self._pull.__aexit__(exc_type, exc, tb)
-        return False
 
     # --- assignment --------------------------------------------------------------------------
 
