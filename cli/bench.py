@@ -20,10 +20,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+
+if TYPE_CHECKING:
+    from common.model import MessageQueue
+    from rmq.remoting import Remoting
 
 MB = 1024 * 1024
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -114,7 +118,7 @@ async def bench_produce(namesrv: str, topic: str, *, size: int = 1024, batch: in
                         inflight: int = 16, count: int | None = 10_000,
                         duration: float | None = None, group: str = "rmq_bench_pg",
                         progress: Callable[[int], None] | None = None,
-                        remoting=None) -> BenchResult:  # fmt: skip
+                        remoting: Remoting | None = None) -> BenchResult:  # fmt: skip
     """Send messages as fast as `inflight` concurrent requests allow; see the module doc."""
     from rmq import Message, Producer, SendStatus
 
@@ -159,7 +163,7 @@ async def bench_produce(namesrv: str, topic: str, *, size: int = 1024, batch: in
 async def bench_consume(namesrv: str, topic: str, *, batch: int = 32, count: int | None = None,
                         duration: float | None = None, group: str = "rmq_bench_cg",
                         progress: Callable[[int], None] | None = None,
-                        remoting=None) -> BenchResult:  # fmt: skip
+                        remoting: Remoting | None = None) -> BenchResult:  # fmt: skip
     """Pull the topic from the start of each queue; see the module doc."""
     from rmq import PullConsumer, PullStatus
 
@@ -176,7 +180,7 @@ async def bench_consume(namesrv: str, topic: str, *, batch: int = 32, count: int
         over = _over(count, duration)
         t0 = trio.current_time()
 
-        async def drain(mq) -> None:
+        async def drain(mq: MessageQueue) -> None:
             nonlocal done, nbytes, requests
             offset = starts[mq]
             while offset < ends[mq] and not over(done):

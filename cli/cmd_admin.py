@@ -13,7 +13,7 @@ of its subcommands to the server command, unchanged (same options, help and erro
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
@@ -21,13 +21,23 @@ from cli.app import _examples, _namesrv, _run, app, topic_app
 from cli.errors import CliError
 from common.mixall import is_system_group
 
+if TYPE_CHECKING:
+    # typer vendors click: the Command and Context its groups take are these
+    from typer._click.core import Command, Context
+
+    from cli.status import BrokerStatus
+    from common.message import MessageExt
+    from common.model import TopicRouteData
+    from rmq.admin import Admin
+    from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
 # Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
 PROGRESS_THRESHOLD = 1000
 
 
-def _admin(ctx: typer.Context):
+def _admin(ctx: typer.Context) -> Admin:
     from rmq import Admin
 
     return Admin(_namesrv(ctx))
@@ -51,7 +61,7 @@ BrokerAddrOpt = Annotated[
 def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) -> None:
     from cli import render
 
-    async def main():
+    async def main() -> list[BrokerStatus]:
         from cli.status import broker_status, cluster_status
 
         if broker_addr is not None:
@@ -94,7 +104,7 @@ def cluster_list(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
 class _BrokerGroup(typer.core.TyperGroup):
     """`rmq broker status ADDR`, and anything else goes to the `rmq broker` server command."""
 
-    def _server(self) -> Any:
+    def _server(self) -> Command | None:
         import typer.main
 
         for info in app.registered_commands:
@@ -111,7 +121,9 @@ class _BrokerGroup(typer.core.TyperGroup):
                 return server
         return None
 
-    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
         if not (args and args[0] in self.commands):
             server = self._server()
             if server is not None:
@@ -292,7 +304,7 @@ def topic_route(
     """Show the brokers and queues of a topic."""
     from cli import admin_render
 
-    async def main():
+    async def main() -> TopicRouteData:
         async with _admin(ctx) as admin:
             return await admin.topic_route(topic)
 
@@ -310,7 +322,7 @@ def topic_status(
     """Per queue: min and max offset, message count and the time of the newest message."""
     from cli import admin_render
 
-    async def main():
+    async def main() -> list[QueueStats]:
         async with _admin(ctx) as admin:
             return await admin.topic_stats(topic)
 
@@ -364,7 +376,7 @@ def group_progress(
     consumers (mqadmin consumerProgress)."""
     from cli import admin_render
 
-    async def main():
+    async def main() -> tuple[ConsumeStats, list[ConsumerConnection]]:
         async with _admin(ctx) as admin:
             stats = await admin.consume_stats(group, topic)
             if not stats.queues:
@@ -429,7 +441,7 @@ def message_query(
     if by_offset and (topic is None or queue is None or offset is None):
         raise typer.BadParameter("--queue/--offset need --topic, --queue and --offset")
 
-    async def main():
+    async def main() -> list[MessageExt]:
         from rmq import MessageQueue
 
         async with _admin(ctx) as admin:
@@ -577,9 +589,12 @@ def _stdin_is_tty() -> bool:
         return False
 
 
-def _stdin_bytes():
-    """Stdin as a binary stream (typer's CliRunner gives a text wrapper over bytes)."""
-    return getattr(sys.stdin, "buffer", sys.stdin)
+def _stdin_bytes() -> BinaryIO:
+    """Stdin as a binary stream (typer's CliRunner gives a text wrapper over bytes too); a
+    stand-in stdin without a buffer is taken to be a byte stream itself."""
+    stdin: Any = sys.stdin  # whatever was put in its place: its type is not known here
+    stream: BinaryIO = stdin.buffer if hasattr(stdin, "buffer") else stdin
+    return stream
 
 
 @app.command(

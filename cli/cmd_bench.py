@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli.app import _examples, _namesrv, _run, app
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from cli.bench import BenchResult
+
+# One benchmark run, told its progress (messages done so far).
+BenchRun = Callable[[Callable[[int], None]], Awaitable["BenchResult"]]
 
 bench_app = typer.Typer(
     help="Load generator: produce or consume as fast as the cluster allows.",
@@ -34,7 +43,7 @@ Runs = Annotated[int, typer.Option("--runs", min=1, help="Repeat; prints min/med
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead.")]
 
 
-def _bench(kind: str, settings: dict[str, Any], runs: int, as_json: bool, fn) -> None:
+def _bench(kind: str, settings: dict[str, Any], runs: int, as_json: bool, fn: BenchRun) -> None:
     """Run `fn(progress)` `runs` times with a progress bar on stderr; print the results."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -59,7 +68,7 @@ def _bench(kind: str, settings: dict[str, Any], runs: int, as_json: bool, fn) ->
             print(line)
 
 
-async def _one_run(fn, progress, task):
+async def _one_run(fn: BenchRun, progress: Progress, task: TaskID) -> BenchResult:
     return await fn(lambda done: progress.update(task, completed=done))
 
 

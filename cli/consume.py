@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -32,6 +33,10 @@ from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from rmq.errors import ClientError
+
+if TYPE_CHECKING:
+    from rmq.pull_consumer import PullConsumer
+    from rmq.remoting import Remoting
 
 LONG_POLL = 15.0
 EMPTY_PAUSE = 0.1  # pause after an empty answer, in case the broker does not hold pulls
@@ -51,7 +56,7 @@ async def consume_topic(
     long_poll: float = LONG_POLL,
     handle_signals: bool = True,
     follow: bool = True,
-    remoting=None,
+    remoting: Remoting | None = None,
     served_by: Callable[[str], None] | None = None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`.
@@ -61,6 +66,9 @@ async def consume_topic(
     the right node even with one task per queue)."""
     from rmq import PullConsumer, PullStatus
 
+    handed = 0
+    # after the block, not in it: leaving a client can swallow an exception (its nursery's own
+    # cancellation), and then this still says how many were handed over
     async with PullConsumer(group, namesrv, remoting=remoting) as consumer:
         queues = await consumer.fetch_queues(topic)
         if not queues:
@@ -84,7 +92,6 @@ async def consume_topic(
                 offsets[mq] = stored[mq]
             else:
                 offsets[mq] = await consumer.max_offset(mq)
-        handed = 0
         last_message_at = trio.current_time()
 
         async def pull_loop(mq: MessageQueue, stop: trio.CancelScope) -> None:
@@ -147,10 +154,12 @@ async def consume_topic(
                         # a commit that fails must not hide why the loop ended
                         with contextlib.suppress(RmqError):
                             await consumer.commit_offset(mq, offset)
-        return handed
+    return handed
 
 
-async def committed_queue_ids(consumer, topic: str, mq: MessageQueue) -> set[int] | None:
+async def committed_queue_ids(
+    consumer: PullConsumer, topic: str, mq: MessageQueue
+) -> set[int] | None:
     """Queue ids of `topic` on `mq`'s broker that the consumer's group has an offset for, from
     the broker's whole offset table (GET_ALL_CONSUMER_OFFSET); None when it will not say."""
     client = consumer.client

@@ -30,13 +30,15 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import attrs
 import trio
 
 from common.errors import RmqError
+from common.model import MessageQueue
 from rmq import Message, Producer, SendResult, SendStatus
+from rmq.remoting import Remoting
 
 MAX_LINES = 512  # lines per SEND_BATCH_MESSAGE
 MAX_BYTES = 1024 * 1024  # body bytes per batch: well under the 4 MiB request limit
@@ -122,7 +124,13 @@ def _reader(stream: BinaryIO) -> Callable[[int], bytes]:
     return lambda n: os.read(fd, n)
 
 
-def _put_lines(lines: list[bytes], put, stats: ProduceStats, max_lines: int, max_bytes: int):
+def _put_lines(
+    lines: list[bytes],
+    put: Callable[[list[bytes]], None],
+    stats: ProduceStats,
+    max_lines: int,
+    max_bytes: int,
+) -> None:
     lines = [ln.rstrip(b"\r") for ln in lines]
     lines = [ln for ln in lines if ln]
     stats.lines_read += len(lines)  # before any of them is sent: the display decides on it
@@ -212,9 +220,9 @@ async def send_batches(
     queues = list(info.queues)
     n = max(1, min(senders, len(queues)))
 
-    async def send_one(lines: list[bytes], mq: Any) -> list[SendResult] | None:
+    async def send_one(lines: list[bytes], mq: MessageQueue) -> list[SendResult] | None:
         if template.delay_level:
-            results = []
+            results: list[SendResult] = []
             for line in lines:
                 result = await producer.send(template.message(line), queue=mq)
                 results.append(result)
@@ -230,7 +238,7 @@ async def send_batches(
         _count(stats, result, len(msgs), on_sent)
         return split_batch_result(result, len(msgs)) if on_results is not None else None
 
-    async def sender(share: list[Any], rx: trio.MemoryReceiveChannel[list[bytes]]) -> None:
+    async def sender(share: list[MessageQueue], rx: trio.MemoryReceiveChannel[list[bytes]]) -> None:
         nonlocal first
         k = 0
         async with rx:
@@ -252,7 +260,9 @@ async def send_batches(
             nursery.start_soon(sender, queues[i::n], receive.clone())
 
 
-def _count(stats: ProduceStats, result: SendResult, n: int, on_sent) -> None:
+def _count(
+    stats: ProduceStats, result: SendResult, n: int, on_sent: Callable[[int], None] | None
+) -> None:
     stats.sent += n
     if result.status is not SendStatus.SEND_OK:
         name = result.status.name
@@ -274,7 +284,7 @@ async def produce(
     senders: int = SENDERS,
     channel_batches: int = CHANNEL_BATCHES,
     handle_signals: bool = True,
-    remoting=None,
+    remoting: Remoting | None = None,
     **limits: int,
 ) -> ProduceStats:
     """Send `bodies`, or every line of `stream` as it arrives; returns the counts."""

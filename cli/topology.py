@@ -151,7 +151,7 @@ def topology_settings(raw: dict[str, Any], *, source: str = "topology") -> dict[
             kind, want = _SCALARS[key]
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise TopologyError(f"{source}: {key} must be {want}, not {value!r}")
-            out[key] = Path(value) if key == "data_dir" else value
+            out[key] = Path(value) if key == "data_dir" and isinstance(value, str) else value
         elif key == "broker_conf":
             out[key] = _properties(value, f"{source}: broker_conf")
         elif key == "nodes":
