@@ -20,7 +20,8 @@ clients, and what the C++ client reads).
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVarTuple
 
 import attrs
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     # Only for annotations: the processor works with anything shaped like a dispatcher, so it is
     # testable without sockets.
     from common.remoting.server import Channel, RequestDispatcher
+
+Ts = TypeVarTuple("Ts")
 
 
 def crc32_matches(body: bytes, expected: int) -> bool:
@@ -130,7 +133,7 @@ class NamesrvProcessor:
 
     # ---------------------------------------------------------------- KV config
 
-    async def _kv_write(self, fn: Any, *args: str) -> None:
+    async def _kv_write(self, fn: Callable[[*Ts], Awaitable[None]], *args: *Ts) -> None:
         try:
             await fn(*args)
         except OSError as exc:

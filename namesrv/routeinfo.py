@@ -29,12 +29,11 @@ service, a fake in tests) and channels are opaque objects compared by identity.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
 
 import attrs
 
 from common.mixall import MASTER_ID
-from common.model import PermName, TopicSysFlag
+from common.model import DataVersion, PermName, TopicSysFlag
 
 
 @attrs.frozen
@@ -90,7 +89,7 @@ class ClusterSnapshot:
 class BrokerLiveInfo:
     broker_addr: str
     last_update_timestamp: float  # seconds on the injected clock
-    data_version: Any  # opaque, compared with == (the processor passes DataVersion values)
+    data_version: DataVersion  # only ever compared with ==
     channel: Hashable | None  # the connection that registered it; its closing drops the broker
     ha_server_addr: str | None
 
@@ -130,7 +129,7 @@ class RouteInfoManager:
         broker_name: str,
         broker_id: int,
         ha_server_addr: str | None,
-        data_version: Any,
+        data_version: DataVersion,
         topic_configs: Mapping[str, TopicQueueConfig] | None,
         filter_server_list: list[str] | None,
         channel: Hashable | None,
@@ -187,11 +186,11 @@ class RouteInfoManager:
         )
         self._topic_queue_table.setdefault(tc.topic_name, {})[broker_name] = qd
 
-    def is_broker_topic_config_changed(self, broker_addr: str, data_version: Any) -> bool:
+    def is_broker_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
         live = self._broker_live_table.get(broker_addr)
         return live is None or live.data_version != data_version
 
-    def query_broker_topic_config(self, broker_addr: str) -> Any | None:
+    def query_broker_topic_config(self, broker_addr: str) -> DataVersion | None:
         """The DataVersion stored for a broker, or None when it is not registered."""
         live = self._broker_live_table.get(broker_addr)
         return None if live is None else live.data_version
