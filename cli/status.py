@@ -19,11 +19,14 @@ The JSON is read with `common.serde.loads` directly, not through the `rmq` clien
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from cli.errors import CliError
+
+if TYPE_CHECKING:
+    from rmq.remoting import Invoker
 
 
 class StatusError(CliError, ValueError):
@@ -128,7 +131,7 @@ def broker_role(config_text: str) -> str:
     return ""
 
 
-async def fetch_runtime_table(remoting: Any, addr: str, timeout: float = 3.0) -> dict[str, str]:
+async def fetch_runtime_table(remoting: Invoker, addr: str, timeout: float = 3.0) -> dict[str, str]:
     """GET_BROKER_RUNTIME_INFO of the broker at `addr` as a plain dict."""
     from common.remoting.codes import RequestCode, ResponseCode
     from common.remoting.command import RemotingCommand
@@ -147,7 +150,7 @@ async def fetch_runtime_table(remoting: Any, addr: str, timeout: float = 3.0) ->
 
 
 async def fetch_broker_status(
-    remoting: Any, addr: str, *, broker_name: str = "", broker_id: int | None = None,
+    remoting: Invoker, addr: str, *, broker_name: str = "", broker_id: int | None = None,
     cluster: str = "", timeout: float = 3.0,
 ) -> BrokerStatus:  # fmt: skip
     """Runtime info + role of one broker; errors of this broker end up in `.error`."""

@@ -28,7 +28,7 @@ matched (bytes and ms behind), else the difference of the two CommitLog max offs
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import attrs
 import trio
@@ -37,6 +37,9 @@ from cli.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
 from common.mixall import is_system_group
 from common.model import ClusterInfo
 from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from rmq.admin import Admin
 
 T = TypeVar("T")
 
@@ -380,7 +383,7 @@ def _int_or_none(value: str | None) -> int | None:
 class AdminSource:
     """`TopSource` over an open `rmq.Admin` (its remoting client for the per-node calls)."""
 
-    admin: Any  # rmq.Admin
+    admin: Admin
     timeout: float = 2.0
 
     async def cluster_info(self) -> ClusterInfo:
