@@ -39,7 +39,9 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
     ),
 )
 def up(
-    ctx: typer.Context = None,  # type: ignore[assignment] # typer passes it; None if called directly
+    # typer passes it, and knows it only by a bare typer.Context annotation (Optional would
+    # make it a CLI option); cli.main's fast path calls up() directly, without one
+    ctx: typer.Context = None,  # type: ignore[assignment]
     config: Annotated[
         Path | None,
         typer.Option(

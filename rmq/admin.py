@@ -187,7 +187,7 @@ class Admin(ClientBase):
         """`call(addr)` for every address concurrently; results in the order of `addrs`."""
         from common.errors import unwrap_group
 
-        results: list[T | None] = [None] * len(addrs)
+        results: dict[int, T] = {}
 
         async def one(i: int, addr: str) -> None:
             results[i] = await call(addr)
@@ -198,7 +198,7 @@ class Admin(ClientBase):
                     nursery.start_soon(one, i, addr)
         except BaseExceptionGroup as group:
             raise unwrap_group(group) from None
-        return results  # type: ignore[return-value]
+        return [results[i] for i in range(len(addrs))]  # every call answered, or we raised
 
     async def _all_masters(self, cluster: str | None = None) -> list[str]:
         """Masters of `cluster`, or of every cluster when None."""
