@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any  # one use: _FieldValues, whose comment says why
 
 import attrs
 
@@ -138,11 +138,11 @@ class BrokerConfig:
         return self.listen_port - 2 if self.listen_port else 0
 
     @classmethod
-    def from_properties(cls, text: str, **overrides: Any) -> BrokerConfig:
+    def from_properties(cls, text: str, **overrides: object) -> BrokerConfig:
         """Build from broker.conf text; ``overrides`` (field names) win over the file."""
         props = parse_properties(text)
-        broker_kw: dict[str, Any] = {}
-        store_kw: dict[str, Any] = {}
+        broker_kw: _FieldValues = {}
+        store_kw: _FieldValues = {}
         store_fields = {f.name for f in attrs.fields(MessageStoreConfig)}
         for name, raw in props.items():
             spec = _PROPERTIES.get(name)
@@ -162,6 +162,8 @@ class BrokerConfig:
             else:
                 broker_kw[field] = value
         store_over = overrides.pop("store", None)
+        if store_over is not None and not isinstance(store_over, MessageStoreConfig):
+            raise TypeError(f"store must be a MessageStoreConfig, not {type(store_over).__name__}")
         if store_over is not None:
             store = attrs.evolve(store_over, **store_kw) if store_kw else store_over
         else:
@@ -204,7 +206,11 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-_Spec = tuple[str, str, Callable[[str], Any]]
+# Keyword arguments for BrokerConfig(...) / MessageStoreConfig(...): attrs checks each value
+# against its field's type, but which field a property's parsed value goes to is known only at
+# run time (the _PROPERTIES table), so the values are Any for the constructor calls
+_FieldValues = dict[str, Any]  # type: ignore[explicit-any]
+_Spec = tuple[str, str, Callable[[str], object]]
 
 # property name -> (which config, field name, parser)
 _PROPERTIES: dict[str, _Spec] = {

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 import attrs
 import trio
@@ -50,6 +50,15 @@ def body_crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+class Invoker(Protocol):
+    """What the registrar and the slave sync ask of a remoting client
+    (``common.remoting.client.RemotingClient``; tests hand in loopbacks)."""
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float = ...
+    ) -> RemotingCommand: ...
+
+
 @attrs.frozen
 class RegisterResult:
     namesrv_addr: str
@@ -59,11 +68,11 @@ class RegisterResult:
 
 @attrs.define(eq=False)
 class BrokerRegistrar:
-    client: Any  # common.remoting.client.RemotingClient
+    client: Invoker
     namesrv_addrs: list[str]
     # () -> dict of REGISTER_BROKER headers (brokerName, brokerAddr, clusterName, haServerAddr,
     # brokerId) and () -> RegisterBrokerBody JSON bytes; read fresh for every round
-    header_fn: Callable[[], dict[str, Any]]
+    header_fn: Callable[[], dict[str, str]]
     body_fn: Callable[[], bytes]
     period: float = 30.0
     timeout: float = 6.0
@@ -108,8 +117,8 @@ class BrokerRegistrar:
             return []
         headers = self.header_fn()
         body = self.body_fn()
-        is_slave = int(headers.get("brokerId", 0)) > 0
-        fields = {
+        is_slave = int(headers.get("brokerId", "0")) > 0
+        fields: dict[str, object] = {
             **headers,
             "compressed": False,
             "bodyCrc32": body_crc32(body),
