@@ -27,14 +27,17 @@ Two kinds of tables build on it:
   ``persist`` rewrites the file only when something changed since the last write (or ``force``).
 
 The bases carry methods only (no attrs fields), so each table keeps its own attrs fields,
-constructor order and field comments.
+constructor order and field comments.  The bases declare no ``__slots__``: with an empty one,
+the bases' own assignments to ``table``, ``data_version`` and ``_dirty`` (slots that only the
+subclasses create) do not type-check; the subclasses stay slotted attrs classes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from common import serde
 from common.config_file import atomic_write, read_json_file
@@ -45,15 +48,24 @@ def config_dir(store_root: str | os.PathLike[str]) -> Path:
     return Path(store_root) / "config"
 
 
+class Versioned(Protocol):
+    """A table file's wrapper (``TopicConfigSerializeWrapper``, ``SubscriptionGroupWrapper``)."""
+
+    dataVersion: DataVersion
+
+
+# a table's value type (TopicConfig, SubscriptionGroupConfig) and its file's wrapper type
+V = TypeVar("V")
+W = TypeVar("W", bound=Versioned)
+
+
 class ConfigManager:
     """``encode`` + ``_load_obj`` per table; ``load`` and ``persist`` written once here."""
-
-    __slots__ = ()  # subclasses are slotted attrs classes
 
     def encode(self) -> bytes:
         raise NotImplementedError
 
-    def _load_obj(self, obj: Any) -> None:
+    def _load_obj(self, obj: object) -> None:
         """Take over the parsed JSON of the table's file; ValueError/TypeError on a bad shape."""
         raise NotImplementedError
 
@@ -75,41 +87,42 @@ class ConfigManager:
         atomic_write(path, self.encode())
 
 
-class VersionedConfigManager(ConfigManager):
+class VersionedConfigManager(ConfigManager, Generic[V, W]):
     """A ``table`` with a ``DataVersion``, stored as ``wrapper_type`` (table in ``table_field``).
 
-    Subclasses are attrs classes with fields ``table``, ``data_version`` and ``on_change``.
+    Subclasses are attrs classes with fields ``table``, ``data_version`` and ``on_change``; they
+    name their value type ``V`` and their ``wrapper_type`` ``W`` as the type arguments (a
+    ClassVar cannot hold a type variable, so ``wrapper_type`` itself is a plain ``type``).
     """
-
-    __slots__ = ()
 
     wrapper_type: ClassVar[type]
     table_field: ClassVar[str]
-    table: dict[str, Any]
+    table: dict[str, V]
     data_version: DataVersion
-    on_change: Any
+    on_change: Callable[[], None] | None
 
     def _changed(self) -> None:
         self.data_version = self.data_version.next_version()
         if self.on_change is not None:
             self.on_change()
 
-    def wrapper(self) -> Any:
-        return self.wrapper_type(
+    def wrapper(self) -> W:
+        wrapper: W = self.wrapper_type(
             **{self.table_field: dict(self.table)}, dataVersion=self.data_version
         )
+        return wrapper
 
     def encode(self) -> bytes:
         return serde.to_json(self.wrapper())
 
-    def adopt(self, wrapper: Any) -> None:
+    def adopt(self, wrapper: W) -> None:
         """Slave sync: replace the table and adopt the master's data version."""
         self.table = dict(getattr(wrapper, self.table_field))
         self.data_version = wrapper.dataVersion
 
-    def _load_obj(self, obj: Any) -> None:
+    def _load_obj(self, obj: object) -> None:
         try:
-            w = serde.converter.structure(obj, self.wrapper_type)
+            w: W = serde.converter.structure(obj, self.wrapper_type)
         except Exception as exc:
             raise ValueError(f"not a {self.wrapper_type.__name__}: {exc}") from exc
         # Stored entries override the defaults; built-in entries missing from the file stay.
@@ -119,8 +132,6 @@ class VersionedConfigManager(ConfigManager):
 
 class DirtyConfigManager(ConfigManager):
     """A table written only when it changed: subclasses set ``_dirty`` on every change."""
-
-    __slots__ = ()
 
     _dirty: bool
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 
@@ -86,7 +85,7 @@ class ConsumerOffsetManager(DirtyConfigManager):
         self._dirty = True
 
     # --- JSON -------------------------------------------------------------------------------
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, dict[str, dict[str, int]]]:
         return {
             "offsetTable": {
                 k: {str(q): o for q, o in sorted(v.items())} for k, v in self._table.items()
@@ -97,7 +96,7 @@ class ConsumerOffsetManager(DirtyConfigManager):
         return serde.dumps(self.to_wire())
 
     @staticmethod
-    def parse_table(obj: Any) -> dict[str, dict[int, int]]:
+    def parse_table(obj: object) -> dict[str, dict[int, int]]:
         """``{"offsetTable": {"t@g": {0: 12}}}`` -> table; ValueError on a wrong shape."""
         if not isinstance(obj, dict):
             raise ValueError("consumer offsets: expected a JSON object")
@@ -111,7 +110,7 @@ class ConsumerOffsetManager(DirtyConfigManager):
             table[str(k)] = {int(q): int(o) for q, o in queues.items()}
         return table
 
-    def _load_obj(self, obj: Any) -> None:
+    def _load_obj(self, obj: object) -> None:
         self._table = self.parse_table(obj)
 
 

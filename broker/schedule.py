@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import trio
@@ -34,6 +33,7 @@ import trio.lowlevel
 
 from broker.config_manager import DirtyConfigManager
 from broker.processor.pull_hold import PullRequestHoldService
+from broker.store.api import MessageStore
 from broker.store.config import parse_delay_levels as _parse_levels
 from broker.store.results import GetMessageStatus, PutMessageStatus
 from common import serde
@@ -96,7 +96,7 @@ def trio_wall_clock_ms() -> Callable[[], int]:
 
 @attrs.define(eq=False)
 class ScheduleMessageService(DirtyConfigManager):
-    store: Any
+    store: MessageStore
     hold: PullRequestHoldService
     levels: dict[int, int] = attrs.field(factory=lambda: parse_delay_levels(DEFAULT_DELAY_LEVELS))
     # ms clock used to decide whether a message is due; set by run() when None
@@ -118,7 +118,7 @@ class ScheduleMessageService(DirtyConfigManager):
         return store_timestamp + self.levels.get(level, 1000)
 
     # --- persistence ------------------------------------------------------------------------
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, dict[str, int]]:
         return {"offsetTable": {str(k): v for k, v in sorted(self.offset_table.items())}}
 
     def encode(self) -> bytes:
@@ -129,7 +129,7 @@ class ScheduleMessageService(DirtyConfigManager):
         self._load_obj(serde.loads(data))
         self._dirty = True
 
-    def _load_obj(self, obj: Any) -> None:
+    def _load_obj(self, obj: object) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable", {}), dict):
             raise ValueError('delay offsets: expected {"offsetTable": {...}}')
         self.offset_table = {int(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}

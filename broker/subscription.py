@@ -96,7 +96,9 @@ class TagMessageFilter:
 
 
 @attrs.define(eq=False)
-class SubscriptionGroupManager(VersionedConfigManager):
+class SubscriptionGroupManager(
+    VersionedConfigManager[SubscriptionGroupConfig, SubscriptionGroupWrapper]
+):
     """Group table; JSON, slave adoption and persistence come from VersionedConfigManager."""
 
     wrapper_type: ClassVar[type] = SubscriptionGroupWrapper

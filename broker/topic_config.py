@@ -66,7 +66,7 @@ def validate_topic(topic: str) -> str | None:
 
 
 @attrs.define(eq=False)
-class TopicConfigManager(VersionedConfigManager):
+class TopicConfigManager(VersionedConfigManager[TopicConfig, TopicConfigSerializeWrapper]):
     wrapper_type: ClassVar[type] = TopicConfigSerializeWrapper
     table_field: ClassVar[str] = "topicConfigTable"
 
@@ -87,7 +87,9 @@ class TopicConfigManager(VersionedConfigManager):
     system_topics: set[str] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
-        def sys(name: str, read: int, write: int, perm: int = PermName.READ | PermName.WRITE):
+        def sys(
+            name: str, read: int, write: int, perm: int = PermName.READ | PermName.WRITE
+        ) -> None:
             self.table[name] = TopicConfig(name, read, write, perm)
             self.system_topics.add(name)
 
