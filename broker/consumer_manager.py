@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import attrs
 import trio
@@ -39,6 +38,7 @@ from common.model import (
     MessageQueue,
     SubscriptionData,
 )
+from common.remoting.channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ REBALANCE_LOCK_MAX_LIVE_TIME = 60.0
 
 @attrs.define(eq=False)
 class ClientChannelInfo:
-    channel: Any  # common.remoting.server.Channel (hashable by identity)
+    channel: Channel  # hashable by identity
     client_id: str
     language: str = "JAVA"
     version: int = 0
@@ -62,7 +62,7 @@ class ConsumerGroupInfo:
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     # channel -> its client; one entry per connection of a member
-    channels: dict[Any, ClientChannelInfo] = attrs.field(factory=dict)
+    channels: dict[Channel, ClientChannelInfo] = attrs.field(factory=dict)
     # topic -> newest subscription from any member's heartbeat
     subscriptions: dict[str, SubscriptionData] = attrs.field(factory=dict)
     last_update: float = 0.0
@@ -73,7 +73,7 @@ class ConsumerGroupInfo:
             seen.setdefault(info.client_id, None)
         return list(seen)
 
-    def all_channels(self) -> list[Any]:
+    def all_channels(self) -> list[Channel]:
         return list(self.channels)
 
     def update_channel(
@@ -124,7 +124,7 @@ class ConsumerGroupInfo:
 class ConsumerManager:
     channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT
     # (group, channels to notify) -> None; called on membership/subscription changes
-    on_ids_changed: Callable[[str, list[Any]], None] | None = None
+    on_ids_changed: Callable[[str, list[Channel]], None] | None = None
     clock: Callable[[], float] = trio.current_time
     # group name -> group info; a group is removed when its last channel leaves
     groups: dict[str, ConsumerGroupInfo] = attrs.field(factory=dict, init=False)
@@ -169,7 +169,7 @@ class ConsumerManager:
             self._notify(group, info, notify)
         return r1 or r2
 
-    def unregister_consumer(self, group: str, channel: Any, notify: bool = True) -> bool:
+    def unregister_consumer(self, group: str, channel: Channel, notify: bool = True) -> bool:
         info = self.groups.get(group)
         if info is None or info.channels.pop(channel, None) is None:
             return False
@@ -179,7 +179,7 @@ class ConsumerManager:
             self._notify(group, info, notify)
         return True
 
-    def do_channel_close_event(self, channel: Any, notify: bool = True) -> list[str]:
+    def do_channel_close_event(self, channel: Channel, notify: bool = True) -> list[str]:
         """Drop ``channel`` from every group; returns the groups it left."""
         left = []
         for group, info in list(self.groups.items()):
@@ -205,8 +205,7 @@ class ConsumerManager:
                 del info.channels[c.channel]
                 dropped.append((group, c.client_id))
                 log.warning("consumer %s of %s expired; dropped", c.client_id, group)
-                if hasattr(c.channel, "close"):
-                    c.channel.close()
+                c.channel.close()
             if not info.channels:
                 del self.groups[group]
             elif stale:
@@ -222,20 +221,20 @@ class ProducerManager:
     channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT
     clock: Callable[[], float] = trio.current_time
     # group -> channel -> client
-    groups: dict[str, dict[Any, ClientChannelInfo]] = attrs.field(factory=dict, init=False)
+    groups: dict[str, dict[Channel, ClientChannelInfo]] = attrs.field(factory=dict, init=False)
 
     def register_producer(self, group: str, client: ClientChannelInfo) -> None:
         client.last_update = self.clock()
         self.groups.setdefault(group, {})[client.channel] = client
 
-    def unregister_producer(self, group: str, channel: Any) -> None:
+    def unregister_producer(self, group: str, channel: Channel) -> None:
         chans = self.groups.get(group)
         if chans is not None:
             chans.pop(channel, None)
             if not chans:
                 del self.groups[group]
 
-    def do_channel_close_event(self, channel: Any) -> None:
+    def do_channel_close_event(self, channel: Channel) -> None:
         for group in list(self.groups):
             self.unregister_producer(group, channel)
 
@@ -247,8 +246,7 @@ class ProducerManager:
                 if now - c.last_update > self.channel_expired_timeout:
                     del chans[ch]
                     dropped.append((group, c.client_id))
-                    if hasattr(ch, "close"):
-                        ch.close()
+                    ch.close()
             if not chans:
                 del self.groups[group]
         return dropped
