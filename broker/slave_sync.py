@@ -66,12 +66,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
 
 import attrs
 import trio
 
+from broker.config import BrokerConfig
+from broker.config_manager import Versioned, VersionedConfigManager
+from broker.ha.service import HAService
 from broker.offsets import ConsumerOffsetManager
+from broker.registrar import Invoker
+from broker.schedule import ScheduleMessageService
+from broker.subscription import SubscriptionGroupManager
+from broker.topic_config import TopicConfigManager
 from common import serde
 from common.errors import RmqError
 from common.model import SubscriptionGroupWrapper, TopicConfigSerializeWrapper
@@ -87,6 +94,60 @@ def vip_addr(addr: str) -> str:
     return f"{host}:{int(port) - 2}"
 
 
+V = TypeVar("V")
+W = TypeVar("W", bound=Versioned)
+
+
+class SyncRegistrar(Protocol):
+    # the master's address from the last REGISTER_BROKER answer (None before one)
+    @property
+    def master_addr(self) -> str | None: ...
+
+
+class SlaveSyncBroker(Protocol):
+    """What the sync needs from its broker (``broker.controller.BrokerController``): typed here,
+    so the sync does not import the controller, which holds the sync."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    # this broker's own address (a master address equal to it is no master)
+    @property
+    def broker_addr(self) -> str: ...
+
+    @property
+    def registrar(self) -> SyncRegistrar | None: ...
+
+    # the HA service: its client says whether a master is connected
+    @property
+    def ha(self) -> HAService | None: ...
+
+    @property
+    def topic_config_manager(self) -> TopicConfigManager: ...
+
+    @property
+    def subscription_group_manager(self) -> SubscriptionGroupManager: ...
+
+    @property
+    def consumer_offset_manager(self) -> ConsumerOffsetManager: ...
+
+    @property
+    def schedule_service(self) -> ScheduleMessageService: ...
+
+    def persist_topics(self) -> None: ...
+
+    def persist_groups(self) -> None: ...
+
+    def persist_offsets(self, *, force: bool = False) -> None: ...
+
+    # set to the sync once it runs (UPDATE_CONSUMER_OFFSET hands commits to it)
+    @property
+    def slave_sync(self) -> object: ...
+
+    @slave_sync.setter
+    def slave_sync(self, value: SlaveSynchronize) -> None: ...
+
+
 @attrs.frozen
 class SyncReport:
     """What one ``sync_all`` changed (tests and logs)."""
@@ -100,8 +161,8 @@ class SyncReport:
 
 @attrs.define(eq=False)
 class SlaveSynchronize:
-    controller: Any
-    client: Any  # common.remoting.client.RemotingClient
+    controller: SlaveSyncBroker
+    client: Invoker
     timeout: float = 3.0
     # use the master's VIP port (port - 2) for the topic config
     vip_channel: bool = True
@@ -156,8 +217,8 @@ class SlaveSynchronize:
     def current_master(self) -> str | None:
         addr = self.master_addr
         if addr is None:
-            registrar = getattr(self.controller, "registrar", None)
-            addr = getattr(registrar, "master_addr", None)
+            registrar = self.controller.registrar
+            addr = registrar.master_addr if registrar is not None else None
         if not addr or addr == self.controller.broker_addr:
             return None
         return addr
@@ -194,8 +255,8 @@ class SlaveSynchronize:
         addr: str,
         target: str,
         code: int,
-        wrapper_type: type,
-        manager: Any,
+        wrapper_type: type[W],
+        manager: VersionedConfigManager[V, W],
         persist: Callable[[], None],
         what: str,
     ) -> bool:
@@ -305,8 +366,8 @@ class SlaveSynchronize:
 
 
 async def run_slave_sync(
-    controller: Any,
-    client: Any,
+    controller: SlaveSyncBroker,
+    client: Invoker,
     *,
     interval: float | None = None,
     initial_delay: float | None = None,
@@ -325,7 +386,7 @@ async def run_slave_sync(
         vip_channel=bool(config.fast_channel_enable and config.listen_port),
         master_addr=master_addr,
     )
-    ha_client = getattr(getattr(controller, "ha", None), "client", None)
+    ha_client = controller.ha.client if controller.ha is not None else None
     if ha_client is not None:
         sync.master_online = lambda: bool(ha_client.connected)
         ha_client.connect_listeners.append(lambda _addr: sync.master_connected())
