@@ -11,7 +11,10 @@ and answers that acknowledge such a change await ``wait_config_durable``; offset
 every ``flushConsumerOffsetInterval`` and at shutdown.
 
 It imports none of the processors, nor the service that wires them (``broker/service.py``), so
-processors depend on it and nothing depends back: no import circle.
+processors depend on it and nothing depends back: no import circle.  The parts it holds that
+need it back, the HA service and the slave sync, take it as a Protocol of what they use
+(``broker.ha.service.HABroker``, ``broker.slave_sync.SlaveSyncBroker``), which the controller
+keeps: it imports them, they do not import it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
@@ -30,16 +32,20 @@ from broker.broker_stats_manager import GroupGetNums
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from broker.ha.service import HABroker, HAService
 from broker.offsets import ConsumerOffsetManager, config_dir
 from broker.processor.pull_hold import PullRequestHoldService
-from broker.registrar import BrokerRegistrar
+from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels
+from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
+from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common import serde
 from common.config_file import WriteBehind
 from common.errors import RmqError
 from common.model import RegisterBrokerBody
+from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network
@@ -55,6 +61,10 @@ def _parse_host(addr: str) -> tuple[str, int]:
         return "127.0.0.1", 0
 
 
+# (group, its members' channels): one NOTIFY_CONSUMER_IDS_CHANGED round to send
+_Notify = tuple[str, list[Channel]]
+
+
 @attrs.define(eq=False)
 class BrokerStats:
     put_count: int = 0
@@ -68,7 +78,7 @@ class BrokerStats:
 @attrs.define(eq=False)
 class BrokerController:
     config: BrokerConfig
-    store: Any
+    store: MessageStore
     # (ip, port) written into stored records; the port is the bound listen port
     store_host: tuple[str, int] = ("127.0.0.1", 0)
     ha_port: int | None = None
@@ -85,16 +95,16 @@ class BrokerController:
     registrar: BrokerRegistrar | None = None
     boot_timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
     # (group, channels) waiting to be told NOTIFY_CONSUMER_IDS_CHANGED; drained by a task
-    _notify_send: Any = attrs.field(default=None, init=False)
-    _notify_recv: Any = attrs.field(default=None, init=False)
+    _notify_send: trio.MemorySendChannel[_Notify] = attrs.field(init=False)
+    _notify_recv: trio.MemoryReceiveChannel[_Notify] = attrs.field(init=False)
     # called with every successful REGISTER_BROKER answer (a slave's HA client and metadata
     # sync learn the master's address here)
-    register_listeners: list[Callable[[Any], None]] = attrs.field(factory=list)
-    # the HA service (broker/ha/service.py HAService) once ha_factory started it; the send path
-    # awaits ha.wait_for_replica(end_offset) on a SYNC_MASTER
-    ha: Any = None
-    # the SLAVE metadata sync (broker/slave_sync.py SlaveSynchronize) on a slave
-    slave_sync: Any = None
+    register_listeners: list[Callable[[RegisterResult], None]] = attrs.field(factory=list)
+    # the HA service once ha_factory started it; the send path awaits
+    # ha.wait_for_replica(end_offset) on a SYNC_MASTER
+    ha: HAService | None = None
+    # the metadata sync from the master, on a slave (UPDATE_CONSUMER_OFFSET hands commits to it)
+    slave_sync: SlaveSynchronize | None = None
     # how this broker's ports are bound and its peers reached (TCP; in tests an in-memory one)
     network: Network = TCP
     # topics.json / subscriptionGroup.json are fsynced by this, in a worker thread; answers that
@@ -122,7 +132,7 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(
             auto_create_subscription_group=c.auto_create_subscription_group
         )
-        self._notify_send, self._notify_recv = trio.open_memory_channel(math.inf)
+        self._notify_send, self._notify_recv = trio.open_memory_channel[_Notify](math.inf)
         self.consumer_manager = ConsumerManager(
             channel_expired_timeout=c.channel_expired_timeout,
             on_ids_changed=self._queue_notify,
@@ -146,8 +156,8 @@ class BrokerController:
         return f"{host}:{self.ha_port if self.ha_port is not None else self.config.ha_port}"
 
     @staticmethod
-    def peer_host(channel: Any) -> tuple[str, int]:
-        return _parse_host(getattr(channel, "remote_addr", "") or "")
+    def peer_host(channel: Channel) -> tuple[str, int]:
+        return _parse_host(channel.remote_addr or "")
 
     # --- config files -----------------------------------------------------------------------
     @property
@@ -231,16 +241,16 @@ class BrokerController:
         self.persist_offsets(force=True)
 
     # --- registration -------------------------------------------------------------------------
-    def register_headers(self) -> dict[str, Any]:
+    def register_headers(self) -> dict[str, str]:
         return {
             "brokerName": self.config.broker_name,
             "brokerAddr": self.broker_addr,
             "clusterName": self.config.broker_cluster_name,
             "haServerAddr": self.ha_server_addr,
-            "brokerId": self.config.broker_id,
+            "brokerId": str(self.config.broker_id),
         }
 
-    def _on_register_result(self, result: Any) -> None:
+    def _on_register_result(self, result: RegisterResult) -> None:
         for fn in list(self.register_listeners):
             fn(result)
 
@@ -255,13 +265,13 @@ class BrokerController:
         return serde.to_json(RegisterBrokerBody(topicConfigSerializeWrapper=wrapper))
 
     # --- consumer notifications -------------------------------------------------------------
-    def _queue_notify(self, group: str, channels: list[Any]) -> None:
+    def _queue_notify(self, group: str, channels: list[Channel]) -> None:
         self._notify_send.send_nowait((group, channels))
 
     async def _notify_task(self) -> None:
         async for group, channels in self._notify_recv:
             for ch in channels:
-                if getattr(ch, "closed", False):
+                if ch.closed:
                     continue
                 cmd = RemotingCommand.request(
                     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
@@ -313,9 +323,14 @@ class BrokerController:
             self.consumer_manager.scan_not_active_channel()
             self.producer_manager.scan_not_active_channel()
 
-    def on_channel_closed(self, channel: Any) -> None:
+    def on_channel_closed(self, channel: Channel) -> None:
         self.consumer_manager.do_channel_close_event(channel)
         self.producer_manager.do_channel_close_event(channel)
 
+
+# mypy proves here that the controller is what the HA service and the slave sync take it as
+# (they are started through nursery.start, whose arguments are not checked against them)
+_HA_CONTRACT: type[HABroker] = BrokerController
+_SYNC_CONTRACT: type[SlaveSyncBroker] = BrokerController
 
 __all__ = ["BrokerController", "BrokerStats"]

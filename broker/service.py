@@ -27,9 +27,9 @@ builds and wires (``broker/processor/dispatcher.py`` maps request codes to proce
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
-from typing import Any
+from typing import Protocol
 
 import attrs
 import trio
@@ -40,6 +40,8 @@ from broker.ha.service import run_ha_service
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
 from broker.slave_sync import run_slave_sync
+from broker.store.api import MessageStore
+from broker.store.config import MessageStoreConfig
 from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
@@ -54,7 +56,7 @@ class BrokerHandle:
     port: int
     vip_port: int | None
     ha_port: int | None
-    store: Any
+    store: MessageStore
     controller: BrokerController
     host: str = "127.0.0.1"
 
@@ -63,15 +65,28 @@ class BrokerHandle:
         return f"{self.host}:{self.port}"
 
 
-StoreFactory = Callable[..., Awaitable[Any]]
+class StoreFactory(Protocol):
+    """Starts a store and reports it (``run_message_store``, ``run_memory_store``)."""
+
+    def __call__(
+        self, config: MessageStoreConfig, *, task_status: trio.TaskStatus[MessageStore] = ...
+    ) -> Awaitable[None]: ...
+
+
+class HAFactory(Protocol):
+    """Starts the HA service for a controller and reports its bound port (``run_ha_service``)."""
+
+    def __call__(
+        self, controller: BrokerController, *, task_status: trio.TaskStatus[int] = ...
+    ) -> Awaitable[None]: ...
 
 
 async def run_broker(
     config: BrokerConfig,
     *,
-    store: Any = None,
+    store: MessageStore | None = None,
     store_factory: StoreFactory | None = None,
-    ha_factory: Callable[..., Awaitable[Any]] | None = None,
+    ha_factory: HAFactory | None = None,
     network: Network = TCP,
     io_threads: bool = True,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
