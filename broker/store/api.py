@@ -31,7 +31,7 @@ from broker.store.results import (
     PutMessageResult,
     QueryMessageResult,
 )
-from common.message import MessageExtBrokerInner
+from common.message import MessageExt, MessageExtBrokerInner
 
 # called with (topic, queue_id, logic offset, tags code) for each dispatched unit (long polls
 # wake on it; the HA master learns of new bytes)
@@ -88,6 +88,12 @@ class MessageStore(Protocol):
     def select_one_message_by_offset(
         self, phys_offset: int, size: int | None = None
     ) -> bytes | memoryview | None: ...
+
+    # the record at ``phys_offset`` decoded (RocketMQ ``lookMessageByOffset``: send-back re-stores
+    # it, admin stats read its store time); None when there is none or it does not decode
+    def look_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> MessageExt | None: ...
 
     def query_message(
         self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
