@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 import attrs
 import trio
@@ -28,13 +27,14 @@ from common.errors import RequestError
 from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
+from common.remoting.server import Channel, RequestDispatcher
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 log = logging.getLogger(__name__)
 
 
-def _mq_key_map(entries: list[tuple[Any, dict[str, Any]]]) -> bytes:
+def _mq_key_map(entries: list[tuple[MessageQueue, dict[str, int]]]) -> bytes:
     """A ``Map<MessageQueue, V>`` the way fastjson writes it: the keys are JSON objects.
 
     That is not strict JSON, but it is what Java admin tools parse (TopicStatsTable,
@@ -50,7 +50,7 @@ def _mq_key_map(entries: list[tuple[Any, dict[str, Any]]]) -> bytes:
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
-def _config_properties(obj: Any, prefix: str = "") -> list[str]:
+def _config_properties(obj: attrs.AttrsInstance, prefix: str = "") -> list[str]:
     lines = []
     for f in attrs.fields(type(obj)):
         v = getattr(obj, f.name)
@@ -70,7 +70,7 @@ class AdminBrokerProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def register(self, dispatcher: Any) -> None:
+    def register(self, dispatcher: RequestDispatcher) -> None:
         r = dispatcher.register
         r(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_and_create_topic)
         r(RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic)
@@ -92,7 +92,9 @@ class AdminBrokerProcessor:
             raise RequestError(ResponseCode.SYSTEM_ERROR, _SLAVE_REFUSAL)
 
     # --- topics -------------------------------------------------------------------------------
-    async def update_and_create_topic(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def update_and_create_topic(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         b = self.broker
         self._refuse_on_slave()
         topic = req.get_str("topic")
@@ -126,7 +128,7 @@ class AdminBrokerProcessor:
         b.topic_config_manager.update_topic_config(tc)
         return await self._when_durable(req)
 
-    async def delete_topic(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def delete_topic(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         self._refuse_on_slave()
         topic = req.get_str("topic")
@@ -135,22 +137,28 @@ class AdminBrokerProcessor:
         b.store.delete_topics([topic])
         return await self._when_durable(req)
 
-    async def get_all_topic_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_all_topic_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=self.broker.topic_config_manager.encode())
 
     # --- offsets and groups ------------------------------------------------------------------
-    async def get_all_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_all_consumer_offset(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=self.broker.consumer_offset_manager.encode())
 
-    async def get_all_delay_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_all_delay_offset(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=self.broker.schedule_service.encode())
 
-    async def get_all_subscription_group(self, req: RemotingCommand, channel: Any):
+    async def get_all_subscription_group(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         return req.response(
             ResponseCode.SUCCESS, body=self.broker.subscription_group_manager.encode()
         )
 
-    async def update_and_create_group(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def update_and_create_group(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         self._refuse_on_slave()
         try:
             cfg = serde.from_json(req.body_bytes(), SubscriptionGroupConfig)
@@ -169,7 +177,7 @@ class AdminBrokerProcessor:
             ResponseCode.SYSTEM_ERROR, "the change is applied but could not be written to disk"
         )
 
-    async def delete_group(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def delete_group(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         self._refuse_on_slave()
         self.broker.subscription_group_manager.delete_subscription_group_config(
             req.get_str("groupName")
@@ -210,7 +218,7 @@ class AdminBrokerProcessor:
             "remainTransientStoreBufferNumbs": "0",
             "bootTimestamp": str(b.boot_timestamp),
             "runtime": f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]",
-            "dispatchBehindBytes": str(getattr(b.store, "dispatch_behind_bytes", 0)),
+            "dispatchBehindBytes": str(b.store.dispatch_behind_bytes),
         }
         try:
             info.update(b.store.runtime_info())
@@ -222,11 +230,13 @@ class AdminBrokerProcessor:
             info.update(b.ha.runtime_info())
         return info
 
-    async def get_broker_runtime_info(self, req: RemotingCommand, channel: Any):
+    async def get_broker_runtime_info(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         body = serde.to_json(KVTable(table=self.runtime_info()))
         return req.response(ResponseCode.SUCCESS, body=body)
 
-    async def get_broker_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         text = "\n".join(_config_properties(b.config)) + "\n"
         version = serde.to_json(b.topic_config_manager.data_version).decode()
@@ -234,7 +244,9 @@ class AdminBrokerProcessor:
             ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")
         )
 
-    async def get_consumer_connection_list(self, req: RemotingCommand, channel: Any):
+    async def get_consumer_connection_list(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         b = self.broker
         group = req.get_str("consumerGroup")
         info = b.consumer_manager.get_consumer_group_info(group)
@@ -246,7 +258,7 @@ class AdminBrokerProcessor:
             "connectionSet": [
                 {
                     "clientId": c.client_id,
-                    "clientAddr": getattr(c.channel, "remote_addr", ""),
+                    "clientAddr": c.channel.remote_addr,
                     "language": c.language,
                     "version": c.version,
                 }
@@ -261,7 +273,9 @@ class AdminBrokerProcessor:
         }
         return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
 
-    async def query_topic_consume_by_who(self, req: RemotingCommand, channel: Any):
+    async def query_topic_consume_by_who(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         b = self.broker
         topic = req.get_str("topic")
         groups = b.consumer_manager.query_topic_consume_by_who(topic)
@@ -277,7 +291,7 @@ class AdminBrokerProcessor:
         m = store.look_message_by_offset(phys) if phys or offset == 0 else None
         return m.store_timestamp if m is not None and m.topic == topic else 0
 
-    async def get_topic_stats_info(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_topic_stats_info(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         topic = req.get_str("topic")
         tc = b.topic_config_manager.select_topic_config(topic)
@@ -299,7 +313,7 @@ class AdminBrokerProcessor:
         body = b'{"offsetTable":' + _mq_key_map(entries) + b"}"
         return req.response(ResponseCode.SUCCESS, body=body)
 
-    async def get_consume_stats(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_consume_stats(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         group = req.get_str("consumerGroup")
         only = req.ext_fields.get("topic")

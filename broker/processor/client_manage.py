@@ -20,7 +20,7 @@ as names (Java) or ints (C++); the model accepts both.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TypeVar
 
 from broker.consumer_manager import ClientChannelInfo
 from broker.controller import BrokerController
@@ -36,12 +36,16 @@ from common.model import (
 )
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.server import Channel, RequestDispatcher
 from common.topics import retry_topic
 
 log = logging.getLogger(__name__)
 
 
-def _parse_body(req: RemotingCommand, cls: type, what: str):
+T = TypeVar("T")
+
+
+def _parse_body(req: RemotingCommand, cls: type[T], what: str) -> T:
     body = req.body_bytes()
     if not body:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"{what}: request body is empty")
@@ -55,7 +59,7 @@ class ClientManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def register(self, dispatcher: Any) -> None:
+    def register(self, dispatcher: RequestDispatcher) -> None:
         dispatcher.register(RequestCode.HEART_BEAT, self.heart_beat)
         dispatcher.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client)
         dispatcher.register(RequestCode.CHECK_CLIENT_CONFIG, self.check_client_config)
@@ -63,9 +67,9 @@ class ClientManageProcessor:
         dispatcher.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
         dispatcher.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
 
-    async def heart_beat(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def heart_beat(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
-        hb: HeartbeatData = _parse_body(req, HeartbeatData, "HEART_BEAT")
+        hb = _parse_body(req, HeartbeatData, "HEART_BEAT")
         channel.attrs["clientId"] = hb.clientID
         for cd in hb.consumerDataSet:
             sgc = b.subscription_group_manager.find_subscription_group_config(cd.groupName)
@@ -94,7 +98,7 @@ class ClientManageProcessor:
             )
         return req.response(ResponseCode.SUCCESS)
 
-    async def unregister_client(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def unregister_client(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         req.get_str("clientID")
         pg = req.ext_fields.get("producerGroup")
@@ -107,11 +111,11 @@ class ClientManageProcessor:
             b.consumer_manager.unregister_consumer(cg, channel, notify)
         return req.response(ResponseCode.SUCCESS)
 
-    async def check_client_config(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def check_client_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         # Only TAG filtering is supported; anything else is refused at pull time.
         return req.response(ResponseCode.SUCCESS)
 
-    async def get_consumer_list(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_consumer_list(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         group = req.get_str("consumerGroup")
         info = self.broker.consumer_manager.get_consumer_group_info(group)
         ids = info.client_ids() if info is not None else []
@@ -120,13 +124,13 @@ class ClientManageProcessor:
         body = serde.to_json(GetConsumerListByGroupResponseBody(consumerIdList=ids))
         return req.response(ResponseCode.SUCCESS, body=body)
 
-    async def lock_batch_mq(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
-        body: LockBatchRequestBody = _parse_body(req, LockBatchRequestBody, "LOCK_BATCH_MQ")
+    async def lock_batch_mq(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        body = _parse_body(req, LockBatchRequestBody, "LOCK_BATCH_MQ")
         ok = self.broker.lock_manager.try_lock_batch(body.consumerGroup, body.mqSet, body.clientId)
         out = serde.to_json(LockBatchResponseBody(lockOKMQSet=ok))
         return req.response(ResponseCode.SUCCESS, body=out)
 
-    async def unlock_batch_mq(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
-        body: UnlockBatchRequestBody = _parse_body(req, UnlockBatchRequestBody, "UNLOCK_BATCH_MQ")
+    async def unlock_batch_mq(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        body = _parse_body(req, UnlockBatchRequestBody, "UNLOCK_BATCH_MQ")
         self.broker.lock_manager.unlock_batch(body.consumerGroup, body.mqSet, body.clientId)
         return req.response(ResponseCode.SUCCESS)

@@ -17,18 +17,17 @@ index and answers the raw records found.
 
 from __future__ import annotations
 
-from typing import Any
-
 from broker.controller import BrokerController
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.server import Channel, RequestDispatcher
 
 
 class ConsumerManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def register(self, dispatcher: Any) -> None:
+    def register(self, dispatcher: RequestDispatcher) -> None:
         dispatcher.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
         dispatcher.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
         dispatcher.register(RequestCode.GET_MAX_OFFSET, self.get_max_offset)
@@ -38,7 +37,9 @@ class ConsumerManageProcessor:
         dispatcher.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message_by_id)
         dispatcher.register(RequestCode.QUERY_MESSAGE, self.query_message)
 
-    async def query_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def query_consumer_offset(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         b = self.broker
         group = req.get_str("consumerGroup")
         topic = req.get_str("topic")
@@ -53,7 +54,9 @@ class ConsumerManageProcessor:
             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
         )
 
-    async def update_consumer_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def update_consumer_offset(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         b = self.broker
         group, topic = req.get_str("consumerGroup"), req.get_str("topic")
         queue_id, offset = req.get_int("queueId"), req.get_int("commitOffset")
@@ -63,31 +66,35 @@ class ConsumerManageProcessor:
             b.slave_sync.note_commit(group, topic, queue_id, offset)
         return req.response(ResponseCode.SUCCESS)
 
-    async def get_max_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_max_offset(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         off = self.broker.store.get_max_offset_in_queue(
             req.get_str("topic"), req.get_int("queueId")
         )
         return req.response(ResponseCode.SUCCESS, None, {"offset": off})
 
-    async def get_min_offset(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def get_min_offset(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         off = self.broker.store.get_min_offset_in_queue(
             req.get_str("topic"), req.get_int("queueId")
         )
         return req.response(ResponseCode.SUCCESS, None, {"offset": off})
 
-    async def search_offset_by_timestamp(self, req: RemotingCommand, channel: Any):
+    async def search_offset_by_timestamp(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         off = self.broker.store.get_offset_in_queue_by_time(
             req.get_str("topic"), req.get_int("queueId"), req.get_int("timestamp")
         )
         return req.response(ResponseCode.SUCCESS, None, {"offset": off})
 
-    async def get_earliest_msg_storetime(self, req: RemotingCommand, channel: Any):
+    async def get_earliest_msg_storetime(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
         ts = self.broker.store.get_earliest_message_time(
             req.get_str("topic"), req.get_int("queueId")
         )
         return req.response(ResponseCode.SUCCESS, None, {"timestamp": ts})
 
-    async def view_message_by_id(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def view_message_by_id(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         offset = req.get_int("offset")
         rec = self.broker.store.select_one_message_by_offset(offset)
         if rec is None:
@@ -96,7 +103,7 @@ class ConsumerManageProcessor:
             )
         return req.response(ResponseCode.SUCCESS, body=rec)
 
-    async def query_message(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def query_message(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         max_num = req.get_int("maxNum")
         if req.get_bool("_UNIQUE_KEY_QUERY", False):
