@@ -31,12 +31,14 @@ to back without joining them.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import final
 
 import trio
 
 from broker.controller import BrokerController
 from broker.processor.pull_hold import ParkedPull
+from broker.store.api import MessageStore
 from broker.store.results import GetMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.errors import RequestError
@@ -44,6 +46,7 @@ from common.mixall import MASTER_ID
 from common.model import MessageModel, PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.server import Channel, RequestDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class PullSysFlag:
     LITE_PULL = 0x10
 
 
+@final  # so `type(result) is _Parked` narrows both ways (the inline path's cheap check)
 class _Parked:
     """First-pass outcome of a pull that waits for an arrival (its waiter is registered)."""
 
@@ -85,17 +89,19 @@ class PullMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def register(self, dispatcher: Any) -> None:
+    def register(self, dispatcher: RequestDispatcher) -> None:
         dispatcher.register(RequestCode.PULL_MESSAGE, self.pull_inline, inline=True)
 
-    async def process(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
+    async def process(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The awaitable form of :meth:`pull_inline` (for callers outside a read loop)."""
         result = self.pull_inline(req, channel)
         if isinstance(result, RemotingCommand):
             return result
         return await result
 
-    def pull_inline(self, req: RemotingCommand, channel: Any) -> Any:
+    def pull_inline(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """First pass now: the response, or an awaitable of it when the pull was parked."""
         result = self._process(req, channel, allow_suspend=True)
         if type(result) is _Parked:
@@ -103,7 +109,7 @@ class PullMessageProcessor:
         return result
 
     async def _after_park(
-        self, req: RemotingCommand, channel: Any, parked: _Parked
+        self, req: RemotingCommand, channel: Channel, parked: _Parked
     ) -> RemotingCommand:
         await self.broker.pull_hold.wait_parked(parked.parked, parked.timeout)
         result = self._process(req, channel, allow_suspend=False)
@@ -111,7 +117,7 @@ class PullMessageProcessor:
         return result
 
     def _process(
-        self, req: RemotingCommand, channel: Any, *, allow_suspend: bool
+        self, req: RemotingCommand, channel: Channel, *, allow_suspend: bool
     ) -> RemotingCommand | _Parked:
         b = self.broker
         cfg = b.config
@@ -256,7 +262,7 @@ class PullMessageProcessor:
         return req.response(code, result.status.name, ext)
 
 
-def _replicated_topic_config(store: Any, topic: str) -> TopicConfig | None:
+def _replicated_topic_config(store: MessageStore, topic: str) -> TopicConfig | None:
     """A read-only view of a topic a slave holds replicated queues of but no config for.
 
     A topic auto-created on the master reaches the slave's CommitLog (and so its queues) at
