@@ -1,4 +1,4 @@
-"""SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE / CONSUMER_SEND_MSG_BACK.
+"""SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (and the route to CONSUMER_SEND_MSG_BACK).
 
 RocketMQ ``SendMessageProcessor`` + ``AbstractSendMessageProcessor.msgCheck``.
 
@@ -17,16 +17,14 @@ rest, which a task awaits while the read loop goes on reading.  On a SYNC_MASTER
 answers FLUSH_SLAVE_TIMEOUT (12) / SLAVE_NOT_AVAILABLE (11) when it does not come; the message
 stays stored either way.
 
-Header names: SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
-SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  Whether the body is a
-batch is decided by the header's ``batch`` / ``m`` flag, not by the request code, like Java.
+The header's two spellings (long names, and V2's one-letter names) are read through
+``send_header.py``.  Whether the body is a batch is decided by the header's ``batch`` / ``m``
+flag, not by the request code, like Java.
 
-Retry topics: a message sent to ``%RETRY%group`` whose reconsumeTimes reached the group's
-maximum is diverted to ``%DLQ%group``.  CONSUMER_SEND_MSG_BACK (a consumer giving up on a
-message for now) re-stores the original - looked up by its CommitLog offset - under
-``%RETRY%group`` with reconsumeTimes + 1 and a delay level (3 + reconsumeTimes unless the client
-chose one), or in the DLQ once the maximum is reached; the store turns the DELAY property into a
-SCHEDULE_TOPIC_XXXX entry which the schedule service re-delivers when due.
+Retry topics and the DLQ are ``send_back.py``'s: a message sent to ``%RETRY%group`` whose
+reconsumeTimes reached the group's maximum is diverted to ``%DLQ%group`` on this path (still
+without an await), and CONSUMER_SEND_MSG_BACK, registered here like Java's processor does, is
+answered there.
 
 Every OK-family answer carries ``MSG_REGION`` and ``TRACE_ON``: Java clients dereference them.
 """
@@ -36,9 +34,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable
-from typing import Any
 
 from broker.controller import BrokerController
+from broker.ha.service import HAService
+from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
+from broker.processor.send_header import header_bool, header_int, send_header
 from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
 from broker.topic_config import validate_topic
 from common.batch_body import decode_batch_body
@@ -51,39 +51,17 @@ from common.message_properties import (
     decode_properties,
     encode_properties,
 )
-from common.model import PermName
+from common.model import PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RESPONSE_FLAG, RemotingCommand
-from common.topics import (
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
-    RETRY_GROUP_TOPIC_PREFIX,
-    SCHEDULE_TOPIC,
-    dlq_topic,
-    retry_topic,
-)
+from common.remoting.server import Channel, RequestDispatcher
+from common.topics import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
-DLQ_NUMS_PER_GROUP = 1
-V3_4_9 = 121  # MQVersion ordinal from which the header's maxReconsumeTimes is honoured
-
-# SendMessageRequestHeaderV2 one-letter names -> SendMessageRequestHeader names
-V2_NAMES = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "bname",
-}
+# What the inline SEND handler gives the read loop: the answer, or an awaitable of it (flush,
+# replica or config wait) that a task awaits
+SendAnswer = RemotingCommand | Awaitable[RemotingCommand]
 
 _PUT_CODES = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -118,20 +96,6 @@ _PUT_CODES = {
 }
 
 
-def send_header(req: RemotingCommand) -> dict[str, str]:
-    """The request's header under the long (SendMessageRequestHeader) names."""
-    ext = req.ext_fields
-    if req.code in (
-        RequestCode.SEND_MESSAGE_V2,
-        RequestCode.SEND_BATCH_MESSAGE,
-        RequestCode.SEND_REPLY_MESSAGE_V2,
-    ) or ("b" in ext and "topic" not in ext):
-        out = dict(ext)
-        out.update({V2_NAMES[k]: v for k, v in ext.items() if k in V2_NAMES})
-        return out
-    return ext
-
-
 def _stored_properties(raw: str, props: dict[str, str], cluster: str) -> str | None:
     """The stored properties string built by splicing the request's own string, or None.
 
@@ -163,25 +127,6 @@ def _stored_properties(raw: str, props: dict[str, str], cluster: str) -> str | N
     return raw + PROPERTY_SEPARATOR + tail if raw else tail
 
 
-def _h_int(h: dict[str, str], name: str, default: Any = None) -> int:
-    v = h.get(name)
-    if v is None or v == "":
-        if default is None:
-            raise RequestError(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise RequestError(
-            ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {v!r}"
-        ) from None
-
-
-def _h_bool(h: dict[str, str], name: str) -> bool:
-    v = h.get(name)
-    return v is not None and v.lower() in ("true", "1")
-
-
 # Bound of the per-processor caches below (cleared when reached).
 _CACHE_MAX = 4096
 
@@ -194,7 +139,7 @@ class SendMessageProcessor:
         # remote_addr -> (ip, port) of the producer (bornHost), parsed once per connection.
         self._born_hosts: dict[str, tuple[str, int]] = {}
 
-    def register(self, dispatcher: Any) -> None:
+    def register(self, dispatcher: RequestDispatcher) -> None:
         for code in (
             RequestCode.SEND_MESSAGE,
             RequestCode.SEND_MESSAGE_V2,
@@ -204,10 +149,14 @@ class SendMessageProcessor:
         dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process_send_back)
 
     # --- checks -----------------------------------------------------------------------------
-    def _response(self, req: RemotingCommand, code: int, remark: str | None = None, **ext: Any):
-        return req.response(code, remark, ext or None)
+    def _response(
+        self, req: RemotingCommand, code: int, remark: str | None = None
+    ) -> RemotingCommand:
+        return req.response(code, remark)
 
-    def msg_check(self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int):
+    def msg_check(
+        self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int
+    ) -> TopicConfig:
         """AbstractSendMessageProcessor.msgCheck: returns the TopicConfig or raises RequestError."""
         b = self.broker
         cfg = b.config
@@ -234,7 +183,7 @@ class SendMessageProcessor:
             tc = tcm.create_topic_in_send_message_method(
                 topic,
                 h.get("defaultTopic") or AUTO_CREATE_TOPIC_KEY_TOPIC,
-                _h_int(h, "defaultTopicQueueNums", 4),
+                header_int(h, "defaultTopicQueueNums", 4),
                 sys_flag,
             )
             if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -259,36 +208,10 @@ class SendMessageProcessor:
             )
         return tc
 
-    def _retry_or_dlq(self, req: RemotingCommand, h: dict[str, str], msg: MessageExtBrokerInner):
-        """handleRetryAndDLQ: a retry-topic message over its max reconsume times goes to the DLQ."""
-        topic = msg.topic
-        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return
-        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        sgc = self.broker.subscription_group_manager.find_subscription_group_config(group)
-        if sgc is None:
-            raise RequestError(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group not exist, {group}",
-            )
-        max_times = sgc.retryMaxTimes
-        if req.version >= V3_4_9 and h.get("maxReconsumeTimes"):
-            max_times = _h_int(h, "maxReconsumeTimes", max_times)
-        if msg.reconsume_times >= max_times:
-            dlq = dlq_topic(group)
-            tc = self.broker.topic_config_manager.create_topic_in_send_message_back_method(
-                dlq, DLQ_NUMS_PER_GROUP, PermName.READ | PermName.WRITE
-            )
-            if not PermName.is_writeable(tc.perm):
-                raise RequestError(ResponseCode.NO_PERMISSION, f"the topic[{dlq}] is not writable")
-            msg.topic = dlq
-            msg.queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
-            msg.properties.pop(MessageConst.DELAY, None)
-
     def _inner(
         self,
         h: dict[str, str],
-        channel: Any,
+        channel: Channel,
         topic: str,
         queue_id: int,
         body: bytes,
@@ -303,15 +226,15 @@ class SendMessageProcessor:
             flag=flag,
             body=body,
             properties=props,
-            sys_flag=_h_int(h, "sysFlag", 0),
-            born_timestamp=_h_int(h, "bornTimestamp", 0),
+            sys_flag=header_int(h, "sysFlag", 0),
+            born_timestamp=header_int(h, "bornTimestamp", 0),
             born_host=self._born_host(channel),
             store_host=b.store_host,
-            reconsume_times=_h_int(h, "reconsumeTimes", 0),
+            reconsume_times=header_int(h, "reconsumeTimes", 0),
         )
 
-    def _born_host(self, channel: Any) -> tuple[str, int]:
-        addr = getattr(channel, "remote_addr", "") or ""
+    def _born_host(self, channel: Channel) -> tuple[str, int]:
+        addr = channel.remote_addr
         host = self._born_hosts.get(addr)
         if host is None:
             host = self.broker.peer_host(channel)
@@ -327,21 +250,21 @@ class SendMessageProcessor:
         msg.properties_string = encode_properties(stored)
 
     # --- SEND_MESSAGE(_V2) / SEND_BATCH_MESSAGE ---------------------------------------------
-    async def process_send(self, req: RemotingCommand, channel: Any) -> RemotingCommand | None:
+    async def process_send(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The awaitable form of :meth:`send_inline` (for callers outside a read loop)."""
         result = self.send_inline(req, channel)
         if isinstance(result, RemotingCommand):
             return result
         return await result
 
-    def send_inline(self, req: RemotingCommand, channel: Any) -> Any:
+    def send_inline(self, req: RemotingCommand, channel: Channel) -> SendAnswer:
         """Validate and append now; the response, or an awaitable of it (see module doc)."""
         b = self.broker
         h = send_header(req)
         topic = h.get("topic")
         if not topic:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "the custom field <topic> is null")
-        queue_id = _h_int(h, "queueId")
+        queue_id = header_int(h, "queueId")
         tc = self.msg_check(req, h, topic, queue_id)
         if queue_id < 0:
             queue_id = random.randrange(99999999) % max(tc.writeQueueNums, 1)
@@ -352,7 +275,7 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(body)} is over max {b.config.store.max_message_size}",
             )
-        if _h_bool(h, "batch"):
+        if header_bool(h, "batch"):
             return self._send_batch(req, h, channel, topic, queue_id, body)
         raw_props = h.get("properties") or ""
         props = decode_properties(raw_props)
@@ -365,18 +288,26 @@ class SendMessageProcessor:
         stored = None
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
-        msg = self._inner(h, channel, topic, queue_id, body, props, _h_int(h, "flag", 0))
+        msg = self._inner(h, channel, topic, queue_id, body, props, header_int(h, "flag", 0))
         if stored is None:
-            self._retry_or_dlq(req, h, msg)
+            handle_retry_and_dlq(b, req, h, msg)
             self._strip_wait(msg)
         else:
             msg.properties_string = stored
         appended = b.store.append_message(msg)
         # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue the
         # store moved a delayed message to
-        return self._answer_append(req, appended, queue_id, self._wait_replica(msg))
+        return self._answer_append(req, appended, queue_id, self._replica_to_wait(msg))
 
-    def _send_batch(self, req, h, channel, topic, queue_id, body) -> Any:
+    def _send_batch(
+        self,
+        req: RemotingCommand,
+        h: dict[str, str],
+        channel: Channel,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+    ) -> SendAnswer:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._response(
                 req,
@@ -401,26 +332,30 @@ class SendMessageProcessor:
             self._strip_wait(m)
             msgs.append(m)
         appended = self.broker.store.append_messages(msgs)
-        return self._answer_append(req, appended, queue_id, self._wait_replica(msgs[0]))
+        return self._answer_append(req, appended, queue_id, self._replica_to_wait(msgs[0]))
 
-    def _wait_replica(self, msg: MessageExtBrokerInner) -> bool:
-        """SYNC_MASTER: the answer waits for a slave's ack (unless WAIT=false), like Java."""
+    def _replica_to_wait(self, msg: MessageExtBrokerInner) -> HAService | None:
+        """SYNC_MASTER: the HA service whose slave ack the answer waits for (unless WAIT=false),
+        like Java; None when the answer does not wait for a replica."""
         b = self.broker
-        return (
+        if (
             b.ha is not None
-            and getattr(b.store, "broker_role", None) == "SYNC_MASTER"
+            and b.store.broker_role == "SYNC_MASTER"
             and msg.properties.get(MessageConst.WAIT) != "false"
-        )
+        ):
+            return b.ha
+        return None
 
     def _answer_append(
         self,
         req: RemotingCommand,
         appended: PutMessageResult | PendingPut,
         queue_id: int,
-        wait_replica: bool = False,
-    ) -> Any:
-        if type(appended) is PendingPut or (wait_replica and appended.ok):
-            answer = self._answer_later(req, appended, queue_id, wait_replica)
+        replica: HAService | None = None,
+    ) -> SendAnswer:
+        answer: SendAnswer
+        if isinstance(appended, PendingPut) or (replica is not None and appended.ok):
+            answer = self._answer_later(req, appended, queue_id, replica)
         else:
             answer = self._answer_put(req, appended, queue_id)
         if self.broker.config_pending():
@@ -446,13 +381,13 @@ class SendMessageProcessor:
         req: RemotingCommand,
         appended: PutMessageResult | PendingPut,
         queue_id: int,
-        wait_replica: bool,
+        replica: HAService | None,
     ) -> RemotingCommand:
         """Flush wait (SYNC_FLUSH, in the store's PendingPut), then the replica wait."""
-        result = await appended.wait() if type(appended) is PendingPut else appended
-        if wait_replica and result.append is not None:
+        result = await appended.wait() if isinstance(appended, PendingPut) else appended
+        if replica is not None and result.append is not None:
             append = result.append
-            status = await self.broker.ha.wait_for_replica(append.wrote_offset + append.wrote_bytes)
+            status = await replica.wait_for_replica(append.wrote_offset + append.wrote_bytes)
             # Java: a failed replica wait overrides the flush outcome; the message stays stored
             if status is not PutMessageStatus.PUT_OK:
                 result = PutMessageResult(status, append)
@@ -487,75 +422,9 @@ class SendMessageProcessor:
             serialize_type=req.serialize_type,
         )
 
-    # --- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------
-    async def process_send_back(self, req: RemotingCommand, channel: Any) -> RemotingCommand:
-        b = self.broker
-        group = req.get_str("group")
-        offset = req.get_int("offset")
-        delay_level = req.get_int("delayLevel", 0)
-        sgc = b.subscription_group_manager.find_subscription_group_config(group)
-        if sgc is None:
-            return req.response(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
-            )
-        if not PermName.is_writeable(b.config.broker_permission):
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{b.config.broker_ip1}] sending message is forbidden",
-            )
-        if sgc.retryQueueNums <= 0:
-            return req.response(ResponseCode.SUCCESS)  # retry disabled for the group: drop
-        new_topic = retry_topic(group)
-        queue_id = random.randrange(99999999) % sgc.retryQueueNums
-        tc = b.topic_config_manager.create_topic_in_send_message_back_method(
-            new_topic, sgc.retryQueueNums, PermName.READ | PermName.WRITE
-        )
-        if not PermName.is_writeable(tc.perm):
-            return req.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
-            )
-        orig = b.store.look_message_by_offset(offset)
-        if orig is None:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
-            )
-        props = dict(orig.properties)
-        props.setdefault(MessageConst.RETRY_TOPIC, orig.topic)
-        props.pop(MessageConst.WAIT, None)
-        max_times = sgc.retryMaxTimes
-        if req.version >= V3_4_9 and req.ext_fields.get("maxReconsumeTimes"):
-            max_times = req.get_int("maxReconsumeTimes")
-        if orig.reconsume_times >= max_times or delay_level < 0:
-            new_topic = dlq_topic(group)
-            queue_id = random.randrange(99999999) % DLQ_NUMS_PER_GROUP
-            tc = b.topic_config_manager.create_topic_in_send_message_back_method(
-                new_topic, DLQ_NUMS_PER_GROUP, PermName.READ | PermName.WRITE
-            )
-            props.pop(MessageConst.DELAY, None)
-        else:
-            if delay_level == 0:
-                delay_level = 3 + orig.reconsume_times
-            props[MessageConst.DELAY] = str(delay_level)
-        origin_id = props.get(MessageConst.ORIGIN_MESSAGE_ID) or orig.msg_id
-        props[MessageConst.ORIGIN_MESSAGE_ID] = origin_id
-        msg = MessageExtBrokerInner(
-            topic=new_topic,
-            queue_id=queue_id,
-            flag=orig.flag,
-            body=orig.body,
-            properties=props,
-            sys_flag=orig.sys_flag,
-            born_timestamp=orig.born_timestamp,
-            born_host=orig.born_host,
-            store_host=b.store_host,
-            reconsume_times=orig.reconsume_times + 1,
-        )
-        result = await b.store.put_message(msg)
-        if result.status is PutMessageStatus.PUT_OK:
-            b.stats.send_back_count += 1
-            return req.response(ResponseCode.SUCCESS)
-        # Java answers SUCCESS only for PUT_OK (a flush timeout here is an error for the client)
-        return req.response(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
+    # --- CONSUMER_SEND_MSG_BACK (send_back.py) ---------------------------------------------
+    async def process_send_back(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        return await consumer_send_msg_back(self.broker, req)
 
 
-__all__ = ["SendMessageProcessor", "send_header"]
+__all__ = ["SendAnswer", "SendMessageProcessor"]

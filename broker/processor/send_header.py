@@ -1,0 +1,68 @@
+"""The SEND header (RocketMQ ``SendMessageRequestHeader`` / ``SendMessageRequestHeaderV2``).
+
+SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
+SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  :func:`send_header`
+gives both under the long names, and :func:`header_int` / :func:`header_bool` read a field with
+the errors Java's header decoding answers (SYSTEM_ERROR, "the custom field <x> is null").
+"""
+
+from __future__ import annotations
+
+from common.errors import RequestError
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+
+# SendMessageRequestHeaderV2 one-letter names -> SendMessageRequestHeader names
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+
+
+def send_header(req: RemotingCommand) -> dict[str, str]:
+    """The request's header under the long (SendMessageRequestHeader) names."""
+    ext = req.ext_fields
+    if req.code in (
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    ) or ("b" in ext and "topic" not in ext):
+        out = dict(ext)
+        out.update({V2_NAMES[k]: v for k, v in ext.items() if k in V2_NAMES})
+        return out
+    return ext
+
+
+def header_int(h: dict[str, str], name: str, default: int | None = None) -> int:
+    """The field as an int; ``default`` when it is absent or empty (an error without one)."""
+    v = h.get(name)
+    if v is None or v == "":
+        if default is None:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {v!r}"
+        ) from None
+
+
+def header_bool(h: dict[str, str], name: str) -> bool:
+    v = h.get(name)
+    return v is not None and v.lower() in ("true", "1")
+
+
+__all__ = ["V2_NAMES", "header_bool", "header_int", "send_header"]
