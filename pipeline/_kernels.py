@@ -34,6 +34,35 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numpy.typing import NDArray
+
+# What the kernels take and give, for the type checker; numba itself types every call from its
+# arguments (uint8 buffers, int64 positions and layouts).
+_Bytes = NDArray[np.uint8]
+_Ints = NDArray[np.int64]
+_I32s = NDArray[np.int32]
+# fill(): qid, qoff, born, stored, recon, flags, body_off, body, topic_off, topic, map_off,
+# key_off, keys, val_off, vals, look (3 x n: pair index of TAGS, KEYS, UNIQ_KEY), id_off, ids
+_Columns = tuple[
+    _I32s,
+    _Ints,
+    _Ints,
+    _Ints,
+    _I32s,
+    _Bytes,
+    _I32s,
+    _Bytes,
+    _I32s,
+    _Bytes,
+    _I32s,
+    _I32s,
+    _Bytes,
+    _I32s,
+    _Bytes,
+    _Ints,
+    _I32s,
+    _Bytes,
+]
 
 MESSAGE_MAGIC = np.int64(-626843481)
 BLANK_MAGIC = np.int64(-875286124)
@@ -53,28 +82,30 @@ _CLASS[1] = 1
 _CLASS[2] = 2
 _CLASS[0x80:] = 3
 
-_opts = dict(cache=True, nogil=True, boundscheck=False)
+# One decorator for every kernel.  Built once with keyword arguments (not ``njit(**opts)`` from
+# a dict) so numba's own stubs can check the options and type the decorated kernels.
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 
-@numba.njit(**_opts)
-def _i32(b, p):
+@_jit
+def _i32(b: _Bytes, p: int) -> int:
     v = (np.int64(b[p]) << 24) | (np.int64(b[p + 1]) << 16) | (np.int64(b[p + 2]) << 8) | b[p + 3]
     if v >= 0x80000000:
         v -= 0x100000000
-    return v
+    return int(v)  # an int64 either way once compiled; int() tells the type checker
 
 
-@numba.njit(**_opts)
-def _i64(b, p):
+@_jit
+def _i64(b: _Bytes, p: int) -> int:
     hi = np.uint64((np.int64(b[p]) << 24) | (np.int64(b[p + 1]) << 16) | (np.int64(b[p + 2]) << 8))
     hi |= np.uint64(b[p + 3])
     lo = np.uint64((np.int64(b[p + 4]) << 24) | (np.int64(b[p + 5]) << 16))
     lo |= np.uint64((np.int64(b[p + 6]) << 8) | b[p + 7])
-    return np.int64((hi << np.uint64(32)) | lo)
+    return int(np.int64((hi << np.uint64(32)) | lo))
 
 
-@numba.njit(**_opts)
-def walk(b):
+@_jit
+def walk(b: _Bytes) -> tuple[_Ints, int, int]:
     """Record starts of ``b``; returns (starts, status, position of the first bad thing)."""
     n = len(b)
     out = np.empty(max(n // MIN_SIZE, 1), dtype=np.int64)
@@ -99,8 +130,8 @@ def walk(b):
     return out[:k], WALK_OK, pos
 
 
-@numba.njit(**_opts)
-def measure(b, s, lay):
+@_jit
+def measure(b: _Bytes, s: _Ints, lay: _Ints) -> tuple[int, int, int, int, int]:
     """Check each record at ``s`` and fill ``lay`` (n x 8 int64) with its layout.
 
     Columns: 0 body start, 1 body end, 2 topic start, 3 topic end, 4 props start (end is the
@@ -162,8 +193,10 @@ def measure(b, s, lay):
     return -1, body_total, topic_total, props_total, segs
 
 
-@numba.njit(**_opts)
-def fill(b, s, lay, body_total, topic_total, props_total, segs):
+@_jit
+def fill(
+    b: _Bytes, s: _Ints, lay: _Ints, body_total: int, topic_total: int, props_total: int, segs: int
+) -> _Columns:
     """Every column of the records of ``s`` (checked by :func:`measure`) as numpy buffers."""
     n = len(s)
     qid = np.empty(n, dtype=np.int32)
@@ -337,8 +370,10 @@ def fill(b, s, lay, body_total, topic_total, props_total, segs):
     )
 
 
-@numba.njit(**_opts)
-def chain(b, pos, limit, file_from_offset, check_phys):
+@_jit
+def chain(
+    b: _Bytes, pos: int, limit: int, file_from_offset: int, check_phys: bool
+) -> tuple[_Ints, int]:
     """Records from ``pos`` while each is a sound MESSAGE record: ``(starts, next position)``.
 
     A record is taken when its MAGIC is MESSAGE, its size possible and inside ``b``, and (with
