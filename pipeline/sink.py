@@ -81,6 +81,13 @@ _BATCH_BYTES_LIMIT = MAX_MESSAGE_SIZE - 64 * 1024
 # System properties the producer sets itself; a row read from a topic may carry them.
 _DROPPED_PROPERTIES = RESERVED_PROPERTIES | {PROPERTY_UNIQ_KEY}
 
+# What a sender receives: the queue the messages must go to (None: the producer picks one) and
+# one request's worth of messages.
+_Chunk = tuple[MessageQueue | None, list[Message]]
+# One row as `_Writer._messages` yields it: topic, (brokerName, queueId) or None, the message
+# and its estimated encoded size.
+_Row = tuple[str, tuple[str | None, int] | None, Message, int]
+
 
 class SinkConfigError(ValueError):
     """A sink option or a column of the DataFrame is wrong (raised on the driver)."""
@@ -261,30 +268,36 @@ class _Writer:
             ) as producer,
             trio.open_nursery() as nursery,
         ):
-            shared_send, shared_recv = trio.open_memory_channel[tuple[Any, list[Message]]](0)
+            shared_send, shared_recv = trio.open_memory_channel[_Chunk](0)
             async with shared_send:
                 for _ in range(opts.max_in_flight):
                     nursery.start_soon(self._sender, producer, shared_recv.clone())
                 shared_recv.close()
                 # queue -> the channel of that queue's single (order-keeping) sender
-                ordered: dict[MessageQueue, trio.MemorySendChannel] = {}
+                ordered: dict[MessageQueue, trio.MemorySendChannel[_Chunk]] = {}
                 try:
                     await self._feed(producer, nursery, batches, shared_send, ordered)
                 finally:
                     for chan in ordered.values():
                         chan.close()
 
-    async def _feed(self, producer, nursery, batches, shared_send, ordered) -> None:
+    async def _feed(
+        self,
+        producer: Producer,
+        nursery: trio.Nursery,
+        batches: Iterator[pa.RecordBatch],
+        shared_send: trio.MemorySendChannel[_Chunk],
+        ordered: dict[MessageQueue, trio.MemorySendChannel[_Chunk]],
+    ) -> None:
         chunkers: dict[tuple[str, MessageQueue | None], _Chunker] = {}
         seq = 0
-        sentinel = object()
         while True:
-            batch = await trio.to_thread.run_sync(next, batches, sentinel)
-            if batch is sentinel:
+            # Spark never hands over a None batch, so None marks the end of the iterator
+            batch: pa.RecordBatch | None = await trio.to_thread.run_sync(next, batches, None)
+            if batch is None:
                 break
-            for topic, mq, msg, size in self._messages(batch, seq):
-                if mq is not None:
-                    mq = await self._queue(producer, topic, *mq)
+            for topic, where, msg, size in self._messages(batch, seq):
+                mq = None if where is None else await self._queue(producer, topic, *where)
                 key = (topic, mq)
                 chunker = chunkers.get(key)
                 if chunker is None:
@@ -297,18 +310,26 @@ class _Writer:
             if chunker.msgs:
                 await self._dispatch(nursery, producer, shared_send, ordered, mq, chunker.take())
 
-    async def _dispatch(self, nursery, producer, shared_send, ordered, mq, msgs) -> None:
+    async def _dispatch(
+        self,
+        nursery: trio.Nursery,
+        producer: Producer,
+        shared_send: trio.MemorySendChannel[_Chunk],
+        ordered: dict[MessageQueue, trio.MemorySendChannel[_Chunk]],
+        mq: MessageQueue | None,
+        msgs: list[Message],
+    ) -> None:
         if mq is None:
             await shared_send.send((None, msgs))
             return
         chan = ordered.get(mq)
         if chan is None:
-            chan, recv = trio.open_memory_channel[tuple[Any, list[Message]]](1)
+            chan, recv = trio.open_memory_channel[_Chunk](1)
             ordered[mq] = chan
             nursery.start_soon(self._sender, producer, recv)
         await chan.send((mq, msgs))
 
-    async def _sender(self, producer: Producer, recv: trio.MemoryReceiveChannel) -> None:
+    async def _sender(self, producer: Producer, recv: trio.MemoryReceiveChannel[_Chunk]) -> None:
         async with recv:
             async for mq, msgs in recv:
                 topic = msgs[0].topic
@@ -333,7 +354,9 @@ class _Writer:
                 self.requests += 1
                 self.body_bytes += sum(len(m.body) for m in msgs)
 
-    async def _queue(self, producer: Producer, topic: str, broker: str | None, qid: int):
+    async def _queue(
+        self, producer: Producer, topic: str, broker: str | None, qid: int
+    ) -> MessageQueue:
         info = producer._cached_publish_info(topic) or await producer.publish_info(topic)
         found = [
             q
@@ -351,12 +374,12 @@ class _Writer:
             "add a brokerName column to choose one"
         )
 
-    def _messages(self, batch: pa.RecordBatch, seq0: int):
+    def _messages(self, batch: pa.RecordBatch, seq0: int) -> Iterator[_Row]:
         """(topic, (brokerName, queueId) or None, Message, estimated size) per row."""
         n = batch.num_rows
         cols = set(self.columns.names)
 
-        def column(name: str) -> list:
+        def column(name: str) -> list[Any]:
             if name not in cols:
                 return [None] * n
             return batch.column(batch.schema.get_field_index(name)).to_pylist()
@@ -404,7 +427,10 @@ def _partition_id() -> int:
 
 
 def _write(
-    options: SinkOptions, columns: SinkColumns, key_prefix: str | None, batches
+    options: SinkOptions,
+    columns: SinkColumns,
+    key_prefix: str | None,
+    batches: Iterator[pa.RecordBatch],
 ) -> SinkCommitMessage:
     partition = _partition_id()
     writer = _Writer(options, columns, None if key_prefix is None else f"{key_prefix}:{partition}")
