@@ -30,11 +30,17 @@ import contextlib
 import mmap
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from pipeline.schema import SPARK_SCHEMA_DDL
+
+if TYPE_CHECKING:  # the driver lists files only; pyarrow is loaded where batches are made
+    import pyarrow as pa
 
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 DEFAULT_BATCH_SIZE = 65536
@@ -88,7 +94,7 @@ class StoreRange(InputPartition):
         self.hi = hi
 
 
-def _positive_int(options, name: str, default: int) -> int:
+def _positive_int(options: Mapping[str, str], name: str, default: int) -> int:
     raw = options.get(name)
     if raw is None:
         return default
@@ -101,7 +107,7 @@ def _positive_int(options, name: str, default: int) -> int:
     return value
 
 
-def plan_ranges(segments, max_bytes: int) -> list[StoreRange]:
+def plan_ranges(segments: Iterable[tuple[str, int, int]], max_bytes: int) -> list[StoreRange]:
     """Split segments into byte ranges of at most ``max_bytes`` (empty files give none)."""
     parts = []
     for path, start, size in segments:
@@ -113,7 +119,7 @@ def plan_ranges(segments, max_bytes: int) -> list[StoreRange]:
     return parts
 
 
-def read_range(part: StoreRange, *, broker_name: str, batch_size: int):
+def read_range(part: StoreRange, *, broker_name: str, batch_size: int) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of the records starting inside ``part`` (runs on executors)."""
     from broker.store.commitlog_scan import resync, scan_segment
     from pipeline.record_batch import decode_records
@@ -124,12 +130,15 @@ def read_range(part: StoreRange, *, broker_name: str, batch_size: int):
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        start = part.lo
-        if start:
-            start = resync(mm, part.file_from_offset, start, stop=part.hi)
-            if start is None:
-                return
-        scan = scan_segment(mm, part.file_from_offset, start=start, stop=part.hi)
+        # the scan takes a buffer view; released before the map is closed below
+        with memoryview(mm) as view:
+            start = part.lo
+            if start:
+                found = resync(view, part.file_from_offset, start, stop=part.hi)
+                if found is None:
+                    return
+                start = found
+            scan = scan_segment(view, part.file_from_offset, start=start, stop=part.hi)
         starts = scan.starts
         for i in range(0, len(starts), batch_size):
             yield decode_records(mm, broker_name=broker_name, starts=starts[i : i + batch_size])
@@ -147,12 +156,14 @@ class RocketMQStoreReader(DataSourceReader):
         self.max_bytes = max_bytes
         self.batch_size = batch_size
 
-    def partitions(self):
+    def partitions(self) -> list[StoreRange]:
         parts = plan_ranges(list_segments(self.path), self.max_bytes)
         # Spark needs at least one partition; an empty range reads nothing
         return parts or [StoreRange("", 0, 0, 0)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, StoreRange):  # Spark hands back what partitions() made
+            raise TypeError(f"not a rocketmq-store partition: {partition!r}")
         if not partition.path:
             return
         yield from read_range(partition, broker_name=self.broker_name, batch_size=self.batch_size)
@@ -168,7 +179,7 @@ class RocketMQStoreDataSource(DataSource):
     def schema(self) -> str:
         return SPARK_SCHEMA_DDL
 
-    def reader(self, schema) -> RocketMQStoreReader:
+    def reader(self, schema: StructType) -> RocketMQStoreReader:
         opts = self.options
         path = opts.get("path")
         if not path:
