@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -43,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from common.errors import RemotingConnectError
 from pipeline.errors import DataLossError
@@ -61,6 +63,9 @@ from pipeline.offsets import (
 )
 from pipeline.options import OptionError, ReaderOptions, parse_reader_options
 from pipeline.schema import SPARK_SCHEMA_DDL
+
+if TYPE_CHECKING:  # the sink (and the producer under it) loads only when a query writes
+    from pipeline.sink import RocketMQStreamWriter, RocketMQWriter
 
 log = logging.getLogger(__name__)
 
@@ -152,18 +157,18 @@ class RocketMQDataSource(DataSource):
     def schema(self) -> str:
         return SPARK_SCHEMA_DDL
 
-    def reader(self, schema) -> RocketMQBatchReader:
+    def reader(self, schema: StructType) -> RocketMQBatchReader:
         return RocketMQBatchReader(parse_reader_options(self.options, streaming=False))
 
-    def streamReader(self, schema) -> RocketMQStreamReader:
+    def streamReader(self, schema: StructType) -> RocketMQStreamReader:
         return RocketMQStreamReader(parse_reader_options(self.options, streaming=True))
 
-    def writer(self, schema, overwrite: bool):
+    def writer(self, schema: StructType, overwrite: bool) -> RocketMQWriter:
         from pipeline.sink import RocketMQWriter
 
         return RocketMQWriter(schema, self.options, overwrite)
 
-    def streamWriter(self, schema, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
         from pipeline.sink import RocketMQStreamWriter
 
         return RocketMQStreamWriter(schema, self.options, overwrite)

@@ -102,7 +102,7 @@ def read_task(task: PullTask) -> Iterator:
     chunk: list[bytes] = []
     chunk_bytes = 0
 
-    def flush():
+    def flush() -> pa.RecordBatch:
         batch = decode(b"".join(chunk), broker_name=task.broker)
         chunk.clear()
         return _keep(batch, task.start, task.end, wanted)

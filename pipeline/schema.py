@@ -15,6 +15,10 @@ No pyspark import here: the driver-side options code and the decoder use it with
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pyarrow loads only when the Arrow schema is first asked for
+    import pyarrow as pa
 
 COLUMNS = (
     "topic",
@@ -39,7 +43,7 @@ SPARK_SCHEMA_DDL = (
 
 
 @functools.cache
-def arrow_schema():
+def arrow_schema() -> pa.Schema:
     """The pyarrow form of :data:`SPARK_SCHEMA_DDL` (all fields nullable, like Spark's DDL)."""
     import pyarrow as pa
 

@@ -33,6 +33,10 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pyspark (and its JVM gateway) loads only when a session is asked for
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,9 @@ log = logging.getLogger(__name__)
 _PROBE = "import cattrs, pyarrow, trio, pipeline.data_source"
 
 
-def session(app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf: str):
+def session(
+    app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf: str
+) -> SparkSession:
     """A SparkSession with the "rocketmq" formats registered, whose workers run this
     interpreter (see the module docstring). `conf` entries are Spark settings, e.g.
     `session(**{"spark.sql.shuffle.partitions": "4"})`; `master` defaults to Spark's own
@@ -60,7 +66,7 @@ def session(app: str = "trio-rmq-pipeline", *, master: str | None = None, **conf
     return spark
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the "rocketmq" and "rocketmq-store" formats with `spark`.
 
     First makes sure the session's Python workers can import this project (a local session
@@ -83,14 +89,15 @@ def register(spark) -> None:
     spark.dataSource.register(RocketMQStoreDataSource)
 
 
-def check_worker_python(spark) -> str:
+def check_worker_python(spark: SparkSession) -> str:
     """The interpreter the session's Python workers run, fixed to `sys.executable` when it
     cannot import the pipeline and the master is local; a warning either way."""
     sc = spark.sparkContext
     exe = sc.pythonExec
     if worker_python_ok(exe):
         return exe
-    if sc.master.startswith("local"):
+    # a running context always has spark.master; without one it is not known to be local
+    if (sc.master or "").startswith("local"):
         log.warning(
             "Spark's Python workers would run %r, which cannot import the pipeline; using %s "
             "instead (set PYSPARK_PYTHON to choose)",
