@@ -129,7 +129,9 @@ class WriteBehind:
             self.durable[path] = max(self.durable.get(path, 0), gen)
             del self._waiting[path]
 
-    async def run(self, *, task_status: trio.TaskStatus[WriteBehind] = trio.TASK_STATUS_IGNORED):
+    async def run(
+        self, *, task_status: trio.TaskStatus[WriteBehind] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         self.running = True
         task_status.started(self)
         try:

@@ -294,7 +294,7 @@ converter.register_unstructure_hook(set, lambda v: sorted(v))
 
 def _omit_none_factory(cls: type) -> Callable[[Any], dict[str, Any]]:
     # fastjson never writes null fields; matching that keeps optional fields out of our JSON.
-    base = make_dict_unstructure_fn(cls, converter)
+    base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, converter)
 
     def unstructure(obj: Any) -> dict[str, Any]:
         return {k: v for k, v in base(obj).items() if v is not None}

@@ -69,7 +69,7 @@ class RequestDispatcher:
             self._inline[code] = handler
             self._handlers.pop(code, None)
         else:
-            self._handlers[code] = handler  # type: ignore[assignment]
+            self._handlers[code] = handler
             self._inline.pop(code, None)
 
     def set_default(self, handler: Handler | None) -> None:
