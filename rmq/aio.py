@@ -17,7 +17,7 @@ Theory of operation (the bridge):
 
 * What runs where. The real clients are the Trio ones. They run on the process-wide Trio
   "portal" thread of `rmq.sync` (one daemon thread running `trio.run`, started on first use).
-  Each asyncio call hands its coroutine to that thread with `_Portal.submit`, which starts
+  Each asyncio call hands its coroutine to that thread with `Portal.submit`, which starts
   it as a portal task at once without blocking the asyncio loop, and returns a
   `concurrent.futures.Future`; the asyncio side awaits it through `asyncio.wrap_future`.
   Connections, long polls, heartbeats and offset commits therefore all live on the portal
@@ -71,6 +71,7 @@ from rmq.admin import QueueOffsets
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
+from rmq.portal import Lease, MirrorCoroutines, get_portal, hold
 from rmq.producer import SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
 from rmq.push_consumer import (
@@ -80,7 +81,6 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
-from rmq.sync import _get_portal, _hold, _Lease, _MirrorCoroutines
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ T = TypeVar("T")
 
 async def _bridge(afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Run the Trio coroutine function `afn` on the portal; await it from asyncio."""
-    portal = _get_portal()
+    portal = get_portal()
     fut = portal.submit(functools.partial(afn, *args, **kwargs))
     return await asyncio.wrap_future(fut)
 
@@ -99,21 +99,21 @@ class _AioClient:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._async = self._async_cls(*args, **kwargs)
-        self._lease: _Lease | None = None
+        self._lease: Lease | None = None
 
     async def __aenter__(self) -> Self:
         if self._lease is not None:
             raise ClientError(f"{type(self).__name__} is already open")
-        portal = _get_portal()
+        portal = get_portal()
         assert portal._nursery is not None
-        self._lease = await _bridge(portal._nursery.start, _hold, self._async)
+        self._lease = await _bridge(portal._nursery.start, hold, self._async)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None
         if lease is None:
             return
-        portal = _get_portal()
+        portal = get_portal()
         portal.token.run_sync_soon(lease.release.set)
         await asyncio.shield(_bridge(lease.exited.wait))
         if lease.error is not None:
@@ -124,7 +124,7 @@ class _AioClient:
             raise ClientError(f"{type(self).__name__} is not open: use `async with`")
         return await _bridge(getattr(self._async, name), *args, **kwargs)
 
-    __getattr__ = _MirrorCoroutines.__getattr__
+    __getattr__ = MirrorCoroutines.__getattr__
 
 
 class Producer(_AioClient):
@@ -241,7 +241,7 @@ class LitePullConsumer(_AioClient):
         if self._lease is None:
             self._async.assign(mqs)
         else:
-            _get_portal().token.run_sync_soon(self._assign_on_portal, mqs)
+            get_portal().token.run_sync_soon(self._assign_on_portal, mqs)
 
     def _assign_on_portal(self, mqs: list[MessageQueue]) -> None:
         # runs as a Trio run_sync_soon callback, where an exception would kill the portal

@@ -20,7 +20,7 @@ waits for a release event; `close()` sets the event and waits until the holder h
 `async with`, re-raising anything the exit raised. Calls from several threads may share one
 object: each becomes its own task in the portal, like concurrent tasks sharing the client.
 
-`_Portal.submit` is the non-blocking form of `run`: it starts the coroutine as a task of the
+`Portal.submit` is the non-blocking form of `run`: it starts the coroutine as a task of the
 portal and returns a `concurrent.futures.Future`; cancelling that future cancels the task.
 `rmq.aio` builds the asyncio bridge on it, and `Producer.send_async` uses it here.
 
@@ -37,17 +37,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Iterable
 from typing import Any, Self, TypeVar, TypeVarTuple
 
-import attrs
 import trio
 
-from common.errors import RmqError, unwrap_group
+from common.errors import RmqError
 from common.message import MessageExt
 from common.model import ClusterInfo, MessageQueue, TopicRouteData
 from rmq import admin as _admin
@@ -59,6 +56,7 @@ from rmq.admin import QueueOffsets
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
+from rmq.portal import Lease, MirrorCoroutines, get_portal
 from rmq.producer import SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
 from rmq.push_consumer import (
@@ -75,172 +73,23 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 
-@attrs.define(eq=False)
-class _Lease:
-    value: Any
-    release: trio.Event
-    exited: trio.Event
-    # set by the holder if leaving the `async with` raised
-    error: BaseException | None = None
-
-
-class _Portal:
-    """A Trio loop in a daemon thread; `run` executes a coroutine function there."""
-
-    def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._nursery: trio.Nursery | None = None
-        self._thread = threading.Thread(target=self._main, name="rmq-sync-portal", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-
-    def _main(self) -> None:
-        trio.run(self._amain)
-
-    async def _amain(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._token = trio.lowlevel.current_trio_token()
-            self._ready.set()
-            await trio.sleep_forever()
-
-    def run(self, afn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
-        try:
-            return trio.from_thread.run(afn, *args, trio_token=self._token)
-        except BaseExceptionGroup as group:
-            inner = unwrap_group(group)
-            if inner is group:
-                raise
-            raise inner from None
-
-    @property
-    def token(self) -> trio.lowlevel.TrioToken:
-        assert self._token is not None
-        return self._token
-
-    def submit(
-        self, afn: Callable[[*Ts], Awaitable[T]], *args: *Ts
-    ) -> concurrent.futures.Future[T]:
-        """Start `afn(*args)` as a portal task now; its outcome lands in the returned future.
-
-        Never blocks (safe from an asyncio loop). Cancelling the future cancels the task; a
-        task the portal itself cancels leaves the future cancelled, never pending forever.
-        """
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        scope = trio.CancelScope()
-
-        async def runner() -> None:
-            try:
-                with scope:
-                    _settle(fut, result=await afn(*args))
-            except Exception as exc:
-                _settle(fut, error=unwrap_group(exc))
-            finally:
-                if not fut.done():
-                    fut.cancel()
-
-        def on_done(f: concurrent.futures.Future[T]) -> None:
-            if f.cancelled():
-                try:
-                    self.token.run_sync_soon(scope.cancel)
-                except trio.RunFinishedError:
-                    pass
-
-        fut.add_done_callback(on_done)
-        assert self._nursery is not None
-        self.token.run_sync_soon(self._nursery.start_soon, runner)
-        return fut
-
-    def enter(self, acm: AbstractAsyncContextManager[object]) -> _Lease:
-        assert self._nursery is not None
-        return self.run(self._nursery.start, _hold, acm)
-
-    def exit(self, lease: _Lease) -> None:
-        trio.from_thread.run_sync(lease.release.set, trio_token=self._token)
-        self.run(lease.exited.wait)
-        if lease.error is not None:
-            raise lease.error
-
-
-def _settle(
-    fut: concurrent.futures.Future[Any],
-    *,
-    result: object = None,
-    error: BaseException | None = None,
-) -> None:
-    """Complete `fut` unless its waiter cancelled it meanwhile (then the outcome is dropped)."""
-    try:
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(result)
-    except concurrent.futures.InvalidStateError:
-        pass
-
-
-async def _hold(
-    acm: AbstractAsyncContextManager[object],
-    task_status: trio.TaskStatus[_Lease] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    lease: _Lease | None = None
-    try:
-        async with acm as value:
-            lease = _Lease(value, trio.Event(), trio.Event())
-            task_status.started(lease)
-            await lease.release.wait()
-    except Exception as exc:
-        if lease is None:
-            raise  # failed to open: nursery.start re-raises it in the caller
-        lease.error = unwrap_group(exc)
-    finally:
-        if lease is not None:
-            lease.exited.set()
-
-
-_portal: _Portal | None = None
-_portal_lock = threading.Lock()
-
-
-def _get_portal() -> _Portal:
-    global _portal
-    with _portal_lock:
-        if _portal is None:
-            _portal = _Portal()
-        return _portal
-
-
-class _MirrorCoroutines:
-    """Names a wrapper (sync here, asyncio in `rmq.aio`) does not define reach the wrapped
-    Trio client: its coroutine methods through the wrapper's own `_call(name, ...)`, anything
-    else as is. Shared so the two bridges cannot drift apart."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._async, name)
-        if inspect.iscoroutinefunction(value):
-            return functools.partial(self._call, name)
-        return value
-
-
 class _SyncClient:
     _async_cls: type
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._async = self._async_cls(*args, **kwargs)
-        self._lease: _Lease | None = None
+        self._lease: Lease | None = None
 
     def open(self) -> Self:
         if self._lease is not None:
             raise ClientError(f"{type(self).__name__} is already open")
-        self._lease = _get_portal().enter(self._async)
+        self._lease = get_portal().enter(self._async)
         return self
 
     def close(self) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
-            _get_portal().exit(lease)
+            get_portal().exit(lease)
 
     def __enter__(self) -> Self:
         return self.open()
@@ -251,9 +100,9 @@ class _SyncClient:
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._lease is None:
             raise ClientError(f"{type(self).__name__} is not open: use `with` or open()")
-        return _get_portal().run(functools.partial(getattr(self._async, name), *args, **kwargs))
+        return get_portal().run(functools.partial(getattr(self._async, name), *args, **kwargs))
 
-    __getattr__ = _MirrorCoroutines.__getattr__
+    __getattr__ = MirrorCoroutines.__getattr__
 
 
 class Producer(_SyncClient):
@@ -299,7 +148,7 @@ class Producer(_SyncClient):
         if self._lease is None:
             raise ClientError("Producer is not open: use `with` or open()")
         self._async._prepare(msg)  # invalid messages raise here, in the caller
-        fut = _get_portal().submit(_send_then_call, self._async, msg, on_result, on_error, timeout)
+        fut = get_portal().submit(_send_then_call, self._async, msg, on_result, on_error, timeout)
         with self._inflight_lock:
             self._inflight.add(fut)
         fut.add_done_callback(self._forget)
@@ -398,7 +247,7 @@ class LitePullConsumer(_SyncClient):
         if self._lease is None:
             self._async.assign(mqs)
         else:
-            _get_portal().run(_run_sync_in_trio, self._async.assign, mqs)
+            get_portal().run(_run_sync_in_trio, self._async.assign, mqs)
 
     def assignment(self) -> frozenset[MessageQueue]:
         return self._async.assignment()

@@ -433,10 +433,10 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
 
     Those clients run on the process-wide portal thread's Trio loop, and an in-memory stream
     works only inside one loop: so the servers run on the portal too (held open like a sync
-    client, ``rmq.sync._Portal.enter``) and the test reaches them through ``cluster.call``.
+    client, ``rmq.portal.Portal.enter``) and the test reaches them through ``cluster.call``.
     """
     from common.testing import MemoryNetwork
-    from rmq.sync import _get_portal
+    from rmq.portal import get_portal
 
     @contextlib.asynccontextmanager
     async def running() -> Any:
@@ -445,7 +445,7 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
             yield await _start(cluster, broker_fields)
             nursery.cancel_scope.cancel()
 
-    portal = _get_portal()
+    portal = get_portal()
     lease = portal.enter(running())
     try:
         yield lease.value

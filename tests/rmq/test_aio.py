@@ -14,8 +14,8 @@ from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from rmq import Message, PullStatus, SendStatus, aio
 from rmq.errors import ClientError, InvalidMessageError
+from rmq.portal import get_portal
 from rmq.producer import select_by_hash
-from rmq.sync import _get_portal
 
 MQ0 = MessageQueue("T", "broker-a", 0)
 
@@ -98,7 +98,7 @@ def test_cancelling_the_asyncio_await_cancels_the_trio_task(cluster):
 
     asyncio.run(main())
     # the cancellation travels to the portal thread: wait for it there
-    fut = _get_portal().submit(trio.sleep, 0.1)
+    fut = get_portal().submit(trio.sleep, 0.1)
     fut.result(timeout=5)
     assert events == ["trio task cancelled"]
 
