@@ -24,7 +24,7 @@ REASON = "# Over 500 lines on purpose:"
 EXEMPT = {"common/remoting/channel.py"}
 # over the limit today, split by other work under way: remove an entry when its module is split
 # (rmq/push_consumer.py grew past the limit with its typed seams, 628c1a7)
-_PENDING = {"cli/cmd_admin.py", "rmq/push_consumer.py"}
+_PENDING = {"rmq/push_consumer.py"}
 
 
 def _modules() -> list[Path]:

@@ -1,0 +1,28 @@
+"""What the mqadmin-style commands share: the `--json` and `--cluster` options and the Admin
+client they open on the global `--namesrv`.
+
+The command modules (`cli/cmd_cluster.py`, `cmd_topic.py`, `cmd_group.py`, `cmd_message.py`,
+`cmd_produce_consume.py`) import from here and never from each other, so each area can change
+alone and none of them imports the module that registers them (`cli/cmd_admin.py`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from cli.app import _namesrv
+
+if TYPE_CHECKING:
+    from rmq.admin import Admin
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
+
+
+def open_admin(ctx: typer.Context) -> Admin:
+    """An Admin client on the nameserver(s) of the global `--namesrv` (enter it to connect)."""
+    from rmq import Admin
+
+    return Admin(_namesrv(ctx))
