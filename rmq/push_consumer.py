@@ -9,18 +9,9 @@ these tasks run in the consumer's nursery until the `async with` ends:
 
 * rebalance: every `rebalance_interval` (20 s) and whenever the broker sends
   NOTIFY_CONSUMER_IDS_CHANGED (`rebalance_immediately`), `RebalanceImpl.do_rebalance`.
-* one pull loop per assigned queue (PullMessageService + the PullCallback): PULL_MESSAGE with
-  long polling (the broker holds it up to 15 s; we wait 30 s), the subscription in the request
-  (Java's postSubscriptionWhenPull, so a pull never depends on a heartbeat having arrived), and
-  the COMMIT_OFFSET bit plus the queue's in-memory offset when there is one and we pull from the
-  master. It pulls from the node the broker suggested (suggestWhichBrokerId, e.g. a slave while
-  the master is far behind). FOUND: messages are tag-filtered again on the client (the broker
-  compares tag hash codes only), put into the ProcessQueue and handed to the consume service.
-  NO_NEW_MSG / NO_MATCHED_MSG: move on; with nothing cached, the offset store follows
-  (correctTagsOffset). OFFSET_ILLEGAL: the queue is dropped with the broker's next offset
-  persisted, and the next rebalance starts it again from there. Errors wait 3 s.
-  Flow control: while the ProcessQueue holds more than `pull_threshold_for_queue` messages or
-  `pull_threshold_size_for_queue_mib` MiB, the loop waits 50 ms and checks again.
+* one pull loop per assigned queue (`rmq/pull_service.py`, Java's PullMessageService and
+  PullCallback): long-polling PULL_MESSAGE, client-side tag filtering, flow control, the
+  OFFSET_ILLEGAL reset; what it pulls goes to the consume service (`rmq/consume_service.py`).
 * offsets: `persist_interval` (5 s) persistAll of the assigned queues.
 * orderly only: `lock_all` every 20 s.
 
@@ -68,7 +59,6 @@ from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
 from common.string_hash import java_string_hash
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
-from rmq.client_api import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullResponse
 from rmq.client_instance import ClientBase, ClientInstance
 from rmq.consume_service import (
     ConsumeMessageConcurrentlyService,
@@ -86,6 +76,7 @@ from rmq.offset_store import (
 )
 from rmq.process_queue import ProcessQueue
 from rmq.pull_consumer import parse_tag_expression
+from rmq.pull_service import PullMessageService
 from rmq.rebalance import RebalanceImpl, allocate_averagely
 from rmq.remoting import Remoting
 
@@ -100,10 +91,6 @@ __all__ = [
     "allocate_averagely",
 ]
 
-BROKER_SUSPEND_MAX_TIME = 15.0  # BROKER_SUSPEND_MAX_TIME_MILLIS
-CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0  # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
-PULL_DELAY_WHEN_FLOW_CONTROL = 0.05
-PULL_DELAY_WHEN_EXCEPTION = 3.0
 LOCK_INTERVAL = 20.0
 
 
@@ -186,15 +173,14 @@ class PushConsumer(ClientBase):
         self._listener: Listener | None = None
         self.orderly = False
         self.rebalance = RebalanceImpl(self)
-        # both made by `_start`: the remote store needs the client, the service the nursery
+        # all made by `_start`: the remote store needs the client, the services the nursery
         self._offset_store: OffsetStore | None = None
         self._consume_service: (
             ConsumeMessageOrderlyService | ConsumeMessageConcurrentlyService | None
         ) = None
+        self._pull_service: PullMessageService | None = None
         # set to run a rebalance now rather than at the next interval
         self._rebalance_wakeup = trio.Event()
-        # queue -> broker id the broker suggested on the last pull
-        self._suggested: dict[MessageQueue, int] = {}
         self._start_ms = 0
         # the ClientInstance from start until the end of shutdown
         self._live: ClientInstance | None = None
@@ -219,6 +205,12 @@ class PushConsumer(ClientBase):
         if self._consume_service is None:
             raise ClientError("the consumer is not started: no consume service yet")
         return self._consume_service
+
+    @property
+    def _pulls(self) -> PullMessageService:
+        if self._pull_service is None:
+            raise ClientError("the consumer is not started: no pull service yet")
+        return self._pull_service
 
     @property
     def broadcasting(self) -> bool:
@@ -286,7 +278,7 @@ class PushConsumer(ClientBase):
             ConsumeMessageOrderlyService if self.orderly else ConsumeMessageConcurrentlyService
         )
         self._consume_service = service(self, listener, nursery)
-        self._nursery = nursery
+        self._pull_service = PullMessageService(self, self._consume_service, nursery)
         await client.update_routes()
         await client.send_heartbeat_to_all_brokers()
         await self.rebalance.do_rebalance()
@@ -369,8 +361,7 @@ class PushConsumer(ClientBase):
             return -1
 
     def start_pull(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(self._pull_loop, mq, pq, offset)
+        self._pulls.start(mq, pq, offset)
 
     async def send_message_back(self, msg: MessageExt, delay_level: int, mq: MessageQueue) -> bool:
         """CONSUMER_SEND_MSG_BACK to the master of the queue's broker; False when it failed."""
@@ -384,84 +375,6 @@ class PushConsumer(ClientBase):
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
             return False
         return True
-
-    # --- the pull loop ------------------------------------------------------------------------
-
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        sub = self.subscriptions.get(mq.topic)
-        wanted = set(sub.tagsSet) if sub is not None and not sub.subscribes_all else None
-        while not pq.dropped:
-            if (
-                pq.msg_count > self.pull_threshold_for_queue
-                or pq.msg_size > self.pull_threshold_size
-            ):
-                await trio.sleep(PULL_DELAY_WHEN_FLOW_CONTROL)
-                continue
-            if self.orderly and not self.broadcasting and not pq.locked:
-                await trio.sleep(PULL_DELAY_WHEN_EXCEPTION)
-                continue
-            sub = self.subscriptions.get(mq.topic)
-            if sub is None:
-                return
-            try:
-                resp = await self._pull_once(mq, offset, sub)
-            except Exception as exc:
-                log.warning("pull %s at %d failed: %s", mq, offset, exc)
-                if getattr(exc, "retriable", False):
-                    self.client.invalidate(mq.topic)
-                    self._suggested.pop(mq, None)
-                await trio.sleep(PULL_DELAY_WHEN_EXCEPTION)
-                continue
-            if pq.dropped:
-                return
-            self._suggested[mq] = resp.suggest_which_broker_id
-            if resp.code == ResponseCode.PULL_OFFSET_MOVED:
-                log.warning("%s: offset %d illegal, broker says %d", mq, offset,
-                            resp.next_begin_offset)  # fmt: skip
-                pq.dropped = True
-                self.offset_store.update_offset(mq, resp.next_begin_offset)
-                await self.offset_store.persist(mq)
-                self.rebalance.remove_process_queue(mq)
-                self.rebalance_immediately()
-                return
-            offset = resp.next_begin_offset
-            msgs = resp.messages
-            if wanted is not None:
-                msgs = [m for m in msgs if m.tags in wanted]
-            if msgs:
-                pq.put(msgs)
-                self.stats_consumed += len(msgs)
-                self._service.submit(msgs, pq, mq)
-            elif pq.msg_count == 0:
-                # correctTagsOffset: nothing cached, so the next offset is safe to commit
-                self.offset_store.update_offset(mq, offset, increase_only=True)
-
-    async def _pull_once(
-        self, mq: MessageQueue, offset: int, sub: SubscriptionData
-    ) -> PullResponse:
-        client = self.client
-        addr, is_slave = await client.subscribe_addr(
-            mq.brokerName, self._suggested.get(mq, 0), mq.topic
-        )
-        commit = -1
-        if not self.broadcasting:
-            commit = await self.offset_store.read_offset(mq, ReadOffsetType.MEMORY)
-        sys_flag = PULL_SUSPEND | PULL_SUBSCRIPTION
-        if commit > 0 and not is_slave:
-            sys_flag |= PULL_COMMIT_OFFSET
-        return await client.api.pull_message(
-            addr,
-            group=self.group,
-            mq=mq,
-            offset=offset,
-            max_nums=self.pull_batch_size,
-            sys_flag=sys_flag,
-            commit_offset=max(commit, 0),
-            suspend_ms=int(BROKER_SUSPEND_MAX_TIME * 1000),
-            subscription=sub.subString,
-            sub_version=sub.subVersion,
-            timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
-        )
 
     # --- broker requests ----------------------------------------------------------------------
 
