@@ -155,12 +155,18 @@ def start_cluster(
     """`rmq up [args]` with `brokers` broker nodes in all (the default cluster has 2)."""
     namesrv_port, broker_port = free_ports(brokers)
     cmd = [
-        sys.executable, "-m", "cli.main", "up",
-        "--data-dir", str(data_dir),
-        "--namesrv-port", str(namesrv_port),
-        "--broker-port", str(broker_port),
+        sys.executable,
+        "-m",
+        "cli.main",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--namesrv-port",
+        str(namesrv_port),
+        "--broker-port",
+        str(broker_port),
         *args,
-    ]  # fmt: skip
+    ]
     lines: queue.Queue[str | None] = queue.Queue()
     t0 = time.perf_counter()
     proc = subprocess.Popen(

@@ -46,12 +46,24 @@ def sample(pid: int, out_path: Path, *, rate: int = 500, gil: bool = True) -> It
     if exe is None:
         raise RuntimeError("py-spy is not installed: .venv/bin/pip install py-spy")
     proc = subprocess.Popen(
-        [exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-         "--nonblocking", *(["--gil"] if gil else []), "-o", str(out_path)],
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--nonblocking",
+            *(["--gil"] if gil else []),
+            "-o",
+            str(out_path),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     try:
         yield out_path
     finally:

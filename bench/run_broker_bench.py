@@ -75,10 +75,28 @@ class BenchError(RuntimeError):
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
-        return dict(batch_total=3_200, pipelined_total=2_000, sync_total=500, warmup=50,
-                    batch_size=64, batch_inflight=4, concurrency=64, queues=8, pull_batch=32)  # fmt: skip
-    return dict(batch_total=64_000, pipelined_total=40_000, sync_total=10_000, warmup=300,
-                batch_size=64, batch_inflight=4, concurrency=64, queues=8, pull_batch=32)  # fmt: skip
+        return dict(
+            batch_total=3_200,
+            pipelined_total=2_000,
+            sync_total=500,
+            warmup=50,
+            batch_size=64,
+            batch_inflight=4,
+            concurrency=64,
+            queues=8,
+            pull_batch=32,
+        )
+    return dict(
+        batch_total=64_000,
+        pipelined_total=40_000,
+        sync_total=10_000,
+        warmup=300,
+        batch_size=64,
+        batch_inflight=4,
+        concurrency=64,
+        queues=8,
+        pull_batch=32,
+    )
 
 
 # --- client scenarios (each one trio.run) ---------------------------------------------------
@@ -311,16 +329,16 @@ class Profiler:
 
 
 def _cpu(r: dict) -> str:
-    return (f"CPU per msg: broker {r['broker_cpu_us']:.1f} us, "
-            f"client {r['client_cpu_us']:.1f} us")  # fmt: skip
+    return f"CPU per msg: broker {r['broker_cpu_us']:.1f} us, client {r['client_cpu_us']:.1f} us"
 
 
 def _loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profiler,
-            keep_data: bool) -> dict:  # fmt: skip
+def one_run(
+    index: int, sz: dict[str, int], selected: set[str], profiler: Profiler, keep_data: bool
+) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"rmq-bench-{index}-"))
     out: dict = {"load_before": _loadavg()}
     try:
@@ -330,17 +348,22 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
             spawned = [t for t, line in cluster.timeline if " pid " in line]
             if spawned:
                 out["up_spawned_s"] = spawned[0]
-            print(f"run {index}: `rmq up` ready in {cluster.ready_seconds:.3f} s "
-                  f"(broker pid {cluster.broker_pid})", flush=True)  # fmt: skip
+            print(
+                f"run {index}: `rmq up` ready in {cluster.ready_seconds:.3f} s "
+                f"(broker pid {cluster.broker_pid})",
+                flush=True,
+            )
             trio.run(create_topic, cluster, sz["queues"])
             sent = 0
             plan = [
                 ("batch", lambda: trio.run(scenario_batch, cluster, sz, 1)),
-                ("batch-pipelined",
-                 lambda: trio.run(scenario_batch, cluster, sz, sz["batch_inflight"])),
+                (
+                    "batch-pipelined",
+                    lambda: trio.run(scenario_batch, cluster, sz, sz["batch_inflight"]),
+                ),
                 ("pipelined", lambda: trio.run(scenario_pipelined, cluster, sz)),
                 ("sync", lambda: trio.run(scenario_sync, cluster, sz)),
-            ]  # fmt: skip
+            ]
             for name, fn in plan:
                 if name not in selected:
                     continue
@@ -349,28 +372,40 @@ def one_run(index: int, sz: dict[str, int], selected: set[str], profiler: Profil
                 out[name] = r
                 extra = ""
                 if "p50_ms" in r:
-                    extra = (f", p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
-                             f"max {r['max_ms']:.3f} ms")  # fmt: skip
-                print(f"run {index}: {name:<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
-                      f"= {r['rate']:,.0f} msg/s{extra}; {_cpu(r)}", flush=True)  # fmt: skip
+                    extra = (
+                        f", p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, "
+                        f"max {r['max_ms']:.3f} ms"
+                    )
+                print(
+                    f"run {index}: {name:<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
+                    f"= {r['rate']:,.0f} msg/s{extra}; {_cpu(r)}",
+                    flush=True,
+                )
             out["rss_before_pull"] = memory_status(cluster.broker_pid)
             if "pull" in selected and sent:
                 r = profiler.run(
                     "pull", cluster, lambda: trio.run(scenario_pull, cluster, sz, sent)
                 )
                 out["pull"] = r
-                print(f"run {index}: {'pull':<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
-                      f"= {r['rate']:,.0f} msg/s ({r['queues']} queues); {_cpu(r)}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"run {index}: {'pull':<16} {r['msgs']:>7} msgs in {r['seconds']:.3f} s "
+                    f"= {r['rate']:,.0f} msg/s ({r['queues']} queues); {_cpu(r)}",
+                    flush=True,
+                )
             mem = memory_status(cluster.broker_pid)
             out["rss"] = mem
             out["load_after"] = _loadavg()
             pre = out["rss_before_pull"]
-            print(f"run {index}: broker before the pull: VmRSS {pre['VmRSS'] / 1024:.1f} MiB "
-                  f"(file {pre.get('RssFile', 0) / 1024:.1f})")  # fmt: skip
-            print(f"run {index}: broker VmRSS {mem['VmRSS'] / 1024:.1f} MiB (anon "
-                  f"{mem.get('RssAnon', 0) / 1024:.1f}, file {mem.get('RssFile', 0) / 1024:.1f}), "
-                  f"peak {mem['VmHWM'] / 1024:.1f} MiB", flush=True)  # fmt: skip
+            print(
+                f"run {index}: broker before the pull: VmRSS {pre['VmRSS'] / 1024:.1f} MiB "
+                f"(file {pre.get('RssFile', 0) / 1024:.1f})"
+            )
+            print(
+                f"run {index}: broker VmRSS {mem['VmRSS'] / 1024:.1f} MiB (anon "
+                f"{mem.get('RssAnon', 0) / 1024:.1f}, file {mem.get('RssFile', 0) / 1024:.1f}), "
+                f"peak {mem['VmHWM'] / 1024:.1f} MiB",
+                flush=True,
+            )
     finally:
         if not keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -394,13 +429,17 @@ def profile_startup(prof_dir: Path) -> str:
     data_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-startup-"))
     try:
         with start_cluster(data_dir, env={"PYTHONPROFILEIMPORTTIME": "1"}) as cluster:
-            timeline = [(t, line) for t, line in cluster.timeline
-                        if not line.startswith("import time:")]  # fmt: skip
+            timeline = [
+                (t, line) for t, line in cluster.timeline if not line.startswith("import time:")
+            ]
             texts = {"rmq up (supervisor)": cluster.output()}
             for node in ("namesrv", "broker-a"):
                 texts[node] = (data_dir / "logs" / f"{node}.log").read_text(errors="replace")
-        report = ["### startup (one `rmq up` with PYTHONPROFILEIMPORTTIME=1, so slower)", "",
-                  "timeline (s since spawning `rmq up`):"]  # fmt: skip
+        report = [
+            "### startup (one `rmq up` with PYTHONPROFILEIMPORTTIME=1, so slower)",
+            "",
+            "timeline (s since spawning `rmq up`):",
+        ]
         report += [f"  {t:6.3f}  {line[:90]}" for t, line in timeline]
         for who, text in texts.items():
             imports = _imports(text)
@@ -437,10 +476,19 @@ def machine() -> dict[str, str]:
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()  # fmt: skip
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if dirty:
             commit += " + uncommitted changes"
     except (OSError, subprocess.CalledProcessError):
@@ -460,34 +508,120 @@ def machine() -> dict[str, str]:
 
 # (key, label, unit, extractor, target, op): op "ge" target is a minimum, "le" a maximum
 METRICS: list[tuple[str, str, str, Callable[[dict], float | None], float | None, str]] = [
-    ("batch", "batch send (send_batch x64, 1 in flight)", "msg/s",
-     lambda r: r.get("batch", {}).get("rate"), 50_000, "ge"),
-    ("batch-pipelined", "batch send pipelined (x64, 4 in flight)", "msg/s",
-     lambda r: r.get("batch-pipelined", {}).get("rate"), 50_000, "ge"),
-    ("pipelined", "pipelined send (64 single sends in flight)", "msg/s",
-     lambda r: r.get("pipelined", {}).get("rate"), 50_000, "ge"),
-    ("sync", "sync send, one at a time", "msg/s",
-     lambda r: r.get("sync", {}).get("rate"), 5_000, "ge"),
-    ("sync-p50", "sync send latency p50", "ms", lambda r: r.get("sync", {}).get("p50_ms"), None, ""),
-    ("sync-p99", "sync send latency p99", "ms",
-     lambda r: r.get("sync", {}).get("p99_ms"), 2.0, "lt"),
-    ("sync-max", "sync send latency max", "ms", lambda r: r.get("sync", {}).get("max_ms"), None, ""),
-    ("pull", "pull (32 per request, all queues concurrently)", "msg/s",
-     lambda r: r.get("pull", {}).get("rate"), 100_000, "ge"),
+    (
+        "batch",
+        "batch send (send_batch x64, 1 in flight)",
+        "msg/s",
+        lambda r: r.get("batch", {}).get("rate"),
+        50_000,
+        "ge",
+    ),
+    (
+        "batch-pipelined",
+        "batch send pipelined (x64, 4 in flight)",
+        "msg/s",
+        lambda r: r.get("batch-pipelined", {}).get("rate"),
+        50_000,
+        "ge",
+    ),
+    (
+        "pipelined",
+        "pipelined send (64 single sends in flight)",
+        "msg/s",
+        lambda r: r.get("pipelined", {}).get("rate"),
+        50_000,
+        "ge",
+    ),
+    (
+        "sync",
+        "sync send, one at a time",
+        "msg/s",
+        lambda r: r.get("sync", {}).get("rate"),
+        5_000,
+        "ge",
+    ),
+    (
+        "sync-p50",
+        "sync send latency p50",
+        "ms",
+        lambda r: r.get("sync", {}).get("p50_ms"),
+        None,
+        "",
+    ),
+    (
+        "sync-p99",
+        "sync send latency p99",
+        "ms",
+        lambda r: r.get("sync", {}).get("p99_ms"),
+        2.0,
+        "lt",
+    ),
+    (
+        "sync-max",
+        "sync send latency max",
+        "ms",
+        lambda r: r.get("sync", {}).get("max_ms"),
+        None,
+        "",
+    ),
+    (
+        "pull",
+        "pull (32 per request, all queues concurrently)",
+        "msg/s",
+        lambda r: r.get("pull", {}).get("rate"),
+        100_000,
+        "ge",
+    ),
     ("up", "`rmq up` to `ready`", "s", lambda r: r.get("up_ready_s"), 1.5, "lt"),
-    ("up-spawn", "  of which until the first node was spawned", "s",
-     lambda r: r.get("up_spawned_s"), None, ""),
-    ("rss", "broker VmRSS after the benchmark", "MiB",
-     lambda r: r["rss"]["VmRSS"] / 1024 if "rss" in r else None, 80.0, "lt"),
-    ("rss-anon", "  of which RssAnon (heap)", "MiB",
-     lambda r: r["rss"].get("RssAnon", 0) / 1024 if "rss" in r else None, None, ""),
-    ("rss-file", "  of which RssFile (mapped store files)", "MiB",
-     lambda r: r["rss"].get("RssFile", 0) / 1024 if "rss" in r else None, None, ""),
-    ("rss-prepull", "broker VmRSS after the sends, before the pull", "MiB",
-     lambda r: r["rss_before_pull"]["VmRSS"] / 1024 if "rss_before_pull" in r else None, None, ""),
-    ("hwm", "broker peak RSS (VmHWM)", "MiB",
-     lambda r: r["rss"]["VmHWM"] / 1024 if "rss" in r else None, None, ""),
-]  # fmt: skip
+    (
+        "up-spawn",
+        "  of which until the first node was spawned",
+        "s",
+        lambda r: r.get("up_spawned_s"),
+        None,
+        "",
+    ),
+    (
+        "rss",
+        "broker VmRSS after the benchmark",
+        "MiB",
+        lambda r: r["rss"]["VmRSS"] / 1024 if "rss" in r else None,
+        80.0,
+        "lt",
+    ),
+    (
+        "rss-anon",
+        "  of which RssAnon (heap)",
+        "MiB",
+        lambda r: r["rss"].get("RssAnon", 0) / 1024 if "rss" in r else None,
+        None,
+        "",
+    ),
+    (
+        "rss-file",
+        "  of which RssFile (mapped store files)",
+        "MiB",
+        lambda r: r["rss"].get("RssFile", 0) / 1024 if "rss" in r else None,
+        None,
+        "",
+    ),
+    (
+        "rss-prepull",
+        "broker VmRSS after the sends, before the pull",
+        "MiB",
+        lambda r: r["rss_before_pull"]["VmRSS"] / 1024 if "rss_before_pull" in r else None,
+        None,
+        "",
+    ),
+    (
+        "hwm",
+        "broker peak RSS (VmHWM)",
+        "MiB",
+        lambda r: r["rss"]["VmHWM"] / 1024 if "rss" in r else None,
+        None,
+        "",
+    ),
+]
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -515,23 +649,39 @@ def table(runs: list[dict]) -> list[dict]:
             ok = med >= target if op == "ge" else med < target
             verdict = "yes" if ok else "NO"
             target_s = (">= " if op == "ge" else "< ") + _fmt(target, unit)
-        rows.append(dict(key=key, label=label, unit=unit, n=len(values), min=min(values),
-                         median=med, max=max(values), target=target_s, met=verdict))  # fmt: skip
+        rows.append(
+            dict(
+                key=key,
+                label=label,
+                unit=unit,
+                n=len(values),
+                min=min(values),
+                median=med,
+                max=max(values),
+                target=target_s,
+                met=verdict,
+            )
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
     w = max(len(r["label"]) for r in rows)
-    print(f"\n{'scenario':<{w}}  {'unit':<5} {'runs':>4} {'min':>10} {'median':>10} "
-          f"{'max':>10}  {'target':<12} met")  # fmt: skip
+    print(
+        f"\n{'scenario':<{w}}  {'unit':<5} {'runs':>4} {'min':>10} {'median':>10} "
+        f"{'max':>10}  {'target':<12} met"
+    )
     for r in rows:
-        print(f"{r['label']:<{w}}  {r['unit']:<5} {r['n']:>4} {_fmt(r['min'], r['unit']):>10} "
-              f"{_fmt(r['median'], r['unit']):>10} {_fmt(r['max'], r['unit']):>10}  "
-              f"{r['target']:<12} {r['met']}")  # fmt: skip
+        print(
+            f"{r['label']:<{w}}  {r['unit']:<5} {r['n']:>4} {_fmt(r['min'], r['unit']):>10} "
+            f"{_fmt(r['median'], r['unit']):>10} {_fmt(r['max'], r['unit']):>10}  "
+            f"{r['target']:<12} {r['met']}"
+        )
 
 
-def markdown(rows: list[dict], info: dict[str, str], command: str, sz: dict[str, int],
-             runs_raw: list[dict]) -> str:  # fmt: skip
+def markdown(
+    rows: list[dict], info: dict[str, str], command: str, sz: dict[str, int], runs_raw: list[dict]
+) -> str:
     runs = len(runs_raw)
     today = datetime.date.today().isoformat()
     out = [
@@ -622,17 +772,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs (fresh cluster each); default 3")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    ap.add_argument("--scenario", action="append", choices=SCENARIOS,
-                    help="run only these scenarios (repeatable); default all")  # fmt: skip
-    ap.add_argument("--profile", default="",
-                    help="comma list: broker, client (py-spy during the scenarios), "
-                         "startup (import times of one `rmq up`)")  # fmt: skip
-    ap.add_argument("--profile-all-threads", action="store_true",
-                    help="sample every non-idle thread, not only the GIL holder")  # fmt: skip
+    ap.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="run only these scenarios (repeatable); default all",
+    )
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="comma list: broker, client (py-spy during the scenarios), "
+        "startup (import times of one `rmq up`)",
+    )
+    ap.add_argument(
+        "--profile-all-threads",
+        action="store_true",
+        help="sample every non-idle thread, not only the GIL holder",
+    )
     ap.add_argument("--profile-dir", type=Path, default=None, help="where raw profiles go")
     ap.add_argument("--json", type=Path, default=None, help="also write raw results here")
-    ap.add_argument("--doc", type=Path, default=None,
-                    help="write the results section into this file (even with --quick)")  # fmt: skip
+    ap.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="write the results section into this file (even with --quick)",
+    )
     ap.add_argument("--keep-data", action="store_true", help="keep each run's data dir")
     args = ap.parse_args(argv)
     if args.runs < 1:
@@ -665,8 +829,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     command = command.strip()
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "sizes": sz, "runs": runs,
-                                         "table": rows, "command": command}, indent=2))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"machine": info, "sizes": sz, "runs": runs, "table": rows, "command": command},
+                indent=2,
+            )
+        )
     write = not (args.no_write or args.quick or targets or args.scenario)
     if args.doc or write:
         doc = args.doc or DOC

@@ -83,12 +83,28 @@ LAG_INTERVAL = 0.05  # under load: each sample costs the measured master ~0.5 ms
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
-        return dict(batch_total=6_400, pipelined_total=2_000, sync_total=500, warmup=50,
-                    batch_size=64, batch_inflight=4, concurrency=64, queues=8,
-                    fill_bytes=64 * 1024 * 1024)  # fmt: skip
-    return dict(batch_total=96_000, pipelined_total=20_000, sync_total=5_000, warmup=300,
-                batch_size=64, batch_inflight=4, concurrency=64, queues=8,
-                fill_bytes=SEGMENT - 2 * 1024 * 1024)  # fmt: skip
+        return dict(
+            batch_total=6_400,
+            pipelined_total=2_000,
+            sync_total=500,
+            warmup=50,
+            batch_size=64,
+            batch_inflight=4,
+            concurrency=64,
+            queues=8,
+            fill_bytes=64 * 1024 * 1024,
+        )
+    return dict(
+        batch_total=96_000,
+        pipelined_total=20_000,
+        sync_total=5_000,
+        warmup=300,
+        batch_size=64,
+        batch_inflight=4,
+        concurrency=64,
+        queues=8,
+        fill_bytes=SEGMENT - 2 * 1024 * 1024,
+    )
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -227,8 +243,11 @@ async def scenario(cluster: Cluster, pids: dict[str, int], kind: str, sz: dict[s
     extra: dict = {}
     if lat:
         lat.sort()
-        extra.update(p50_ms=percentile(lat, 50) * 1000, p99_ms=percentile(lat, 99) * 1000,
-                     max_ms=lat[-1] * 1000)  # fmt: skip
+        extra.update(
+            p50_ms=percentile(lat, 50) * 1000,
+            p99_ms=percentile(lat, 99) * 1000,
+            max_ms=lat[-1] * 1000,
+        )
     if sampler is not None:
         extra.update(sampler.summary())
         if sampler.missing:
@@ -270,13 +289,18 @@ def send_part(index: int, role: str, sz: dict[str, int]) -> dict:
                 if "p99_ms" in r:
                     extra += f", p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms"
                 if "lag_bytes_p50" in r:
-                    extra += (f"; lag p50/p99 {r['lag_bytes_p50']:,.0f}/{r['lag_bytes_p99']:,.0f} B,"
-                              f" {r['lag_ms_p50']:.0f}/{r['lag_ms_p99']:.0f} ms"
-                              f" ({r['lag_samples']} samples)")  # fmt: skip
-                print(f"run {index} {role:<12} {kind:<16} {r['msgs']:>7} msgs "
-                      f"{r['rate']:>9,.0f} msg/s{extra}; CPU us/msg master "
-                      f"{r['master_cpu_us']:.1f} slave {r['slave_cpu_us']:.1f} client "
-                      f"{r['client_cpu_us']:.1f}", flush=True)  # fmt: skip
+                    extra += (
+                        f"; lag p50/p99 {r['lag_bytes_p50']:,.0f}/{r['lag_bytes_p99']:,.0f} B,"
+                        f" {r['lag_ms_p50']:.0f}/{r['lag_ms_p99']:.0f} ms"
+                        f" ({r['lag_samples']} samples)"
+                    )
+                print(
+                    f"run {index} {role:<12} {kind:<16} {r['msgs']:>7} msgs "
+                    f"{r['rate']:>9,.0f} msg/s{extra}; CPU us/msg master "
+                    f"{r['master_cpu_us']:.1f} slave {r['slave_cpu_us']:.1f} client "
+                    f"{r['client_cpu_us']:.1f}",
+                    flush=True,
+                )
             out["replicated"] = trio.run(wait_replicated, cluster.broker_addr(0))
             out["load_after"] = _loadavg()
     finally:
@@ -309,7 +333,7 @@ def fill_store(store_dir: Path, target: int) -> int:
                         properties={"TAGS": "fill"},
                         born_host=("127.0.0.1", 1),
                         store_host=("127.0.0.1", 10911),
-                    )  # fmt: skip
+                    )
                     for j in range(batch)
                 ]
                 per = 1200 * batch  # a generous upper bound of one batch's bytes
@@ -341,9 +365,12 @@ def node(args: list[str], log: Path):
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.node", *args],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE,
+            cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
     try:
         yield proc
     finally:
@@ -402,20 +429,39 @@ def catchup_part(index: int, master_store: Path, work: Path) -> dict:
     slave_store = work / f"slave-{index}"
     logs = work / f"logs-{index}"
     logs.mkdir(parents=True, exist_ok=True)
-    common = dict(brokerName="bench-ha", brokerClusterName="BenchCluster", brokerIP1="127.0.0.1",
-                  namesrvAddr=f"127.0.0.1:{ns_port}", flushDiskType="ASYNC_FLUSH")  # fmt: skip
-    mconf = _conf(work / "master.conf", brokerId=0, brokerRole="ASYNC_MASTER", listenPort=base,
-                  storePathRootDir=master_store, **common)  # fmt: skip
-    sconf = _conf(work / f"slave-{index}.conf", brokerId=1, brokerRole="SLAVE",
-                  listenPort=base + 10, storePathRootDir=slave_store,
-                  haMasterAddress=f"127.0.0.1:{base + 1}", **common)  # fmt: skip
+    common = dict(
+        brokerName="bench-ha",
+        brokerClusterName="BenchCluster",
+        brokerIP1="127.0.0.1",
+        namesrvAddr=f"127.0.0.1:{ns_port}",
+        flushDiskType="ASYNC_FLUSH",
+    )
+    mconf = _conf(
+        work / "master.conf",
+        brokerId=0,
+        brokerRole="ASYNC_MASTER",
+        listenPort=base,
+        storePathRootDir=master_store,
+        **common,
+    )
+    sconf = _conf(
+        work / f"slave-{index}.conf",
+        brokerId=1,
+        brokerRole="SLAVE",
+        listenPort=base + 10,
+        storePathRootDir=slave_store,
+        haMasterAddress=f"127.0.0.1:{base + 1}",
+        **common,
+    )
     out: dict = {"load_before": _loadavg()}
     try:
         with (
-            node(["namesrv", "--port", str(ns_port), "--data-dir", str(work / "ns")],
-                 logs / "namesrv.log"),
+            node(
+                ["namesrv", "--port", str(ns_port), "--data-dir", str(work / "ns")],
+                logs / "namesrv.log",
+            ),
             node(["broker", "-c", str(mconf), "--watch-stdin"], logs / "master.log") as master,
-        ):  # fmt: skip
+        ):
             trio.run(_wait_serving, master_addr, master)
             with node(["broker", "-c", str(sconf), "--watch-stdin"], logs / "slave.log") as slave:
                 out.update(trio.run(_measure_catchup, master_addr, slave_addr, master, slave))
@@ -491,51 +537,130 @@ def _ratio(run: dict, kind: str) -> float | None:
 # (label, unit, extractor, target text, met(median) or None)
 def metrics() -> list[tuple]:
     m: list[tuple] = [
-        ("SYNC_MASTER batch send pipelined (x64, 4 in flight)", "msg/s",
-         lambda r: _get(r, "SYNC_MASTER", "batch-pipelined", "rate"), ">= 40,000",
-         lambda v: v >= 40_000),
-        ("ASYNC_MASTER batch send pipelined (x64, 4 in flight)", "msg/s",
-         lambda r: _get(r, "ASYNC_MASTER", "batch-pipelined", "rate"), "", None),
-        ("  SYNC / ASYNC (same run)", "ratio", lambda r: _ratio(r, "batch-pipelined"),
-         ">= 0.80", lambda v: v >= 0.8),
-        ("SYNC_MASTER pipelined single sends (64 in flight)", "msg/s",
-         lambda r: _get(r, "SYNC_MASTER", "pipelined", "rate"), "", None),
-        ("ASYNC_MASTER pipelined single sends (64 in flight)", "msg/s",
-         lambda r: _get(r, "ASYNC_MASTER", "pipelined", "rate"), "", None),
+        (
+            "SYNC_MASTER batch send pipelined (x64, 4 in flight)",
+            "msg/s",
+            lambda r: _get(r, "SYNC_MASTER", "batch-pipelined", "rate"),
+            ">= 40,000",
+            lambda v: v >= 40_000,
+        ),
+        (
+            "ASYNC_MASTER batch send pipelined (x64, 4 in flight)",
+            "msg/s",
+            lambda r: _get(r, "ASYNC_MASTER", "batch-pipelined", "rate"),
+            "",
+            None,
+        ),
+        (
+            "  SYNC / ASYNC (same run)",
+            "ratio",
+            lambda r: _ratio(r, "batch-pipelined"),
+            ">= 0.80",
+            lambda v: v >= 0.8,
+        ),
+        (
+            "SYNC_MASTER pipelined single sends (64 in flight)",
+            "msg/s",
+            lambda r: _get(r, "SYNC_MASTER", "pipelined", "rate"),
+            "",
+            None,
+        ),
+        (
+            "ASYNC_MASTER pipelined single sends (64 in flight)",
+            "msg/s",
+            lambda r: _get(r, "ASYNC_MASTER", "pipelined", "rate"),
+            "",
+            None,
+        ),
         ("  SYNC / ASYNC (same run)", "ratio", lambda r: _ratio(r, "pipelined"), "", None),
-        ("SYNC_MASTER one-at-a-time send p50", "ms",
-         lambda r: _get(r, "SYNC_MASTER", "sync", "p50_ms"), "", None),
-        ("SYNC_MASTER one-at-a-time send p99", "ms",
-         lambda r: _get(r, "SYNC_MASTER", "sync", "p99_ms"), "< 3.000", lambda v: v < 3.0),
-        ("SYNC_MASTER one-at-a-time send rate", "msg/s",
-         lambda r: _get(r, "SYNC_MASTER", "sync", "rate"), "", None),
-        ("ASYNC_MASTER one-at-a-time send p99", "ms",
-         lambda r: _get(r, "ASYNC_MASTER", "sync", "p99_ms"), "", None),
-    ]  # fmt: skip
+        (
+            "SYNC_MASTER one-at-a-time send p50",
+            "ms",
+            lambda r: _get(r, "SYNC_MASTER", "sync", "p50_ms"),
+            "",
+            None,
+        ),
+        (
+            "SYNC_MASTER one-at-a-time send p99",
+            "ms",
+            lambda r: _get(r, "SYNC_MASTER", "sync", "p99_ms"),
+            "< 3.000",
+            lambda v: v < 3.0,
+        ),
+        (
+            "SYNC_MASTER one-at-a-time send rate",
+            "msg/s",
+            lambda r: _get(r, "SYNC_MASTER", "sync", "rate"),
+            "",
+            None,
+        ),
+        (
+            "ASYNC_MASTER one-at-a-time send p99",
+            "ms",
+            lambda r: _get(r, "ASYNC_MASTER", "sync", "p99_ms"),
+            "",
+            None,
+        ),
+    ]
     for role in ROLES:
         for kind in ("batch-pipelined", "pipelined"):
             short = "batch x64" if kind == "batch-pipelined" else "single sends"
-            for stat, unit in (("bytes_p50", "B"), ("bytes_p99", "B"), ("ms_p50", "ms"),
-                               ("ms_p99", "ms")):  # fmt: skip
-                m.append((f"{role} lag under load ({short}) {stat.replace('_', ' ')}", unit,
-                          lambda r, role=role, kind=kind, stat=stat: _get(r, role, kind,
-                                                                          f"lag_{stat}"),
-                          "", None))  # fmt: skip
+            for stat, unit in (
+                ("bytes_p50", "B"),
+                ("bytes_p99", "B"),
+                ("ms_p50", "ms"),
+                ("ms_p99", "ms"),
+            ):
+                m.append(
+                    (
+                        f"{role} lag under load ({short}) {stat.replace('_', ' ')}",
+                        unit,
+                        lambda r, role=role, kind=kind, stat=stat: _get(
+                            r, role, kind, f"lag_{stat}"
+                        ),
+                        "",
+                        None,
+                    )
+                )
     m += [
-        ("catch-up of the existing CommitLog", "MB/s", lambda r: _get(r, "catchup", "mb_s"),
-         ">= 500", lambda v: v >= 500),
-        ("  bytes transferred", "MiB", lambda r: (_get(r, "catchup", "bytes") or 0) / 2**20 or
-         None, "", None),
-        ("  seconds (slave connected -> acked all)", "s",
-         lambda r: _get(r, "catchup", "seconds"), "", None),
-        ("  slave's queues built after", "s", lambda r: _get(r, "catchup", "dispatched_s"), "",
-         None),
-        ("  master CPU per GiB", "s",
-         lambda r: _per_gib(r, "master_cpu_s"), "", None),
+        (
+            "catch-up of the existing CommitLog",
+            "MB/s",
+            lambda r: _get(r, "catchup", "mb_s"),
+            ">= 500",
+            lambda v: v >= 500,
+        ),
+        (
+            "  bytes transferred",
+            "MiB",
+            lambda r: (_get(r, "catchup", "bytes") or 0) / 2**20 or None,
+            "",
+            None,
+        ),
+        (
+            "  seconds (slave connected -> acked all)",
+            "s",
+            lambda r: _get(r, "catchup", "seconds"),
+            "",
+            None,
+        ),
+        (
+            "  slave's queues built after",
+            "s",
+            lambda r: _get(r, "catchup", "dispatched_s"),
+            "",
+            None,
+        ),
+        ("  master CPU per GiB", "s", lambda r: _per_gib(r, "master_cpu_s"), "", None),
         ("  slave CPU per GiB", "s", lambda r: _per_gib(r, "slave_cpu_s"), "", None),
-        ("`rmq up` (SYNC_MASTER + slave) to `ready`", "s",
-         lambda r: _get(r, "SYNC_MASTER", "up_ready_s"), "< 1.500", lambda v: v < 1.5),
-    ]  # fmt: skip
+        (
+            "`rmq up` (SYNC_MASTER + slave) to `ready`",
+            "s",
+            lambda r: _get(r, "SYNC_MASTER", "up_ready_s"),
+            "< 1.500",
+            lambda v: v < 1.5,
+        ),
+    ]
     return m
 
 
@@ -563,9 +688,18 @@ def table(runs: list[dict]) -> list[dict]:
         if not vals:
             continue
         med = statistics.median(vals)
-        rows.append(dict(label=label, unit=unit, n=len(vals), min=min(vals), median=med,
-                         max=max(vals), target=target,
-                         met="" if ok is None else ("yes" if ok(med) else "NO")))  # fmt: skip
+        rows.append(
+            dict(
+                label=label,
+                unit=unit,
+                n=len(vals),
+                min=min(vals),
+                median=med,
+                max=max(vals),
+                target=target,
+                met="" if ok is None else ("yes" if ok(med) else "NO"),
+            )
+        )
     return rows
 
 
@@ -573,9 +707,11 @@ def print_table(rows: list[dict]) -> None:
     w = max(len(r["label"]) for r in rows)
     print(f"\n{'scenario':<{w}}  {'unit':<5} {'min':>12} {'median':>12} {'max':>12}  target")
     for r in rows:
-        print(f"{r['label']:<{w}}  {r['unit']:<5} {_fmt(r['min'], r['unit']):>12} "
-              f"{_fmt(r['median'], r['unit']):>12} {_fmt(r['max'], r['unit']):>12}  "
-              f"{r['target']} {r['met']}")  # fmt: skip
+        print(
+            f"{r['label']:<{w}}  {r['unit']:<5} {_fmt(r['min'], r['unit']):>12} "
+            f"{_fmt(r['median'], r['unit']):>12} {_fmt(r['max'], r['unit']):>12}  "
+            f"{r['target']} {r['met']}"
+        )
 
 
 def markdown(rows, info, command, sz, runs) -> str:
@@ -611,9 +747,11 @@ def markdown(rows, info, command, sz, runs) -> str:
         "|---|---|---:|---:|---:|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['label'].strip()} | {r['unit']} | {_fmt(r['min'], r['unit'])} | "
-                   f"{_fmt(r['median'], r['unit'])} | {_fmt(r['max'], r['unit'])} | "
-                   f"{r['target']} | {r['met']} |")  # fmt: skip
+        out.append(
+            f"| {r['label'].strip()} | {r['unit']} | {_fmt(r['min'], r['unit'])} | "
+            f"{_fmt(r['median'], r['unit'])} | {_fmt(r['max'], r['unit'])} | "
+            f"{r['target']} | {r['met']} |"
+        )
     out += [
         "",
         "CPU time per message (microseconds, median over the runs; /proc utime+stime of the "
@@ -624,12 +762,16 @@ def markdown(rows, info, command, sz, runs) -> str:
     ]
     for role in ROLES:
         for kind in SEND_KINDS:
-            vals = {who: [_get(r, role, kind, f"{who}_cpu_us") for r in runs]
-                    for who in ("master", "slave", "client")}  # fmt: skip
+            vals = {
+                who: [_get(r, role, kind, f"{who}_cpu_us") for r in runs]
+                for who in ("master", "slave", "client")
+            }
             if all(v is not None for v in vals["master"]):
                 med = {w: statistics.median(v) for w, v in vals.items()}
-                out.append(f"| {role} | {kind} | {med['master']:.1f} | {med['slave']:.1f} | "
-                           f"{med['client']:.1f} |")  # fmt: skip
+                out.append(
+                    f"| {role} | {kind} | {med['master']:.1f} | {med['slave']:.1f} | "
+                    f"{med['client']:.1f} |"
+                )
     loads = [
         part[k]
         for r in runs
@@ -655,8 +797,12 @@ def write_doc(section: str, doc: Path = DOC) -> None:
         _, tail = rest.split(END, 1)
         text = head + section + tail
     else:
-        text = (text.rstrip("\n") + "\n\n## HA: SYNC_MASTER + slave (`bench/run_ha_bench.py`)\n\n"
-                + section + "\n")  # fmt: skip
+        text = (
+            text.rstrip("\n")
+            + "\n\n## HA: SYNC_MASTER + slave (`bench/run_ha_bench.py`)\n\n"
+            + section
+            + "\n"
+        )
     doc.write_text(text)
 
 
@@ -671,12 +817,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-catchup", action="store_true")
     ap.add_argument("--skip-sends", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write raw results here")
-    ap.add_argument("--doc", type=Path, default=None,
-                    help="write the results section into this file instead (even with --quick)")  # fmt: skip
-    ap.add_argument("--work-dir", type=Path, default=None,
-                    help="where the filled master store goes (default: a temp dir, removed)")  # fmt: skip
-    ap.add_argument("--from-json", type=Path, default=None,
-                    help="no runs: write the doc section from a --json file of earlier runs")  # fmt: skip
+    ap.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="write the results section into this file instead (even with --quick)",
+    )
+    ap.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the filled master store goes (default: a temp dir, removed)",
+    )
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="no runs: write the doc section from a --json file of earlier runs",
+    )
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be >= 1")
@@ -703,8 +861,11 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(master_store, ignore_errors=True)
                 t = time.perf_counter()
                 top = fill_store(master_store, sz["fill_bytes"])
-                print(f"filled {master_store}: {top / 2**20:,.1f} MiB in "
-                      f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+                print(
+                    f"filled {master_store}: {top / 2**20:,.1f} MiB in "
+                    f"{time.perf_counter() - t:.1f} s",
+                    flush=True,
+                )
         for i in range(1, args.runs + 1):
             run: dict = {"started": datetime.datetime.now(datetime.UTC).strftime("%H:%M")}
             if not args.skip_sends:
@@ -714,10 +875,13 @@ def main(argv: list[str] | None = None) -> int:
             if not args.skip_catchup:
                 c = catchup_part(i, master_store, work)
                 run["catchup"] = c
-                print(f"run {i} catch-up: {c['bytes'] / 2**20:,.1f} MiB in {c['seconds']:.3f} s "
-                      f"= {c['mb_s']:,.0f} MB/s; slave queues built after "
-                      f"{c['dispatched_s']:.2f} s; CPU master {c['master_cpu_s']:.2f} s, "
-                      f"slave {c['slave_cpu_s']:.2f} s", flush=True)  # fmt: skip
+                print(
+                    f"run {i} catch-up: {c['bytes'] / 2**20:,.1f} MiB in {c['seconds']:.3f} s "
+                    f"= {c['mb_s']:,.0f} MB/s; slave queues built after "
+                    f"{c['dispatched_s']:.2f} s; CPU master {c['master_cpu_s']:.2f} s, "
+                    f"slave {c['slave_cpu_s']:.2f} s",
+                    flush=True,
+                )
             runs.append(run)
     finally:
         if args.work_dir is None:
@@ -729,8 +893,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     command = command.strip()
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "sizes": sz, "runs": runs,
-                                         "table": rows, "command": command}, indent=2))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"machine": info, "sizes": sz, "runs": runs, "table": rows, "command": command},
+                indent=2,
+            )
+        )
     if args.doc or not (args.no_write or args.quick or args.skip_catchup or args.skip_sends):
         doc = args.doc or DOC
         write_doc(markdown(rows, info, command, sz, runs), doc)

@@ -44,8 +44,12 @@ def one_run(namesrv: str, lines: int) -> dict[str, float]:
     started = time.perf_counter()
     proc = subprocess.run(
         [*RMQ, "-n", namesrv, "produce", "--topic", "Orders"],
-        stdin=seq.stdout, cwd=ROOT, text=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        stdin=seq.stdout,
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - started
     assert seq.stdout is not None
     seq.stdout.close()
@@ -69,8 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         data_dir = Path(tmp) / "cluster"
         base = free_port_block(20)
         namesrv = f"127.0.0.1:{base + 15}"
-        up = rmq("up", "--detach", "--data-dir", str(data_dir), "--namesrv-port",
-                 str(base + 15), "--broker-port", str(base), timeout=120)  # fmt: skip
+        up = rmq(
+            "up",
+            "--detach",
+            "--data-dir",
+            str(data_dir),
+            "--namesrv-port",
+            str(base + 15),
+            "--broker-port",
+            str(base),
+            timeout=120,
+        )
         try:
             if up.returncode != 0:
                 raise SystemExit(f"rmq up failed: {up.stdout}{up.stderr}")
@@ -87,13 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     rates = sorted(r["lines_per_s"] for r in runs)
     if args.json:
         print(json.dumps({"lines": args.lines, "runs": runs}, indent=2))
-    print(f"seq {args.lines} | rmq produce --topic Orders, {args.runs} runs, wall time incl. "
-          "interpreter start:")  # fmt: skip
+    print(
+        f"seq {args.lines} | rmq produce --topic Orders, {args.runs} runs, wall time incl. "
+        "interpreter start:"
+    )
     for r in runs:
-        print(f"  {r['wall_s']:.2f} s wall ({r['lines_per_s']:,.0f} lines/s), "
-              f"command's own summary {r['command_s']:.2f} s")  # fmt: skip
-    print(f"lines/s min / median / max: {rates[0]:,.0f} / {statistics.median(rates):,.0f} / "
-          f"{rates[-1]:,.0f}")  # fmt: skip
+        print(
+            f"  {r['wall_s']:.2f} s wall ({r['lines_per_s']:,.0f} lines/s), "
+            f"command's own summary {r['command_s']:.2f} s"
+        )
+    print(
+        f"lines/s min / median / max: {rates[0]:,.0f} / {statistics.median(rates):,.0f} / "
+        f"{rates[-1]:,.0f}"
+    )
     return 0
 
 

@@ -94,8 +94,12 @@ def fill(root: Path, size: int) -> tuple[int, int, float]:
 def node_pid(data: Path, name: str) -> int:
     out = subprocess.run(
         [*RMQ, "status", "--json", "--data-dir", str(data)],
-        capture_output=True, text=True, cwd=ROOT, check=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=30,
+    )
     for node in json.loads(out.stdout)["nodes"]:
         if node["name"] == name:
             return int(node["pid"])
@@ -125,8 +129,11 @@ def timed_restart(data: Path, sig: int) -> float:
     t0 = time.perf_counter()
     subprocess.run(
         [*RMQ, "restart", "broker-a", "--data-dir", str(data), "--timeout", "60"],
-        cwd=ROOT, check=True, capture_output=True, timeout=90,
-    )  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
     return time.perf_counter() - t0
 
 

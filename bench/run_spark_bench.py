@@ -168,9 +168,13 @@ def ceiling_source():
                 names = np.tile(np.frombuffer(b"TAGSKEYSUNIQ_KEYWAIT", np.uint8), n)
                 name_len = np.tile([4, 4, 8, 4], n)
                 values = np.hstack(
-                    [np.full((n, 1), ord("a"), np.uint8), keys, ids,
-                     np.broadcast_to(np.frombuffer(b"true", np.uint8), (n, 4))]
-                ).ravel()  # fmt: skip
+                    [
+                        np.full((n, 1), ord("a"), np.uint8),
+                        keys,
+                        ids,
+                        np.broadcast_to(np.frombuffer(b"true", np.uint8), (n, 4)),
+                    ]
+                ).ravel()
                 value_len = np.tile([1, 8, 32, 4], n)
 
                 def strings(lengths, data):
@@ -336,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
                     counts[name] = n
                     results[name].append(n / secs)
                     broker_cpu[name].append(cpu)
-                    print(f"run {run} {name}: {n} msgs {secs:.2f}s {n / secs:,.0f}/s "
-                          f"broker cpu {cpu:.2f} machine busy {busy:.0%}",
-                          file=sys.stderr)  # fmt: skip
+                    print(
+                        f"run {run} {name}: {n} msgs {secs:.2f}s {n / secs:,.0f}/s "
+                        f"broker cpu {cpu:.2f} machine busy {busy:.0%}",
+                        file=sys.stderr,
+                    )
                 loads.append(os.getloadavg()[0])
             spark.stop()
     report = {
@@ -361,10 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         for k, r in report["results"].items():
-            print(f"{k:20} {r['msgs']:>9} msgs  min {r['min']:>12,.0f}  median "
-                  f"{r['median']:>12,.0f}  max {r['max']:>12,.0f} msg/s  broker cpu "
-                  f"{r['broker_cpu_median']:.2f}  machine busy "
-                  f"{r['machine_busy_median']:.0%}")  # fmt: skip
+            print(
+                f"{k:20} {r['msgs']:>9} msgs  min {r['min']:>12,.0f}  median "
+                f"{r['median']:>12,.0f}  max {r['max']:>12,.0f} msg/s  broker cpu "
+                f"{r['broker_cpu_median']:.2f}  machine busy "
+                f"{r['machine_busy_median']:.0%}"
+            )
         print(f"load average after each run: {loads}")
     return 0
 

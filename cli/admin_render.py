@@ -57,8 +57,18 @@ def _table(
     return table
 
 
-_NUMERIC = {"queue", "min offset", "max offset", "messages", "broker offset",
-            "consumer offset", "lag", "read", "write", "id"}  # fmt: skip
+_NUMERIC = {
+    "queue",
+    "min offset",
+    "max offset",
+    "messages",
+    "broker offset",
+    "consumer offset",
+    "lag",
+    "read",
+    "write",
+    "id",
+}
 
 
 # --- broker -------------------------------------------------------------------------------
@@ -114,7 +124,7 @@ def topic_route_doc(topic: str, route: TopicRouteData) -> dict[str, Any]:
                 "write": qd.writeQueueNums,
                 "perm": qd.perm,
                 "perm_text": PermName.to_string(qd.perm),
-            }  # fmt: skip
+            }
             for qd in sorted(route.queueDatas, key=lambda q: q.brokerName)
         ],
     }
@@ -126,12 +136,20 @@ def topic_route(topic: str, route: TopicRouteData, *, as_json: bool = False) -> 
         _json(doc)
         return
     console = _console(min_width=100)
-    console.print(_table(f"brokers of {topic}", ("broker", "cluster", "id", "address"),
-                         ((b["broker"], b["cluster"], b["id"], b["addr"])
-                          for b in doc["brokers"])))  # fmt: skip
-    console.print(_table(f"queues of {topic}", ("broker", "read", "write", "perm"),
-                         ((q["broker"], q["read"], q["write"], q["perm_text"])
-                          for q in doc["queues"])))  # fmt: skip
+    console.print(
+        _table(
+            f"brokers of {topic}",
+            ("broker", "cluster", "id", "address"),
+            ((b["broker"], b["cluster"], b["id"], b["addr"]) for b in doc["brokers"]),
+        )
+    )
+    console.print(
+        _table(
+            f"queues of {topic}",
+            ("broker", "read", "write", "perm"),
+            ((q["broker"], q["read"], q["write"], q["perm_text"]) for q in doc["queues"]),
+        )
+    )
 
 
 def topic_status_doc(topic: str, stats: list[QueueStats]) -> dict[str, Any]:
@@ -144,14 +162,20 @@ def topic_status_doc(topic: str, stats: list[QueueStats]) -> dict[str, Any]:
             "messages": q.count,
             "last_update_ms": q.last_update_timestamp,
             "last_update": iso_ms(q.last_update_timestamp),
-        }  # fmt: skip
+        }
         for q in stats
     ]
     last = max((q.last_update_timestamp for q in stats), default=0)
-    return {"topic": topic, "queues": queues,
-            "total": {"messages": sum(q.count for q in stats),
-                      "max_offset": sum(q.max_offset for q in stats),
-                      "last_update_ms": last, "last_update": iso_ms(last)}}  # fmt: skip
+    return {
+        "topic": topic,
+        "queues": queues,
+        "total": {
+            "messages": sum(q.count for q in stats),
+            "max_offset": sum(q.max_offset for q in stats),
+            "last_update_ms": last,
+            "last_update": iso_ms(last),
+        },
+    }
 
 
 def topic_status(topic: str, stats: list[QueueStats], *, as_json: bool = False) -> None:
@@ -159,8 +183,17 @@ def topic_status(topic: str, stats: list[QueueStats], *, as_json: bool = False) 
     if as_json:
         _json(doc)
         return
-    rows = [(q["broker"], q["queue"], q["min_offset"], q["max_offset"], q["messages"],
-             q["last_update"] or "-") for q in doc["queues"]]  # fmt: skip
+    rows = [
+        (
+            q["broker"],
+            q["queue"],
+            q["min_offset"],
+            q["max_offset"],
+            q["messages"],
+            q["last_update"] or "-",
+        )
+        for q in doc["queues"]
+    ]
     t = doc["total"]
     rows.append(("total", "", "", t["max_offset"], t["messages"], t["last_update"] or "-"))
     _console(min_width=100).print(
@@ -168,7 +201,7 @@ def topic_status(topic: str, stats: list[QueueStats], *, as_json: bool = False) 
             f"status of {topic}",
             ("broker", "queue", "min offset", "max offset", "messages", "last update (UTC)"),
             rows,
-        )  # fmt: skip
+        )
     )
 
 
@@ -199,14 +232,14 @@ def group_progress_doc(
                 "lag": q.lag,
                 "last_timestamp_ms": q.last_timestamp,
                 "last_timestamp": iso_ms(q.last_timestamp),
-            }  # fmt: skip
+            }
             for q in stats.queues
         ],
         "total": {
             "broker_offset": stats.broker_offset,
             "consumer_offset": stats.consumer_offset,
             "lag": stats.lag,
-        },  # fmt: skip
+        },
         "consume_tps": round(stats.consume_tps, 2),
         "consumers": [
             {
@@ -216,22 +249,35 @@ def group_progress_doc(
                 "version": c.version,
                 "message_model": c.message_model,
                 "subscriptions": dict(sorted(c.subscriptions.items())),
-            }  # fmt: skip
+            }
             for c in connections
         ],
     }
 
 
 def group_progress(
-    stats: ConsumeStats, connections: list[ConsumerConnection], topic: str | None = None, *,
+    stats: ConsumeStats,
+    connections: list[ConsumerConnection],
+    topic: str | None = None,
+    *,
     as_json: bool = False,
-) -> None:  # fmt: skip
+) -> None:
     doc = group_progress_doc(stats, connections, topic)
     if as_json:
         _json(doc)
         return
-    rows = [(q["topic"], q["broker"], q["queue"], q["broker_offset"], q["consumer_offset"],
-             q["lag"], q["last_timestamp"] or "-") for q in doc["queues"]]  # fmt: skip
+    rows = [
+        (
+            q["topic"],
+            q["broker"],
+            q["queue"],
+            q["broker_offset"],
+            q["consumer_offset"],
+            q["lag"],
+            q["last_timestamp"] or "-",
+        )
+        for q in doc["queues"]
+    ]
     t = doc["total"]
     rows.append(("total", "", "", t["broker_offset"], t["consumer_offset"], t["lag"], ""))
     console = _console(min_width=110)
@@ -248,7 +294,7 @@ def group_progress(
                 "last consumed (UTC)",
             ),
             rows,
-        )  # fmt: skip
+        )
     )
     online = ", ".join(c.client_id for c in connections) or "none online"
     _line(f"total lag {stats.lag}, consume TPS {rate(stats.consume_tps)}, consumers: {online}")
@@ -304,7 +350,7 @@ def messages(msgs: list[MessageExt], *, as_json: bool = False) -> None:
             (
                 "queue",
                 f"{d['queue_id']} offset {d['queue_offset']} (commitlog {d['commit_log_offset']})",
-            ),  # fmt: skip
+            ),
             ("born", f"{d['born_timestamp']} from {d['born_host']}"),
             ("stored", f"{d['store_timestamp']} at {d['store_host']}"),
             ("reconsumeTimes", d["reconsume_times"]),
@@ -316,9 +362,14 @@ def messages(msgs: list[MessageExt], *, as_json: bool = False) -> None:
 
 def send_result_doc(r: SendResult) -> dict[str, Any]:
     mq = r.message_queue
-    return {"status": r.status.name, "msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
-            "broker": mq.brokerName, "queue": mq.queueId,
-            "queue_offset": r.queue_offset}  # fmt: skip
+    return {
+        "status": r.status.name,
+        "msg_id": r.msg_id,
+        "offset_msg_id": r.offset_msg_id,
+        "broker": mq.brokerName,
+        "queue": mq.queueId,
+        "queue_offset": r.queue_offset,
+    }
 
 
 def produce_summary(topic: str, sent: int, seconds: float, statuses: dict[str, int]) -> str:
@@ -344,8 +395,9 @@ class ProduceDisplay:
     Called from the Trio thread (`results`, `sent`); `close` and `summary` after the run.
     """
 
-    def __init__(self, topic: str, stats: Any, *, mode: str, threshold: int = 1000,
-                 patience: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, topic: str, stats: Any, *, mode: str, threshold: int = 1000, patience: float = 1.0
+    ) -> None:
         import trio
 
         self.topic = topic
@@ -411,9 +463,15 @@ class ProduceDisplay:
             TimeElapsedColumn,
         )
 
-        bar = Progress(TextColumn("sending"), BarColumn(), MofNCompleteColumn(),
-                       TaskProgressColumn(), TimeElapsedColumn(),
-                       console=Console(file=sys.stderr), transient=False)  # fmt: skip
+        bar = Progress(
+            TextColumn("sending"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=False,
+        )
         task = bar.add_task("send", total=None, completed=self.stats.sent)
         bar.start()
         self._bar = (bar, task)
@@ -426,8 +484,11 @@ class ProduceDisplay:
             bar.stop()
             self._bar = None
         if self.mode == "json":
-            tail = {"sent": self.stats.sent, "seconds": round(seconds, 3),
-                    "statuses": dict(sorted(self.stats.statuses.items()))}  # fmt: skip
+            tail = {
+                "sent": self.stats.sent,
+                "seconds": round(seconds, 3),
+                "statuses": dict(sorted(self.stats.statuses.items())),
+            }
             body = json.dumps(tail, indent=2, ensure_ascii=False)[1:-2]  # without the braces
             print(("\n  ]," if self._json_count else "],") + body + "\n}", flush=True)
             self.mode = "closed"

@@ -75,8 +75,12 @@ class BenchResult:
 
     def numbers(self) -> dict[str, float]:
         """Every number of the run by name (what `summarize` aggregates)."""
-        out = {"msgs": float(self.msgs), "seconds": self.seconds, "msg_per_s": self.rate,
-               "mb_per_s": self.mb_per_s}  # fmt: skip
+        out = {
+            "msgs": float(self.msgs),
+            "seconds": self.seconds,
+            "msg_per_s": self.rate,
+            "mb_per_s": self.mb_per_s,
+        }
         out.update({f"latency_{k}_ms": v for k, v in self.latency_ms.items()})
         return out
 
@@ -87,8 +91,7 @@ def summarize(results: list[BenchResult]) -> dict[str, dict[str, float]]:
     out = {}
     for name in names:
         values = [r.numbers()[name] for r in results if name in r.numbers()]
-        out[name] = {"min": min(values), "median": statistics.median(values),
-                     "max": max(values)}  # fmt: skip
+        out[name] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
     return out
 
 
@@ -114,11 +117,19 @@ def _over(count: int | None, duration: float | None) -> Callable[[int], bool]:
     return over
 
 
-async def bench_produce(namesrv: str, topic: str, *, size: int = 1024, batch: int = 1,
-                        inflight: int = 16, count: int | None = 10_000,
-                        duration: float | None = None, group: str = "rmq_bench_pg",
-                        progress: Callable[[int], None] | None = None,
-                        remoting: Remoting | None = None) -> BenchResult:  # fmt: skip
+async def bench_produce(
+    namesrv: str,
+    topic: str,
+    *,
+    size: int = 1024,
+    batch: int = 1,
+    inflight: int = 16,
+    count: int | None = 10_000,
+    duration: float | None = None,
+    group: str = "rmq_bench_pg",
+    progress: Callable[[int], None] | None = None,
+    remoting: Remoting | None = None,
+) -> BenchResult:
     """Send messages as fast as `inflight` concurrent requests allow; see the module doc."""
     from rmq import Message, Producer, SendStatus
 
@@ -160,10 +171,17 @@ async def bench_produce(namesrv: str, topic: str, *, size: int = 1024, batch: in
     return BenchResult("produce", done, done * size, seconds, requests, latency_stats(latencies))
 
 
-async def bench_consume(namesrv: str, topic: str, *, batch: int = 32, count: int | None = None,
-                        duration: float | None = None, group: str = "rmq_bench_cg",
-                        progress: Callable[[int], None] | None = None,
-                        remoting: Remoting | None = None) -> BenchResult:  # fmt: skip
+async def bench_consume(
+    namesrv: str,
+    topic: str,
+    *,
+    batch: int = 32,
+    count: int | None = None,
+    duration: float | None = None,
+    group: str = "rmq_bench_cg",
+    progress: Callable[[int], None] | None = None,
+    remoting: Remoting | None = None,
+) -> BenchResult:
     """Pull the topic from the start of each queue; see the module doc."""
     from rmq import PullConsumer, PullStatus
 
@@ -215,8 +233,10 @@ def _fmt(value: float) -> str:
 
 def render_run(i: int, r: BenchResult) -> str:
     """One line per run."""
-    line = (f"run {i}: {r.msgs:,} msgs in {r.seconds:.2f} s  {_fmt(r.rate)} msg/s  "
-            f"{r.mb_per_s:.2f} MB/s")  # fmt: skip
+    line = (
+        f"run {i}: {r.msgs:,} msgs in {r.seconds:.2f} s  {_fmt(r.rate)} msg/s  "
+        f"{r.mb_per_s:.2f} MB/s"
+    )
     if r.latency_ms:
         lat = r.latency_ms
         line += "  latency ms " + " ".join(
@@ -233,6 +253,7 @@ def render_summary(results: list[BenchResult]) -> list[str]:
         return []
     lines = [f"over {len(results)} runs (min / median / max):"]
     for name, agg in summarize(results).items():
-        lines.append(f"  {name:<20} {_fmt(agg['min'])} / {_fmt(agg['median'])} / "
-                     f"{_fmt(agg['max'])}")  # fmt: skip
+        lines.append(
+            f"  {name:<20} {_fmt(agg['min'])} / {_fmt(agg['median'])} / {_fmt(agg['max'])}"
+        )
     return lines

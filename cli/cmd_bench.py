@@ -54,9 +54,15 @@ def _bench(kind: str, settings: dict[str, Any], runs: int, as_json: bool, fn: Be
     total = settings.get("count")
     err = Console(file=sys.stderr)
     for i in range(1, runs + 1):
-        with Progress(TextColumn(f"{kind} run {i}/{runs}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=True,
-                      disable=not err.is_terminal) as progress:  # fmt: skip
+        with Progress(
+            TextColumn(f"{kind} run {i}/{runs}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
             result = _run(_one_run, fn, progress, progress.add_task(kind, total=total))
         results.append(result)
         if not as_json:
@@ -101,12 +107,33 @@ def produce(
     namesrv = _namesrv(ctx)
     if count is None and duration is None:
         count = 10_000
-    settings = {"kind": "produce", "namesrv": namesrv, "topic": topic, "size": size,
-                "batch": batch, "inflight": inflight, "count": count, "duration": duration,
-                "runs": runs}  # fmt: skip
-    _bench("produce", settings, runs, as_json, lambda progress: bench_produce(
-        namesrv, topic, size=size, batch=batch, inflight=inflight, count=count,
-        duration=duration, progress=progress))  # fmt: skip
+    settings = {
+        "kind": "produce",
+        "namesrv": namesrv,
+        "topic": topic,
+        "size": size,
+        "batch": batch,
+        "inflight": inflight,
+        "count": count,
+        "duration": duration,
+        "runs": runs,
+    }
+    _bench(
+        "produce",
+        settings,
+        runs,
+        as_json,
+        lambda progress: bench_produce(
+            namesrv,
+            topic,
+            size=size,
+            batch=batch,
+            inflight=inflight,
+            count=count,
+            duration=duration,
+            progress=progress,
+        ),
+    )
 
 
 @bench_app.command(
@@ -133,9 +160,23 @@ def consume(
     from cli.bench import bench_consume
 
     namesrv = _namesrv(ctx)
-    settings = {"kind": "consume", "namesrv": namesrv, "topic": topic, "batch": batch,
-                "count": count, "duration": duration, "runs": runs}  # fmt: skip
+    settings = {
+        "kind": "consume",
+        "namesrv": namesrv,
+        "topic": topic,
+        "batch": batch,
+        "count": count,
+        "duration": duration,
+        "runs": runs,
+    }
     # "everything there is" when neither is given: a duration too long to matter
     dur = duration if duration is not None or count is not None else 10 * 365 * 86400.0
-    _bench("consume", settings, runs, as_json, lambda progress: bench_consume(
-        namesrv, topic, batch=batch, count=count, duration=dur, progress=progress))  # fmt: skip
+    _bench(
+        "consume",
+        settings,
+        runs,
+        as_json,
+        lambda progress: bench_consume(
+            namesrv, topic, batch=batch, count=count, duration=dur, progress=progress
+        ),
+    )

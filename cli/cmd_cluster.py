@@ -49,8 +49,9 @@ def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) ->
 
 
 @cluster_app.callback()
-def cluster_default(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
-                    as_json: JsonOpt = False) -> None:  # fmt: skip
+def cluster_default(
+    ctx: typer.Context, broker_addr: BrokerAddrOpt = None, as_json: JsonOpt = False
+) -> None:
     """List brokers with their role and replication state (same as `rmq cluster list`)."""
     if ctx.invoked_subcommand is None:
         _cluster_list(ctx, broker_addr, as_json)
@@ -64,8 +65,9 @@ def cluster_default(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
         "rmq cluster list --broker 127.0.0.1:10911   # one broker, no nameserver needed",
     ),
 )
-def cluster_list(ctx: typer.Context, broker_addr: BrokerAddrOpt = None,
-                 as_json: JsonOpt = False) -> None:  # fmt: skip
+def cluster_list(
+    ctx: typer.Context, broker_addr: BrokerAddrOpt = None, as_json: JsonOpt = False
+) -> None:
     """List brokers with their role and replication state.
 
     Per master: push2SlaveMaxOffset and, per connected slave, its HA address, acknowledged

@@ -109,10 +109,16 @@ def up(
     from cli.up import PlanError, busy_ports
 
     given: dict[str, Any] = {
-        "data_dir": data_dir, "namesrv_port": namesrv_port, "broker_port": broker_port,
-        "masters": masters, "slaves": slaves, "role": role, "cluster": cluster,
-        "dledger": dledger, "ready_timeout": ready_timeout,
-    }  # fmt: skip
+        "data_dir": data_dir,
+        "namesrv_port": namesrv_port,
+        "broker_port": broker_port,
+        "masters": masters,
+        "slaves": slaves,
+        "role": role,
+        "cluster": cluster,
+        "dledger": dledger,
+        "ready_timeout": ready_timeout,
+    }
     if config is not None:
         # only the flags typed on the command line override the file
         given = {k: (v if _typed(ctx, k) else None) for k, v in given.items()}
@@ -168,8 +174,7 @@ def up(
             async with trio.open_nursery() as nursery:
 
                 async def supervise() -> None:
-                    await run_up(plan, data_dir, report=report,
-                                 ready_timeout=topo.ready_timeout)  # fmt: skip
+                    await run_up(plan, data_dir, report=report, ready_timeout=topo.ready_timeout)
                     nursery.cancel_scope.cancel()  # `rmq down`: done
 
                 nursery.start_soon(supervise)
@@ -220,8 +225,9 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float, *, as_json: b
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
-            local_render.error(_first_error(log_path, start) or
-                               f"`rmq up` exited with code {code}; see {log_path}")  # fmt: skip
+            local_render.error(
+                _first_error(log_path, start) or f"`rmq up` exited with code {code}; see {log_path}"
+            )
             raise typer.Exit(1)
         try:
             status = request(data_dir, "status", timeout=2.0)
@@ -261,8 +267,9 @@ def _cluster_dir(data_dir: Path | None, config: Path | None) -> Path:
     return load_topology_file(config).get("data_dir", Path(".rmq"))
 
 
-def _control(data_dir: Path | None, config: Path | None, op: str, *, timeout: float = 10.0,
-             **args: Any) -> dict[str, Any]:  # fmt: skip
+def _control(
+    data_dir: Path | None, config: Path | None, op: str, *, timeout: float = 10.0, **args: Any
+) -> dict[str, Any]:
     # `timeout` bounds the wait for the answer; `args` travel in the request
     """One control request; known failures -> one stderr line, exit 1."""
     from cli import local_render
@@ -340,8 +347,7 @@ def restart(
     """Start one node of a local cluster again (stopping it first if it runs)."""
     from cli import local_render
 
-    reply = _control(data_dir, config, "restart", timeout=timeout + 15,
-                     node=node, wait=timeout)  # fmt: skip
+    reply = _control(data_dir, config, "restart", timeout=timeout + 15, node=node, wait=timeout)
     local_render.restarted(reply["node"], as_json=as_json)
 
 

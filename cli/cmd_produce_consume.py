@@ -53,7 +53,7 @@ def produce(
             f"stdin is not a terminal: once more than {PROGRESS_THRESHOLD} lines were read "
             "or stdin stays open longer than a second).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     allow_not_replicated: Annotated[
         bool,
         typer.Option(
@@ -62,7 +62,7 @@ def produce(
             "flush it was configured to wait for (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, "
             "FLUSH_DISK_TIMEOUT). Default: say so on stderr and exit 1.",
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     as_json: JsonOpt = False,
     bodies: Annotated[
         list[str] | None,
@@ -95,22 +95,27 @@ def produce(
         mode = "bar" if progress else "lines"
     else:
         mode = "auto" if from_stdin and not _stdin_is_tty() else "lines"
-    template = MessageTemplate(topic, tags=tags, keys=keys, properties=properties,
-                               delay_level=delay_level)  # fmt: skip
+    template = MessageTemplate(
+        topic, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+    )
     stats = ProduceStats()
 
     async def main() -> tuple[ProduceStats, float]:
         import trio
 
         started = trio.current_time()
-        display = admin_render.ProduceDisplay(topic, stats, mode=mode,
-                                              threshold=PROGRESS_THRESHOLD)  # fmt: skip
+        display = admin_render.ProduceDisplay(topic, stats, mode=mode, threshold=PROGRESS_THRESHOLD)
         try:
             await produce_lines(
-                _namesrv(ctx), template, group=group,
-                stream=_stdin_bytes() if from_stdin else None, bodies=bodies or (),
-                stats=stats, on_results=display.results, on_sent=display.sent,
-            )  # fmt: skip
+                _namesrv(ctx),
+                template,
+                group=group,
+                stream=_stdin_bytes() if from_stdin else None,
+                bodies=bodies or (),
+                stats=stats,
+                on_results=display.results,
+                on_sent=display.sent,
+            )
         finally:
             seconds = trio.current_time() - started
             display.close(seconds)
@@ -175,7 +180,7 @@ def consume(
             help="Keep waiting for new messages until Ctrl-C. Default: stop once "
             "every queue is caught up.",
         ),
-    ] = False,  # fmt: skip
+    ] = False,
     count: Annotated[
         int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")
     ] = None,
@@ -210,10 +215,18 @@ def consume(
     async def main() -> None:
         from cli.consume import consume_topic
 
-        await consume_topic(_namesrv(ctx), topic, group=group, from_beginning=from_beginning,
-                            count=count, tags=tags, idle_timeout=idle_timeout,
-                            on_message=on_message, follow=follow,
-                            served_by=lambda addr: served.update(by=addr))  # fmt: skip
+        await consume_topic(
+            _namesrv(ctx),
+            topic,
+            group=group,
+            from_beginning=from_beginning,
+            count=count,
+            tags=tags,
+            idle_timeout=idle_timeout,
+            on_message=on_message,
+            follow=follow,
+            served_by=lambda addr: served.update(by=addr),
+        )
 
     _run(main)
     if as_json:

@@ -100,8 +100,9 @@ def broker(
         conf_text = config_file.read_text() if config_file is not None else None
     except (OSError, UnicodeDecodeError) as exc:
         assert config_file is not None
-        typer.echo(f"error: cannot read config file: {config_file_error(config_file, exc)}",
-                   err=True)  # fmt: skip
+        typer.echo(
+            f"error: cannot read config file: {config_file_error(config_file, exc)}", err=True
+        )
         raise typer.Exit(1) from None
     overrides = {
         "name": name,

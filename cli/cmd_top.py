@@ -46,8 +46,7 @@ def top(
     async def main() -> None:
         from cli.top import run_top
 
-        await run_top(namesrv, interval=interval, once=once, timeout=timeout,
-                      show_system=system)  # fmt: skip
+        await run_top(namesrv, interval=interval, once=once, timeout=timeout, show_system=system)
 
     try:
         _run(main)

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from common.model import TopicRouteData
     from rmq.admin_api import QueueStats
 
-QueuesOpt = Annotated[int, typer.Option("--queues", "-q", min=1, max=1024,
-                                        help="Read and write queue count.")]  # fmt: skip
+QueuesOpt = Annotated[
+    int, typer.Option("--queues", "-q", min=1, max=1024, help="Read and write queue count.")
+]
 
 
 @topic_app.command(
@@ -52,16 +53,23 @@ def topic_create(
 
     async def main() -> list[str]:
         async with open_admin(ctx) as admin:
-            return await admin.create_topic(topic, queues=queues, cluster=cluster,
-                                            broker_addr=broker_addr, perm=perm, order=order)  # fmt: skip
+            return await admin.create_topic(
+                topic,
+                queues=queues,
+                cluster=cluster,
+                broker_addr=broker_addr,
+                perm=perm,
+                order=order,
+            )
 
     admin_render.topic_changed("created", topic, _run(main), as_json=as_json)
 
 
 def _check_perm(perm: int | None) -> None:
     if perm is not None and perm not in (2, 4, 6):
-        raise typer.BadParameter("must be 2 (write), 4 (read) or 6 (read+write)",
-                                 param_hint="--perm")  # fmt: skip
+        raise typer.BadParameter(
+            "must be 2 (write), 4 (read) or 6 (read+write)", param_hint="--perm"
+        )
 
 
 @topic_app.command(
@@ -77,7 +85,7 @@ def topic_update(
     queues: Annotated[
         int | None,
         typer.Option("--queues", "-q", min=1, max=1024, help="New queue count (default: keep)."),
-    ] = None,  # fmt: skip
+    ] = None,
     perm: Annotated[
         int | None, typer.Option("--perm", help="New permission (default: keep).")
     ] = None,
@@ -101,10 +109,11 @@ def topic_update(
                     raise CliError(f"broker {bd.brokerName} of {topic} has no master to update")
                 qd = next((q for q in route.queueDatas if q.brokerName == bd.brokerName), None)
                 await admin.create_topic(
-                    topic, broker_addr=master,
+                    topic,
+                    broker_addr=master,
                     queues=queues or (qd.writeQueueNums if qd else 8),
                     perm=perm if perm is not None else (qd.perm if qd else 6),
-                )  # fmt: skip
+                )
                 addrs.append(master)
             if not addrs:
                 raise CliError(f"topic {topic} has no broker in cluster {cluster}")

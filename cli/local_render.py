@@ -33,12 +33,20 @@ def error(text: str) -> None:
         print(f"  {line}", file=sys.stderr, flush=True)
 
 
-def _detail(kind: str, role: str | None, broker_name: str | None, broker_id: int | None,
-            cluster: str, port: int) -> str:  # fmt: skip
+def _detail(
+    kind: str,
+    role: str | None,
+    broker_name: str | None,
+    broker_id: int | None,
+    cluster: str,
+    port: int,
+) -> str:
     if kind == "namesrv":
         return "nameserver"
-    return (f"{role} {broker_name} id {broker_id}, cluster {cluster}, "
-            f"listen {port}, ha {port + 1}, vip {port - 2}")  # fmt: skip
+    return (
+        f"{role} {broker_name} id {broker_id}, cluster {cluster}, "
+        f"listen {port}, ha {port + 1}, vip {port - 2}"
+    )
 
 
 def node_line(name: str, addr: str, pid: int | None, detail: str, log: object) -> None:
@@ -46,8 +54,7 @@ def node_line(name: str, addr: str, pid: int | None, detail: str, log: object) -
 
 
 def spec_detail(node: NodeSpec) -> str:
-    return _detail(node.kind, node.role, node.broker_name, node.broker_id, node.cluster,
-                   node.port)  # fmt: skip
+    return _detail(node.kind, node.role, node.broker_name, node.broker_id, node.cluster, node.port)
 
 
 def up_event(event: UpEvent) -> None:
@@ -59,8 +66,10 @@ def up_event(event: UpEvent) -> None:
         _line("ready")
     elif event.kind == "exited" and node is not None:
         how = "killed" if event.returncode == -9 and event.detail is None else "exited"
-        _line(f"{node.name:<14} {how} (exit code {event.returncode}); the other nodes keep "
-              f"running; `rmq restart {node.name}` starts it again; log {event.log_path}")  # fmt: skip
+        _line(
+            f"{node.name:<14} {how} (exit code {event.returncode}); the other nodes keep "
+            f"running; `rmq restart {node.name}` starts it again; log {event.log_path}"
+        )
         for line in (event.detail or "").splitlines():
             _line(f"{'':<14} | {line}")
     elif event.kind == "restarting" and node is not None:
@@ -80,18 +89,25 @@ def up_stopped(*, as_json: bool = False) -> None:
 def spec_json(node: NodeSpec) -> dict[str, Any]:
     """A planned node in the shape of `rmq status --json`'s nodes (without the run's state)."""
     return {
-        "name": node.name, "kind": node.kind, "role": node.role or "NAMESRV",
+        "name": node.name,
+        "kind": node.kind,
+        "role": node.role or "NAMESRV",
         "broker_name": node.broker_name,
         "broker_id": node.broker_id if node.kind == "broker" else None,
-        "cluster": node.cluster, "addr": node.addr, "port": node.port,
-        "ha_port": node.ha_port, "vip_port": node.vip_port,
-    }  # fmt: skip
+        "cluster": node.cluster,
+        "addr": node.addr,
+        "port": node.port,
+        "ha_port": node.ha_port,
+        "vip_port": node.vip_port,
+    }
 
 
 def up_event_json(event: UpEvent) -> None:
     """One supervisor event of a foreground `rmq up --json`: one JSON object, one line."""
-    doc: dict[str, Any] = {"event": event.kind,
-                           "node": None if event.node is None else spec_json(event.node)}  # fmt: skip
+    doc: dict[str, Any] = {
+        "event": event.kind,
+        "node": None if event.node is None else spec_json(event.node),
+    }
     if event.pid is not None:
         doc["pid"] = event.pid
     if event.kind in ("exited", "stopped"):
@@ -106,8 +122,9 @@ def up_event_json(event: UpEvent) -> None:
 def topology(status: dict[str, Any]) -> None:
     """The node lines of a detached cluster, as a foreground `rmq up` prints them."""
     for n in status["nodes"]:
-        detail = _detail(n["kind"], n["role"], n["broker_name"], n["broker_id"], n["cluster"],
-                         n["port"])  # fmt: skip
+        detail = _detail(
+            n["kind"], n["role"], n["broker_name"], n["broker_id"], n["cluster"], n["port"]
+        )
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 
 
@@ -117,9 +134,11 @@ def detached(status: dict[str, Any], *, as_json: bool = False) -> None:
         return
     topology(status)
     _line("ready")
-    _line(f"supervisor pid {status['supervisor_pid']}; `rmq status --data-dir "
-          f"{status['data_dir']}` shows it, `rmq down --data-dir {status['data_dir']}` "
-          "stops it")  # fmt: skip
+    _line(
+        f"supervisor pid {status['supervisor_pid']}; `rmq status --data-dir "
+        f"{status['data_dir']}` shows it, `rmq down --data-dir {status['data_dir']}` "
+        "stops it"
+    )
 
 
 def state_text(status: dict[str, Any]) -> str:
@@ -151,10 +170,15 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
             state += f", restarted {n['restarts']}x"
         colour = colours.get(n["status"], "")
         table.add_row(
-            n["name"], n["role"], "-" if n["broker_id"] is None else str(n["broker_id"]),
-            n["addr"], str(n["ha_port"] or "-"), str(n["vip_port"] or "-"),
-            str(n["pid"] or "-"), f"[{colour}]{state}[/]" if colour else state,
-        )  # fmt: skip
+            n["name"],
+            n["role"],
+            "-" if n["broker_id"] is None else str(n["broker_id"]),
+            n["addr"],
+            str(n["ha_port"] or "-"),
+            str(n["vip_port"] or "-"),
+            str(n["pid"] or "-"),
+            f"[{colour}]{state}[/]" if colour else state,
+        )
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     if console.width < 110:
         console.width = 110  # a pipe reports 80 columns: do not fold the rows
@@ -170,8 +194,10 @@ def killed(node: dict[str, Any], *, as_json: bool = False) -> None:
     if as_json:
         _line(json.dumps(node, indent=2))
         return
-    _line(f"{node['name']} killed (pid {node['pid']}, exit code {node['returncode']}); "
-          f"`rmq restart {node['name']}` starts it again")  # fmt: skip
+    _line(
+        f"{node['name']} killed (pid {node['pid']}, exit code {node['returncode']}); "
+        f"`rmq restart {node['name']}` starts it again"
+    )
 
 
 def restarted(node: dict[str, Any], *, as_json: bool = False) -> None:
@@ -182,16 +208,26 @@ def restarted(node: dict[str, Any], *, as_json: bool = False) -> None:
 
 
 def down_begun(status: dict[str, Any]) -> None:
-    _line(f"stopping {status['cluster']} in {status['data_dir']} "
-          f"(supervisor pid {status['supervisor_pid']})")  # fmt: skip
+    _line(
+        f"stopping {status['cluster']} in {status['data_dir']} "
+        f"(supervisor pid {status['supervisor_pid']})"
+    )
 
 
 def down_done(status: dict[str, Any], *, as_json: bool = False) -> None:
     """Every process of the cluster `status` (the supervisor's last snapshot) is gone."""
     names = [n["name"] for n in status["nodes"]]
     if as_json:
-        _line(json.dumps({"cluster": status["cluster"], "data_dir": status["data_dir"],
-                          "supervisor_pid": status["supervisor_pid"], "stopped": names},
-                         indent=2))  # fmt: skip
+        _line(
+            json.dumps(
+                {
+                    "cluster": status["cluster"],
+                    "data_dir": status["data_dir"],
+                    "supervisor_pid": status["supervisor_pid"],
+                    "stopped": names,
+                },
+                indent=2,
+            )
+        )
         return
     _line(f"stopped {', '.join(names)}" if names else "stopped")

@@ -187,8 +187,9 @@ async def control_channel(supervisor: Controlled) -> AsyncIterator[None]:
     start_time = process_start_time(os.getpid())
 
     def record() -> None:
-        write_state(data_dir, {**supervisor.snapshot(), "socket": str(path),
-                               "start_time": start_time})  # fmt: skip
+        write_state(
+            data_dir, {**supervisor.snapshot(), "socket": str(path), "start_time": start_time}
+        )
 
     supervisor.on_change = record
     record()

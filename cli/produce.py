@@ -63,8 +63,14 @@ class MessageTemplate:
     delay_level: int = 0
 
     def message(self, body: bytes) -> Message:
-        return Message(self.topic, body, tags=self.tags, keys=self.keys,
-                       properties=dict(self.properties), delay_level=self.delay_level)  # fmt: skip
+        return Message(
+            self.topic,
+            body,
+            tags=self.tags,
+            keys=self.keys,
+            properties=dict(self.properties),
+            delay_level=self.delay_level,
+        )
 
 
 @attrs.define(eq=False)
@@ -315,6 +321,13 @@ async def produce(
             if handle_signals:
                 nursery.start_soon(signal_watch)
             # ends when the channel is closed and drained
-            await send_batches(producer, template, receive, stats,
-                               on_results=on_results, on_sent=on_sent, senders=senders)  # fmt: skip
+            await send_batches(
+                producer,
+                template,
+                receive,
+                stats,
+                on_results=on_results,
+                on_sent=on_sent,
+                senders=senders,
+            )
     return stats

@@ -108,10 +108,18 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
             repl = f"push2SlaveMaxOffset {_opt(s.push2slave_max_offset)}, slaves {_opt(s.ha_connections)}"
         else:
             state = {True: "connected", False: "disconnected", None: "?"}[s.ha_client_connected]
-            repl = (f"master {s.ha_master_addr or '-'} {state}, "
-                    f"reported {_opt(s.ha_reported_offset)}")  # fmt: skip
-        brokers.add_row(s.cluster, s.broker_name, str(s.broker_id), s.role or "?", s.addr,
-                        _opt(s.max_offset), repl)  # fmt: skip
+            repl = (
+                f"master {s.ha_master_addr or '-'} {state}, reported {_opt(s.ha_reported_offset)}"
+            )
+        brokers.add_row(
+            s.cluster,
+            s.broker_name,
+            str(s.broker_id),
+            s.role or "?",
+            s.addr,
+            _opt(s.max_offset),
+            repl,
+        )
     console = _console(min_width=140)
     console.print(brokers)
     lags = Table(title="slave connections (as each master sees them)")
@@ -120,8 +128,14 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
     rows = 0
     for s in statuses:
         for lag in s.slaves:
-            lags.add_row(s.broker_name, s.addr, lag.addr, str(lag.ack_offset),
-                         str(lag.lag_bytes), str(lag.lag_ms))  # fmt: skip
+            lags.add_row(
+                s.broker_name,
+                s.addr,
+                lag.addr,
+                str(lag.ack_offset),
+                str(lag.lag_bytes),
+                str(lag.lag_ms),
+            )
             rows += 1
     if rows:
         console.print(lags)

@@ -88,9 +88,14 @@ def runtime_table(parsed: object) -> dict[str, str]:
 
 
 def parse_runtime_info(
-    table: dict[str, str], *, broker_name: str, broker_id: int, addr: str, cluster: str = "",
+    table: dict[str, str],
+    *,
+    broker_name: str,
+    broker_id: int,
+    addr: str,
+    cluster: str = "",
     role: str = "",
-) -> BrokerStatus:  # fmt: skip
+) -> BrokerStatus:
     """A BrokerStatus from GET_BROKER_RUNTIME_INFO's table (missing keys stay None)."""
     slaves = []
     count = _int(table, "haConnectionCount")
@@ -150,9 +155,14 @@ async def fetch_runtime_table(remoting: Invoker, addr: str, timeout: float = 3.0
 
 
 async def fetch_broker_status(
-    remoting: Invoker, addr: str, *, broker_name: str = "", broker_id: int | None = None,
-    cluster: str = "", timeout: float = 3.0,
-) -> BrokerStatus:  # fmt: skip
+    remoting: Invoker,
+    addr: str,
+    *,
+    broker_name: str = "",
+    broker_id: int | None = None,
+    cluster: str = "",
+    timeout: float = 3.0,
+) -> BrokerStatus:
     """Runtime info + role of one broker; errors of this broker end up in `.error`."""
     from common.errors import RmqError
     from common.remoting.codes import RequestCode, ResponseCode
@@ -174,12 +184,17 @@ async def fetch_broker_status(
             except ValueError:
                 broker_id = 0
         return parse_runtime_info(
-            table, broker_name=broker_name, broker_id=broker_id, addr=addr, cluster=cluster,
+            table,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            addr=addr,
+            cluster=cluster,
             role=role,
-        )  # fmt: skip
+        )
     except (RmqError, CliError, OSError) as exc:
-        return BrokerStatus(broker_name, broker_id or 0, addr, cluster, error=str(exc) or
-                            type(exc).__name__)  # fmt: skip
+        return BrokerStatus(
+            broker_name, broker_id or 0, addr, cluster, error=str(exc) or type(exc).__name__
+        )
 
 
 async def broker_status(addr: str, *, timeout: float = 3.0) -> list[BrokerStatus]:
@@ -228,9 +243,13 @@ async def cluster_status(namesrv: str, *, timeout: float = 3.0) -> list[BrokerSt
 
         async def ask(i: int, cluster: str, name: str, bid: int, addr: str) -> None:
             results[i] = await fetch_broker_status(
-                remoting, addr, broker_name=name, broker_id=bid, cluster=cluster,
+                remoting,
+                addr,
+                broker_name=name,
+                broker_id=bid,
+                cluster=cluster,
                 timeout=timeout,
-            )  # fmt: skip
+            )
 
         async with trio.open_nursery() as nursery:
             for i, b in enumerate(brokers):

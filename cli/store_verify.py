@@ -58,11 +58,15 @@ class VerifyResult:
         if self.first_difference is not None:
             return f"DIFFERENT at offset {self.first_difference}: {self.detail}"
         if not self.ok:
-            return (f"slave is AHEAD of master: slave ends at {self.slave.end_offset}, "
-                    f"master at {self.master.end_offset}")  # fmt: skip
+            return (
+                f"slave is AHEAD of master: slave ends at {self.slave.end_offset}, "
+                f"master at {self.master.end_offset}"
+            )
         lag = self.master.end_offset - self.slave.end_offset
-        return (f"OK: slave is a byte-identical prefix of master ({self.common_records} records "
-                f"compared, slave {lag} bytes behind)")  # fmt: skip
+        return (
+            f"OK: slave is a byte-identical prefix of master ({self.common_records} records "
+            f"compared, slave {lag} bytes behind)"
+        )
 
     def to_json(self) -> dict:
         return {
@@ -118,8 +122,12 @@ def _scan_log(
         except OSError as exc:
             raise VerifyError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from None
         scan = scan_segment(data, base)
-        out[base] = (data, scan.starts.tolist(), scan.end,
-                     scan.detail if scan.reason is ScanEnd.TORN else "")  # fmt: skip
+        out[base] = (
+            data,
+            scan.starts.tolist(),
+            scan.end,
+            scan.detail if scan.reason is ScanEnd.TORN else "",
+        )
         records += scan.count
         if scan.count or scan.reason is ScanEnd.BLANK:
             end = scan.end_offset
@@ -146,23 +154,46 @@ def verify(master_dir: str | os.PathLike[str], slave_dir: str | os.PathLike[str]
         for a, b in zip(ms, ss, strict=False):
             if a != b:
                 pos = min(a, b)
-                return VerifyResult(master, slave, lo, hi, common, base + pos,
-                                    f"record starts differ (master {base + a}, slave {base + b})")  # fmt: skip
+                return VerifyResult(
+                    master,
+                    slave,
+                    lo,
+                    hi,
+                    common,
+                    base + pos,
+                    f"record starts differ (master {base + a}, slave {base + b})",
+                )
             size = int.from_bytes(mdata[a : a + 4], "big")
             if mdata[a : a + size] != sdata[a : a + size]:
                 diff = next(i for i in range(size) if mdata[a + i] != sdata[a + i])
-                return VerifyResult(master, slave, lo, hi, common, base + a + diff,
-                                    f"bytes differ inside the record at {base + a}")  # fmt: skip
+                return VerifyResult(
+                    master,
+                    slave,
+                    lo,
+                    hi,
+                    common,
+                    base + a + diff,
+                    f"bytes differ inside the record at {base + a}",
+                )
             common += 1
         if len(ms) != len(ss):
             pos = ms[len(ss)] if len(ms) > len(ss) else ss[len(ms)]
-            return VerifyResult(master, slave, lo, hi, common, base + pos,
-                                "one side has a record the other lacks before its end")  # fmt: skip
+            return VerifyResult(
+                master,
+                slave,
+                lo,
+                hi,
+                common,
+                base + pos,
+                "one side has a record the other lacks before its end",
+            )
         # a side whose segment is torn where the other still has records differs there
         if storn and mend > send:
-            return VerifyResult(master, slave, lo, hi, common, base + send,
-                                f"slave's log is torn there ({storn})")  # fmt: skip
+            return VerifyResult(
+                master, slave, lo, hi, common, base + send, f"slave's log is torn there ({storn})"
+            )
         if mtorn and send > mend:
-            return VerifyResult(master, slave, lo, hi, common, base + mend,
-                                f"master's log is torn there ({mtorn})")  # fmt: skip
+            return VerifyResult(
+                master, slave, lo, hi, common, base + mend, f"master's log is torn there ({mtorn})"
+            )
     return VerifyResult(master, slave, lo, hi, common, None, "")

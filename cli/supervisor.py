@@ -128,7 +128,7 @@ class NodeState:
                 log_tail(self.log_path, 5, start=self.log_start)
                 if self.status is NodeStatus.EXITED
                 else None
-            ),  # fmt: skip
+            ),
         }
 
 

@@ -65,8 +65,9 @@ def _table(title: str) -> Table:
     )
 
 
-def fit_table(title: str, columns: list[Column], rows: _Rows,
-              width: int, *, wrap_last: Column | None = None) -> Table:  # fmt: skip
+def fit_table(
+    title: str, columns: list[Column], rows: _Rows, width: int, *, wrap_last: Column | None = None
+) -> Table:
     """A table of the highest-priority columns whose natural width fits `width`.
 
     Each row is (cells by column name, row style). Columns are dropped lowest priority
@@ -91,8 +92,7 @@ def fit_table(title: str, columns: list[Column], rows: _Rows,
 def _build(title: str, columns: list[Column], rows: _Rows) -> Table:
     table = _table(title)
     for col in columns:
-        table.add_column(col.name, justify=col.justify,
-                         no_wrap=col.priority < 100, overflow="fold")  # fmt: skip
+        table.add_column(col.name, justify=col.justify, no_wrap=col.priority < 100, overflow="fold")
     for cells, style in rows:
         table.add_row(*(cells.get(c.name, "") for c in columns), style=style)
     return table
@@ -133,8 +133,13 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
     """The nameserver, then one row per broker node; a dead node's row is red and says DOWN
     (a broker's reason goes below the table, the nameserver's is in the header)."""
     tps = rates(snap, prev)
-    namesrv: dict[str, str | Text] = {"broker": "namesrv", "id": "-", "role": "NAMESRV", "address": snap.namesrv,
-               "state": "DOWN" if snap.namesrv_error else "up"}  # fmt: skip
+    namesrv: dict[str, str | Text] = {
+        "broker": "namesrv",
+        "id": "-",
+        "role": "NAMESRV",
+        "address": snap.namesrv,
+        "state": "DOWN" if snap.namesrv_error else "up",
+    }
     rows: _Rows = [(namesrv, DOWN_STYLE if snap.namesrv_error else None)]
     for node in snap.nodes:
         cells: dict[str, str | Text] = {
@@ -168,8 +173,11 @@ def _state(node: NodeView) -> str:
 
 
 def down_lines(snap: TopSnapshot) -> list[Text]:
-    return [Text(f"{n.broker_name} {n.addr}: {n.error}", style=DOWN_STYLE)
-            for n in snap.nodes if not n.alive]  # fmt: skip
+    return [
+        Text(f"{n.broker_name} {n.addr}: {n.error}", style=DOWN_STYLE)
+        for n in snap.nodes
+        if not n.alive
+    ]
 
 
 TOPIC_COLUMNS = [Column("topic", 0), Column("messages", 1, "right"), Column("queues", 2, "right")]
@@ -180,15 +188,32 @@ def topics_table(snap: TopSnapshot, *, width: int) -> Table:
     rows: _Rows = []
     for t in snap.topics:
         if t.error:
-            rows.append(({"topic": t.topic, "messages": "-", "queues": "-",
-                          QUEUE_OFFSETS.name: f"error: {t.error}"}, DOWN_STYLE))  # fmt: skip
+            rows.append(
+                (
+                    {
+                        "topic": t.topic,
+                        "messages": "-",
+                        "queues": "-",
+                        QUEUE_OFFSETS.name: f"error: {t.error}",
+                    },
+                    DOWN_STYLE,
+                )
+            )
             continue
-        shown = [f"{q.broker_name}:{q.queue_id}={q.max_offset}"
-                 for q in t.queues[:MAX_QUEUE_CELLS]]  # fmt: skip
+        shown = [f"{q.broker_name}:{q.queue_id}={q.max_offset}" for q in t.queues[:MAX_QUEUE_CELLS]]
         if len(t.queues) > MAX_QUEUE_CELLS:
             shown.append("...")
-        rows.append(({"topic": t.topic, "messages": _num(t.total), "queues": str(len(t.queues)),
-                      QUEUE_OFFSETS.name: " ".join(shown)}, None))  # fmt: skip
+        rows.append(
+            (
+                {
+                    "topic": t.topic,
+                    "messages": _num(t.total),
+                    "queues": str(len(t.queues)),
+                    QUEUE_OFFSETS.name: " ".join(shown),
+                },
+                None,
+            )
+        )
     table = fit_table("topics", TOPIC_COLUMNS, rows, width, wrap_last=QUEUE_OFFSETS)
     if snap.hidden_topics:
         table.caption = f"+{snap.hidden_topics} more topics"
@@ -203,20 +228,34 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
     rows: _Rows = []
     for g in snap.groups:
         if g.error:
-            rows.append(({"group": g.group, "lag": "-", "queues": "-",
-                          "topics": f"error: {g.error}"}, DOWN_STYLE))  # fmt: skip
+            rows.append(
+                (
+                    {"group": g.group, "lag": "-", "queues": "-", "topics": f"error: {g.error}"},
+                    DOWN_STYLE,
+                )
+            )
             continue
         lag = Text(_num(g.lag), style="yellow" if g.lag else "")
-        rows.append(({"group": g.group, "lag": lag, "queues": str(g.queues),
-                      "topics": ", ".join(g.topics) or "-"}, None))  # fmt: skip
+        rows.append(
+            (
+                {
+                    "group": g.group,
+                    "lag": lag,
+                    "queues": str(g.queues),
+                    "topics": ", ".join(g.topics) or "-",
+                },
+                None,
+            )
+        )
     table = fit_table("consumer groups", GROUP_COLUMNS, rows, width, wrap_last=GROUP_TOPICS)
     if snap.hidden_groups:
         table.caption = f"+{snap.hidden_groups} more groups"
     return table
 
 
-def render_top(snap: TopSnapshot, prev: TopSnapshot | None = None, *,
-               width: int = 120) -> RenderableType:  # fmt: skip
+def render_top(
+    snap: TopSnapshot, prev: TopSnapshot | None = None, *, width: int = 120
+) -> RenderableType:
     """The whole screen for one refresh (`prev` gives the rates; None shows '-')."""
     parts: list[RenderableType] = [header(snap), nodes_table(snap, prev, width=width)]
     parts += down_lines(snap)
@@ -234,9 +273,16 @@ def render_top(snap: TopSnapshot, prev: TopSnapshot | None = None, *,
     return Group(*parts)
 
 
-async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
-                  timeout: float = 2.0, show_system: bool = False, console: Console | None = None,
-                  frames: int | None = None) -> None:  # fmt: skip
+async def run_top(
+    namesrv: str,
+    *,
+    interval: float = 1.0,
+    once: bool = False,
+    timeout: float = 2.0,
+    show_system: bool = False,
+    console: Console | None = None,
+    frames: int | None = None,
+) -> None:
     """Collect and draw until cancelled (ctrl-C), or one frame with `once`.
 
     `frames` stops after that many refreshes (tests). With `once` the frame is printed
@@ -252,8 +298,9 @@ async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
 
     console = console or Console(highlight=False)
     async with Admin(namesrv, timeout=timeout) as admin:
-        collector = TopCollector(AdminSource(admin, timeout), namesrv, timeout=timeout,
-                                 show_system=show_system)  # fmt: skip
+        collector = TopCollector(
+            AdminSource(admin, timeout), namesrv, timeout=timeout, show_system=show_system
+        )
         if once:
             first = await collector.collect()
             if first.namesrv_error and not first.nodes:
@@ -264,8 +311,9 @@ async def run_top(namesrv: str, *, interval: float = 1.0, once: bool = False,
             return
         prev: TopSnapshot | None = None
         count = 0
-        with Live(console=console, auto_refresh=False, screen=False,
-                  vertical_overflow="crop") as live:  # fmt: skip
+        with Live(
+            console=console, auto_refresh=False, screen=False, vertical_overflow="crop"
+        ) as live:
             while frames is None or count < frames:
                 next_at = trio.current_time() + interval
                 snap = await collector.collect()

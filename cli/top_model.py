@@ -116,11 +116,15 @@ class TopSnapshot:
 
     def master_of(self, node: NodeView) -> NodeView | None:
         return next(
-            (n for n in self.nodes
-             if n.broker_name == node.broker_name and n.cluster == node.cluster
-             and n.broker_id == 0),
+            (
+                n
+                for n in self.nodes
+                if n.broker_name == node.broker_name
+                and n.cluster == node.cluster
+                and n.broker_id == 0
+            ),
             None,
-        )  # fmt: skip
+        )
 
 
 @attrs.frozen
@@ -275,9 +279,10 @@ class TopCollector:
             brokers = {k[1] for k in self._known.values()}
             clusters = {k[0] for k in self._known.values()}
             user = sorted(
-                t for t in set(names)
+                t
+                for t in set(names)
                 if self.show_system or not is_system_topic(t, brokers | clusters)
-            )  # fmt: skip
+            )
             hidden[0] = max(0, len(user) - self.max_topics)
             found: dict[str, TopicView] = {}
 
@@ -349,24 +354,34 @@ def listed_nodes(info: ClusterInfo) -> dict[str, tuple[str, str, int]]:
     return out
 
 
-def node_view(addr: str, key: tuple[str, str, int], got: NodeInfo | BaseException, *,
-              listed: bool) -> NodeView:  # fmt: skip
+def node_view(
+    addr: str, key: tuple[str, str, int], got: NodeInfo | BaseException, *, listed: bool
+) -> NodeView:
     """A NodeView from what the node answered (or the error it raised)."""
     cluster, name, bid = key
     if isinstance(got, BaseException):
         return NodeView(cluster, name, bid, addr, listed=listed, error=describe_error(got))
     try:
-        status = parse_runtime_info(got.table, broker_name=name, broker_id=bid, addr=addr,
-                                    cluster=cluster, role=got.role)  # fmt: skip
+        status = parse_runtime_info(
+            got.table, broker_name=name, broker_id=bid, addr=addr, cluster=cluster, role=got.role
+        )
         put = _int_or_none(got.table.get("msgPutTotalTodayNow"))
         get = _int_or_none(got.table.get("msgGetTotalTodayNow"))
     except Exception as exc:  # a malformed table is this node's problem only
         return NodeView(cluster, name, bid, addr, listed=listed, error=describe_error(exc))
     return NodeView(
-        cluster, name, bid, addr, role=got.role, max_offset=status.max_offset, put_total=put,
-        get_total=get, slaves=status.slaves, ha_reported_offset=status.ha_reported_offset,
+        cluster,
+        name,
+        bid,
+        addr,
+        role=got.role,
+        max_offset=status.max_offset,
+        put_total=put,
+        get_total=get,
+        slaves=status.slaves,
+        ha_reported_offset=status.ha_reported_offset,
         listed=listed,
-    )  # fmt: skip
+    )
 
 
 def _int_or_none(value: str | None) -> int | None:

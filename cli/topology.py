@@ -36,10 +36,19 @@ import attrs
 from cli.up import ClusterPlan, PlanError, broker_name_for, master_role, plan_cluster
 
 # broker.conf properties the plan sets itself (a node's role, identity, ports and store)
-PLANNED_PROPERTIES = frozenset({
-    "brokerClusterName", "brokerName", "brokerId", "brokerRole", "brokerIP1", "listenPort",
-    "haListenPort", "namesrvAddr", "storePathRootDir",
-})  # fmt: skip
+PLANNED_PROPERTIES = frozenset(
+    {
+        "brokerClusterName",
+        "brokerName",
+        "brokerId",
+        "brokerRole",
+        "brokerIP1",
+        "listenPort",
+        "haListenPort",
+        "namesrvAddr",
+        "storePathRootDir",
+    }
+)
 
 
 class TopologyError(PlanError):

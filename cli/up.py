@@ -241,22 +241,40 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
     base = [sys.executable, "-m", "cli.node"]
     node_dir = str(data_dir / node.name)
     if node.kind == "namesrv":
-        return [*base, "namesrv", "--host", node.host, "--port", str(node.port),
-                "--data-dir", node_dir, "--watch-stdin"]  # fmt: skip
+        return [
+            *base,
+            "namesrv",
+            "--host",
+            node.host,
+            "--port",
+            str(node.port),
+            "--data-dir",
+            node_dir,
+            "--watch-stdin",
+        ]
     return [
-        *base, "broker",
-        "--name", node.broker_name or node.name,
-        "--cluster", node.cluster,
-        "--id", str(node.broker_id),
-        "--role", node.role or "ASYNC_MASTER",
-        "--host", node.host,
-        "--port", str(node.port),
-        "--namesrv", plan.namesrv_addr,
-        "--data-dir", node_dir,
+        *base,
+        "broker",
+        "--name",
+        node.broker_name or node.name,
+        "--cluster",
+        node.cluster,
+        "--id",
+        str(node.broker_id),
+        "--role",
+        node.role or "ASYNC_MASTER",
+        "--host",
+        node.host,
+        "--port",
+        str(node.port),
+        "--namesrv",
+        plan.namesrv_addr,
+        "--data-dir",
+        node_dir,
         "--watch-stdin",
         # extra properties from a file; the flags above win over it (see cli.node)
         *(["--config", str(node_config_path(node, data_dir))] if node.properties else []),
-    ]  # fmt: skip
+    ]
 
 
 @attrs.frozen

@@ -141,7 +141,7 @@ def run_stream(
                             "amount",
                             "max_amount",
                         )
-                    ).alias("body"),  # fmt: skip
+                    ).alias("body"),
                     F.lit("minute").alias("tags"),
                     F.date_format("minute", "yyyyMMddHHmm").alias("keys"),
                 )
@@ -212,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.mode == "generate":
         now = int(time.time() * 1000)
-        n = generate(args.namesrv, args.topic, order_events(args.count, start_ms=now,
-                                                            step_ms=args.step_ms))  # fmt: skip
+        n = generate(
+            args.namesrv, args.topic, order_events(args.count, start_ms=now, step_ms=args.step_ms)
+        )
         print(f"sent {n} order events to {args.topic}")
         return 0
     spark = session()
@@ -232,9 +233,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"aggregates in {args.out}/aggregates and topic {args.out_topic}")
         else:
             n = run_backfill(
-                spark, store=args.store, topic=args.topic, out=args.out,
+                spark,
+                store=args.store,
+                topic=args.topic,
+                out=args.out,
                 broker_name=args.broker_name,
-            )  # fmt: skip
+            )
             print(f"{n} orders of {args.topic} written to {args.out}/backfill")
     finally:
         spark.stop()

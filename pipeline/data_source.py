@@ -143,7 +143,7 @@ def _partitions(
                         pull_batch_size=opts.pull_batch_size,
                         fail_on_data_loss=opts.fail_on_data_loss,
                         read_from_slave=opts.read_from_slave,
-                    )  # fmt: skip
+                    )
                 )
             )
     return out

@@ -112,9 +112,9 @@ def parse_offset_spec(raw: str, option: str) -> OffsetSpec:
         return text.lower()  # type: ignore[return-value]
     if not text.startswith("{"):
         raise _option_error(
-            option, f'expected earliest, latest or JSON like {{"topic":{{"broker-a/0":123}}}}, '
-            f"got {raw!r}"
-        )  # fmt: skip
+            option,
+            f'expected earliest, latest or JSON like {{"topic":{{"broker-a/0":123}}}}, got {raw!r}',
+        )
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -128,9 +128,10 @@ def parse_offset_spec(raw: str, option: str) -> OffsetSpec:
     for key, value in spec.items():
         if value < EARLIEST:
             raise _option_error(
-                option, f"offset {value} of {key.topic} {format_key(key.broker, key.queue_id)} "
-                "is negative (only -2 = earliest and -1 = latest are special)"
-            )  # fmt: skip
+                option,
+                f"offset {value} of {key.topic} {format_key(key.broker, key.queue_id)} "
+                "is negative (only -2 = earliest and -1 = latest are special)",
+            )
     return spec
 
 

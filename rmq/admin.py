@@ -138,8 +138,9 @@ class Admin(ClientBase):
         Message(topic, b"x").validate()  # same name rules as sending
         if queues < 1:
             raise ClientError("queues must be >= 1")
-        config = TopicConfig(topic, readQueueNums=queues, writeQueueNums=queues, perm=perm,
-                             order=order)  # fmt: skip
+        config = TopicConfig(
+            topic, readQueueNums=queues, writeQueueNums=queues, perm=perm, order=order
+        )
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
         for addr in addrs:
             await self.client.api.create_topic(addr, config, timeout=self.timeout)
@@ -311,7 +312,7 @@ class Admin(ClientBase):
             [addr for _, addr in brokers],
             lambda addr: api.query_message(
                 addr, topic, key, max_num, unique=unique, timeout=self.timeout
-            ),  # fmt: skip
+            ),
         )
         found: list[MessageExt] = []
         for msgs in answers:
@@ -374,10 +375,18 @@ class Admin(ClientBase):
             raise ClientError(f"offset must be >= 0, not {offset}")
         addr = await self._broker(mq)
         resp = await self.client.api.pull_message(
-            addr, group=TOOLS_CONSUMER_GROUP, mq=mq, offset=offset, max_nums=1, sys_flag=PULL_SUBSCRIPTION,
-            commit_offset=0, suspend_ms=0, subscription="*", sub_version=0,
+            addr,
+            group=TOOLS_CONSUMER_GROUP,
+            mq=mq,
+            offset=offset,
+            max_nums=1,
+            sys_flag=PULL_SUBSCRIPTION,
+            commit_offset=0,
+            suspend_ms=0,
+            subscription="*",
+            sub_version=0,
             timeout=self.timeout,
-        )  # fmt: skip
+        )
         for m in resp.messages:
             if m.queue_offset == offset:
                 return m

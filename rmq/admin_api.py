@@ -292,9 +292,11 @@ class AdminAPI:
     ) -> list[ConsumerConnection]:
         """The group's clients on this broker; [] when CONSUMER_NOT_ONLINE (206)."""
         resp = await self._call(
-            addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            {"consumerGroup": group},
             timeout=timeout,
-        )  # fmt: skip
+        )
         if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -322,8 +324,9 @@ class AdminAPI:
             raise ProtocolError(f"{addr} sent a bad ConsumerConnection body: {exc}") from None
 
     async def delete_topic_in_broker(self, addr: str, topic: str, *, timeout: float) -> None:
-        await self._call_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
-                            timeout=timeout)  # fmt: skip
+        await self._call_ok(
+            addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}, timeout=timeout
+        )
 
     async def delete_topic_in_namesrv(
         self, addr: str, topic: str, cluster: str | None, *, timeout: float
@@ -334,12 +337,26 @@ class AdminAPI:
         await self._call_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, ext, timeout=timeout)
 
     async def query_message(
-        self, addr: str, topic: str, key: str, max_num: int, *, unique: bool = False,
-        begin: int = 0, end: int = END_OF_TIME, timeout: float,
-    ) -> list[MessageExt]:  # fmt: skip
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        *,
+        unique: bool = False,
+        begin: int = 0,
+        end: int = END_OF_TIME,
+        timeout: float,
+    ) -> list[MessageExt]:
         """QUERY_MESSAGE: records indexed under `key` (or the UNIQ_KEY with `unique`)."""
-        ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin,
-               "endTimestamp": end, "_UNIQUE_KEY_QUERY": "true" if unique else "false"}  # fmt: skip
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": max_num,
+            "beginTimestamp": begin,
+            "endTimestamp": end,
+            "_UNIQUE_KEY_QUERY": "true" if unique else "false",
+        }
         resp = await self._call(addr, RequestCode.QUERY_MESSAGE, ext, timeout=timeout)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return []

@@ -110,9 +110,14 @@ class ClientAPI:
         self.remoting = remoting
 
     async def _call(
-        self, addr: str, code: int, ext: Mapping[str, object] | None = None, body: bytes = b"",
-        *, timeout: float,
-    ) -> RemotingCommand:  # fmt: skip
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
         return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
 
     async def _call_ok(
@@ -255,10 +260,14 @@ class ClientAPI:
         resp = await self._call(
             addr,
             RequestCode.QUERY_CONSUMER_OFFSET,
-            {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queueId,
-             "bname": mq.brokerName},
+            {
+                "consumerGroup": group,
+                "topic": mq.topic,
+                "queueId": mq.queueId,
+                "bname": mq.brokerName,
+            },
             timeout=timeout,
-        )  # fmt: skip
+        )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if resp.code != ResponseCode.SUCCESS:
@@ -271,10 +280,15 @@ class ClientAPI:
         await self._call_ok(
             addr,
             RequestCode.UPDATE_CONSUMER_OFFSET,
-            {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queueId,
-             "commitOffset": offset, "bname": mq.brokerName},
+            {
+                "consumerGroup": group,
+                "topic": mq.topic,
+                "queueId": mq.queueId,
+                "commitOffset": offset,
+                "bname": mq.brokerName,
+            },
             timeout=timeout,
-        )  # fmt: skip
+        )
 
     async def _offset(
         self,
@@ -299,9 +313,12 @@ class ClientAPI:
         self, addr: str, mq: MessageQueue, timestamp_ms: int, *, timeout: float
     ) -> int:
         return await self._offset(
-            addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, {"timestamp": timestamp_ms},
+            addr,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            mq,
+            {"timestamp": timestamp_ms},
             timeout=timeout,
-        )  # fmt: skip
+        )
 
     # --- broker: admin -------------------------------------------------------------------
 
@@ -326,14 +343,20 @@ class ClientAPI:
 
     async def heartbeat(self, addr: str, data: HeartbeatData, *, timeout: float) -> int:
         """HEART_BEAT; returns the broker's version (Java reads it from the response)."""
-        resp = await self._call_ok(addr, RequestCode.HEART_BEAT, None, to_json(data),
-                                   timeout=timeout)  # fmt: skip
+        resp = await self._call_ok(
+            addr, RequestCode.HEART_BEAT, None, to_json(data), timeout=timeout
+        )
         return resp.version
 
     async def unregister_client(
-        self, addr: str, client_id: str, *, producer_group: str | None = None,
-        consumer_group: str | None = None, timeout: float,
-    ) -> None:  # fmt: skip
+        self,
+        addr: str,
+        client_id: str,
+        *,
+        producer_group: str | None = None,
+        consumer_group: str | None = None,
+        timeout: float,
+    ) -> None:
         ext: dict[str, object] = {"clientID": client_id}
         if producer_group:
             ext["producerGroup"] = producer_group
@@ -344,9 +367,11 @@ class ClientAPI:
     async def get_consumer_id_list(self, addr: str, group: str, *, timeout: float) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP; the broker answers 1 when the group has no member."""
         resp = await self._call_ok(
-            addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+            addr,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            {"consumerGroup": group},
             timeout=timeout,
-        )  # fmt: skip
+        )
         return list(from_json(resp.body_bytes(), GetConsumerListByGroupResponseBody).consumerIdList)
 
     async def lock_batch_mq(
@@ -363,16 +388,28 @@ class ClientAPI:
         await self._call_ok(addr, RequestCode.UNLOCK_BATCH_MQ, None, body, timeout=timeout)
 
     async def consumer_send_msg_back(
-        self, addr: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int,
-        *, timeout: float,
-    ) -> None:  # fmt: skip
+        self,
+        addr: str,
+        msg: MessageExt,
+        group: str,
+        delay_level: int,
+        max_reconsume_times: int,
+        *,
+        timeout: float,
+    ) -> None:
         """CONSUMER_SEND_MSG_BACK of a pulled message (by its CommitLog offset)."""
         origin_id = msg.properties.get("ORIGIN_MESSAGE_ID") or msg.msg_id
         await self._call_ok(
             addr,
             RequestCode.CONSUMER_SEND_MSG_BACK,
-            {"offset": msg.commit_log_offset, "group": group, "delayLevel": delay_level,
-             "originMsgId": origin_id, "originTopic": msg.topic, "unitMode": False,
-             "maxReconsumeTimes": max_reconsume_times},
+            {
+                "offset": msg.commit_log_offset,
+                "group": group,
+                "delayLevel": delay_level,
+                "originMsgId": origin_id,
+                "originTopic": msg.topic,
+                "unitMode": False,
+                "maxReconsumeTimes": max_reconsume_times,
+            },
             timeout=timeout,
-        )  # fmt: skip
+        )

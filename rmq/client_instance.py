@@ -285,8 +285,9 @@ class ClientInstance:
         task_status.started()
         await self._registered.wait()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._every, self.heartbeat_interval,
-                               self.send_heartbeat_to_all_brokers)  # fmt: skip
+            nursery.start_soon(
+                self._every, self.heartbeat_interval, self.send_heartbeat_to_all_brokers
+            )
             nursery.start_soon(self._every, self.poll_namesrv_interval, self.update_routes)
 
     @staticmethod

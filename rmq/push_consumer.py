@@ -368,9 +368,13 @@ class PushConsumer(ClientBase):
         try:
             addr = await self.client.master_addr(mq.brokerName, mq.topic)
             await self.client.api.consumer_send_msg_back(
-                addr, msg, self.group, delay_level, self.max_reconsume_times,
+                addr,
+                msg,
+                self.group,
+                delay_level,
+                self.max_reconsume_times,
                 timeout=self.timeout,
-            )  # fmt: skip
+            )
         except Exception as exc:
             log.warning("send back of %s failed: %s", msg.msg_id, exc)
             return False

@@ -195,8 +195,7 @@ class PullConsumer(_SyncClient):
         suspend: float = 0.0,
         timeout: float | None = None,
     ) -> PullResult:
-        return self._call("pull", mq, offset, max_nums, tags=tags, suspend=suspend,
-                          timeout=timeout)  # fmt: skip
+        return self._call("pull", mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout)
 
     def query_offset(self, mq: MessageQueue) -> int:
         return self._call("query_offset", mq)

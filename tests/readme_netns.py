@@ -122,13 +122,22 @@ def run_steps(doc: dict) -> list[dict]:
             follower = Background(step["cmd"], env, cwd)
             time.sleep(step.get("settle", 2.0))
             probe = subprocess.run(
-                ["bash", "-c", step["probe"]], capture_output=True, text=True, env=env, cwd=cwd,
+                ["bash", "-c", step["probe"]],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=cwd,
                 timeout=30,
-            )  # fmt: skip
+            )
             seen = follower.wait_for(step["expect"], step.get("timeout", 20))
             rc = follower.stop(signal.SIGINT)
-            entry.update(rc=rc, out=follower.out(), seen=seen, probe_rc=probe.returncode,
-                         probe_out=probe.stdout + probe.stderr)  # fmt: skip
+            entry.update(
+                rc=rc,
+                out=follower.out(),
+                seen=seen,
+                probe_rc=probe.returncode,
+                probe_out=probe.stdout + probe.stderr,
+            )
         elif op == "write":
             with open(os.path.join(cwd, step["path"]), "w") as f:
                 f.write(step["text"])

@@ -22,27 +22,58 @@ PACKAGES = ("common", "namesrv", "broker", "rmq", "cli", "pipeline")
 
 HOMES: dict[str, frozenset[str]] = {
     # TopicValidator's and MixAll's topic names
-    "common.topics": frozenset({
-        "AUTO_CREATE_TOPIC_KEY_TOPIC", "SCHEDULE_TOPIC", "BENCHMARK_TOPIC",
-        "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "SYSTEM_TOPIC_PREFIX",
-        "RETRY_GROUP_TOPIC_PREFIX", "DLQ_GROUP_TOPIC_PREFIX", "REPLY_TOPIC_POSTFIX",
-        "SYSTEM_TOPICS", "retry_topic", "dlq_topic", "is_system_topic",
-    }),
+    "common.topics": frozenset(
+        {
+            "AUTO_CREATE_TOPIC_KEY_TOPIC",
+            "SCHEDULE_TOPIC",
+            "BENCHMARK_TOPIC",
+            "RMQ_SYS_TRANS_HALF_TOPIC",
+            "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+            "TRANS_CHECK_MAX_TIME_TOPIC",
+            "RMQ_SYS_TRACE_TOPIC",
+            "SELF_TEST_TOPIC",
+            "OFFSET_MOVED_EVENT",
+            "SYSTEM_TOPIC_PREFIX",
+            "RETRY_GROUP_TOPIC_PREFIX",
+            "DLQ_GROUP_TOPIC_PREFIX",
+            "REPLY_TOPIC_POSTFIX",
+            "SYSTEM_TOPICS",
+            "retry_topic",
+            "dlq_topic",
+            "is_system_topic",
+        }
+    ),
     # MixAll's group names and the master's broker id
-    "common.mixall": frozenset({
-        "MASTER_ID", "TOOLS_CONSUMER_GROUP", "FILTERSRV_CONSUMER_GROUP", "MONITOR_CONSUMER_GROUP",
-        "SELF_TEST_CONSUMER_GROUP", "ONS_HTTP_PROXY_GROUP", "CID_ONSAPI_PULL_GROUP",
-        "CID_ONSAPI_PERMISSION_GROUP", "CID_ONSAPI_OWNER_GROUP", "CID_SYS_RMQ_TRANS",
-        "CID_RMQ_SYS_PREFIX", "SYSTEM_GROUPS", "is_system_group",
-    }),
+    "common.mixall": frozenset(
+        {
+            "MASTER_ID",
+            "TOOLS_CONSUMER_GROUP",
+            "FILTERSRV_CONSUMER_GROUP",
+            "MONITOR_CONSUMER_GROUP",
+            "SELF_TEST_CONSUMER_GROUP",
+            "ONS_HTTP_PROXY_GROUP",
+            "CID_ONSAPI_PULL_GROUP",
+            "CID_ONSAPI_PERMISSION_GROUP",
+            "CID_ONSAPI_OWNER_GROUP",
+            "CID_SYS_RMQ_TRANS",
+            "CID_RMQ_SYS_PREFIX",
+            "SYSTEM_GROUPS",
+            "is_system_group",
+        }
+    ),
     # the wire enums and flag sets
-    "common.model": frozenset({
-        "MessageModel", "ConsumeFromWhere", "ConsumeType", "PermName", "TopicSysFlag",
-    }),
+    "common.model": frozenset(
+        {
+            "MessageModel",
+            "ConsumeFromWhere",
+            "ConsumeType",
+            "PermName",
+            "TopicSysFlag",
+        }
+    ),
     # the consume-queue filter the store applies and the long-poll service waits with
     "broker.store.results": frozenset({"MessageFilter"}),
-}  # fmt: skip
+}
 
 # RocketMQ's other spellings of a constant that has a home above: defined nowhere.
 ALIASES: dict[str, str] = {

@@ -94,12 +94,16 @@ def test_no_tracked_file_points_outside_the_repository() -> None:
 
 def test_quickstart_make_targets_run_what_the_readme_says() -> None:
     (block,) = of_kind("quickstart")
-    targets = [line.split("#")[0].split()[1] for line in block.text.splitlines() if line.strip()
-               and not line.lstrip().startswith("#")]  # fmt: skip
+    targets = [
+        line.split("#")[0].split()[1]
+        for line in block.text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert targets == ["up", "test"]
     for target, recipe in (("up", ".venv/bin/rmq up"), ("test", ".venv/bin/pytest")):
-        done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        done = subprocess.run(
+            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         assert recipe in done.stdout
 
@@ -124,8 +128,15 @@ def _command_steps() -> list[dict]:
             continue
         if re.search(r"\s-f(\s|$)", line.split("#")[0]):
             probe = f"rmq produce --topic Orders {FOLLOW_PROBE}"
-            steps.append({"op": "follow", "cmd": line.split("#")[0].strip(), "probe": probe,
-                          "expect": FOLLOW_PROBE, "timeout": 30})  # fmt: skip
+            steps.append(
+                {
+                    "op": "follow",
+                    "cmd": line.split("#")[0].strip(),
+                    "probe": probe,
+                    "expect": FOLLOW_PROBE,
+                    "timeout": 30,
+                }
+            )
         else:
             # 100,000 lines through `rmq produce` is the slow one (issue 9, item 5)
             steps.append({"op": "run", "cmd": line, "timeout": 240})
@@ -145,7 +156,7 @@ def session(tmp_path_factory) -> dict:
         *(
             {"op": "run", "cmd": "python -", "stdin": b.text, "timeout": 120, "block": b.line}
             for b in python_blocks
-        ),  # fmt: skip
+        ),
         {"op": "stop", "signal": "SIGINT"},
         *_tour_steps(),
         {"op": "write", "path": "cluster.toml", "text": topology.text},
@@ -153,7 +164,7 @@ def session(tmp_path_factory) -> dict:
             "op": "run",
             "cmd": "rmq up --config cluster.toml --detach --data-dir toml-cluster",
             "timeout": 90,
-        },  # fmt: skip
+        },
         {"op": "run", "cmd": "rmq down --data-dir toml-cluster", "timeout": 60},
     ]
     env = {
@@ -164,15 +175,27 @@ def session(tmp_path_factory) -> dict:
         "COLUMNS": "160",
     }
     proc = subprocess.run(
-        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child", "--",
-         sys.executable, str(ROOT / "tests" / "readme_netns.py")],
+        [
+            "unshare",
+            "--net",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "--",
+            sys.executable,
+            str(ROOT / "tests" / "readme_netns.py"),
+        ],
         input=json.dumps({"workdir": str(work), "env": env, "steps": steps}),
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     transcript = json.loads(proc.stdout)
-    report = "\n".join(f"{e['seconds']:7.2f} s  rc={e['rc']}  {e.get('cmd', e['op'])}"
-                       for e in transcript)  # fmt: skip
+    report = "\n".join(
+        f"{e['seconds']:7.2f} s  rc={e['rc']}  {e.get('cmd', e['op'])}" for e in transcript
+    )
     print("README session:\n" + report)
     return {"steps": transcript, "work": work}
 
@@ -295,8 +318,16 @@ def test_tour_commands_print_what_the_readme_shows(session) -> None:
 @pytest.mark.slow
 def test_topology_file_starts_its_cluster(session) -> None:
     out = _ok(session, "rmq up --config cluster.toml --detach --data-dir toml-cluster")
-    for want in ("broker-a ", "broker-b ", "broker-a-s1", "broker-b-s1", "127.0.0.1:20911",
-                 "127.0.0.1:10911", "SYNC_MASTER", "ready"):  # fmt: skip
+    for want in (
+        "broker-a ",
+        "broker-b ",
+        "broker-a-s1",
+        "broker-b-s1",
+        "127.0.0.1:20911",
+        "127.0.0.1:10911",
+        "SYNC_MASTER",
+        "ready",
+    ):
         assert want in out, f"{want!r} missing:\n{out}"
     _ok(session, "rmq down --data-dir toml-cluster")
 

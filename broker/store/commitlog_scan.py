@@ -92,9 +92,12 @@ def chain_starts(
     if _compiled_chain is not None:
         # compiled: one hop per record, the walk itself (the numpy chain may stop earlier)
         starts, after = _compiled_chain(
-            np.frombuffer(buf, dtype=np.uint8), pos, limit,
-            -1 if file_from_offset is None else file_from_offset, file_from_offset is not None,
-        )  # fmt: skip
+            np.frombuffer(buf, dtype=np.uint8),
+            pos,
+            limit,
+            -1 if file_from_offset is None else file_from_offset,
+            file_from_offset is not None,
+        )
         return starts, int(after)
     return _chain_numpy(buf, pos, limit, file_from_offset)
 

@@ -177,10 +177,15 @@ async def test_failed_nameserver_is_retried_quickly_with_backoff(
             reg = BrokerRegistrar(
                 client,
                 ["up:1", "late:1"],
-                lambda: {"brokerName": "bk", "brokerAddr": "127.0.0.1:10911",
-                         "clusterName": "C", "haServerAddr": "", "brokerId": 0},
+                lambda: {
+                    "brokerName": "bk",
+                    "brokerAddr": "127.0.0.1:10911",
+                    "clusterName": "C",
+                    "haServerAddr": "",
+                    "brokerId": 0,
+                },
                 lambda: b"{}",
-            )  # fmt: skip
+            )
             t0 = trio.current_time()
             async with trio.open_nursery() as n:
                 await n.start(reg.run)
@@ -212,11 +217,16 @@ async def test_retry_delay_doubles_up_to_the_period(autojump_clock: trio.abc.Clo
         reg = BrokerRegistrar(
             client,
             ["dead:1"],
-            lambda: {"brokerName": "bk", "brokerAddr": "a:1", "clusterName": "C",
-                     "haServerAddr": "", "brokerId": 0},
+            lambda: {
+                "brokerName": "bk",
+                "brokerAddr": "a:1",
+                "clusterName": "C",
+                "haServerAddr": "",
+                "brokerId": 0,
+            },
             lambda: b"{}",
             period=10.0,
-        )  # fmt: skip
+        )
         with trio.move_on_after(60):
             await reg.run()
     gaps = [round(b - a, 6) for a, b in zip(attempts, attempts[1:], strict=False)]
@@ -244,11 +254,16 @@ async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
             reg = BrokerRegistrar(
                 client,
                 ["ns:1"],
-                lambda: {"brokerName": "bk", "brokerAddr": "127.0.0.1:10921",
-                         "clusterName": "C", "haServerAddr": "", "brokerId": 1},
+                lambda: {
+                    "brokerName": "bk",
+                    "brokerAddr": "127.0.0.1:10921",
+                    "clusterName": "C",
+                    "haServerAddr": "",
+                    "brokerId": 1,
+                },
                 lambda: b"{}",
                 on_result=lambda r: learned.append(r.master_addr),
-            )  # fmt: skip
+            )
             t0 = trio.current_time()
             async with trio.open_nursery() as n:
                 await n.start(reg.run)

@@ -73,8 +73,16 @@ def test_summary_over_runs_and_json():
 
 async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, remoting, autojump_clock):
     seen = []
-    r = await bench_produce(cluster.namesrv, "B", size=100, batch=3, inflight=4, count=20,
-                            progress=seen.append, remoting=remoting)  # fmt: skip
+    r = await bench_produce(
+        cluster.namesrv,
+        "B",
+        size=100,
+        batch=3,
+        inflight=4,
+        count=20,
+        progress=seen.append,
+        remoting=remoting,
+    )
     assert (r.msgs, r.bytes) == (20, 2000)
     assert r.requests == 7  # 6 batches of 3 and one of 2
     assert len(stored(cluster)) == 21  # + the warm-up message
@@ -85,8 +93,9 @@ async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, remoti
 async def test_produce_for_a_duration(cluster, remoting):
     # the real clock: the in-memory broker answers at once, so an autojump clock would never
     # move
-    r = await bench_produce(cluster.namesrv, "B", size=10, inflight=2, count=None,
-                            duration=0.2, remoting=remoting)  # fmt: skip
+    r = await bench_produce(
+        cluster.namesrv, "B", size=10, inflight=2, count=None, duration=0.2, remoting=remoting
+    )
     assert r.msgs > 0 and len(stored(cluster)) == r.msgs + 1
     assert 0.2 <= r.seconds < 5
 
@@ -110,8 +119,7 @@ async def test_produce_rejects_bad_options(cluster, remoting):
 async def test_consume_reads_back_everything_or_count(cluster, remoting, autojump_clock):
     ns = cluster.namesrv
     await bench_produce(ns, "B", size=50, inflight=3, count=40, remoting=remoting)
-    everything = await bench_consume(ns, "B", batch=7, count=None, duration=60.0,
-                                     remoting=remoting)  # fmt: skip
+    everything = await bench_consume(ns, "B", batch=7, count=None, duration=60.0, remoting=remoting)
     assert (everything.msgs, everything.bytes) == (41, 41 * 50)
     some = await bench_consume(ns, "B", batch=5, count=10, remoting=remoting)
     assert 10 <= some.msgs <= 10 + 4 * 5  # stops within one pull per queue of the count
@@ -132,8 +140,12 @@ def test_cli_nameserver_down_is_one_line_exit_1(kind: str):
 
 def test_cli_help_has_examples_and_bad_option_is_refused():
     runner = CliRunner()
-    for args in (["bench", "--help"], ["bench", "produce", "--help"],
-                 ["bench", "consume", "--help"], ["top", "--help"]):  # fmt: skip
+    for args in (
+        ["bench", "--help"],
+        ["bench", "produce", "--help"],
+        ["bench", "consume", "--help"],
+        ["top", "--help"],
+    ):
         result = runner.invoke(app, args)
         assert result.exit_code == 0 and "Examples:" in result.output, args
     bad = runner.invoke(app, ["bench", "produce", "--inflight", "0"])

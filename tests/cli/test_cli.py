@@ -139,9 +139,17 @@ def test_up_refuses_a_busy_port(tmp_path):
         s.listen()
         busy = s.getsockname()[1]
         result = runner.invoke(
-            app, ["up", "--data-dir", str(tmp_path), "--namesrv-port", str(busy),
-                  "--broker-port", str(closed_port() + 20 if busy < 60000 else 20000)],
-        )  # fmt: skip
+            app,
+            [
+                "up",
+                "--data-dir",
+                str(tmp_path),
+                "--namesrv-port",
+                str(busy),
+                "--broker-port",
+                str(closed_port() + 20 if busy < 60000 else 20000),
+            ],
+        )
     assert result.exit_code == 1
     assert f"port {busy}" in result.stderr and "in use" in result.stderr
     assert not (tmp_path / "logs").exists()  # nothing was spawned
@@ -149,8 +157,9 @@ def test_up_refuses_a_busy_port(tmp_path):
 
 def test_broker_flags_override_the_config_file():
     conf = "brokerName=broker-x\nlistenPort = 20911\n# comment\nbrokerRole=SYNC_MASTER\n"
-    props = broker_properties(conf, {"name": "broker-y", "port": None, "role": None,
-                                     "data_dir": "/tmp/a b"})  # fmt: skip
+    props = broker_properties(
+        conf, {"name": "broker-y", "port": None, "role": None, "data_dir": "/tmp/a b"}
+    )
     assert props == {
         "brokerName": "broker-y",
         "listenPort": "20911",
@@ -186,12 +195,21 @@ def test_fast_up_arguments_are_what_typer_parses(argv):
 @pytest.mark.parametrize(
     "argv",
     [
-        [], ["topic", "list"], ["-n", "h:1", "up"], ["up", "--help"], ["up", "-h"],
-        ["up", "--masters", "0"], ["up", "--slaves", "-1"], ["up", "--masters", "two"],
-        ["up", "--masters"], ["up", "--bogus", "1"], ["up", "--masters=2"],
-        ["up", "--no-sync-master"], ["up", "extra"],
+        [],
+        ["topic", "list"],
+        ["-n", "h:1", "up"],
+        ["up", "--help"],
+        ["up", "-h"],
+        ["up", "--masters", "0"],
+        ["up", "--slaves", "-1"],
+        ["up", "--masters", "two"],
+        ["up", "--masters"],
+        ["up", "--bogus", "1"],
+        ["up", "--masters=2"],
+        ["up", "--no-sync-master"],
+        ["up", "extra"],
     ],
     ids=lambda a: " ".join(a) or "empty",
-)  # fmt: skip
+)
 def test_anything_unusual_is_left_to_typer(argv):
     assert fast_up_arguments(argv) is None

@@ -44,9 +44,14 @@ async def test_broker_answers_zero_for_a_new_group(namesrv: str):
 async def test_new_group_without_follow_reads_nothing_old(namesrv: str):
     seen: list[bytes] = []
     with trio.fail_after(30):
-        n = await consume_topic(namesrv, TOPIC, group="fresh", follow=False,
-                                on_message=lambda m: seen.append(m.body),
-                                handle_signals=False)  # fmt: skip
+        n = await consume_topic(
+            namesrv,
+            TOPIC,
+            group="fresh",
+            follow=False,
+            on_message=lambda m: seen.append(m.body),
+            handle_signals=False,
+        )
     assert (n, seen) == (0, [])
     # the group now has a position on every queue: the end
     async with PullConsumer("fresh", namesrv) as c:
@@ -60,9 +65,16 @@ async def test_follow_with_a_new_group_prints_only_new_messages(namesrv: str):
         async with trio.open_nursery() as nursery:
 
             async def follow() -> None:
-                await consume_topic(namesrv, TOPIC, group="fresh-f", count=3, long_poll=1.0,
-                                    on_message=lambda m: seen.append(m.body),
-                                    handle_signals=False, follow=True)  # fmt: skip
+                await consume_topic(
+                    namesrv,
+                    TOPIC,
+                    group="fresh-f",
+                    count=3,
+                    long_poll=1.0,
+                    on_message=lambda m: seen.append(m.body),
+                    handle_signals=False,
+                    follow=True,
+                )
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(follow)
@@ -86,7 +98,12 @@ async def test_group_that_committed_zero_resumes_at_zero(namesrv: str):
         q1 = await c.max_offset(MessageQueue(TOPIC, "broker-a", 1))
     seen: list[bytes] = []
     with trio.fail_after(30):
-        n = await consume_topic(namesrv, TOPIC, group="at-zero", follow=False,
-                                on_message=lambda m: seen.append(m.body),
-                                handle_signals=False)  # fmt: skip
+        n = await consume_topic(
+            namesrv,
+            TOPIC,
+            group="at-zero",
+            follow=False,
+            on_message=lambda m: seen.append(m.body),
+            handle_signals=False,
+        )
     assert n == q1 > 0 and all(b.startswith(b"old-") for b in seen)

@@ -35,8 +35,14 @@ async def test_count_is_exact_across_concurrent_queues(memory_cluster, remoting,
     await fill(memory_cluster, 3)
     seen: list[bytes] = []
     with trio.fail_after(60):
-        n = await consume(memory_cluster, remoting, group="g", from_beginning=True, count=2,
-                          on_message=lambda m: seen.append(m.body))  # fmt: skip
+        n = await consume(
+            memory_cluster,
+            remoting,
+            group="g",
+            from_beginning=True,
+            count=2,
+            on_message=lambda m: seen.append(m.body),
+        )
     assert n == 2 and len(seen) == 2
     # committed offsets cover exactly what was handed over (0 for queues not read)
     committed = memory_cluster.offsets("g", "T")
@@ -50,17 +56,29 @@ async def test_group_resumes_and_new_group_starts_at_the_end(
     await fill(memory_cluster, 2)
     seen: list[bytes] = []
     with trio.fail_after(60):
-        await consume(memory_cluster, remoting, group="g", from_beginning=True, count=5,
-                      on_message=lambda m: seen.append(m.body))  # fmt: skip
+        await consume(
+            memory_cluster,
+            remoting,
+            group="g",
+            from_beginning=True,
+            count=5,
+            on_message=lambda m: seen.append(m.body),
+        )
     with trio.fail_after(60):
-        await consume(memory_cluster, remoting, group="g", count=3,
-                      on_message=lambda m: seen.append(m.body))  # fmt: skip
+        await consume(
+            memory_cluster, remoting, group="g", count=3, on_message=lambda m: seen.append(m.body)
+        )
     assert sorted(seen) == sorted(f"q{q}-{i}".encode() for q in range(4) for i in range(2))
     # a group without offsets starts at the end: nothing old, stops when idle
     fresh: list[bytes] = []
     with trio.fail_after(60):
-        n = await consume(memory_cluster, remoting, group="new", idle_timeout=2.0,
-                          on_message=lambda m: fresh.append(m.body))  # fmt: skip
+        n = await consume(
+            memory_cluster,
+            remoting,
+            group="new",
+            idle_timeout=2.0,
+            on_message=lambda m: fresh.append(m.body),
+        )
     assert n == 0 and fresh == []
 
 
@@ -71,10 +89,17 @@ async def test_without_follow_it_stops_once_every_queue_is_caught_up(
     seen: list[bytes] = []
     start = trio.current_time()
     with trio.fail_after(60):
-        n = await consume(memory_cluster, remoting, group="g", from_beginning=True, follow=False,
-                          on_message=lambda m: seen.append(m.body))  # fmt: skip
-    assert n == 12 and sorted(seen) == sorted(f"q{q}-{i}".encode() for q in range(4)
-                                              for i in range(3))  # fmt: skip
+        n = await consume(
+            memory_cluster,
+            remoting,
+            group="g",
+            from_beginning=True,
+            follow=False,
+            on_message=lambda m: seen.append(m.body),
+        )
+    assert n == 12 and sorted(seen) == sorted(
+        f"q{q}-{i}".encode() for q in range(4) for i in range(3)
+    )
     assert trio.current_time() - start < 1.0  # no long poll when not following
     # caught up already: a second run of the group returns at once with nothing
     with trio.fail_after(60):
@@ -88,7 +113,8 @@ async def test_follow_keeps_waiting_until_the_idle_timeout(
     await fill(memory_cluster, 1)
     start = trio.current_time()
     with trio.fail_after(600):
-        n = await consume(memory_cluster, remoting, group="g", from_beginning=True, follow=True,
-                          idle_timeout=30.0)  # fmt: skip
+        n = await consume(
+            memory_cluster, remoting, group="g", from_beginning=True, follow=True, idle_timeout=30.0
+        )
     assert n == 4
     assert trio.current_time() - start >= 30.0

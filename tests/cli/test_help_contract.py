@@ -34,8 +34,18 @@ COMMANDS = list(_commands(typer.main.get_command(app)))
 
 def test_the_walk_finds_the_commands_of_the_issue():
     found = {" ".join(path) for path, _ in COMMANDS}
-    assert {"up", "down", "kill", "restart", "status", "top", "store verify", "produce",
-            "consume", "namesrv"} <= found, found  # fmt: skip
+    assert {
+        "up",
+        "down",
+        "kill",
+        "restart",
+        "status",
+        "top",
+        "store verify",
+        "produce",
+        "consume",
+        "namesrv",
+    } <= found, found
 
 
 def test_every_command_has_examples():

@@ -53,8 +53,10 @@ def test_a_file_describes_the_whole_cluster(tmp_path: Path):
     assert props["broker-a"] == {"flushDiskType": "SYNC_FLUSH", "maxMessageSize": "1048576"}
     # a node's own properties win over the cluster-wide ones
     assert props["broker-b"] == {
-        "flushDiskType": "SYNC_FLUSH", "maxMessageSize": "2048", "slaveReadEnable": "true",
-    }  # fmt: skip
+        "flushDiskType": "SYNC_FLUSH",
+        "maxMessageSize": "2048",
+        "slaveReadEnable": "true",
+    }
 
 
 def test_flags_override_the_file(tmp_path: Path):
@@ -62,22 +64,31 @@ def test_flags_override_the_file(tmp_path: Path):
     with pytest.raises(TopologyError, match="'broker-b', which is not a node"):
         resolve(write(tmp_path, TOML), masters=1).plan()
     no_nodes = TOML.split("[nodes.broker-b]")[0]
-    topo = resolve(write(tmp_path, no_nodes), masters=1, slaves=2, namesrv_port=30090,
-                   data_dir=tmp_path / "d", role=None)  # fmt: skip
+    topo = resolve(
+        write(tmp_path, no_nodes),
+        masters=1,
+        slaves=2,
+        namesrv_port=30090,
+        data_dir=tmp_path / "d",
+        role=None,
+    )
     plan = topo.plan()
     assert topo.data_dir == tmp_path / "d"
     assert plan.namesrv.port == 30090
     assert [(b.name, b.role) for b in plan.brokers] == [
-        ("broker-a", "ASYNC_MASTER"), ("broker-a-s1", "SLAVE"), ("broker-a-s2", "SLAVE"),
-    ]  # fmt: skip
+        ("broker-a", "ASYNC_MASTER"),
+        ("broker-a-s1", "SLAVE"),
+        ("broker-a-s2", "SLAVE"),
+    ]
 
 
 def test_no_file_and_no_flags_is_the_default_cluster():
     plan = resolve(None).plan()
     assert plan.namesrv.port == 9876
     assert [(b.name, b.role, b.port) for b in plan.brokers] == [
-        ("broker-a", "SYNC_MASTER", 10911), ("broker-a-s1", "SLAVE", 10921),
-    ]  # fmt: skip
+        ("broker-a", "SYNC_MASTER", 10911),
+        ("broker-a-s1", "SLAVE", 10921),
+    ]
     assert all(b.properties == () for b in plan.brokers)
 
 
@@ -135,8 +146,11 @@ def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path)
     plain = resolve(None).plan()
     assert "--config" not in node_command(plain.brokers[0], plain, tmp_path)
     assert node_command(plain.namesrv, plain, tmp_path)[:4] == [
-        sys.executable, "-m", "cli.node", "namesrv",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "cli.node",
+        "namesrv",
+    ]
 
 
 def test_the_fast_path_reads_the_new_options_as_typer_would():

@@ -18,9 +18,21 @@ def test_broker_flags_map_to_the_same_properties_as_rmq_broker(tmp_path: Path, m
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-x\nlistenPort = 20911\nbrokerRole=SYNC_MASTER\n")
     args = parse(
-        "broker", "-c", str(conf), "--name", "broker-y", "--id", "1", "--role", "slave",
-        "--flush", "sync_flush", "--data-dir", str(tmp_path / "d"), "--watch-stdin",
-    )  # fmt: skip
+        "broker",
+        "-c",
+        str(conf),
+        "--name",
+        "broker-y",
+        "--id",
+        "1",
+        "--role",
+        "slave",
+        "--flush",
+        "sync_flush",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--watch-stdin",
+    )
     props = broker_props_from_args(args)
     assert props == {
         "brokerName": "broker-y",
@@ -53,9 +65,14 @@ def test_namesrv_defaults():
 
 @pytest.mark.parametrize(
     "args, fragment",
-    [(["broker", "--role", "BOSS"], "--role"), (["broker", "--flush", "X"], "--flush"),
-     (["broker", "--port", "x"], "--port"), (["nothing"], "invalid choice"), ([], "required")],
-)  # fmt: skip
+    [
+        (["broker", "--role", "BOSS"], "--role"),
+        (["broker", "--flush", "X"], "--flush"),
+        (["broker", "--port", "x"], "--port"),
+        (["nothing"], "invalid choice"),
+        ([], "required"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(args, fragment, capsys):
     with pytest.raises(SystemExit) as info:
         main(args)

@@ -56,8 +56,11 @@ async def test_lines_are_sent_while_stdin_is_still_open(tcp_cluster):
     await tcp_cluster.create_topic("Tail", 2)
     proc = await trio.lowlevel.open_process(
         rmq_process(namesrv, "-t", "Tail", "--json"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdin is not None and proc.stdout is not None
         await proc.stdin.send_all(b"first\nsecond\n")
@@ -93,9 +96,16 @@ async def test_count_and_order_within_each_queue(tcp_cluster):
     n = 5000
     data = b"".join(b"%d\r\n" % i if i % 3 else b"%d\n\n" % i for i in range(n))
     results = []
-    stats = await produce(namesrv, MessageTemplate("Ordered", tags="T"), group="pg",
-                          stream=Trickle(data, 333), handle_signals=False,
-                          on_results=results.extend, senders=4, max_lines=7)  # fmt: skip
+    stats = await produce(
+        namesrv,
+        MessageTemplate("Ordered", tags="T"),
+        group="pg",
+        stream=Trickle(data, 333),
+        handle_signals=False,
+        on_results=results.extend,
+        senders=4,
+        max_lines=7,
+    )
     assert (stats.sent, stats.lines_read, stats.statuses) == (n, n, {})
     assert len(results) == n and len({r.msg_id for r in results}) == n
     queues = await read_topic(namesrv, "Ordered")
@@ -165,10 +175,14 @@ async def test_not_replicated_sends_fail_the_command(tcp_cluster):
     async def run(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
         with trio.fail_after(60):
             return await trio.run_process(
-                rmq_process(ns, "-t", "Lonely", *args), stdin=stdin, capture_stdout=True,
-                capture_stderr=True, check=False, cwd=ROOT,
+                rmq_process(ns, "-t", "Lonely", *args),
+                stdin=stdin,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                cwd=ROOT,
                 env={**os.environ, "COLUMNS": "200"},
-            )  # fmt: skip
+            )
 
     failed = await run(stdin=b"a\nb\nc\n")
     assert failed.returncode == 1, failed.stderr
@@ -191,8 +205,11 @@ async def test_ctrl_c_stops_reading_sends_what_was_read_and_exits_cleanly(tcp_cl
     await tcp_cluster.create_topic("Interrupted", 2)
     proc = await trio.lowlevel.open_process(
         rmq_process(namesrv, "-t", "Interrupted"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         await proc.stdin.send_all(b"one\ntwo\n")
@@ -228,9 +245,15 @@ async def test_delayed_lines_are_sent_one_by_one_in_input_order(memory_cluster):
     data = b"".join(b"%d\n" % i for i in range(50))
     with trio.fail_after(30):
         async with open_remoting_client(network=tap) as remoting:
-            stats = await produce(memory_cluster.namesrv, MessageTemplate("Later", delay_level=3),
-                                  group="pg", stream=Trickle(data, 7), on_results=results.extend,
-                                  handle_signals=False, remoting=remoting)  # fmt: skip
+            stats = await produce(
+                memory_cluster.namesrv,
+                MessageTemplate("Later", delay_level=3),
+                group="pg",
+                stream=Trickle(data, 7),
+                on_results=results.extend,
+                handle_signals=False,
+                remoting=remoting,
+            )
     assert stats.sent == 50 and len(results) == 50
     sends = tap.requests(RequestCode.SEND_MESSAGE_V2)
     assert len(sends) == 50 and tap.requests(RequestCode.SEND_BATCH_MESSAGE) == []

@@ -49,9 +49,12 @@ SLAVE_TABLE = {
 
 def test_master_runtime_info_gives_every_slave_with_its_lag():
     s = parse_runtime_info(
-        MASTER_TABLE, broker_name="broker-a", broker_id=0, addr="127.0.0.1:10911",
+        MASTER_TABLE,
+        broker_name="broker-a",
+        broker_id=0,
+        addr="127.0.0.1:10911",
         role="SYNC_MASTER",
-    )  # fmt: skip
+    )
     assert (s.max_offset, s.push2slave_max_offset, s.ha_connections) == (5000, 4800, 2)
     assert s.slaves == (
         SlaveLag("127.0.0.1:40001", 4800, 200, 12),
@@ -68,8 +71,10 @@ def test_slave_runtime_info_gives_its_master_and_reported_offset():
     assert s.slaves == ()
     down = parse_runtime_info(
         {**SLAVE_TABLE, "haClientConnected": "false", "haMasterAddress": ""},
-        broker_name="broker-a", broker_id=1, addr="a:1",
-    )  # fmt: skip
+        broker_name="broker-a",
+        broker_id=1,
+        addr="a:1",
+    )
     assert down.ha_client_connected is False and down.ha_master_addr is None
 
 
@@ -94,13 +99,21 @@ def test_role_comes_from_the_broker_config_text():
 
 def statuses() -> list[BrokerStatus]:
     master = parse_runtime_info(
-        MASTER_TABLE, broker_name="broker-a", broker_id=0, addr="127.0.0.1:10911",
-        cluster="DefaultCluster", role="SYNC_MASTER",
-    )  # fmt: skip
+        MASTER_TABLE,
+        broker_name="broker-a",
+        broker_id=0,
+        addr="127.0.0.1:10911",
+        cluster="DefaultCluster",
+        role="SYNC_MASTER",
+    )
     slave = parse_runtime_info(
-        SLAVE_TABLE, broker_name="broker-a", broker_id=1, addr="127.0.0.1:10921",
-        cluster="DefaultCluster", role="SLAVE",
-    )  # fmt: skip
+        SLAVE_TABLE,
+        broker_name="broker-a",
+        broker_id=1,
+        addr="127.0.0.1:10921",
+        cluster="DefaultCluster",
+        role="SLAVE",
+    )
     dead = BrokerStatus("broker-a", 2, "127.0.0.1:10931", "DefaultCluster", error="refused")
     return [master, slave, dead]
 
@@ -124,8 +137,11 @@ def test_json_rendering_is_machine_readable(capsys):
     master, slave, dead = doc["brokers"]
     assert master["role"] == "SYNC_MASTER" and master["push2slave_max_offset"] == 4800
     assert master["slaves"][1] == {
-        "addr": "127.0.0.1:40002", "ack_offset": 1000, "lag_bytes": 4000, "lag_ms": 3500,
-    }  # fmt: skip
+        "addr": "127.0.0.1:40002",
+        "ack_offset": 1000,
+        "lag_bytes": 4000,
+        "lag_ms": 3500,
+    }
     assert slave["ha_client_connected"] is True and slave["ha_reported_offset"] == 4800
     assert dead["error"] == "refused"
 

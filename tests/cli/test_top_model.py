@@ -48,10 +48,13 @@ class FakeSource:
         if self.namesrv_down:
             raise RemotingConnectError("127.0.0.1:9876 refused")
         return ClusterInfo(
-            {"broker-a": BrokerData("DefaultCluster", "broker-a",
-                                    {bid: addr for addr, bid in self.listed.items()})},
+            {
+                "broker-a": BrokerData(
+                    "DefaultCluster", "broker-a", {bid: addr for addr, bid in self.listed.items()}
+                )
+            },
             {"DefaultCluster": ["broker-a"]},
-        )  # fmt: skip
+        )
 
     async def node_info(self, addr: str) -> NodeInfo:
         self.calls.append(addr)
@@ -62,10 +65,18 @@ class FakeSource:
         if addr in self.broken:
             return NodeInfo({"commitLogMaxOffset": "lots"}, "SLAVE")
         if addr == MASTER:
-            return NodeInfo({"commitLogMaxOffset": "500", "msgPutTotalTodayNow": str(self.put),
-                             "msgGetTotalTodayNow": "4", "haSlave0Addr": "127.0.0.1:50000",
-                             "haSlave0AckOffset": "450", "haSlave0LagBytes": "50",
-                             "haSlave0LagMillis": "20"}, "SYNC_MASTER")  # fmt: skip
+            return NodeInfo(
+                {
+                    "commitLogMaxOffset": "500",
+                    "msgPutTotalTodayNow": str(self.put),
+                    "msgGetTotalTodayNow": "4",
+                    "haSlave0Addr": "127.0.0.1:50000",
+                    "haSlave0AckOffset": "450",
+                    "haSlave0LagBytes": "50",
+                    "haSlave0LagMillis": "20",
+                },
+                "SYNC_MASTER",
+            )
         return NodeInfo({"commitLogMaxOffset": "450", "haClientReportedOffset": "450"}, "SLAVE")
 
     async def topic_list(self) -> list[str]:
@@ -91,7 +102,9 @@ async def test_collects_nodes_topics_groups_without_system_ones(autojump_clock):
     collector = TopCollector(FakeSource(), "127.0.0.1:9876")
     snap = await collector.collect()
     assert [(n.broker_id, n.addr, n.role, n.max_offset) for n in snap.nodes] == [
-        (0, MASTER, "SYNC_MASTER", 500), (1, SLAVE, "SLAVE", 450)]  # fmt: skip
+        (0, MASTER, "SYNC_MASTER", 500),
+        (1, SLAVE, "SLAVE", 450),
+    ]
     assert all(n.alive and n.listed for n in snap.nodes)
     assert [t.topic for t in snap.topics] == ["Orders"]
     assert [q.queue_id for q in snap.topics[0].queues] == [0, 1]  # sorted
@@ -159,7 +172,9 @@ async def test_broken_table_and_failing_group_are_errors_of_their_row(autojump_c
     assert snap.node(MASTER).alive
     assert "not an integer" in snap.node(SLAVE).error
     assert [(g.group, g.error) for g in snap.groups] == [
-        ("g1", None), ("g2", "down (connection refused)")]  # fmt: skip
+        ("g1", None),
+        ("g2", "down (connection refused)"),
+    ]
 
 
 async def test_list_errors_are_reported(autojump_clock):
@@ -191,9 +206,14 @@ async def test_rates_from_counters(autojump_clock):
 
 
 def test_slave_lag_fallbacks():
-    master = NodeView("c", "b", 0, "10.0.0.1:10911", max_offset=1000,
-                      slaves=(SlaveLag("10.0.0.2:5000", 900, 100, 7),
-                              SlaveLag("10.0.0.2:5001", 950, 50, 3)))  # fmt: skip
+    master = NodeView(
+        "c",
+        "b",
+        0,
+        "10.0.0.1:10911",
+        max_offset=1000,
+        slaves=(SlaveLag("10.0.0.2:5000", 900, 100, 7), SlaveLag("10.0.0.2:5001", 950, 50, 3)),
+    )
     # two connections from the slave's host: the one whose ack is what the slave reported
     slave = NodeView("c", "b", 2, "10.0.0.2:10921", max_offset=960, ha_reported_offset=950)
     assert slave_lag(master, slave) == slave_lag(master, slave)

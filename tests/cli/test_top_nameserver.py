@@ -14,17 +14,34 @@ NAMESRV = "127.0.0.1:19876"
 
 def _snap(*, namesrv_error: str | None = None, taken_at: float = 12.0, put: int = 0) -> TopSnapshot:
     nodes = (
-        NodeView("DefaultCluster", "broker-a", 0, "127.0.0.1:10911", role="SYNC_MASTER",
-                 max_offset=10, put_total=put, get_total=0),
-        NodeView("DefaultCluster", "broker-a", 1, "127.0.0.1:10921", role="SLAVE",
-                 max_offset=10, put_total=0, get_total=0),
-    )  # fmt: skip
+        NodeView(
+            "DefaultCluster",
+            "broker-a",
+            0,
+            "127.0.0.1:10911",
+            role="SYNC_MASTER",
+            max_offset=10,
+            put_total=put,
+            get_total=0,
+        ),
+        NodeView(
+            "DefaultCluster",
+            "broker-a",
+            1,
+            "127.0.0.1:10921",
+            role="SLAVE",
+            max_offset=10,
+            put_total=0,
+            get_total=0,
+        ),
+    )
     return TopSnapshot(NAMESRV, taken_at, 1_700_000_000.0, nodes, namesrv_error=namesrv_error)
 
 
 def _text(snap: TopSnapshot, prev: TopSnapshot | None = None, width: int = 160) -> Console:
-    console = Console(record=True, width=width, force_terminal=True, color_system="truecolor",
-                      highlight=False)  # fmt: skip
+    console = Console(
+        record=True, width=width, force_terminal=True, color_system="truecolor", highlight=False
+    )
     console.print(render_top(snap, prev, width=width))
     return console
 
@@ -43,13 +60,18 @@ def test_a_dead_nameserver_is_counted_down_and_its_row_is_red(width: int):
     assert "3 nodes, 1 down" in text.replace("\n", " "), text
     from rich.segment import Segment
 
-    [row] = [line for line in Segment.split_lines(console._record_buffer)
-             if "NAMESRV" in "".join(s.text for s in line)]  # fmt: skip
+    [row] = [
+        line
+        for line in Segment.split_lines(console._record_buffer)
+        if "NAMESRV" in "".join(s.text for s in line)
+    ]
     if width >= 80:  # a narrow terminal drops the state column; the red row stays
         assert "DOWN" in "".join(s.text for s in row)
     styled = [s for s in row if s.text.strip()]
-    assert all(s.style is not None and s.style.color is not None
-               and s.style.color.name == "red" for s in styled)  # fmt: skip
+    assert all(
+        s.style is not None and s.style.color is not None and s.style.color.name == "red"
+        for s in styled
+    )
     assert DOWN_STYLE == "bold red"
 
 
@@ -62,7 +84,7 @@ def test_a_dead_nameserver_is_counted_down_and_its_row_is_red(width: int):
         (9.96, "10.0"),
         (12.5, "12"),
         (12345.678, "12,346"),
-    ],  # fmt: skip
+    ],
 )
 def test_rates_are_rounded(value: float | None, shown: str):
     assert render.rate(value) == shown

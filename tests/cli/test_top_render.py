@@ -19,18 +19,45 @@ SLAVE_A = "127.0.0.1:10921"
 MASTER_B = "127.0.0.1:10931"
 
 
-def snapshot(*, taken_at: float, put: int, get: int, b_error: str | None = None,
-             slave_offset: int = 900) -> TopSnapshot:  # fmt: skip
+def snapshot(
+    *, taken_at: float, put: int, get: int, b_error: str | None = None, slave_offset: int = 900
+) -> TopSnapshot:
     nodes = (
-        NodeView("DefaultCluster", "broker-a", 0, MASTER_A, role="SYNC_MASTER", max_offset=1000,
-                 put_total=put, get_total=get,
-                 slaves=(SlaveLag("127.0.0.1:53211", slave_offset, 1000 - slave_offset, 250),)),
-        NodeView("DefaultCluster", "broker-a", 1, SLAVE_A, role="SLAVE", max_offset=slave_offset,
-                 put_total=0, get_total=0, ha_reported_offset=slave_offset),
-        NodeView("DefaultCluster", "broker-b", 0, MASTER_B, role="ASYNC_MASTER",
-                 max_offset=None if b_error else 5000, put_total=None if b_error else 7,
-                 get_total=None if b_error else 3, listed=b_error is None, error=b_error),
-    )  # fmt: skip
+        NodeView(
+            "DefaultCluster",
+            "broker-a",
+            0,
+            MASTER_A,
+            role="SYNC_MASTER",
+            max_offset=1000,
+            put_total=put,
+            get_total=get,
+            slaves=(SlaveLag("127.0.0.1:53211", slave_offset, 1000 - slave_offset, 250),),
+        ),
+        NodeView(
+            "DefaultCluster",
+            "broker-a",
+            1,
+            SLAVE_A,
+            role="SLAVE",
+            max_offset=slave_offset,
+            put_total=0,
+            get_total=0,
+            ha_reported_offset=slave_offset,
+        ),
+        NodeView(
+            "DefaultCluster",
+            "broker-b",
+            0,
+            MASTER_B,
+            role="ASYNC_MASTER",
+            max_offset=None if b_error else 5000,
+            put_total=None if b_error else 7,
+            get_total=None if b_error else 3,
+            listed=b_error is None,
+            error=b_error,
+        ),
+    )
     topics = (
         TopicView("Orders", (QueueView("broker-a", 0, 12), QueueView("broker-a", 1, 30))),
         TopicView("Payments", error="timeout"),
@@ -40,8 +67,9 @@ def snapshot(*, taken_at: float, put: int, get: int, b_error: str | None = None,
 
 
 def record(renderable, width: int) -> Console:
-    console = Console(record=True, width=width, force_terminal=True, color_system="truecolor",
-                      highlight=False)  # fmt: skip
+    console = Console(
+        record=True, width=width, force_terminal=True, color_system="truecolor", highlight=False
+    )
     console.print(renderable)
     return console
 
@@ -113,11 +141,19 @@ def test_dead_node_is_drawn_red_and_the_others_are_not(width: int):
     assert "down (connection refused)" in "".join(s.text for s in dead[1])
     for line in dead:
         styled = [s for s in line if s.text.strip()]
-        assert styled and all(s.style is not None and s.style.color is not None
-                              and s.style.color.name == "red" and s.style.bold for s in styled)
+        assert styled and all(
+            s.style is not None
+            and s.style.color is not None
+            and s.style.color.name == "red"
+            and s.style.bold
+            for s in styled
+        )
     [alive] = lines_with(console, MASTER_A)
-    assert not any(s.style is not None and s.style.color is not None
-                   and s.style.color.name == "red" for s in alive if s.text.strip())
+    assert not any(
+        s.style is not None and s.style.color is not None and s.style.color.name == "red"
+        for s in alive
+        if s.text.strip()
+    )
     # the html export carries the same colour, for a human looking at a failure
     assert "DOWN" in console.export_html(inline_styles=True)
 
@@ -126,22 +162,29 @@ def test_dead_node_back_is_normal_again():
     back = snapshot(taken_at=14.0, put=300, get=140)
     console = record(render_top(back, None, width=160), 160)
     [line] = lines_with(console, MASTER_B)
-    assert not any(s.style is not None and s.style.color is not None
-                   and s.style.color.name == "red" for s in line if s.text.strip())
+    assert not any(
+        s.style is not None and s.style.color is not None and s.style.color.name == "red"
+        for s in line
+        if s.text.strip()
+    )
 
 
 def test_unlisted_but_answering_node_is_yellow():
     snap = snapshot(taken_at=12.0, put=300, get=140)
     nodes = list(snap.nodes)
-    nodes[2] = NodeView("DefaultCluster", "broker-b", 0, MASTER_B, role="ASYNC_MASTER",
-                        max_offset=1, listed=False)  # fmt: skip
+    nodes[2] = NodeView(
+        "DefaultCluster", "broker-b", 0, MASTER_B, role="ASYNC_MASTER", max_offset=1, listed=False
+    )
     import attrs
 
     console = record(render_top(attrs.evolve(snap, nodes=tuple(nodes)), None, width=160), 160)
     [line] = lines_with(console, MASTER_B)
     assert "not registered" in "".join(s.text for s in line)
-    assert any(s.style is not None and s.style.color is not None
-               and s.style.color.name == UNLISTED_STYLE for s in line if s.text.strip())
+    assert any(
+        s.style is not None and s.style.color is not None and s.style.color.name == UNLISTED_STYLE
+        for s in line
+        if s.text.strip()
+    )
     assert DOWN_STYLE == "bold red"
 
 
@@ -149,6 +192,8 @@ def test_nameserver_down_is_said_in_the_header():
     snap = TopSnapshot("127.0.0.1:9876", 1.0, 1_700_000_000.0, namesrv_error="timeout")
     console = record(render_top(snap, None, width=80), 80)
     [line] = lines_with(console, "nameserver: timeout")
-    assert any(s.style is not None and s.style.color is not None
-               and s.style.color.name == "red" for s in line)
+    assert any(
+        s.style is not None and s.style.color is not None and s.style.color.name == "red"
+        for s in line
+    )
     assert "no user topics" not in console.export_text()

@@ -18,8 +18,11 @@ def test_default_plan_is_a_sync_master_with_one_slave():
     assert (master.port, master.ha_port, master.vip_port) == (10911, 10912, 10909)
     assert master.cluster == "DefaultCluster"
     assert (slave.name, slave.broker_name, slave.broker_id, slave.role) == (
-        "broker-a-s1", "broker-a", 1, "SLAVE",
-    )  # fmt: skip
+        "broker-a-s1",
+        "broker-a",
+        1,
+        "SLAVE",
+    )
     assert (slave.port, slave.ha_port, slave.vip_port) == (10921, 10922, 10919)
 
 

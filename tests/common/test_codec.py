@@ -104,15 +104,26 @@ def test_json_header_shape():
 
 def test_binary_header_layout():
     cmd = RemotingCommand(
-        code=10, language="CPP", version=63, opaque=7, flag=1, remark="ok",
-        ext_fields={"a": "bc"}, serialize_type=SerializeType.ROCKETMQ,
-    )  # fmt: skip
+        code=10,
+        language="CPP",
+        version=63,
+        opaque=7,
+        flag=1,
+        remark="ok",
+        ext_fields={"a": "bc"},
+        serialize_type=SerializeType.ROCKETMQ,
+    )
     header = codec.encode_binary_header(cmd)
     assert header == (
         struct.pack(">hbhii", 10, 1, 63, 7, 1)
-        + struct.pack(">i", 2) + b"ok"
-        + struct.pack(">i", 2 + 1 + 4 + 2) + struct.pack(">h", 1) + b"a" + struct.pack(">i", 2) + b"bc"
-    )  # fmt: skip
+        + struct.pack(">i", 2)
+        + b"ok"
+        + struct.pack(">i", 2 + 1 + 4 + 2)
+        + struct.pack(">h", 1)
+        + b"a"
+        + struct.pack(">i", 2)
+        + b"bc"
+    )
     assert encode(cmd)[4] == 1  # serialize type in the high byte
 
 

@@ -97,8 +97,9 @@ def test_consume_from_where_ordinals_match_java():
 
 def test_bad_enum_value_is_a_value_error():
     with pytest.raises(ValueError):
-        serde.from_json(b'{"clientID":"c","consumerDataSet":[{"groupName":"g","consumeType":9}]}',
-                        HeartbeatData)  # fmt: skip
+        serde.from_json(
+            b'{"clientID":"c","consumerDataSet":[{"groupName":"g","consumeType":9}]}', HeartbeatData
+        )
 
 
 def test_register_broker_body_round_trip():
@@ -114,9 +115,14 @@ def test_register_broker_body_round_trip():
     }
     tc = out["topicConfigSerializeWrapper"]["topicConfigTable"]["TopicTest"]
     assert tc == {
-        "topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
-    }  # fmt: skip
+        "topicName": "TopicTest",
+        "readQueueNums": 4,
+        "writeQueueNums": 4,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+    }
     assert out["filterServerList"] == []
     assert serde.from_json(serde.to_json(body), RegisterBrokerBody) == body
 

@@ -19,13 +19,30 @@ pytestmark = pytest.mark.integration
 def rmq(cluster, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "--namesrv", cluster.namesrv_addr, *args],
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_bench_produce_then_consume(module_cluster):
-    out = rmq(module_cluster, "bench", "produce", "--topic", "BenchCli", "--count", "300",
-              "--size", "200", "--batch", "4", "--inflight", "4", "--runs", "2")  # fmt: skip
+    out = rmq(
+        module_cluster,
+        "bench",
+        "produce",
+        "--topic",
+        "BenchCli",
+        "--count",
+        "300",
+        "--size",
+        "200",
+        "--batch",
+        "4",
+        "--inflight",
+        "4",
+        "--runs",
+        "2",
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("run 1: 300 msgs") and lines[1].startswith("run 2: 300 msgs")
@@ -41,8 +58,18 @@ def test_bench_produce_then_consume(module_cluster):
     assert doc["summary"]["msgs"]["median"] == 602
     assert doc["settings"]["topic"] == "BenchCli"
 
-    some = rmq(module_cluster, "bench", "consume", "--topic", "BenchCli", "--count", "100",
-               "--batch", "10", "--json")  # fmt: skip
+    some = rmq(
+        module_cluster,
+        "bench",
+        "consume",
+        "--topic",
+        "BenchCli",
+        "--count",
+        "100",
+        "--batch",
+        "10",
+        "--json",
+    )
     assert some.returncode == 0, some.stderr
     assert json.loads(some.stdout)["runs"][0]["msgs"] >= 100
 
@@ -50,5 +77,6 @@ def test_bench_produce_then_consume(module_cluster):
 def test_bench_unknown_topic_is_one_line(module_cluster):
     out = rmq(module_cluster, "bench", "consume", "--topic", "NoSuchBenchTopic", "--count", "1")
     assert out.returncode == 1
-    assert out.stderr.strip().splitlines() == [
-        out.stderr.strip()] and out.stderr.startswith("error: topic does not exist")  # fmt: skip
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and out.stderr.startswith(
+        "error: topic does not exist"
+    )

@@ -46,8 +46,11 @@ def ns(tmp_path_factory) -> Iterator[tuple[str, str]]:
                 run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp / "kv.json"))
             )
             ns_addr = f"127.0.0.1:{n.port}"
-            config = BrokerConfig(listen_port=0, namesrv_addr=ns_addr,
-                                  store=MessageStoreConfig(store_path_root_dir=tmp / "store"))  # fmt: skip
+            config = BrokerConfig(
+                listen_port=0,
+                namesrv_addr=ns_addr,
+                store=MessageStoreConfig(store_path_root_dir=tmp / "store"),
+            )
             b = await nursery.start(
                 lambda task_status: run_broker(
                     config, store_factory=run_memory_store, task_status=task_status
@@ -120,10 +123,12 @@ def test_topic_lifecycle_create_update_status_delete(ns):
     assert created == {"topic": "CliLife", "action": "created", "brokers": [ns[1]]}
     assert "CliLife" in _wait_topic(ns, "CliLife")["topics"]
     route = ok_json(ns, "topic", "route", "CliLife")
-    assert route["queues"] == [{"broker": "broker-a", "read": 2, "write": 2, "perm": 6,
-                                "perm_text": "RW-"}]  # fmt: skip
-    assert route["brokers"] == [{"broker": "broker-a", "cluster": "DefaultCluster", "id": 0,
-                                 "addr": ns[1]}]  # fmt: skip
+    assert route["queues"] == [
+        {"broker": "broker-a", "read": 2, "write": 2, "perm": 6, "perm_text": "RW-"}
+    ]
+    assert route["brokers"] == [
+        {"broker": "broker-a", "cluster": "DefaultCluster", "id": 0, "addr": ns[1]}
+    ]
     assert ok_json(ns, "topic", "update", "CliLife", "--queues", "3")["brokers"] == [ns[1]]
     status = ok_json(ns, "topic", "status", "CliLife")
     assert [q["queue"] for q in status["queues"]] == [0, 1, 2]
@@ -170,8 +175,21 @@ def test_unknown_topic_is_one_line(ns, args):
 
 
 def test_produce_then_consume_then_group_progress(ns):
-    sent = ok_json(ns, "produce", "-t", "CliFlow", "--tags", "TagA", "--keys", "k-1",
-                   "-P", "color=red", "one", "two", "three")  # fmt: skip
+    sent = ok_json(
+        ns,
+        "produce",
+        "-t",
+        "CliFlow",
+        "--tags",
+        "TagA",
+        "--keys",
+        "k-1",
+        "-P",
+        "color=red",
+        "one",
+        "two",
+        "three",
+    )
     assert sent["sent"] == 3 and all(r["status"] == "SEND_OK" for r in sent["results"])
     got = ok_json(ns, "consume", "-t", "CliFlow", "-g", "cg-flow", "--from-beginning")
     assert got["count"] == 3
@@ -205,13 +223,15 @@ def test_consume_follow_waits_for_new_messages_until_idle(ns):
     import time
 
     t0 = time.monotonic()
-    got = ok_json(ns, "consume", "-t", "CliFollow", "-g", "cg-follow", "-f",
-                  "--idle-timeout", "0.8")  # fmt: skip
+    got = ok_json(
+        ns, "consume", "-t", "CliFollow", "-g", "cg-follow", "-f", "--idle-timeout", "0.8"
+    )
     assert time.monotonic() - t0 >= 0.8  # it kept waiting
     # a new group starts at the queue's end, though the broker answers offset 0 (issue 9)
     assert got["messages"] == []
-    text = rmq(ns, "consume", "-t", "CliFollow", "-g", "cg-f2", "--from-beginning", "-f",
-               "--count", "1")  # fmt: skip
+    text = rmq(
+        ns, "consume", "-t", "CliFollow", "-g", "cg-f2", "--from-beginning", "-f", "--count", "1"
+    )
     assert text.exit_code == 0 and text.stdout == "x\n"
 
 
@@ -229,21 +249,45 @@ def test_produce_large_stdin_shows_progress_and_a_summary(ns):
 
 
 def test_message_query_by_key_id_uniq_key_and_offset(ns):
-    sent = ok_json(ns, "produce", "-t", "CliFind", "--keys", "order-7", "--tags", "T7",
-                   "-P", "who=me", "payload")["results"][0]  # fmt: skip
+    sent = ok_json(
+        ns,
+        "produce",
+        "-t",
+        "CliFind",
+        "--keys",
+        "order-7",
+        "--tags",
+        "T7",
+        "-P",
+        "who=me",
+        "payload",
+    )["results"][0]
     ok_json(ns, "produce", "-t", "CliFind", "--keys", "order-8", "other")
     by_key = ok_json(ns, "message", "query", "-t", "CliFind", "--key", "order-7")
     assert by_key["count"] == 1
     m = by_key["messages"][0]
-    assert (m["body"], m["tags"], m["keys"], m["msg_id"]) == ("payload", "T7", "order-7",
-                                                             sent["msg_id"])  # fmt: skip
+    assert (m["body"], m["tags"], m["keys"], m["msg_id"]) == (
+        "payload",
+        "T7",
+        "order-7",
+        sent["msg_id"],
+    )
     assert m["properties"]["who"] == "me" and m["store_timestamp_ms"] > 0
     by_id = ok_json(ns, "message", "query", "--id", sent["offset_msg_id"])["messages"][0]
     by_uniq = ok_json(ns, "message", "query", "-t", "CliFind", "--id", sent["msg_id"])["messages"][
         0
     ]
-    by_offset = ok_json(ns, "message", "query", "-t", "CliFind", "--queue", str(sent["queue"]),
-                        "--offset", str(sent["queue_offset"]))["messages"][0]  # fmt: skip
+    by_offset = ok_json(
+        ns,
+        "message",
+        "query",
+        "-t",
+        "CliFind",
+        "--queue",
+        str(sent["queue"]),
+        "--offset",
+        str(sent["queue_offset"]),
+    )["messages"][0]
     for doc in (by_id, by_uniq, by_offset):
         assert doc == m
     text = rmq(ns, "message", "query", "-t", "CliFind", "--key", "order-7")
@@ -252,8 +296,10 @@ def test_message_query_by_key_id_uniq_key_and_offset(ns):
     one_error_line(rmq(ns, "message", "query", "--id", "zz-not-hex"), "malformed msgId")
     one_error_line(rmq(ns, "message", "query", "--id", sent["msg_id"]), "give its topic")
     one_error_line(rmq(ns, "message", "query", "-t", "CliFind", "--key", "nope"), "nope")
-    one_error_line(rmq(ns, "message", "query", "-t", "CliFind", "--queue", "0",
-                       "--offset", "999"), "offset 999")  # fmt: skip
+    one_error_line(
+        rmq(ns, "message", "query", "-t", "CliFind", "--queue", "0", "--offset", "999"),
+        "offset 999",
+    )
 
 
 @pytest.mark.parametrize(

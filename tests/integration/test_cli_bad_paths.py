@@ -26,8 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def _one_line(r: subprocess.CompletedProcess[str], path: str, code: int = 1) -> None:
@@ -64,8 +65,17 @@ DATA_DIRS = ("under_file", "proc", "file")
 @pytest.mark.parametrize("detach", [False, True], ids=["foreground", "detach"])
 def test_up_data_dir(paths: dict[str, str], bad: str, detach: bool):
     base = free_port_block(20)
-    r = _run("cli.main", "up", *(["--detach"] if detach else []), "--data-dir", paths[bad],
-             "--namesrv-port", str(base + 15), "--broker-port", str(base))  # fmt: skip
+    r = _run(
+        "cli.main",
+        "up",
+        *(["--detach"] if detach else []),
+        "--data-dir",
+        paths[bad],
+        "--namesrv-port",
+        str(base + 15),
+        "--broker-port",
+        str(base),
+    )
     _one_line(r, paths[bad])
 
 
@@ -73,8 +83,9 @@ def test_up_data_dir(paths: dict[str, str], bad: str, detach: bool):
 def test_up_config_data_dir(tmp_path: Path, paths: dict[str, str], bad: str):
     base = free_port_block(20)
     conf = tmp_path / "c.toml"
-    conf.write_text(f'data_dir = "{paths[bad]}"\nnamesrv_port = {base + 15}\n'
-                    f"broker_port = {base}\n")  # fmt: skip
+    conf.write_text(
+        f'data_dir = "{paths[bad]}"\nnamesrv_port = {base + 15}\nbroker_port = {base}\n'
+    )
     r = _run("cli.main", "up", "--detach", "--config", str(conf))
     _one_line(r, paths[bad])
 
@@ -89,7 +100,7 @@ def test_up_config_data_dir(tmp_path: Path, paths: dict[str, str], bad: str):
         ["down"],
         ["kill", "broker-a"],
         ["restart", "broker-a"],
-    ],  # fmt: skip
+    ],
     ids=" ".join,
 )
 def test_config_file(paths: dict[str, str], command: list[str], bad: str):
@@ -98,8 +109,9 @@ def test_config_file(paths: dict[str, str], command: list[str], bad: str):
 
 
 @pytest.mark.parametrize("bad", DATA_DIRS)
-@pytest.mark.parametrize("command", [["status"], ["down"], ["kill", "broker-a"],
-                                     ["restart", "broker-a"]], ids=" ".join)  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [["status"], ["down"], ["kill", "broker-a"], ["restart", "broker-a"]], ids=" ".join
+)
 def test_cluster_commands_data_dir(paths: dict[str, str], command: list[str], bad: str):
     r = _run("cli.main", *command, "--data-dir", paths[bad])
     _one_line(r, paths[bad])

@@ -54,9 +54,18 @@ def pull_from(addr: str, topic: str, queue_id: int, offset: int, *, timeout: flo
     from common.remoting.codes import RequestCode, ResponseCode
     from common.remoting.command import RemotingCommand
 
-    header = {"consumerGroup": "up-check", "topic": topic, "queueId": queue_id,
-              "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0,
-              "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}  # fmt: skip
+    header = {
+        "consumerGroup": "up-check",
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": 32,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
     # sysFlag 4: the subscription travels with the pull (no consumer heartbeat needed)
 
     async def main():
@@ -200,14 +209,25 @@ def test_nodes_stop_by_themselves_when_the_supervisor_is_killed(local_cluster):
 def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
     """What `rmq up` spawns: serves, stops on stdin EOF, and never imports the slow CLI stack."""
     proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "cli.node", "namesrv", "--port", "0",
-         "--data-dir", str(tmp_path / "ns"), "--watch-stdin"],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "cli.node",
+            "namesrv",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "ns"),
+            "--watch-stdin",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     try:
         line = proc.stdout.readline()
         assert re.match(r"namesrv listening on 127\.0\.0\.1:\d+$", line.strip()), line
@@ -238,11 +258,24 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "cli.main", "up",
-             "--data-dir", str(tmp_path / "rmq"), "--namesrv-port", str(port),
-             "--broker-port", str(port + 20 if port < 60000 else 20000)],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-m",
+                "cli.main",
+                "up",
+                "--data-dir",
+                str(tmp_path / "rmq"),
+                "--namesrv-port",
+                str(port),
+                "--broker-port",
+                str(port + 20 if port < 60000 else 20000),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     imported = {
         line.split("|")[-1].strip().split(".")[0]
         for line in proc.stderr.splitlines()
@@ -273,15 +306,17 @@ async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path)
     from cli.up import plan_cluster
 
     base = free_block(40)
-    plan = plan_cluster(namesrv_port=base + 35, broker_port=base, slaves=2,
-                        master_role="ASYNC_MASTER")  # fmt: skip
+    plan = plan_cluster(
+        namesrv_port=base + 35, broker_port=base, slaves=2, master_role="ASYNC_MASTER"
+    )
     events = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(60):
             await nursery.start(
-                lambda task_status: run_up(plan, tmp_path, report=events.append,
-                                           task_status=task_status)
-            )  # fmt: skip
+                lambda task_status: run_up(
+                    plan, tmp_path, report=events.append, task_status=task_status
+                )
+            )
         # right at `ready`: no waiting, the replication state is already complete
         statuses = await cluster_status(plan.namesrv_addr)
         nursery.cancel_scope.cancel()

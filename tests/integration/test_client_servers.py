@@ -91,15 +91,26 @@ async def test_cli_pull_loop_counts_and_commits(tcp_cluster):
             await p.send(Message("Loop", f"x{i}"))
     seen: list[bytes] = []
     with trio.fail_after(20):
-        n = await consume_topic(tcp_cluster.namesrv, "Loop", group="g1", from_beginning=True,
-                                count=3, on_message=lambda m: seen.append(m.body),
-                                handle_signals=False)  # fmt: skip
+        n = await consume_topic(
+            tcp_cluster.namesrv,
+            "Loop",
+            group="g1",
+            from_beginning=True,
+            count=3,
+            on_message=lambda m: seen.append(m.body),
+            handle_signals=False,
+        )
     assert n == 3 and len(seen) == 3
     # the same group continues after what it consumed
     with trio.fail_after(20):
-        await consume_topic(tcp_cluster.namesrv, "Loop", group="g1", count=2,
-                            on_message=lambda m: seen.append(m.body),
-                            handle_signals=False)  # fmt: skip
+        await consume_topic(
+            tcp_cluster.namesrv,
+            "Loop",
+            group="g1",
+            count=2,
+            on_message=lambda m: seen.append(m.body),
+            handle_signals=False,
+        )
     assert sorted(seen) == [b"x0", b"x1", b"x2", b"x3", b"x4"]
 
 

@@ -15,8 +15,12 @@ pytestmark = pytest.mark.integration
 
 
 def rmq(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([sys.executable, "-m", "cli.main", "-n", ns, *args], capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "cli.main", "-n", ns, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, (args, r.stdout, r.stderr)
     return r
 
@@ -28,14 +32,45 @@ def test_verbose_consume_names_the_slave_once_the_master_is_dead(local_cluster):
     rmq(ns, "topic", "create", "ServedBy", "--queues", "1")
     rmq(ns, "produce", "--topic", "ServedBy", "m1", "m2", "m3")  # SYNC_MASTER: the slave has them
 
-    before = rmq(ns, "consume", "--topic", "ServedBy", "--group", "g-before",
-                 "--from-beginning", "--count", "3", "-v").stdout.splitlines()  # fmt: skip
+    before = rmq(
+        ns,
+        "consume",
+        "--topic",
+        "ServedBy",
+        "--group",
+        "g-before",
+        "--from-beginning",
+        "--count",
+        "3",
+        "-v",
+    ).stdout.splitlines()
     assert len(before) == 3 and all(f" {master} " in line for line in before), before
 
-    subprocess.run([sys.executable, "-m", "cli.main", "kill", "broker-a", "--data-dir",
-                    str(local_cluster.data_dir)], check=True, timeout=60)  # fmt: skip
-    after = rmq(ns, "consume", "--topic", "ServedBy", "--group", "g-after",
-                "--from-beginning", "--count", "3", "-v").stdout.splitlines()  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "kill",
+            "broker-a",
+            "--data-dir",
+            str(local_cluster.data_dir),
+        ],
+        check=True,
+        timeout=60,
+    )
+    after = rmq(
+        ns,
+        "consume",
+        "--topic",
+        "ServedBy",
+        "--group",
+        "g-after",
+        "--from-beginning",
+        "--count",
+        "3",
+        "-v",
+    ).stdout.splitlines()
     assert len(after) == 3, after
     assert all(f" {slave} " in line and master not in line for line in after), after
     assert [line.rsplit("body=", 1)[1] for line in after] == ["m1", "m2", "m3"]

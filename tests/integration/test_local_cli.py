@@ -32,8 +32,9 @@ def free_block(width: int = 40) -> int:
 
 
 def rmq(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def alive(pid: int) -> bool:
@@ -78,13 +79,24 @@ def test_detached_cluster_status_kill_restart_down(tmp_path: Path):
     base = free_block()
     seen: list[int] = []
     try:
-        r = rmq("up", "--detach", "--data-dir", str(data), "--namesrv-port", str(base + 35),
-                "--broker-port", str(base))  # fmt: skip
+        r = rmq(
+            "up",
+            "--detach",
+            "--data-dir",
+            str(data),
+            "--namesrv-port",
+            str(base + 35),
+            "--broker-port",
+            str(base),
+        )
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
         # the same node lines as a foreground `rmq up`, then ready
-        pids = {m["name"]: int(m["pid"]) for line in lines
-                if (m := re.match(r"(?P<name>\S+)\s+\S+:\d+\s+pid\s+(?P<pid>\d+)\b", line))}  # fmt: skip
+        pids = {
+            m["name"]: int(m["pid"])
+            for line in lines
+            if (m := re.match(r"(?P<name>\S+)\s+\S+:\d+\s+pid\s+(?P<pid>\d+)\b", line))
+        }
         seen += pids.values()
         assert list(pids) == ["namesrv", "broker-a", "broker-a-s1"]
         assert "ready" in lines
@@ -99,36 +111,56 @@ def test_detached_cluster_status_kill_restart_down(tmp_path: Path):
         status = json.loads(r.stdout)
         assert status["state"] == "ready" and status["supervisor_pid"] == sup_pid
         rows = {n["name"]: n for n in status["nodes"]}
-        assert {k: (v["role"], v["broker_id"], v["port"], v["pid"], v["status"])
-                for k, v in rows.items()} == {
+        assert {
+            k: (v["role"], v["broker_id"], v["port"], v["pid"], v["status"])
+            for k, v in rows.items()
+        } == {
             "namesrv": ("NAMESRV", None, base + 35, pids["namesrv"], "alive"),
             "broker-a": ("SYNC_MASTER", 0, base, pids["broker-a"], "alive"),
             "broker-a-s1": ("SLAVE", 1, base + 10, pids["broker-a-s1"], "alive"),
-        }  # fmt: skip
+        }
         r = rmq("status", "--data-dir", str(data))
         assert r.returncode == 0 and "broker-a-s1" in r.stdout and "alive" in r.stdout
 
         # a second cluster on the same data dir is refused before anything starts
-        one_error_line(rmq("up", "--data-dir", str(data), "--namesrv-port", str(base + 36),
-                           "--broker-port", str(base + 100)), "already running", str(sup_pid))  # fmt: skip
+        one_error_line(
+            rmq(
+                "up",
+                "--data-dir",
+                str(data),
+                "--namesrv-port",
+                str(base + 36),
+                "--broker-port",
+                str(base + 100),
+            ),
+            "already running",
+            str(sup_pid),
+        )
 
         r = rmq("kill", "broker-a-s1", "--data-dir", str(data))
         assert r.returncode == 0, r.stderr
         assert "broker-a-s1 killed" in r.stdout
         assert wait_gone([pids["broker-a-s1"]]) == []
-        rows = {n["name"]: n for n in json.loads(rmq("status", "--data-dir", str(data),
-                                                     "--json").stdout)["nodes"]}  # fmt: skip
+        rows = {
+            n["name"]: n
+            for n in json.loads(rmq("status", "--data-dir", str(data), "--json").stdout)["nodes"]
+        }
         assert rows["broker-a-s1"]["status"] == "exited"
         assert rows["broker-a-s1"]["returncode"] == -signal.SIGKILL
         one_error_line(rmq("kill", "broker-a-s1", "--data-dir", str(data)), "not running")
-        one_error_line(rmq("restart", "nosuchnode", "--data-dir", str(data)),
-                       "no node named 'nosuchnode'", "broker-a-s1")  # fmt: skip
+        one_error_line(
+            rmq("restart", "nosuchnode", "--data-dir", str(data)),
+            "no node named 'nosuchnode'",
+            "broker-a-s1",
+        )
 
         r = rmq("restart", "broker-a-s1", "--data-dir", str(data))
         assert r.returncode == 0, r.stderr
         assert f"serving on 127.0.0.1:{base + 10}" in r.stdout
-        rows = {n["name"]: n for n in json.loads(rmq("status", "--data-dir", str(data),
-                                                     "--json").stdout)["nodes"]}  # fmt: skip
+        rows = {
+            n["name"]: n
+            for n in json.loads(rmq("status", "--data-dir", str(data), "--json").stdout)["nodes"]
+        }
         new_pid = rows["broker-a-s1"]["pid"]
         seen.append(new_pid)
         assert rows["broker-a-s1"]["status"] == "alive" and alive(new_pid)
@@ -156,9 +188,12 @@ class Foreground:
         self.lines: list[str] = []
         self.ready = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+            [sys.executable, "-m", "cli.main", "up", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
 
@@ -185,8 +220,16 @@ class Foreground:
 def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how: str):
     base = free_block()
     data = tmp_path / "rmq"
-    up = Foreground("--data-dir", str(data), "--namesrv-port", str(base + 35),
-                    "--broker-port", str(base), "--slaves", "0")  # fmt: skip
+    up = Foreground(
+        "--data-dir",
+        str(data),
+        "--namesrv-port",
+        str(base + 35),
+        "--broker-port",
+        str(base),
+        "--slaves",
+        "0",
+    )
     pids: list[int] = []
     try:
         assert up.ready.wait(60), "\n".join(up.lines)
@@ -208,8 +251,16 @@ def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how:
 def test_rmq_down_and_kill_reach_a_foreground_cluster(tmp_path: Path):
     base = free_block()
     data = tmp_path / "rmq"
-    up = Foreground("--data-dir", str(data), "--namesrv-port", str(base + 35),
-                    "--broker-port", str(base), "--slaves", "0")  # fmt: skip
+    up = Foreground(
+        "--data-dir",
+        str(data),
+        "--namesrv-port",
+        str(base + 35),
+        "--broker-port",
+        str(base),
+        "--slaves",
+        "0",
+    )
     pids: list[int] = []
     try:
         assert up.ready.wait(60), "\n".join(up.lines)
@@ -240,9 +291,9 @@ def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path):
     (tmp_path / "none").mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (tmp_path / "none" / "supervisor.json").write_text(json.dumps(
-        {"supervisor_pid": dead.pid, "socket": str(tmp_path / "x.sock"), "nodes": []}
-    ))  # fmt: skip
+    (tmp_path / "none" / "supervisor.json").write_text(
+        json.dumps({"supervisor_pid": dead.pid, "socket": str(tmp_path / "x.sock"), "nodes": []})
+    )
     one_error_line(rmq("status", "--data-dir", data), f"pid {dead.pid}, is gone")
     one_error_line(rmq("down", "--data-dir", data), "stale state file")
     assert not (tmp_path / "none" / "supervisor.json").exists()
@@ -250,14 +301,18 @@ def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path):
 
 def test_dledger_and_bad_topologies_fail_before_starting_anything(tmp_path: Path):
     data = tmp_path / "rmq"
-    one_error_line(rmq("up", "--dledger", "3", "--data-dir", str(data)),
-                   "DLedger mode (--dledger 3) is not built in trio-rmq yet")  # fmt: skip
+    one_error_line(
+        rmq("up", "--dledger", "3", "--data-dir", str(data)),
+        "DLedger mode (--dledger 3) is not built in trio-rmq yet",
+    )
     bad = tmp_path / "cluster.toml"
     bad.write_text("masters = 2\nslavs = 1\n")
     one_error_line(rmq("up", "--config", str(bad), "--data-dir", str(data)), "'slavs'")
     bad.write_text("[nodes.broker-a]\nbroker_conf = { flushDiskType = 'SOMETIMES' }\n")
-    one_error_line(rmq("up", "--config", str(bad), "--data-dir", str(data)),
-                   "nodes.broker-a.broker_conf.flushDiskType")  # fmt: skip
+    one_error_line(
+        rmq("up", "--config", str(bad), "--data-dir", str(data)),
+        "nodes.broker-a.broker_conf.flushDiskType",
+    )
     one_error_line(rmq("up", "--config", str(tmp_path / "missing.toml")), "cannot read")
     assert not data.exists()
 

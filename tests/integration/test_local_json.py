@@ -25,8 +25,9 @@ pytestmark = pytest.mark.integration
 
 
 def rmq(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def alive(pid: int) -> bool:
@@ -55,15 +56,27 @@ def test_detached_cluster_commands_print_json(tmp_path: Path):
     base = free_port_block(20)
     seen: list[int] = []
     try:
-        r = rmq("up", "--detach", "--json", "--slaves", "0", "--data-dir", str(data),
-                "--namesrv-port", str(base + 15), "--broker-port", str(base))  # fmt: skip
+        r = rmq(
+            "up",
+            "--detach",
+            "--json",
+            "--slaves",
+            "0",
+            "--data-dir",
+            str(data),
+            "--namesrv-port",
+            str(base + 15),
+            "--broker-port",
+            str(base),
+        )
         assert r.returncode == 0, r.stderr
         up = json.loads(r.stdout)  # one document, nothing else on stdout
         seen += [up["supervisor_pid"], *(n["pid"] for n in up["nodes"])]
         assert up["state"] == "ready" and up["problems"] == []
         assert [(n["name"], n["status"], n["port"]) for n in up["nodes"]] == [
-            ("namesrv", "alive", base + 15), ("broker-a", "alive", base),
-        ]  # fmt: skip
+            ("namesrv", "alive", base + 15),
+            ("broker-a", "alive", base),
+        ]
         # the supervisor's log says where this detached run began
         log = (data / "logs" / "supervisor.log").read_text()
         assert f"rmq up: starting supervisor pid {up['supervisor_pid']} ====" in log
@@ -72,8 +85,10 @@ def test_detached_cluster_commands_print_json(tmp_path: Path):
         assert r.returncode == 0, r.stderr
         killed = json.loads(r.stdout)
         assert (killed["name"], killed["status"], killed["returncode"]) == (
-            "broker-a", "exited", -signal.SIGKILL,
-        )  # fmt: skip
+            "broker-a",
+            "exited",
+            -signal.SIGKILL,
+        )
 
         # status tells the truth: not "ready" with a dead broker
         status = json.loads(rmq("status", "--json", "--data-dir", str(data)).stdout)
@@ -105,10 +120,25 @@ def test_foreground_up_json_is_one_object_per_line(tmp_path: Path):
     data = tmp_path / "rmq"
     base = free_port_block(20)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "up", "--json", "--slaves", "0", "--data-dir",
-         str(data), "--namesrv-port", str(base + 15), "--broker-port", str(base)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "up",
+            "--json",
+            "--slaves",
+            "0",
+            "--data-dir",
+            str(data),
+            "--namesrv-port",
+            str(base + 15),
+            "--broker-port",
+            str(base),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     events: list[dict] = []
     try:
         assert proc.stdout is not None

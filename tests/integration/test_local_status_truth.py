@@ -58,9 +58,10 @@ async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     kw = {"command_for": commands(), "probe": always_ready, **kw}
     return await nursery.start(
-        lambda task_status: run_up(plan, data_dir, report=events.append,
-                                   task_status=task_status, **kw)
-    )  # fmt: skip
+        lambda task_status: run_up(
+            plan, data_dir, report=events.append, task_status=task_status, **kw
+        )
+    )
 
 
 async def test_status_is_degraded_while_a_node_is_down(tmp_path: Path, capsys):
@@ -101,8 +102,13 @@ async def test_last_log_lines_come_from_the_current_run(tmp_path: Path):
             async def whole_cluster_only(plan, nodes) -> bool:
                 return len(nodes) > 1
 
-            await start(nursery, tmp_path, events, probe=whole_cluster_only,
-                        command_for=commands(broker_a_s1=CRASH_LATER))  # fmt: skip
+            await start(
+                nursery,
+                tmp_path,
+                events,
+                probe=whole_cluster_only,
+                command_for=commands(broker_a_s1=CRASH_LATER),
+            )
             while not any(e.kind == "exited" for e in events):  # noqa: ASYNC110 - a child process
                 await trio.sleep(0.05)
             [exited] = [e for e in events if e.kind == "exited"]
@@ -139,10 +145,24 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
     """A broker node whose nameserver is not there logs its failed registrations."""
     port = free_port_block(10)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.node", "broker", "--port", str(port), "--namesrv",
-         "127.0.0.1:1", "--data-dir", str(tmp_path / "b"), "--watch-stdin"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli.node",
+            "broker",
+            "--port",
+            str(port),
+            "--namesrv",
+            "127.0.0.1:1",
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--watch-stdin",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -150,8 +170,9 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
             line = proc.stdout.readline()
         assert re.match(
             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING broker\.registrar: register to name "
-            r"server 127\.0\.0\.1:1 failed", line
-        ), line  # fmt: skip
+            r"server 127\.0\.0\.1:1 failed",
+            line,
+        ), line
     finally:
         assert proc.stdin is not None
         proc.stdin.close()

@@ -73,9 +73,10 @@ async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     kw = {"command_for": commands(), "probe": always_ready, **kw}
     return await nursery.start(
-        lambda task_status: run_up(plan, data_dir, report=events.append,
-                                   task_status=task_status, **kw)
-    )  # fmt: skip
+        lambda task_status: run_up(
+            plan, data_dir, report=events.append, task_status=task_status, **kw
+        )
+    )
 
 
 async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path):
@@ -120,8 +121,11 @@ async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path):
             again = (await ask(tmp_path, "restart", node="broker-a-s1"))["node"]
             assert not alive(slave_pid) and alive(again["pid"])
             assert [e.kind for e in events if e.kind.startswith("restart")] == [
-                "restarting", "restarted", "restarting", "restarted",
-            ]  # fmt: skip
+                "restarting",
+                "restarted",
+                "restarting",
+                "restarted",
+            ]
             # one log per node, appended across restarts (the probe here does not wait for it)
             await logged(tmp_path, "broker-a", 2)
 
@@ -147,8 +151,13 @@ async def test_a_crash_after_ready_is_shown_with_its_log_and_can_be_restarted(tm
             async def whole_cluster_only(plan, nodes) -> bool:
                 return len(nodes) > 1
 
-            await start(nursery, tmp_path, events, probe=whole_cluster_only,
-                        command_for=commands(broker_a_s1=CRASH_LATER))  # fmt: skip
+            await start(
+                nursery,
+                tmp_path,
+                events,
+                probe=whole_cluster_only,
+                command_for=commands(broker_a_s1=CRASH_LATER),
+            )
             while not any(e.kind == "exited" for e in events):  # noqa: ASYNC110 - a child process
                 await trio.sleep(0.05)
             [exited] = [e for e in events if e.kind == "exited"]
@@ -205,8 +214,12 @@ async def test_a_second_supervisor_on_the_same_data_dir_is_refused(tmp_path: Pat
     try:
         write_state(tmp_path, {**state, "supervisor_pid": other.pid, "start_time": None})
         with pytest.raises(ControlError, match=f"already running .*pid {other.pid}"):
-            await run_up(plan_cluster(namesrv_port=20030, broker_port=20000), tmp_path,
-                         probe=always_ready, command_for=commands())  # fmt: skip
+            await run_up(
+                plan_cluster(namesrv_port=20030, broker_port=20000),
+                tmp_path,
+                probe=always_ready,
+                command_for=commands(),
+            )
     finally:
         other.kill()
         await other.wait()
@@ -224,8 +237,14 @@ async def test_kill_and_restart_wait_for_ready(tmp_path: Path):
     plan = plan_cluster(namesrv_port=20030, broker_port=20000)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            lambda: run_up(plan, tmp_path, report=events.append, probe=never,
-                           command_for=commands(), ready_timeout=30)  # fmt: skip
+            lambda: run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=never,
+                command_for=commands(),
+                ready_timeout=30,
+            )
         )
         with trio.fail_after(20):
             while read_state(tmp_path) is None:  # noqa: ASYNC110 - written by the supervisor

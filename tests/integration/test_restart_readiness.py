@@ -45,9 +45,15 @@ async def test_restart_of_a_master_whose_slave_is_dead_does_not_wait_for_it(tmp_
     probe = Probe()
     async with trio.open_nursery() as nursery:
         sup: Supervisor = await nursery.start(
-            lambda task_status: run_up(plan, tmp_path, report=events.append, probe=probe,
-                                       command_for=command_for, task_status=task_status)
-        )  # fmt: skip
+            lambda task_status: run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=probe,
+                command_for=command_for,
+                task_status=task_status,
+            )
+        )
         probe.started = True
         with trio.fail_after(20):
             await sup.kill("broker-a-s1")

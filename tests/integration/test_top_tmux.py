@@ -49,7 +49,9 @@ def node_lines(cluster) -> dict[str, tuple[str, int]]:
         m = re.match(r"^\S+\s+(\S+:\d+)\s+pid\s+(\d+)\s+(\S+)", line)
         if m:
             out[m.group(3) if m.group(3) != "nameserver" else "namesrv"] = (
-                m.group(1), int(m.group(2)))  # fmt: skip
+                m.group(1),
+                int(m.group(2)),
+            )
     return out
 
 
@@ -58,15 +60,34 @@ def test_top_once_shows_the_cluster(module_cluster):
     nodes = node_lines(module_cluster)
     assert {"SYNC_MASTER", "SLAVE"} <= set(nodes), module_cluster.output()
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "-n", module_cluster.namesrv_addr, "top", "--once",
-         "--interval", "0.5"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "-n",
+            module_cluster.namesrv_addr,
+            "top",
+            "--once",
+            "--interval",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
         env={**os.environ, "COLUMNS": "160", "LINES": "50"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for needle in ("broker-a", "SYNC_MASTER", "SLAVE", nodes["SYNC_MASTER"][0],
-                   nodes["SLAVE"][0], TOPIC, "DefaultCluster"):  # fmt: skip
+    for needle in (
+        "broker-a",
+        "SYNC_MASTER",
+        "SLAVE",
+        nodes["SYNC_MASTER"][0],
+        nodes["SLAVE"][0],
+        TOPIC,
+        "DefaultCluster",
+    ):
         assert needle in out, (needle, out)
     [row] = [ln for ln in out.splitlines() if TOPIC in ln]
     assert "5" in row.split()  # 5 messages over the topic's queues
@@ -83,8 +104,9 @@ def test_top_live_in_tmux_node_turns_red_and_ctrl_c_exits(module_cluster, tmp_pa
     sock = f"rmqtop-{uuid.uuid4().hex[:8]}"  # a private tmux server, killed at the end
 
     def tm(*args: str) -> str:
-        return subprocess.run([tmux, "-L", sock, *args], capture_output=True, text=True,
-                              check=True, timeout=10).stdout  # fmt: skip
+        return subprocess.run(
+            [tmux, "-L", sock, *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
 
     def capture(escapes: bool = False) -> str:
         return tm("capture-pane", "-p", *(["-e"] if escapes else []), "-t", "top")
@@ -106,9 +128,11 @@ def test_top_live_in_tmux_node_turns_red_and_ctrl_c_exits(module_cluster, tmp_pa
     # (rich would take them over the pane's real size): a user's terminal has neither
     # The shell traps SIGINT (a handler, not an ignore, so top gets the default) and prints
     # top's exit status after ctrl-C.
-    cmd = (f"trap true INT; cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m cli.main "
-           f"-n {module_cluster.namesrv_addr} top --interval 0.5 --timeout 1; "
-           f"echo rmq-top-exit=$?; sleep 60")  # fmt: skip
+    cmd = (
+        f"trap true INT; cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m cli.main "
+        f"-n {module_cluster.namesrv_addr} top --interval 0.5 --timeout 1; "
+        f"echo rmq-top-exit=$?; sleep 60"
+    )
     tm("new-session", "-d", "-s", "top", "-x", "160", "-y", "50", cmd)
     try:
         needles = ("broker-a", "SYNC_MASTER", "SLAVE", master_addr, slave_addr, TOPIC)
@@ -118,8 +142,11 @@ def test_top_live_in_tmux_node_turns_red_and_ctrl_c_exits(module_cluster, tmp_pa
         os.kill(slave_pid, signal.SIGKILL)  # `rmq up` started it; the pid is from its output
 
         def slave_red(screen: str) -> bool:
-            rows = [ln for ln in screen.splitlines() if slave_addr in plain.sub("", ln)
-                    and "DOWN" in plain.sub("", ln)]  # fmt: skip
+            rows = [
+                ln
+                for ln in screen.splitlines()
+                if slave_addr in plain.sub("", ln) and "DOWN" in plain.sub("", ln)
+            ]
             return any(RED.search(ln) for ln in rows)
 
         screen = plain.sub("", wait_for(slave_red, "the slave's red DOWN row"))

@@ -60,9 +60,15 @@ async def test_ready_then_ordered_stop(tmp_path: Path):
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            lambda task_status: run_up(plan, tmp_path, report=events.append, probe=always_ready,
-                                       command_for=commands(), task_status=task_status)
-        )  # fmt: skip
+            lambda task_status: run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=always_ready,
+                command_for=commands(),
+                task_status=task_status,
+            )
+        )
         assert events[-1].kind == "ready"
         pids = [e.pid for e in events if e.kind == "spawned"]
         assert len(pids) == 5 and all(alive(p) for p in pids)
@@ -82,8 +88,13 @@ async def test_a_node_that_dies_fails_the_cluster_with_its_log(tmp_path: Path):
     events: list[UpEvent] = []
     with pytest.raises(NodeFailed, match="broker-a exited with code 3") as info:
         with trio.fail_after(20):
-            await run_up(plan, tmp_path, report=events.append, probe=only_namesrv_ready,
-                         command_for=commands(broker_a=CRASH))  # fmt: skip
+            await run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=only_namesrv_ready,
+                command_for=commands(broker_a=CRASH),
+            )
     assert "boom: cannot bind" in str(info.value)
     pids = [e.pid for e in events if e.kind == "spawned"]
     assert not any(alive(p) for p in pids)
@@ -95,9 +106,15 @@ async def test_a_node_that_dies_after_ready_is_reported_and_the_rest_keep_runnin
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            lambda task_status: run_up(plan, tmp_path, report=events.append, probe=always_ready,
-                                       command_for=commands(), task_status=task_status)
-        )  # fmt: skip
+            lambda task_status: run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=always_ready,
+                command_for=commands(),
+                task_status=task_status,
+            )
+        )
         pids = {e.node.name: e.pid for e in events if e.kind == "spawned"}
         os.kill(pids["broker-a"], signal.SIGKILL)
         with trio.fail_after(10):
@@ -115,8 +132,14 @@ async def test_not_ready_in_time_is_an_error(tmp_path: Path):
     plan = plan_cluster(namesrv_port=20030, broker_port=20000)
     events: list[UpEvent] = []
     with pytest.raises(NodeFailed, match="not ready after 0.5 s"):
-        await run_up(plan, tmp_path, report=events.append, probe=never_ready,
-                     command_for=commands(), ready_timeout=0.5)  # fmt: skip
+        await run_up(
+            plan,
+            tmp_path,
+            report=events.append,
+            probe=never_ready,
+            command_for=commands(),
+            ready_timeout=0.5,
+        )
     # every node was started at once (not waiting for the nameserver), and all were stopped
     spawned = [e.node.name for e in events if e.kind == "spawned"]
     assert spawned == [n.name for n in plan.nodes]
@@ -129,10 +152,16 @@ async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path)
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            lambda task_status: run_up(plan, tmp_path, report=events.append, probe=always_ready,
-                                       command_for=commands(broker_a=IGNORE_TERM),
-                                       stop_timeout=0.5, task_status=task_status)
-        )  # fmt: skip
+            lambda task_status: run_up(
+                plan,
+                tmp_path,
+                report=events.append,
+                probe=always_ready,
+                command_for=commands(broker_a=IGNORE_TERM),
+                stop_timeout=0.5,
+                task_status=task_status,
+            )
+        )
         await trio.sleep(0.5)  # let the script install its handler
         start = trio.current_time()
         nursery.cancel_scope.cancel()

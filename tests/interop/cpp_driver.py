@@ -86,8 +86,9 @@ def produce(args: argparse.Namespace) -> int:
                     counts["failures"] += 1
                 emit(event="send_error", i=i, error=repr(exc))
                 return
-        emit(event="sent", i=i, status=int(result.status), msg_id=result.msg_id,
-             offset=result.offset)  # fmt: skip
+        emit(
+            event="sent", i=i, status=int(result.status), msg_id=result.msg_id, offset=result.offset
+        )
 
     def worker(first: int) -> None:
         for i in range(first, args.count, args.threads):

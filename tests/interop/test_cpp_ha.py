@@ -47,9 +47,17 @@ def driver(tmp_path: Path, *args: str, timeout: float = 120) -> list[dict]:
 
 def produce(tmp_path: Path, ns: str, count: int, prefix: str) -> None:
     events = driver(
-        tmp_path, "produce", "--namesrv", ns, "--topic", TOPIC, "--count", str(count),
-        "--prefix", prefix,
-    )  # fmt: skip
+        tmp_path,
+        "produce",
+        "--namesrv",
+        ns,
+        "--topic",
+        TOPIC,
+        "--count",
+        str(count),
+        "--prefix",
+        prefix,
+    )
     sent = [e for e in events if e["event"] == "sent"]
     assert len(sent) == count and all(e["status"] == 0 for e in sent), events[-3:]
 
@@ -58,13 +66,28 @@ def spawn_consumer(tmp_path: Path, ns: str) -> subprocess.Popen[str]:
     home = tmp_path / "consumer-home"
     home.mkdir()
     return subprocess.Popen(
-        [sys.executable, str(DRIVER), "consume", "--namesrv", ns, "--topic", TOPIC,
-         "--group", GROUP, "--expect", "300", "--timeout", "150", "--linger", "3"],
+        [
+            sys.executable,
+            str(DRIVER),
+            "consume",
+            "--namesrv",
+            ns,
+            "--topic",
+            TOPIC,
+            "--group",
+            GROUP,
+            "--expect",
+            "300",
+            "--timeout",
+            "150",
+            "--linger",
+            "3",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "HOME": str(home)},
-    )  # fmt: skip
+    )
 
 
 async def route_broker_ids(client, ns: str) -> set[int]:

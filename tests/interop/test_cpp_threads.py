@@ -51,18 +51,34 @@ def test_threads_sharing_a_producer_deliver_everything(module_cluster, tmp_path:
     home = tmp_path / "home"
     home.mkdir()
     proc = subprocess.run(
-        [sys.executable, str(DRIVER), "produce", "--namesrv", module_cluster.namesrv_addr,
-         "--topic", topic, "--count", str(COUNT), "--threads", str(THREADS)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(home)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(DRIVER),
+            "produce",
+            "--namesrv",
+            module_cluster.namesrv_addr,
+            "--topic",
+            topic,
+            "--count",
+            str(COUNT),
+            "--threads",
+            str(THREADS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOME": str(home)},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     (done,) = [e for e in events if e["event"] == "done"]
     errors = [e for e in events if e["event"] == "send_error"]
     retries = [e for e in events if e["event"] == "route_retry"]
     sent = [e for e in events if e["event"] == "sent"]
-    print(f"{THREADS} threads, {COUNT} sends: {len(retries)} retried on the C++ client's "
-          f"'No route info' fault ({100 * len(retries) / COUNT:.2f}%)")  # fmt: skip
+    print(
+        f"{THREADS} threads, {COUNT} sends: {len(retries)} retried on the C++ client's "
+        f"'No route info' fault ({100 * len(retries) / COUNT:.2f}%)"
+    )
     assert not errors, errors[:5]  # anything else is never retried, and fails here
     assert done["route_retries"] == len(retries)
     assert all("No route info of this topic" in e["error"] for e in retries)

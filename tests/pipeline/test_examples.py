@@ -108,8 +108,10 @@ def test_stream_aggregates_per_minute_to_parquet_and_topic(spark, module_cluster
         if not list((tmp_path / "aggregates").rglob("*.parquet")):
             return {}
         rows = spark.read.parquet(str(tmp_path / "aggregates")).collect()
-        got = {int(r["minute"].timestamp() * 1000): (r["orders"], r["amount"], r["max_amount"])
-               for r in rows}  # fmt: skip
+        got = {
+            int(r["minute"].timestamp() * 1000): (r["orders"], r["amount"], r["max_amount"])
+            for r in rows
+        }
         assert len(got) == len(rows)  # no minute twice
         return got
 

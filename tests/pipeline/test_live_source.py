@@ -34,10 +34,15 @@ def produce_half(producer: Producer, first: int, sent: dict[str, int]) -> None:
     for b, start in enumerate(range(first, first + PER_HALF, BATCH)):
         mq = MessageQueue(TOPIC, "broker-a", b % QUEUES)
         msgs = [
-            Message(TOPIC, f"m-{i}".encode(), tags="TagA" if i % 2 == 0 else "TagB",
-                    keys=f"k{i}", properties={"seq": str(i)})
+            Message(
+                TOPIC,
+                f"m-{i}".encode(),
+                tags="TagA" if i % 2 == 0 else "TagB",
+                keys=f"k{i}",
+                properties={"seq": str(i)},
+            )
             for i in range(start, start + BATCH)
-        ]  # fmt: skip
+        ]
         result = producer.send_batch(msgs, queue=mq)
         for i, uniq in zip(range(start, start + BATCH), result.msg_id.split(","), strict=True):
             sent[uniq] = i
@@ -81,9 +86,19 @@ def test_batch_read_returns_every_message_once_with_its_fields(spark, topic) -> 
     ns, sent, _middle, (before, after) = topic
     df = read(spark, ns, maxOffsetsPerPartition="3000")  # 4 queues -> 8 partitions
     assert df.columns == [
-        "topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "properties",
-        "msgId", "bornTimestamp", "storeTimestamp", "reconsumeTimes",
-    ]  # fmt: skip
+        "topic",
+        "brokerName",
+        "queueId",
+        "queueOffset",
+        "body",
+        "tags",
+        "keys",
+        "properties",
+        "msgId",
+        "bornTimestamp",
+        "storeTimestamp",
+        "reconsumeTimes",
+    ]
     table = df.toArrow()
     rows = table.to_pylist()
     assert len(rows) == 2 * PER_HALF
@@ -111,10 +126,11 @@ def test_batch_read_returns_every_message_once_with_its_fields(spark, topic) -> 
 def test_offsets_json_timestamp_and_tags_select_ranges(spark, topic) -> None:
     ns, sent, middle, _ = topic
     df = read(
-        spark, ns,
+        spark,
+        ns,
         startingOffsets=f'{{"{TOPIC}": {{"broker-a/0": 100, "broker-a/1": -2}}}}',
         endingOffsets=f'{{"{TOPIC}": {{"broker-a/0": 200, "broker-a/1": 50, "broker-a/2": -1}}}}',
-    )  # fmt: skip
+    )
     got = sorted(
         (r["queueId"], r["queueOffset"]) for r in df.select("queueId", "queueOffset").collect()
     )
@@ -146,10 +162,12 @@ def test_offsets_json_timestamp_and_tags_select_ranges(spark, topic) -> None:
         ({"topic": "NoSuchTopicHere"}, "option topic: topic 'NoSuchTopicHere' does not exist"),
         ({"topic": TOPIC, "startingOffsets": '{"x": '}, "option startingOffsets: malformed JSON"),
         ({"topic": TOPIC, "namesrv": ""}, "option namesrv is required"),
-        ({"topic": TOPIC, "startingOffsets": '{"Other": {"broker-a/0": 1}}'},
-         "option startingOffsets: topic 'Other' is not one of the topics read"),
+        (
+            {"topic": TOPIC, "startingOffsets": '{"Other": {"broker-a/0": 1}}'},
+            "option startingOffsets: topic 'Other' is not one of the topics read",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_options_fail_with_a_message_naming_the_option(spark, topic, opts, needle) -> None:
     ns, *_ = topic
     reader = spark.read.format("rocketmq").option("namesrv", ns)

@@ -27,10 +27,15 @@ def test_defaults_batch_and_stream() -> None:
 
 def test_topics_comma_list_and_case_insensitive_keys() -> None:
     o = parse_reader_options(
-        {"NAMESRV": "a:1;b:2", "Topic": " x, y ,x", "FAILONDATALOSS": "False",
-         "maxoffsetspertrigger": "10", "consumerGroup": "cg"},
+        {
+            "NAMESRV": "a:1;b:2",
+            "Topic": " x, y ,x",
+            "FAILONDATALOSS": "False",
+            "maxoffsetspertrigger": "10",
+            "consumerGroup": "cg",
+        },
         streaming=True,
-    )  # fmt: skip
+    )
     assert o.topics == ("x", "y")
     assert o.fail_on_data_loss is False
     assert o.max_offsets_per_trigger == 10
@@ -39,8 +44,11 @@ def test_topics_comma_list_and_case_insensitive_keys() -> None:
 
 
 def test_json_offsets() -> None:
-    o = parse(topic="t", startingOffsets='{"t": {"broker-a/0": 5, "broker-b/3": -2}}',
-              endingOffsets='{"t": {"broker-a/0": -1}}')  # fmt: skip
+    o = parse(
+        topic="t",
+        startingOffsets='{"t": {"broker-a/0": 5, "broker-b/3": -2}}',
+        endingOffsets='{"t": {"broker-a/0": -1}}',
+    )
     assert o.starting == {QueueKey("t", "broker-a", 0): 5, QueueKey("t", "broker-b", 3): -2}
     assert o.ending == {QueueKey("t", "broker-a", 0): -1}
 
@@ -63,8 +71,11 @@ def test_json_offsets() -> None:
         ({"topic": "t", "endingOffsets": '{"t": {"b/0": -2}}'}, False, "endingOffsets"),
         ({"topic": "t", "endingOffsets": "latest"}, True, "endingOffsets"),
         ({"topic": "t", "startingTimestamp": "soon"}, False, "startingTimestamp"),
-        ({"topic": "t", "startingTimestamp": "1", "startingOffsets": "earliest"}, False,
-         "startingTimestamp"),
+        (
+            {"topic": "t", "startingTimestamp": "1", "startingOffsets": "earliest"},
+            False,
+            "startingTimestamp",
+        ),
         ({"topic": "t", "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
         ({"topic": "t", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
         ({"topic": "t", "readFromSlave": "1"}, False, "readFromSlave"),
@@ -73,7 +84,7 @@ def test_json_offsets() -> None:
         ({"topic": "t", "consumerGroup": "a b"}, False, "consumerGroup"),
         ({"topic": "t", "startingOffset": "earliest"}, False, "startingOffsets"),
     ],
-)  # fmt: skip
+)
 def test_bad_option_names_the_option(opts: dict, streaming: bool, named: str) -> None:
     full = {**NS, **opts}
     with pytest.raises(OptionError) as info:

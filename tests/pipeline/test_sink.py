@@ -116,17 +116,17 @@ def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw) -> None:
             StructType([StructField("value", BinaryType())]),
             {"namesrv": "x:1", "topic": "t"},
             "no body column",
-        ),  # fmt: skip
+        ),
         (
             StructType([StructField("body", IntegerType())]),
             {"namesrv": "x:1", "topic": "t"},
             "column body must be binary or string, not int",
-        ),  # fmt: skip
+        ),
         (
             StructType([StructField("body", StringType()), StructField("tags", IntegerType())]),
             {"namesrv": "x:1", "topic": "t"},
             "column tags must be string",
-        ),  # fmt: skip
+        ),
         (
             StructType(
                 [
@@ -136,12 +136,12 @@ def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw) -> None:
             ),
             {"namesrv": "x:1", "topic": "t"},
             "column properties must be map<string,string>",
-        ),  # fmt: skip
+        ),
         (
             StructType([StructField("body", StringType()), StructField("queueId", StringType())]),
             {"namesrv": "x:1", "topic": "t"},
             "column queueId must be int",
-        ),  # fmt: skip
+        ),
         (SCHEMA, {"namesrv": "x:1"}, "no topic"),
         (SCHEMA, {"namesrv": "x:1", "topic": "t", "batchSize": "0"}, "option batchSize"),
         (SCHEMA, {"namesrv": "x:1", "topic": "t", "batchSize": "ten"}, "option batchSize"),
@@ -150,7 +150,7 @@ def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw) -> None:
             SCHEMA,
             {"namesrv": "x:1", "topic": "t", "idempotentKeys": "maybe"},
             "option idempotentKeys",
-        ),  # fmt: skip
+        ),
     ],
 )
 @pytest.mark.parametrize("cls", [RocketMQWriter, RocketMQStreamWriter])
@@ -324,7 +324,7 @@ def test_spark_write_stream_available_now(spark, module_cluster, tmp_path) -> No
         (src / f"part{f}.json").write_text(
             "".join(
                 json.dumps({"id": f * 100 + i, "v": f"v{f * 100 + i}"}) + "\n" for i in range(100)
-            )  # fmt: skip
+            )
         )
     stream = (
         spark.readStream.schema("id long, v string")

@@ -39,8 +39,9 @@ def write_store(root, bodies_per_segment):
     for k, count in enumerate(bodies_per_segment):
         buf = bytearray()
         for _ in range(count):
-            m = MessageExtBrokerInner(topic="T", queue_id=n % 3, body=b"m%d" % n,
-                                      properties={"TAGS": "t", "seq": str(n)})  # fmt: skip
+            m = MessageExtBrokerInner(
+                topic="T", queue_id=n % 3, body=b"m%d" % n, properties={"TAGS": "t", "seq": str(n)}
+            )
             buf += encode_record(m, n // 3, phys + len(buf), 1_700_000_000_000)
             n += 1
         assert len(buf) + 8 <= SEG
@@ -107,10 +108,15 @@ def _produce(ns, topic, n):
     with Producer("store-src-pg", ns) as producer:
         for start in range(0, n, 100):
             msgs = [
-                Message(topic, f"body-{i}".encode() * (1 + i % 5), tags=f"Tag{i % 3}",
-                        keys=f"key{i}", properties={"seq": str(i), "ü": "ß"})
+                Message(
+                    topic,
+                    f"body-{i}".encode() * (1 + i % 5),
+                    tags=f"Tag{i % 3}",
+                    keys=f"key{i}",
+                    properties={"seq": str(i), "ü": "ß"},
+                )
                 for i in range(start, start + 100)
-            ]  # fmt: skip
+            ]
             producer.send_batch(msgs, queue=MessageQueue(topic, "broker-a", (start // 100) % 4))
         producer.send(Message(topic, b"single", tags="S", keys="k-single"))
 
@@ -125,9 +131,22 @@ def _pull_all(ns, topic):
                 if not res.messages:
                     break
                 for m in res.messages:
-                    rows.append((m.topic, mq.brokerName, m.queue_id, m.queue_offset, m.body,
-                                 m.tags, m.keys, m.properties, m.uniq_key, m.born_timestamp,
-                                 m.store_timestamp, m.reconsume_times))  # fmt: skip
+                    rows.append(
+                        (
+                            m.topic,
+                            mq.brokerName,
+                            m.queue_id,
+                            m.queue_offset,
+                            m.body,
+                            m.tags,
+                            m.keys,
+                            m.properties,
+                            m.uniq_key,
+                            m.born_timestamp,
+                            m.store_timestamp,
+                            m.reconsume_times,
+                        )
+                    )
                 offset = res.next_begin_offset
     return sorted(rows, key=lambda r: (r[2], r[3]))
 
@@ -135,10 +154,22 @@ def _pull_all(ns, topic):
 def _spark_rows(df, topic):
     out = []
     for r in df.where(df.topic == topic).toArrow().to_pylist():
-        out.append((r["topic"], r["brokerName"], r["queueId"], r["queueOffset"], r["body"],
-                    r["tags"], r["keys"], dict(r["properties"]), r["msgId"],
-                    round(r["bornTimestamp"].timestamp() * 1000),
-                    round(r["storeTimestamp"].timestamp() * 1000), r["reconsumeTimes"]))  # fmt: skip
+        out.append(
+            (
+                r["topic"],
+                r["brokerName"],
+                r["queueId"],
+                r["queueOffset"],
+                r["body"],
+                r["tags"],
+                r["keys"],
+                dict(r["properties"]),
+                r["msgId"],
+                round(r["bornTimestamp"].timestamp() * 1000),
+                round(r["storeTimestamp"].timestamp() * 1000),
+                r["reconsumeTimes"],
+            )
+        )
     return sorted(out, key=lambda r: (r[2], r[3]))
 
 
@@ -155,8 +186,13 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
         _produce(cluster.namesrv_addr, topic, n)
         live = _pull_all(cluster.namesrv_addr, topic)
         # the live Spark source reads the same rows as the client
-        live_spark = _spark_rows(spark.read.format("rocketmq").option("namesrv", cluster.namesrv_addr)
-                                 .option("topic", topic).load(), topic)  # fmt: skip
+        live_spark = _spark_rows(
+            spark.read.format("rocketmq")
+            .option("namesrv", cluster.namesrv_addr)
+            .option("topic", topic)
+            .load(),
+            topic,
+        )
     assert len(live) == n + 1
     assert live_spark == live
     (store,) = {p.parent for p in (tmp_path / "rmq").rglob("commitlog") if p.is_dir()}
@@ -170,8 +206,12 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     got = _spark_rows(df, topic)
     assert got == live
     # byte ranges smaller than a segment find the same rows
-    ranged = (spark.read.format("rocketmq-store").option("brokerName", "broker-a")
-              .option("maxBytesPerPartition", "20000").load(str(store)))  # fmt: skip
+    ranged = (
+        spark.read.format("rocketmq-store")
+        .option("brokerName", "broker-a")
+        .option("maxBytesPerPartition", "20000")
+        .load(str(store))
+    )
     assert ranged.rdd.getNumPartitions() > len(segments)
     assert _spark_rows(ranged, topic) == live
 
@@ -185,9 +225,12 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     starts = scan_segment(data, off).starts.tolist()
     with open(path, "r+b") as f:
         f.truncate(starts[-3] + 40)
-    torn = _spark_rows(spark.read.format("rocketmq-store").option("brokerName", "broker-a")
-                       .load(str(copy)), topic)  # fmt: skip
-    lost = {(int.from_bytes(data[s + 12 : s + 16], "big"), int.from_bytes(data[s + 20 : s + 28], "big"))
-            for s in starts[-3:]}  # fmt: skip
+    torn = _spark_rows(
+        spark.read.format("rocketmq-store").option("brokerName", "broker-a").load(str(copy)), topic
+    )
+    lost = {
+        (int.from_bytes(data[s + 12 : s + 16], "big"), int.from_bytes(data[s + 20 : s + 28], "big"))
+        for s in starts[-3:]
+    }
     assert torn == [r for r in live if (r[2], r[3]) not in lost]
     assert len(torn) == len(live) - 3

@@ -79,12 +79,20 @@ def test_stream_micro_batches_restart_exactly_once_and_commit(
         sizes[batch_id] = df.count()
 
     def start(trigger: dict):
-        df = stream(spark, ns, topic, startingOffsets="earliest", maxOffsetsPerTrigger="700",
-                    consumerGroup=group)  # fmt: skip
+        df = stream(
+            spark,
+            ns,
+            topic,
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="700",
+            consumerGroup=group,
+        )
         return (
-            df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-            .trigger(**trigger).start()
-        )  # fmt: skip
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start()
+        )
 
     def run_until(total: int) -> None:
         # availableNow is one ReadAllAvailable batch for a Python source: use a real trigger
@@ -135,12 +143,19 @@ def test_checkpoint_offset_past_the_queue_is_data_loss(
     make_topic(ns, topic, 1)
     produce(ns, topic, range(20), 1)
     seen: list[int] = []
-    df = stream(spark, ns, topic, failOnDataLoss=str(fail).lower(),
-                startingOffsets=f'{{"{topic}": {{"broker-a/0": 500}}}}')  # fmt: skip
+    df = stream(
+        spark,
+        ns,
+        topic,
+        failOnDataLoss=str(fail).lower(),
+        startingOffsets=f'{{"{topic}": {{"broker-a/0": 500}}}}',
+    )
     q = (
         df.writeStream.foreachBatch(lambda d, _i: seen.extend(r.queueOffset for r in d.collect()))
-        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
-    )  # fmt: skip
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     if fail:
         with pytest.raises(Exception, match="past the queue's max offset 20"):
             q.awaitTermination(120)

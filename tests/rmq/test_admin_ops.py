@@ -53,8 +53,13 @@ def test_mq_map_parses_fastjson_object_keys_and_strict_json():
     strict = json.dumps({"offsetTable": {key: {"maxOffset": 1}}}).encode()
     assert parse_mq_map(strict, "offsetTable")[1] == [(MessageQueue("T", "b", 3), {"maxOffset": 1})]
     assert parse_mq_map(b'{"offsetTable":{}}', "offsetTable") == ({}, [])
-    for junk in (b"", b"[]", b'{"offsetTable":{1:2}}', b'{"offsetTable":{}} x',
-                 b'{"offsetTable":{{"topic":"T"}:{}}}'):  # fmt: skip
+    for junk in (
+        b"",
+        b"[]",
+        b'{"offsetTable":{1:2}}',
+        b'{"offsetTable":{}} x',
+        b'{"offsetTable":{{"topic":"T"}:{}}}',
+    ):
         with pytest.raises(ProtocolError):
             parse_mq_map(junk, "offsetTable")
 
@@ -202,8 +207,9 @@ async def test_query_by_key_finds_exactly_the_keyed_messages(tcp_cluster):
 
 async def test_view_message_by_offset_id_and_by_uniq_key(tcp_cluster):
     async with Producer("pg", tcp_cluster.namesrv) as p:
-        r = await p.send(Message("ViewTopic", "hello", tags="T1", keys="k1",
-                                 properties={"color": "red"}))  # fmt: skip
+        r = await p.send(
+            Message("ViewTopic", "hello", tags="T1", keys="k1", properties={"color": "red"})
+        )
     async with Admin(tcp_cluster.namesrv) as admin:
         by_offset = await admin.view_message(r.offset_msg_id)
         by_offset_lower = await admin.view_message(r.offset_msg_id.lower())

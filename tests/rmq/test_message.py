@@ -104,16 +104,18 @@ _text = st.text(
 @given(
     tags=st.none() | _text,
     keys=st.none() | _text | st.lists(_text, max_size=3),
-    props=st.dictionaries(_text.filter(lambda k: k and k not in RESERVED_PROPERTIES), _text,
-                          max_size=3),
+    props=st.dictionaries(
+        _text.filter(lambda k: k and k not in RESERVED_PROPERTIES), _text, max_size=3
+    ),
     delay=st.integers(0, MAX_DELAY_LEVEL),
     wait=st.booleans(),
-)  # fmt: skip
+)
 def test_wire_properties_string_is_encode_properties_of_wire_properties(
     tags, keys, props, delay, wait
 ):
-    msg = Message("T", b"x", tags=tags, keys=keys, properties=props, delay_level=delay,
-                  wait_store_ok=wait)  # fmt: skip
+    msg = Message(
+        "T", b"x", tags=tags, keys=keys, properties=props, delay_level=delay, wait_store_ok=wait
+    )
     expected = msg.wire_properties()
     if not expected.get("UNIQ_KEY"):
         expected["UNIQ_KEY"] = "U1"
@@ -137,11 +139,14 @@ def test_separator_in_tags_or_keys_is_refused(field, sep):
 
 @given(
     st.lists(
-        st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=40),
-                  st.dictionaries(_text.filter(bool), _text.filter(bool), max_size=3)),
+        st.tuples(
+            st.integers(-(2**31), 2**31 - 1),
+            st.binary(max_size=40),
+            st.dictionaries(_text.filter(bool), _text.filter(bool), max_size=3),
+        ),
         max_size=5,
     )
-)  # fmt: skip
+)
 def test_batch_body_matches_the_common_codec(items):
     ours = encode_batch_body([(f, b, encode_properties(p)) for f, b, p in items])
     assert ours == common_encode_batch_body(items)

@@ -19,8 +19,9 @@ async def test_producer_group_is_registered_while_open_and_gone_after(
 ):
     producers = memory_cluster.broker().controller.producer_manager
     net = memory_cluster.network
-    async with Producer("pg-heartbeat", memory_cluster.namesrv, network=net,
-                        heartbeat_interval=0.2) as producer:  # fmt: skip
+    async with Producer(
+        "pg-heartbeat", memory_cluster.namesrv, network=net, heartbeat_interval=0.2
+    ) as producer:
         await producer.send(Message("HbTopic", b"x"))
         await _until(lambda: "pg-heartbeat" in producers.groups)
         (client,) = producers.groups["pg-heartbeat"].values()

@@ -51,8 +51,11 @@ def test_select_by_hash_is_javas_string_hashcode_mod_queue_count():
     # Java: "hello".hashCode() == 99162322
     assert select_by_hash(ALL_QUEUES, None, "hello") is ALL_QUEUES[99162322 % 8]
     # a negative hash uses its absolute value (not Python's floor modulo of the negative)
-    key = next(k for k in (f"key-{i}" for i in range(1000)) if java_string_hash(k) % 8 != 0
-               and java_string_hash(k) < 0)  # fmt: skip
+    key = next(
+        k
+        for k in (f"key-{i}" for i in range(1000))
+        if java_string_hash(k) % 8 != 0 and java_string_hash(k) < 0
+    )
     neg = java_string_hash(key)
     assert select_by_hash(ALL_QUEUES, None, key) is ALL_QUEUES[abs(neg) % 8]
     assert abs(neg) % 8 != neg % 8

@@ -85,8 +85,9 @@ async def test_every_message_once_and_offsets_committed(cluster, tap, autojump_c
         await wait_for(lambda: len(got) >= 50)
         await trio.sleep(6)  # a persist round
         assert len(c.assigned_queues()) == 6  # 4 of T + the retry queue of each broker
-    assert sorted(got) == sorted([f"m{i}".encode() for i in range(40)] +
-                                 [f"late{i}".encode() for i in range(10)])  # fmt: skip
+    assert sorted(got) == sorted(
+        [f"m{i}".encode() for i in range(40)] + [f"late{i}".encode() for i in range(10)]
+    )
     assert sum(committed(cluster).values()) == 50  # every queue committed to its end
     # pulls after consumption carry the consumed offset (COMMIT_OFFSET bit, as Java)
     assert any(
@@ -189,8 +190,15 @@ async def test_flow_control_pauses_pulling_until_consumption_drains(cluster, tap
         started += 1
         await release.wait()
 
-    c = make(cluster, tap, listener, topic="F", pull_batch_size=8, pull_threshold_for_queue=10,
-             consume_concurrency=100)  # fmt: skip
+    c = make(
+        cluster,
+        tap,
+        listener,
+        topic="F",
+        pull_batch_size=8,
+        pull_threshold_for_queue=10,
+        consume_concurrency=100,
+    )
     async with c:
         await trio.sleep(5)
         pq = next(pq for mq, pq in c.rebalance.process_queue_table.items() if mq.topic == "F")
@@ -331,17 +339,29 @@ async def test_consumer_answers_broker_requests(cluster, tap, autojump_clock):
     async with c:
         await wait_for(lambda: got)
         addr = cluster.addr(node)
-        info = await tap.deliver(addr, RemotingCommand.request(
-            RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g", "clientId": "x"}))  # fmt: skip
+        info = await tap.deliver(
+            addr,
+            RemotingCommand.request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g", "clientId": "x"}
+            ),
+        )
         assert info.code == ResponseCode.SUCCESS
         body = loads(info.body_bytes())
         assert body["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
         assert {s["topic"] for s in body["subscriptionSet"]} == {"T", "%RETRY%g"}
-        direct = await tap.deliver(addr, RemotingCommand.request(
-            RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "g"}, bytes(record)))  # fmt: skip
+        direct = await tap.deliver(
+            addr,
+            RemotingCommand.request(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "g"}, bytes(record)
+            ),
+        )
         assert loads(direct.body_bytes())["consumeResult"] == "CR_SUCCESS"
-        unknown = await tap.deliver(addr, RemotingCommand.request(
-            RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "nope"}))  # fmt: skip
+        unknown = await tap.deliver(
+            addr,
+            RemotingCommand.request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "nope"}
+            ),
+        )
         assert unknown.code == ResponseCode.SYSTEM_ERROR and "nope" in unknown.remark
     assert got == [b"m0", b"m0"]  # pulled, then handed over directly
 

@@ -37,8 +37,12 @@ async def test_new_group_last_offset_reads_a_queue_that_starts_at_zero(namesrv, 
         if len(got) >= 6:
             all_in.set()
 
-    c = PushConsumer("brand-new", namesrv, consume_from=ConsumeFromWhere.LAST_OFFSET,
-                     offset_store_dir=tmp_path / "offsets")  # fmt: skip
+    c = PushConsumer(
+        "brand-new",
+        namesrv,
+        consume_from=ConsumeFromWhere.LAST_OFFSET,
+        offset_store_dir=tmp_path / "offsets",
+    )
     c.subscribe(TOPIC)
     c.register_listener(listener)
     with trio.fail_after(30):

@@ -23,8 +23,9 @@ def cluster(portal_cluster):
 def test_produce_pull_and_offsets_from_plain_threads(cluster):
     ns, net = cluster.namesrv, cluster.network
     with sync.Producer("pg", ns, network=net) as p:
-        results = [p.send(Message("T", f"m{i}"), queue=MessageQueue("T", "broker-a", 0))
-                   for i in range(3)]  # fmt: skip
+        results = [
+            p.send(Message("T", f"m{i}"), queue=MessageQueue("T", "broker-a", 0)) for i in range(3)
+        ]
         batch = p.send_batch([Message("T", "b0"), Message("T", "b1")])
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert len(batch.msg_id.split(",")) == 2
@@ -32,8 +33,10 @@ def test_produce_pull_and_offsets_from_plain_threads(cluster):
         queues = c.fetch_queues("T")
         r = c.pull(queues[0], 0)
         assert r.status is PullStatus.FOUND and [m.body for m in r.messages][:3] == [
-            b"m0", b"m1", b"m2"
-        ]  # fmt: skip
+            b"m0",
+            b"m1",
+            b"m2",
+        ]
         c.commit_offset(queues[0], r.next_begin_offset)
         assert c.query_offset(queues[0]) == r.next_begin_offset
     with sync.Admin(ns, network=net) as admin:

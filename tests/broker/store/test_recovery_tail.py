@@ -115,8 +115,11 @@ async def test_clean_restart_reads_nothing_before_the_end(tmp_path, parsed):
     async with opened(root) as store:
         rep = store.recovery
         assert (rep.clean, rep.rule, rep.commit_log_from, rep.commit_log_end) == (
-            True, "checkpoint", end, end,
-        )  # fmt: skip
+            True,
+            "checkpoint",
+            end,
+            end,
+        )
         assert rep.bytes_scanned == 0 and rep.files_scanned <= 1 and rep.redispatched_bytes == 0
         assert parsed["dispatch"] == 0 and parsed["validate"] <= 1  # one look at the end
         assert store.get_max_offset_in_queue("T", 0) == 600
