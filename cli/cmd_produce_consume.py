@@ -78,7 +78,7 @@ def produce(
     the messages keep the order of the lines. With a progress bar the per-message lines are
     left out; --json prints one document with every result instead.
     """
-    from cli import admin_render, render
+    from cli import produce_render, render
     from cli.produce import MessageTemplate, ProduceStats
     from cli.produce import produce as produce_lines
 
@@ -104,7 +104,9 @@ def produce(
         import trio
 
         started = trio.current_time()
-        display = admin_render.ProduceDisplay(topic, stats, mode=mode, threshold=PROGRESS_THRESHOLD)
+        display = produce_render.ProduceDisplay(
+            topic, stats, mode=mode, threshold=PROGRESS_THRESHOLD
+        )
         try:
             await produce_lines(
                 _namesrv(ctx),
