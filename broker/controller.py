@@ -208,9 +208,11 @@ class BrokerController:
             log.error("could not write subscriptionGroup.json: %s", exc)
 
     def config_pending(self) -> bool:
-        """A topic or group change is acknowledged to nobody yet: it is not on disk."""
-        w = self.config_writer
-        return w.pending(self.topics_path) is not None or w.pending(self.groups_path) is not None
+        """A topic or group change is acknowledged to nobody yet: it is not on disk.
+
+        Asked on every send, so it is one dict check: the writer holds nothing but this
+        broker's topic and group files (offsets are written by ``persist_offsets_in_thread``)."""
+        return self.config_writer.busy()
 
     async def wait_config_durable(self, timeout: float | None = None) -> bool:
         """Wait until every topic and group change made so far is on disk; False if that took

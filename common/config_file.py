@@ -112,6 +112,10 @@ class WriteBehind:
         self._wake.set()
         return gen
 
+    def busy(self) -> bool:
+        """Something submitted is not on disk yet (O(1): the send path asks on every request)."""
+        return bool(self._waiting)
+
     def pending(self, path: Path) -> int | None:
         """The generation ``path`` must reach to hold everything submitted, or None if it does."""
         entry = self._waiting.get(path)
