@@ -13,7 +13,6 @@ value at a time, and accepts strict JSON objects too (keys that are strings hold
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -22,9 +21,8 @@ from common.errors import ProtocolError, error_for_response
 from common.message import MessageExt, decode_records
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
-from common.remoting.command import RemotingCommand
 from common.serde import loads
-from rmq.remoting import Invoker
+from rmq.remoting import RequestHelpers
 
 # QueryMessageRequestHeader's end timestamp when the caller wants "any time" (Long.MAX_VALUE).
 END_OF_TIME = 2**63 - 1
@@ -188,36 +186,8 @@ def _int(value: Any, what: str) -> int:
 # --- requests --------------------------------------------------------------------------------
 
 
-class AdminAPI:
+class AdminAPI(RequestHelpers):
     """Stateless admin requests over a RemotingClient (all they need is `invoke`)."""
-
-    def __init__(self, remoting: Invoker) -> None:
-        self.remoting = remoting
-
-    async def _call(
-        self,
-        addr: str,
-        code: int,
-        ext: Mapping[str, object] | None = None,
-        body: bytes = b"",
-        *,
-        timeout: float,
-    ) -> RemotingCommand:
-        return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
-
-    async def _call_ok(
-        self,
-        addr: str,
-        code: int,
-        ext: Mapping[str, object] | None = None,
-        body: bytes = b"",
-        *,
-        timeout: float,
-    ) -> RemotingCommand:
-        resp = await self._call(addr, code, ext, body, timeout=timeout)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp.code, resp.remark)
-        return resp
 
     async def broker_runtime_info(self, addr: str, *, timeout: float) -> dict[str, str]:
         resp = await self._call_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=timeout)

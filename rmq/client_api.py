@@ -30,7 +30,7 @@ from common.model import (
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import from_json, to_json
-from rmq.remoting import Remoting
+from rmq.remoting import Remoting, RequestHelpers
 
 # Response codes whose send still stored the message (facts §1.7).
 SEND_OK_CODES = frozenset(
@@ -103,36 +103,14 @@ def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendRe
     )
 
 
-class ClientAPI:
-    """Stateless request helpers over a RemotingClient."""
+class ClientAPI(RequestHelpers):
+    """Stateless request helpers over a RemotingClient (a `Remoting`: oneway sends too)."""
+
+    remoting: Remoting
 
     def __init__(self, remoting: Remoting) -> None:
+        super().__init__(remoting)
         self.remoting = remoting
-
-    async def _call(
-        self,
-        addr: str,
-        code: int,
-        ext: Mapping[str, object] | None = None,
-        body: bytes = b"",
-        *,
-        timeout: float,
-    ) -> RemotingCommand:
-        return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
-
-    async def _call_ok(
-        self,
-        addr: str,
-        code: int,
-        ext: Mapping[str, object] | None = None,
-        body: bytes = b"",
-        *,
-        timeout: float,
-    ) -> RemotingCommand:
-        resp = await self._call(addr, code, ext, body, timeout=timeout)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp.code, resp.remark)
-        return resp
 
     # --- nameserver ----------------------------------------------------------------------
 

@@ -15,9 +15,12 @@ client on the in-memory network, a fault-injecting wrapper) and mypy checks the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
+from common.errors import error_for_response
 from common.remoting.channel import Handler
+from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 
 
@@ -33,3 +36,36 @@ class Remoting(Invoker, Protocol):
     ) -> None: ...
 
     def set_request_handler(self, handler: Handler | None) -> None: ...
+
+
+class RequestHelpers:
+    """One request, one answer: what `ClientAPI` and `AdminAPI` build every call on."""
+
+    def __init__(self, remoting: Invoker) -> None:
+        self.remoting = remoting
+
+    async def _call(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
+        return await self.remoting.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
+
+    async def _call_ok(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float,
+    ) -> RemotingCommand:
+        """The answer if it is SUCCESS, else the error class of its code (common.errors)."""
+        resp = await self._call(addr, code, ext, body, timeout=timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_response(resp.code, resp.remark)
+        return resp
