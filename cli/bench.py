@@ -135,6 +135,9 @@ async def bench_produce(
 
     if size < 1 or batch < 1 or inflight < 1:
         raise BenchError("size, batch and inflight must be >= 1")
+    if count is None and duration is None:
+        # refused before the warm-up, which would store a message
+        raise BenchError("give a message count or a duration")
     body = (bytes(range(256)) * (size // 256 + 1))[:size]
     latencies: list[float] = []
     started = done = requests = 0

@@ -150,3 +150,11 @@ def test_cli_help_has_examples_and_bad_option_is_refused():
         assert result.exit_code == 0 and "Examples:" in result.output, args
     bad = runner.invoke(app, ["bench", "produce", "--inflight", "0"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+async def test_produce_without_count_or_duration_is_refused_before_storing_anything(
+    cluster, remoting, autojump_clock
+):
+    with pytest.raises(BenchError, match="count or a duration"):
+        await bench_produce(cluster.namesrv, "B", count=None, duration=None, remoting=remoting)
+    assert stored(cluster) == []  # not even the warm-up message
