@@ -14,9 +14,8 @@ now and then a send fails with "No route info of this topic" although the route 
 (librocketmq's transport lock times out spuriously: `GetTransport of:<addr> get timed_mutex
 timeout` in its log; apache/rocketmq-client-cpp issues 224, 455, 456; about 0.4% of sends with 8
 threads). Only then, and only for exactly that error, a send is retried (at most
-ROUTE_RETRIES times, after a short doubling back-off); each retry is reported as a `route_retry`
-event and counted in `done`, so
-the test can check they stay rare. Any other error is never retried. A single-threaded
+ROUTE_RETRIES times, after a short doubling back-off); each retry is reported as a
+`route_retry` event and counted in `done`, so the test can check they stay rare. Any other error is never retried. A single-threaded
 producer retries nothing: there the same message would mean a real missing route.
 
 Importing the client is not optional: if it is missing this exits non-zero with the import
