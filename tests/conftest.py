@@ -451,3 +451,34 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
         yield lease.value
     finally:
         portal.exit(lease)
+
+
+# --- Spark ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """ONE local[2] SparkSession for the whole run (5-15 s to start on this machine); pyspark
+    and Java are required: a missing one fails the test, never skips it."""
+    from pyspark.sql import SparkSession
+
+    import pipeline
+
+    # Spark starts its Python workers with `python3` from PATH unless told otherwise; they must
+    # run this interpreter (the venv with the project installed), whatever PATH says.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("trio-rmq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    pipeline.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
