@@ -1,0 +1,265 @@
+"""How DLedger members reach each other: the network seam, its remoting (TCP) implementation.
+
+Theory of operation
+-------------------
+A :class:`DLedgerNetwork` does two things for a member:
+
+* ``serve`` binds the member's DLedger address (its entry of ``dLegerPeers``), reports the bound
+  ``host:port`` through ``task_status`` and hands every request, *in arrival order*, to a plain
+  (synchronous) handler.  The handler answers with a response, or with an awaitable of one when
+  the answer must wait (the node answers a vote only once the vote is durable).  Arrival order
+  matters: one leader's pushes to a follower must reach its log in the order they were sent.
+* ``open_client`` gives a :class:`DLedgerClient` whose ``call`` sends one request and returns
+  its response, or raises an :class:`RpcError` (unreachable, no answer within the RPC timeout,
+  an answer we cannot read).  Many calls run at once (pipelining).  Trio starts tasks in no
+  particular order, so the *write* order is made explicit: ``call`` reports
+  ``task_status.started()`` only once its request has its place on the connection, and a
+  caller that ``await nursery.start(...)``-s its calls one after another gets them written in
+  that order.  ``call`` always reports started, also when it fails, before it raises.
+
+:class:`RemotingDLedgerNetwork` is DLedger's own wire (facts §6.4): a remoting command with
+``code`` = the DLedgerRequestCode, no extFields, and the JSON body of wire.py; the answer is a
+command with code 200 (DLedger writes ``DLedgerResponseCode.SUCCESS`` there; the DLedger result
+is the body's ``code``) and the JSON response as body.  It runs over any
+``common.remoting.network.Network``: TCP in production, ``common.testing.MemoryNetwork`` in tests.
+Connections come from one ``RemotingClient`` per member, which reconnects on the next call after
+a connection failed.  Requests are served inline by the connection's read loop (arrival order);
+an undecodable body is answered SYSTEM_ERROR, as a handler exception is.
+
+Ordering relies on one property of ``Channel.request``: it queues its frame before its first
+checkpoint (channel.py: frames are encoded into the outbox synchronously).  The conformance
+test ``test_pipelined_calls_arrive_in_start_order`` holds it to that.
+
+The in-memory network with fault injection is in memory_transport.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+import attrs
+import trio
+
+from broker.dledger.messages import (
+    HeartBeatResponse,
+    LeadershipTransferResponse,
+    MetadataResponse,
+    PushEntryResponse,
+    VoteResponse,
+)
+from broker.dledger.wire import (
+    AnyRequest,
+    AnyResponse,
+    WireError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_code,
+)
+from common.errors import RemotingError, RequestError
+from common.remoting.channel import Channel
+from common.remoting.client import RemotingClient, open_remoting_client
+from common.remoting.codes import DLedgerRequestCode, DLedgerResponseCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.remoting.network import TCP, Network, parse_addr
+from common.remoting.server import RemotingServerHandle, RequestDispatcher, serve_remoting
+
+__all__ = [
+    "RESPONSE_TYPES",
+    "RPC_TIMEOUT",
+    "DLedgerClient",
+    "DLedgerNetwork",
+    "RemotingDLedgerNetwork",
+    "Reply",
+    "RequestHandler",
+    "RpcBadAnswer",
+    "RpcError",
+    "RpcTimeout",
+    "RpcUnreachable",
+    "SERVED_CODES",
+]
+
+log = logging.getLogger(__name__)
+
+# DLedgerRpcNettyService: every invokeAsync waits 3 s
+RPC_TIMEOUT = 3.0
+
+# The requests a member answers (APPEND, GET and PULL are DLedger's client API: not served).
+SERVED_CODES = (
+    DLedgerRequestCode.METADATA,
+    DLedgerRequestCode.VOTE,
+    DLedgerRequestCode.HEART_BEAT,
+    DLedgerRequestCode.PUSH,
+    DLedgerRequestCode.LEADERSHIP_TRANSFER,
+)
+
+# What a handler's answer is when it is not an awaitable (isinstance narrows a Reply with it).
+RESPONSE_TYPES = (
+    VoteResponse,
+    HeartBeatResponse,
+    PushEntryResponse,
+    LeadershipTransferResponse,
+    MetadataResponse,
+)
+
+Reply = AnyResponse | Awaitable[AnyResponse]
+#: Called in arrival order with each request; answers now, or with an awaitable of the answer.
+RequestHandler = Callable[[AnyRequest], Reply]
+
+
+class RpcError(RemotingError):
+    """A DLedger call got no usable answer; the peer may or may not have handled it."""
+
+    retriable = True
+
+
+class RpcUnreachable(RpcError):
+    """No connection to the peer (refused, closed under the call, or the member is down)."""
+
+
+class RpcTimeout(RpcError):
+    """No answer within the RPC timeout."""
+
+
+class RpcBadAnswer(RpcError):
+    """An answer that is not a DLedger response (undecodable, or a remoting error)."""
+
+
+class DLedgerClient(Protocol):
+    async def call(
+        self,
+        addr: str,
+        request: AnyRequest,
+        *,
+        timeout: float = RPC_TIMEOUT,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> AnyResponse:
+        """Send ``request`` to the member at ``addr`` and return its answer; raises RpcError.
+        Reports started once the request's write position is fixed (or it failed)."""
+        ...
+
+
+class DLedgerNetwork(Protocol):
+    async def serve(
+        self,
+        member_id: str,
+        addr: str,
+        handler: RequestHandler,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Bind ``addr`` (port 0: any free port), report the bound ``host:port``, answer every
+        request with ``handler`` in arrival order until cancelled."""
+        ...
+
+    def open_client(self, member_id: str) -> AbstractAsyncContextManager[DLedgerClient]:
+        """The client of ``member_id``'s calls; its connections end with the ``async with``."""
+        ...
+
+
+# --- remoting --------------------------------------------------------------------------------
+
+
+def _answer(response: AnyResponse, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(DLedgerResponseCode.SUCCESS, body=encode_response(response))
+
+
+async def _answer_later(reply: Awaitable[AnyResponse], cmd: RemotingCommand) -> RemotingCommand:
+    return _answer(await reply, cmd)
+
+
+def _serve_inline(
+    handler: RequestHandler, cmd: RemotingCommand, channel: Channel
+) -> RemotingCommand | Awaitable[RemotingCommand]:
+    try:
+        request = decode_request(cmd.code, cmd.body_bytes())
+    except WireError as exc:
+        log.warning(
+            "undecodable DLedger request %d from %s: %s", cmd.code, channel.remote_addr, exc
+        )
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    reply = handler(request)
+    if isinstance(reply, RESPONSE_TYPES):
+        return _answer(reply, cmd)
+    return _answer_later(reply, cmd)
+
+
+@attrs.define(eq=False)
+class _RemotingClient:
+    client: RemotingClient
+
+    async def call(
+        self,
+        addr: str,
+        request: AnyRequest,
+        *,
+        timeout: float = RPC_TIMEOUT,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> AnyResponse:
+        code = request_code(request)
+        cmd = RemotingCommand(code=int(code), body=encode_request(request))
+        started = False
+        try:
+            with trio.fail_after(timeout):
+                channel = await self.client.get_channel(addr)
+                started = True
+                task_status.started()
+                # no checkpoint between here and the frame being queued (see module doc)
+                answer = await channel.request(cmd)
+        except trio.TooSlowError:
+            raise RpcTimeout(f"no answer from {addr} within {timeout}s ({code.name})") from None
+        except RemotingError as exc:
+            raise RpcUnreachable(f"{code.name} to {addr}: {exc}") from exc
+        finally:
+            if not started:
+                task_status.started()
+        body = answer.body_bytes()
+        if not body:
+            raise RpcBadAnswer(f"{code.name} to {addr} answered {answer.code}: {answer.remark}")
+        try:
+            return decode_response(code, body)
+        except WireError as exc:
+            raise RpcBadAnswer(f"{code.name} to {addr}: {exc}") from exc
+
+
+@attrs.frozen
+class RemotingDLedgerNetwork:
+    """DLedger RPCs over remoting commands on ``network`` (TCP unless told otherwise)."""
+
+    network: Network = TCP
+    connect_timeout: float = RPC_TIMEOUT
+
+    async def serve(
+        self,
+        member_id: str,
+        addr: str,
+        handler: RequestHandler,
+        *,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        host, port = parse_addr(addr)
+        dispatcher = RequestDispatcher()
+        serve_one = functools.partial(_serve_inline, handler)
+        for code in SERVED_CODES:
+            dispatcher.register(code, serve_one, inline=True)
+        async with trio.open_nursery() as nursery:
+            handle: RemotingServerHandle = await nursery.start(
+                functools.partial(serve_remoting, network=self.network), dispatcher, host, port
+            )
+            log.info("DLedger member %s serving on %s:%d", member_id, host, handle.port)
+            task_status.started(f"{host}:{handle.port}")
+
+    def open_client(self, member_id: str) -> AbstractAsyncContextManager[DLedgerClient]:
+        return self._client()
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[DLedgerClient]:
+        async with open_remoting_client(
+            connect_timeout=self.connect_timeout, network=self.network
+        ) as client:
+            yield _RemotingClient(client)
