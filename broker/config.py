@@ -25,7 +25,7 @@ from typing import Any  # one use: _FieldValues, whose comment says why
 
 import attrs
 
-from broker.store.config import MessageStoreConfig, parse_delay_levels
+from broker.store.config import MessageStoreConfig, parse_delay_levels, parse_dledger_peers
 from common.mixall import MASTER_ID
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,25 @@ def _parse_str(v: str) -> str:
 def _parse_delay_levels(v: str) -> str:
     parse_delay_levels(v.strip())  # raises ValueError for a bad token
     return v.strip()
+
+
+def _parse_positive_int(v: str) -> int:
+    n = int(v.strip())
+    if n <= 0:
+        raise ValueError(f"expected a positive number, got {v!r}")
+    return n
+
+
+def _parse_peers(v: str) -> str:
+    parse_dledger_peers(v)  # raises ValueError naming the bad member
+    return v.strip()
+
+
+def _parse_member_id(v: str) -> str:
+    member = v.strip()
+    if not (member[:1] == "n" and member[1:].isdigit()):
+        raise ValueError(f"expected a DLedger member id n0, n1, ..., got {v!r}")
+    return member
 
 
 def _parse_role(v: str) -> str:
@@ -172,8 +191,20 @@ class BrokerConfig:
         broker_kw.update(overrides)
         return cls(store=store, **broker_kw).validated()
 
+    @property
+    def dledger(self) -> bool:
+        """DLedger mode: the role and brokerId follow the Raft role (broker/dledger/roles.py)."""
+        return self.store.enable_dleger_commit_log
+
     def validated(self) -> BrokerConfig:
         """Apply BrokerStartup's role rules; raises ValueError for an impossible combination."""
+        if self.dledger:
+            # brokerRole and brokerId are decided at run time by the DLedger role; what is set
+            # of the group must agree with itself (run_broker checks it is complete)
+            store = self.store
+            if store.dleger_peers and store.dleger_self_id:
+                store.check_dledger()
+            return self
         if self.is_slave:
             if self.broker_id <= MASTER_ID:
                 raise ValueError("brokerId must be > 0 for a SLAVE broker")
@@ -285,6 +316,17 @@ _PROPERTIES: dict[str, _Spec] = {
     ),
     "enableDLegerCommitLog": ("store", "enable_dleger_commit_log", _parse_bool),
     "dLegerGroup": ("store", "dleger_group", _parse_str),
-    "dLegerPeers": ("store", "dleger_peers", _parse_str),
-    "dLegerSelfId": ("store", "dleger_self_id", _parse_str),
+    "dLegerSelfId": ("store", "dleger_self_id", _parse_member_id),
+    "dLegerPeers": ("store", "dleger_peers", _parse_peers),
+    "preferredLeaderId": ("store", "preferred_leader_id", _parse_member_id),
+    "storePathDLedgerCommitLog": ("store", "store_path_dledger_commit_log", _parse_str),
+    "isEnableBatchPush": ("store", "enable_batch_push", _parse_bool),
+    "enableBatchPush": ("store", "enable_batch_push", _parse_bool),
+    # DLedgerConfig's own names (milliseconds, kept as such: DLedger's core counts in ms)
+    "heartBeatTimeIntervalMs": ("store", "heart_beat_time_interval_ms", _parse_positive_int),
+    "maxHeartBeatLeak": ("store", "max_heart_beat_leak", _parse_positive_int),
+    "minVoteIntervalMs": ("store", "min_vote_interval_ms", _parse_positive_int),
+    "maxVoteIntervalMs": ("store", "max_vote_interval_ms", _parse_positive_int),
+    "maxWaitAckTimeMs": ("store", "max_wait_ack_time_ms", _parse_positive_int),
+    "maxPushTimeOutMs": ("store", "max_push_time_out_ms", _parse_positive_int),
 }

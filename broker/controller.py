@@ -113,6 +113,12 @@ class BrokerController:
     # file writes (configs, offsets) in worker threads; False keeps them on the event loop for
     # tests under autojump_clock (see common/config_file.py)
     io_threads: bool = True
+    # The brokerId this broker registers with and the role it serves as ("ASYNC_MASTER",
+    # "SYNC_MASTER", "SLAVE"): the config's, except in DLedger mode, where they start as -1 /
+    # SLAVE (not registered, no writes) and follow the Raft role (broker/dledger/roles.py).
+    # Set only through set_role, which keeps the store's role equal to broker_role.
+    broker_id: int = attrs.field(init=False)
+    broker_role: str = attrs.field(init=False)
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
@@ -144,6 +150,22 @@ class BrokerController:
         )
         if self.store_host == ("127.0.0.1", 0):
             self.store_host = (c.broker_ip1, c.listen_port)
+        if c.dledger:
+            self.set_role(-1, "SLAVE")
+        else:
+            self.broker_id, self.broker_role = c.broker_id, c.broker_role
+
+    # --- role -----------------------------------------------------------------------------------
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    def set_role(self, broker_id: int, role: str) -> None:
+        """Switch brokerId and role at run time (DLedger mode); the store refuses puts as a
+        SLAVE.  Re-registering and the role's services are the caller's (roles.py)."""
+        self.broker_id = broker_id
+        self.broker_role = role
+        self.store.broker_role = role
 
     # --- addresses ---------------------------------------------------------------------------
     @property
@@ -249,7 +271,7 @@ class BrokerController:
             "brokerAddr": self.broker_addr,
             "clusterName": self.config.broker_cluster_name,
             "haServerAddr": self.ha_server_addr,
-            "brokerId": str(self.config.broker_id),
+            "brokerId": str(self.broker_id),
         }
 
     def _on_register_result(self, result: RegisterResult) -> None:

@@ -24,7 +24,8 @@ Each nameserver is tried independently under its own timeout, so one dead namese
 delays nor fails the others.  A slave learns its master's address and HA address from the
 answer (``masterAddr`` / ``haServerAddr``); they are kept in ``master_addr`` /
 ``ha_master_addr`` and reported through ``on_result`` (the HA client and the slave sync hook in
-there).  On clean shutdown the service calls :meth:`unregister_all` under a shielded, bounded
+there).  A DLedger member registers nothing while its brokerId is -1 (its Raft role is not known
+yet) and calls :meth:`forget_master` on every role change.  On clean shutdown the service calls :meth:`unregister_all` under a shielded, bounded
 cancel scope.
 """
 
@@ -112,10 +113,11 @@ class BrokerRegistrar:
     async def register_all(self, addrs: list[str] | None = None) -> list[RegisterResult]:
         """One round: every nameserver, or only `addrs` (the retries that are due)."""
         addrs = self.namesrv_addrs if addrs is None else addrs
-        if not addrs:
+        headers = self.header_fn()
+        if not addrs or int(headers.get("brokerId", "0")) < 0:
+            # (brokerId -1: a DLedger member that does not know its role yet registers nothing)
             self.rounds += 1
             return []
-        headers = self.header_fn()
         body = self.body_fn()
         is_slave = int(headers.get("brokerId", "0")) > 0
         fields: dict[str, object] = {
@@ -162,6 +164,12 @@ class BrokerRegistrar:
                 self.on_result(r)
         return results
 
+    def forget_master(self) -> None:
+        """The master may have changed (a DLedger role change): learn it from the next answers,
+        retrying quickly while they name none, as at start."""
+        self.master_addr = None
+        self.ha_master_addr = None
+
     def _failed(self, addr: str, why: str) -> None:
         previous = self._retry.get(addr)
         delay = self.first_retry if previous is None else min(previous[1] * 2, self.period)
@@ -173,6 +181,8 @@ class BrokerRegistrar:
 
     async def unregister_all(self) -> None:
         headers = self.header_fn()
+        if int(headers.get("brokerId", "0")) < 0:
+            return  # never registered
         fields = {k: headers[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}
 
         async def one(addr: str) -> None:

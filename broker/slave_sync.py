@@ -372,9 +372,13 @@ async def run_slave_sync(
     interval: float | None = None,
     initial_delay: float | None = None,
     master_addr: str | None = None,
+    on_round: Callable[[SyncReport | None], None] | None = None,
     task_status: trio.TaskStatus[SlaveSynchronize] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run ``sync_all`` after ``initial_delay`` and then every ``interval`` until cancelled."""
+    """Run ``sync_all`` after ``initial_delay`` and then every ``interval`` until cancelled.
+
+    ``on_round`` sees each whole round's report (None: no master known); DLedger followers
+    re-register when a round failed, to learn a new master sooner than the next period."""
     config = controller.config
     if interval is None:
         interval = config.slave_sync_interval
@@ -396,7 +400,9 @@ async def run_slave_sync(
     last_forward = -math.inf
     while True:
         if full:
-            await sync.sync_all()
+            report = await sync.sync_all()
+            if on_round is not None:
+                on_round(report)
         else:
             # a commit-triggered forward: at most one per forward_gap
             await trio.sleep_until(last_forward + sync.forward_gap)

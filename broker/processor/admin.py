@@ -88,7 +88,7 @@ class AdminBrokerProcessor:
         r(RequestCode.GET_CONSUME_STATS, self.get_consume_stats)
 
     def _refuse_on_slave(self) -> None:
-        if self.broker.config.is_slave:
+        if self.broker.is_slave:
             raise RequestError(ResponseCode.SYSTEM_ERROR, _SLAVE_REFUSAL)
 
     # --- topics -------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ class PullMessageProcessor:
         has_sub = bool(sys_flag & PullSysFlag.SUBSCRIPTION)
 
         tc = b.topic_config_manager.select_topic_config(topic)
-        if tc is None and cfg.is_slave:
+        if tc is None and b.is_slave:
             tc = _replicated_topic_config(b.store, topic)
         if tc is None:
             raise RequestError(
@@ -228,11 +228,7 @@ class PullMessageProcessor:
             )
         else:
             suggest = MASTER_ID
-        if (
-            code == ResponseCode.PULL_OFFSET_MOVED
-            and cfg.is_slave
-            and not cfg.offset_check_in_slave
-        ):
+        if code == ResponseCode.PULL_OFFSET_MOVED and b.is_slave and not cfg.offset_check_in_slave:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
             suggest = sgc.brokerId
         ext = {
@@ -244,7 +240,7 @@ class PullMessageProcessor:
         }
 
         # Offset commit: first pass only, never on a slave.
-        if allow_suspend and has_commit and not cfg.is_slave:
+        if allow_suspend and has_commit and not b.is_slave:
             b.consumer_offset_manager.commit_offset(group, topic, queue_id, commit_offset)
 
         if code == ResponseCode.SUCCESS:

@@ -11,8 +11,8 @@ connection's read loop calls :meth:`SendMessageProcessor.send_inline` itself, in
 with no task in between (Trio may start a batch of new tasks in any order), so the CommitLog
 order of one producer's pipelined sends is the order in which they arrived.  When the store's
 answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
-is a ``PendingPut`` (SYNC_FLUSH flush, reput behind) the read loop gets an awaitable for the
-rest, which a task awaits while the read loop goes on reading.  On a SYNC_MASTER (WAIT absent or
+is an ``AwaitablePut`` (SYNC_FLUSH flush, reput behind; in DLedger mode the quorum commit) the
+read loop gets an awaitable for the rest, which a task awaits while the read loop goes on reading.  On a SYNC_MASTER (WAIT absent or
 "true") that awaitable also waits for a slave's ack (``controller.ha.wait_for_replica``) and
 answers FLUSH_SLAVE_TIMEOUT (12) / SLAVE_NOT_AVAILABLE (11) when it does not come; the message
 stays stored either way.
@@ -39,7 +39,7 @@ from broker.controller import BrokerController
 from broker.ha.service import HAService
 from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
 from broker.processor.send_header import header_bool, header_int, send_header
-from broker.store.results import PendingPut, PutMessageResult, PutMessageStatus
+from broker.store.results import AwaitablePut, PutMessageResult, PutMessageStatus
 from broker.topic_config import validate_topic
 from common.batch_body import decode_batch_body
 from common.errors import RequestError
@@ -349,15 +349,15 @@ class SendMessageProcessor:
     def _answer_append(
         self,
         req: RemotingCommand,
-        appended: PutMessageResult | PendingPut,
+        appended: PutMessageResult | AwaitablePut,
         queue_id: int,
         replica: HAService | None = None,
     ) -> SendAnswer:
         answer: SendAnswer
-        if isinstance(appended, PendingPut) or (replica is not None and appended.ok):
-            answer = self._answer_later(req, appended, queue_id, replica)
-        else:
+        if isinstance(appended, PutMessageResult) and (replica is None or not appended.ok):
             answer = self._answer_put(req, appended, queue_id)
+        else:
+            answer = self._answer_later(req, appended, queue_id, replica)
         if self.broker.config_pending():
             # this send auto-created a topic (or came right after a topic change) whose config
             # is still being written: acknowledge only what a restart would find again
@@ -379,12 +379,12 @@ class SendMessageProcessor:
     async def _answer_later(
         self,
         req: RemotingCommand,
-        appended: PutMessageResult | PendingPut,
+        appended: PutMessageResult | AwaitablePut,
         queue_id: int,
         replica: HAService | None,
     ) -> RemotingCommand:
-        """Flush wait (SYNC_FLUSH, in the store's PendingPut), then the replica wait."""
-        result = await appended.wait() if isinstance(appended, PendingPut) else appended
+        """The store's wait (SYNC_FLUSH flush, DLedger commit), then the replica wait."""
+        result = appended if isinstance(appended, PutMessageResult) else await appended.wait()
         if replica is not None and result.append is not None:
             append = result.append
             status = await replica.wait_for_replica(append.wrote_offset + append.wrote_bytes)

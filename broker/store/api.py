@@ -3,15 +3,15 @@
 Processors, the HA service, the schedule service, the slave sync and the pull hold service depend
 on :class:`MessageStore`, never on a concrete store.  Two implementations keep it today, judged by
 one conformance suite (``tests/broker/store/``): the file store (``DefaultMessageStore``, RocketMQ's
-on-disk format) and the in-memory store of tests (``MemoryMessageStore``).  DLedger mode will add a
-third whose CommitLog is a Raft log; it keeps this same surface.
+on-disk format) and the in-memory store of tests (``MemoryMessageStore``).  DLedger mode adds a
+third (``broker/dledger/commitlog.py``) whose writes go through a Raft log; it keeps this surface.
 
 Contract, in words the type checker cannot hold:
 
 * ``append_message(s)`` is synchronous: the record is in the CommitLog (and, with ASYNC_FLUSH and
   an idle reput, dispatched) when it returns, so processors that call it without an ``await``
-  between receiving and appending store pipelined sends in arrival order.  A ``PendingPut`` is the
-  rest (flush, dispatch) to await.
+  between receiving and appending store pipelined sends in arrival order.  An ``AwaitablePut`` is
+  the rest (flush, dispatch; in DLedger mode the quorum commit and the apply) to await.
 * offsets are RocketMQ's: physical offsets are CommitLog byte positions, queue offsets count
   ConsumeQueue units; ``get_max_offset_in_queue`` is one past the last unit.
 * ``append_to_commit_log`` (a slave's HA path) accepts bytes only at exactly
@@ -25,9 +25,9 @@ from typing import Protocol
 
 from broker.store.config import MessageStoreConfig
 from broker.store.results import (
+    AwaitablePut,
     GetMessageResult,
     MessageFilter,
-    PendingPut,
     PutMessageResult,
     QueryMessageResult,
 )
@@ -46,11 +46,11 @@ class MessageStore(Protocol):
     broker_role: str
 
     # --- writes -----------------------------------------------------------------------------
-    def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult | PendingPut: ...
+    def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult | AwaitablePut: ...
 
     def append_messages(
         self, msgs: list[MessageExtBrokerInner]
-    ) -> PutMessageResult | PendingPut: ...
+    ) -> PutMessageResult | AwaitablePut: ...
 
     async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult: ...
 

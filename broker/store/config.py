@@ -35,6 +35,28 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parse_dledger_peers(text: str) -> dict[str, str]:
+    """ "n0-127.0.0.1:40911;n1-127.0.0.1:40912" -> {"n0": "127.0.0.1:40911", ...}.
+
+    Member ids are ``n<k>`` (the broker derives brokerId k+1 from them, as RocketMQ does);
+    ValueError on a malformed member, a bad port or a repeated id."""
+    peers: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        member, sep, addr = part.partition("-")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad DLedger peer {part!r}, expected n<k>-host:port")
+        if not (member[:1] == "n" and member[1:].isdigit()):
+            raise ValueError(f"bad DLedger member id {member!r}, expected n0, n1, ...")
+        if member in peers:
+            raise ValueError(f"DLedger member {member} is listed twice")
+        peers[member] = addr
+    return peers
+
+
 @attrs.frozen
 class MessageStoreConfig:
     store_path_root_dir: str = attrs.field(converter=os.fspath)
@@ -73,15 +95,53 @@ class MessageStoreConfig:
     ha_housekeeping_interval: float = 20.0
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
-    # DLedger (read by broker/dledger)
+    # DLedger mode (read by broker/dledger; RocketMQ's MessageStoreConfig names, facts §6.6)
     enable_dleger_commit_log: bool = False
+    # "" -> the broker's name (run_broker fills it in)
     dleger_group: str = ""
+    # "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
     dleger_peers: str = ""
     dleger_self_id: str = ""
+    preferred_leader_id: str | None = None
+    # None -> <root>/dledger_commitlog (the DLedger files go in dledger-<selfId>/ below it)
+    store_path_dledger_commit_log: str | None = None
+    enable_batch_push: bool = False
+    # DLedgerConfig timings in ms, by DLedger's names, with its defaults (facts §6.2)
+    heart_beat_time_interval_ms: int = 2000
+    max_heart_beat_leak: int = 3
+    min_vote_interval_ms: int = 300
+    max_vote_interval_ms: int = 1000
+    max_wait_ack_time_ms: int = 2500
+    max_push_time_out_ms: int = 1000
 
     @property
     def commit_log_dir(self) -> str:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def dledger_store_dir(self) -> str:
+        return self.store_path_dledger_commit_log or os.path.join(
+            self.store_path_root_dir, "dledger_commitlog"
+        )
+
+    def dledger_peer_map(self) -> dict[str, str]:
+        """``dleger_peers`` as member id -> DLedger address; ValueError naming what is wrong."""
+        return parse_dledger_peers(self.dleger_peers)
+
+    def check_dledger(self) -> None:
+        """Everything DLedger mode needs, checked together (ValueError naming the property)."""
+        peers = self.dledger_peer_map()
+        if not peers:
+            raise ValueError("dLegerPeers is empty")
+        if self.dleger_self_id not in peers:
+            raise ValueError(
+                f"dLegerSelfId {self.dleger_self_id!r} is not one of dLegerPeers "
+                f"({', '.join(peers)})"
+            )
+        if self.preferred_leader_id and self.preferred_leader_id not in peers:
+            raise ValueError(f"preferredLeaderId {self.preferred_leader_id!r} is not a peer")
+        if self.min_vote_interval_ms > self.max_vote_interval_ms:
+            raise ValueError("minVoteIntervalMs is larger than maxVoteIntervalMs")
 
     @property
     def delay_level_millis(self) -> tuple[int, ...]:

@@ -65,6 +65,17 @@ class PutCompletion(Protocol):
         ...
 
 
+class AwaitablePut(Protocol):
+    """A put whose outcome is still to come: ``await wait()`` (once) gives the final result.
+
+    What ``append_message(s)`` returns when it cannot answer at once: the file store's
+    :class:`PendingPut` (flush, dispatch), the DLedger store's put waiting for the quorum
+    commit and the apply (``broker/dledger/commitlog.py``).  Callers tell it from a final
+    answer with ``isinstance(x, PutMessageResult)`` (a cheap class check on the send path)."""
+
+    async def wait(self) -> PutMessageResult: ...
+
+
 class PendingPut:
     """A put already appended to the CommitLog whose outcome waits on the store.
 
