@@ -1,0 +1,305 @@
+"""The DLedger state machine: committed log entries applied to the classic store, in index order.
+
+Theory of operation
+-------------------
+In DLedger mode the Raft log (``node.log``) is the replicated truth and the classic store
+(``DefaultMessageStore``, or the in-memory one in tests) is the state machine readers see: its
+CommitLog, ConsumeQueues and index.  Each non-empty entry body is exactly one CommitLog record
+as the classic put path would have written it, queue offset included (the leader assigned it);
+an empty body is a leader's no-op entry (Raft §8) and is skipped.
+
+:meth:`Applier.run` waits until ``node.committed_index`` passes ``applied_index``, then for each
+committed entry in order writes its record at the classic CommitLog's end through the store's
+raw append (the seam a classic slave's HA uses): when the record does not fit the current
+file, first a BLANK filler over the rest of it, by the classic rule (``size + 8 > remaining``),
+then the record with its PHYSICALOFFSET patched to where it lands.  The classic store's own
+dispatch (reput) then writes the ConsumeQueue units and index entries and wakes long polls.
+Every member applies the same record sequence into files of the same size, so a record lands
+at the same physical offset on every member: msgIds and queue units agree across the group.
+
+Restart (:meth:`Applier.resume`), exact after any crash: the hint file ``dledger_applied`` in the
+classic store's root holds a pair (index, offset) that was true when written: the classic
+CommitLog ended at ``offset`` holding exactly the records of the entries ``<= index``.  A
+process crash loses nothing of the classic CommitLog (its files are memory-mapped; recovery
+only cuts a torn last record), so its recovered end is at or past ``offset``; resume walks the
+classic records from ``offset`` to that end, pairing each with the next non-empty entry after
+``index`` and checking they are the same record (every byte but PHYSICALOFFSET).  The last one
+paired is the applied index: apply goes on at the next entry, with no record applied twice
+and none skipped.  A classic store that ends before the hint (an in-memory store, or a lost
+power-cut tail) is walked from its start instead.  A record that does not match its entry
+stops the broker (``ApplyError``): the two logs diverged, and serving either would be wrong.
+
+Invariants
+* ``applied_offset == classic.get_max_phy_offset()`` between two calls of ``apply_entry``;
+* the classic CommitLog holds exactly the records of the non-empty entries ``<= applied_index``,
+  in index order, and ``applied_index <= node.committed_index`` as seen when they were applied
+  (only committed entries ever reach the classic store);
+* ``applied_index`` never decreases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from broker.dledger.log import RaftLog
+from broker.dledger.messages import Entry, Role
+from broker.store.api import MessageStore
+from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION
+from common.remoting.codes import DLedgerResponseCode
+
+log = logging.getLogger(__name__)
+
+HINT_FILE = "dledger_applied"
+# entries applied before the apply task lets other tasks run
+_APPLY_BATCH = 1024
+_BLANK_HEAD = struct.Struct(">ii")
+_PHYS = struct.Struct(">q")
+_PHYS_END = PHYSICAL_OFFSET_POSITION + 8
+
+
+class ApplyError(RuntimeError):
+    """The classic store and the DLedger log disagree (or the store refused a record)."""
+
+
+class ProposalView(Protocol):
+    """What the store uses of a ``node.Proposal``."""
+
+    @property
+    def code(self) -> DLedgerResponseCode: ...
+
+    @property
+    def entries(self) -> Sequence[Entry]: ...
+
+    async def wait(self) -> DLedgerResponseCode: ...
+
+
+class NodeConfigView(Protocol):
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def self_id(self) -> str: ...
+
+    @property
+    def peers(self) -> str: ...
+
+
+class DLedgerNodeView(Protocol):
+    """What the broker uses of a ``broker.dledger.node.DLedgerNode`` (tests hand in fakes)."""
+
+    @property
+    def config(self) -> NodeConfigView: ...
+
+    @property
+    def log(self) -> RaftLog: ...
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def leader_id(self) -> str | None: ...
+
+    @property
+    def committed_index(self) -> int: ...
+
+    def propose(self, bodies: Sequence[bytes]) -> ProposalView: ...
+
+    async def wait_committed(self, index: int) -> None: ...
+
+
+@attrs.frozen
+class ResumeReport:
+    hint_index: int
+    hint_offset: int
+    # records found after the hint's offset (applied before the restart, paired with entries)
+    records_after_hint: int
+    applied_index: int
+    applied_offset: int
+
+
+@attrs.define(eq=False)
+class Applier:
+    classic: MessageStore
+    node: DLedgerNodeView
+    # last entry applied (-1: none); only grows
+    applied_index: int = -1
+    # the classic CommitLog's end after the last applied record
+    applied_offset: int = 0
+    # entry index -> physical offset it landed at (-1 until applied), only for the indexes a
+    # pending put registered; the put removes its own
+    landed: dict[int, int] = attrs.field(factory=dict)
+    # set and replaced after every batch of applies
+    _progress: trio.Event = attrs.field(factory=trio.Event)
+    # the (index, offset) pair last written to the hint file
+    _hinted: tuple[int, int] = (-2, -1)
+
+    @property
+    def hint_path(self) -> str:
+        return os.path.join(self.classic.config.store_path_root_dir, HINT_FILE)
+
+    # --- restart ----------------------------------------------------------------------------
+    def read_hint(self) -> tuple[int, int] | None:
+        try:
+            with open(self.hint_path, "rb") as f:
+                obj = json.loads(f.read())
+            return int(obj["appliedIndex"]), int(obj["appliedOffset"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write_hint(self) -> None:
+        """Atomically replace the hint with the current (index, offset) pair (no fsync: the
+        pair only has to survive a process crash, like the mapped CommitLog it describes)."""
+        pair = (self.applied_index, self.applied_offset)
+        if pair == self._hinted:
+            return
+        os.makedirs(os.path.dirname(self.hint_path), exist_ok=True)
+        tmp = self.hint_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"appliedIndex": pair[0], "appliedOffset": pair[1]}, f)
+        os.replace(tmp, self.hint_path)
+        self._hinted = pair
+
+    def resume(self) -> ResumeReport:
+        """Find ``applied_index`` from the hint and the classic store (module docstring)."""
+        classic = self.classic
+        end = classic.get_max_phy_offset()
+        hint = self.read_hint()
+        if hint is None or hint[1] > end or hint[1] < classic.get_min_phy_offset():
+            if classic.get_min_phy_offset() > 0:
+                raise ApplyError(
+                    f"no usable {HINT_FILE} and the classic CommitLog does not start at 0"
+                )
+            hint = (-1, classic.get_min_phy_offset())
+        index, offset = hint
+        file_size = classic.config.mapped_file_size_commit_log
+        paired = 0
+        while offset < end:
+            data = classic.get_commit_log_data(offset)
+            if data is None or len(data) < 8:
+                raise ApplyError(f"classic CommitLog unreadable at {offset} (end {end})")
+            size, magic = _BLANK_HEAD.unpack_from(data, 0)
+            if magic == BLANK_MAGIC_CODE:
+                offset += file_size - offset % file_size
+                continue
+            if magic != MESSAGE_MAGIC_CODE or size > len(data):
+                raise ApplyError(f"classic CommitLog has no record at {offset}")
+            index = self._next_record_entry(index, offset)
+            body = self.node.log.get(index)
+            assert body is not None
+            if not _same_record(data[:size], body.body):
+                raise ApplyError(
+                    f"classic record at {offset} is not the record of DLedger entry {index}"
+                )
+            offset += size
+            paired += 1
+        self.applied_index, self.applied_offset = index, end
+        report = ResumeReport(hint[0], hint[1], paired, index, end)
+        log.info("dledger apply resumes after entry %d (classic end %d): %s", index, end, report)
+        return report
+
+    def _next_record_entry(self, index: int, offset: int) -> int:
+        """The first non-empty entry after ``index``."""
+        log_ = self.node.log
+        i = index + 1
+        while True:
+            entry = log_.get(i)
+            if entry is None:
+                raise ApplyError(
+                    f"classic record at {offset} has no DLedger entry (log ends at "
+                    f"{log_.end_index})"
+                )
+            if entry.body:
+                return i
+            i += 1
+
+    # --- apply ------------------------------------------------------------------------------
+    def apply_entry(self, entry: Entry) -> None:
+        """Write one committed entry's record at the classic CommitLog's end (no-ops: nothing)."""
+        if entry.index != self.applied_index + 1:
+            raise ApplyError(f"apply of entry {entry.index} after {self.applied_index}")
+        body = entry.body
+        if body:
+            self._write_record(entry.index, body)
+        self.applied_index = entry.index
+
+    def _write_record(self, index: int, body: bytes) -> None:
+        classic = self.classic
+        size = len(body)
+        if size < _PHYS_END or _BLANK_HEAD.unpack_from(body, 0) != (size, MESSAGE_MAGIC_CODE):
+            # every member skips it alike, so the stores stay equal
+            log.error("DLedger entry %d is not one CommitLog record; skipped", index)
+            return
+        end = self.applied_offset
+        file_size = classic.config.mapped_file_size_commit_log
+        used = end % file_size
+        if used and size + 8 > file_size - used:
+            rest = file_size - used
+            blank = _BLANK_HEAD.pack(rest, BLANK_MAGIC_CODE) + bytes(rest - 8)
+            if not classic.append_to_commit_log(end, blank):
+                raise ApplyError(f"classic store refused the BLANK at {end}")
+            end += rest
+        record = bytearray(body)
+        _PHYS.pack_into(record, PHYSICAL_OFFSET_POSITION, end)
+        if not classic.append_to_commit_log(end, memoryview(record)):
+            raise ApplyError(f"classic store refused entry {index} at {end}")
+        self.applied_offset = end + size
+        if index in self.landed:
+            self.landed[index] = end
+
+    async def run(self, hint_interval: float = 1.0) -> None:
+        """Apply committed entries until cancelled; rewrite the hint every ``hint_interval``."""
+        node = self.node
+        next_hint = trio.current_time() + hint_interval
+        while True:
+            if node.committed_index <= self.applied_index:
+                with trio.move_on_at(next_hint):
+                    await node.wait_committed(self.applied_index + 1)
+            n = 0
+            while self.applied_index < node.committed_index and n < _APPLY_BATCH:
+                entry = node.log.get(self.applied_index + 1)
+                if entry is None:
+                    raise ApplyError(f"committed entry {self.applied_index + 1} is not in the log")
+                self.apply_entry(entry)
+                n += 1
+            if n:
+                ev, self._progress = self._progress, trio.Event()
+                ev.set()
+            if trio.current_time() >= next_hint:
+                self.write_hint()
+                next_hint = trio.current_time() + hint_interval
+            await trio.lowlevel.checkpoint()
+
+    async def wait_applied(self, index: int) -> None:
+        while self.applied_index < index:
+            await self._progress.wait()
+
+
+def _same_record(stored: memoryview | bytes, body: bytes) -> bool:
+    """The classic record is the entry's record: every byte equal but PHYSICALOFFSET."""
+    return (
+        len(stored) == len(body)
+        and stored[:PHYSICAL_OFFSET_POSITION] == body[:PHYSICAL_OFFSET_POSITION]
+        and stored[_PHYS_END:] == body[_PHYS_END:]
+    )
+
+
+__all__ = [
+    "HINT_FILE",
+    "ApplyError",
+    "Applier",
+    "DLedgerNodeView",
+    "NodeConfigView",
+    "ProposalView",
+    "ResumeReport",
+]

@@ -1,0 +1,364 @@
+"""The DLedger store (broker/dledger/commitlog.py) and its apply (applier.py) on a fake node.
+
+The fake (conftest.FakeNode) is a one-member group: a proposal commits at once unless the test
+holds commits back.  The classic store underneath is the in-memory one, or the file store where
+the files matter (restart after a crash).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+import trio
+
+from broker.dledger.applier import Applier, ApplyError
+from broker.dledger.commitlog import DLedgerMessageStore, DLedgerPut, put_status, run_dledger_store
+from broker.dledger.messages import Role
+from broker.store import (
+    DefaultMessageStore,
+    GetMessageStatus,
+    MemoryMessageStore,
+    MessageStoreConfig,
+    PutMessageResult,
+    PutMessageStatus,
+    run_memory_store,
+)
+from common.message import PHYSICAL_OFFSET_POSITION, decode_record
+from common.message_id import decode_offset_msg_id
+from common.remoting.codes import DLedgerResponseCode
+from common.topics import SCHEDULE_TOPIC
+
+STORE_HOST = ("127.0.0.1", 10911)  # conftest.make_message's
+
+
+@pytest.fixture
+def open_dledger(tmp_path):
+    """``async with open_dledger(node, **store_config) as store``: the DLedger store over a
+    running in-memory classic store, master in the node's term."""
+
+    @contextlib.asynccontextmanager
+    async def _open(node, *, master=True, **kw):
+        kw.setdefault("mapped_file_size_commit_log", 4096)
+        cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), **kw)
+        async with trio.open_nursery() as nursery:
+            classic = await nursery.start(run_memory_store, cfg)
+            store = await nursery.start(run_dledger_store, classic, node)
+            if master:
+                store.become_master(node.term)
+                store.broker_role = "SYNC_MASTER"
+            else:
+                store.broker_role = "SLAVE"
+            try:
+                yield store
+            finally:
+                nursery.cancel_scope.cancel()
+
+    return _open
+
+
+async def test_round_trip_msg_id_and_offsets(open_dledger, autojump_clock, new_node, mk):
+    node = new_node()
+    async with open_dledger(node) as store:
+        first = await store.put_message(mk(body=b"one"))
+        second = await store.put_message(mk(body=b"two"))
+        assert first.status is PutMessageStatus.PUT_OK and second.ok
+        a, b = first.append, second.append
+        assert (a.wrote_offset, a.logics_offset) == (0, 0)
+        assert (b.wrote_offset, b.logics_offset) == (a.wrote_bytes, 1)
+        assert decode_offset_msg_id(b.msg_id) == (STORE_HOST, b.wrote_offset)
+        got = store.get_message("g", "T", 0, 0, 32)
+        assert got.status is GetMessageStatus.FOUND and got.message_count == 2
+        m = decode_record(got.buffers[1])
+        assert (m.body, m.queue_offset, m.commit_log_offset) == (b"two", 1, b.wrote_offset)
+        # the log holds the leader's record (PHYSICALOFFSET 0), the classic store the patched one
+        assert node.log.end_index == 1 and store.applied_index == 1
+        entry = node.log.get(1).body
+        assert entry[PHYSICAL_OFFSET_POSITION : PHYSICAL_OFFSET_POSITION + 8] == bytes(8)
+        info = store.runtime_info()
+        assert info["dledgerRole"] == "LEADER" and info["dledgerCommittedIndex"] == "1"
+        assert info["dledgerPeers"] == node.config.peers and info["dledgerSelfId"] == "n0"
+
+
+async def test_only_committed_entries_reach_the_queues(open_dledger, autojump_clock, new_node, mk):
+    node = new_node(auto_commit=False)
+    async with open_dledger(node) as store:
+        pending = store.append_message(mk(body=b"a"))
+        assert isinstance(pending, DLedgerPut)
+        store.append_message(mk(body=b"b"))
+        await trio.sleep(1)
+        assert node.log.end_index == 1
+        assert store.get_max_offset_in_queue("T", 0) == 0
+        assert store.get_max_phy_offset() == 0
+        node.commit(0)
+        result = await pending.wait()
+        assert result.ok and result.append.logics_offset == 0
+        assert store.get_max_offset_in_queue("T", 0) == 1  # entry 1 is still not committed
+        node.commit(1)
+        await store.applier.wait_applied(1)
+        assert store.get_max_offset_in_queue("T", 0) == 2
+
+
+async def test_batch_takes_one_entry_per_record(open_dledger, autojump_clock, new_node, mk):
+    node = new_node()
+    async with open_dledger(node) as store:
+        await store.put_message(mk(qid=1))
+        result = await store.put_messages([mk(qid=1, body=bytes([i])) for i in range(3)])
+        assert result.ok and result.append.msg_num == 3 and result.append.logics_offset == 1
+        ids = result.append.msg_id.split(",")
+        phys = [decode_offset_msg_id(i)[1] for i in ids]
+        assert phys[0] == result.append.wrote_offset and phys == sorted(phys)
+        assert node.log.end_index == 3
+        assert store.get_max_offset_in_queue("T", 1) == 4
+
+
+async def test_batch_with_delay_or_transaction_is_illegal(
+    open_dledger, autojump_clock, new_node, mk
+):
+    node = new_node()
+    async with open_dledger(node) as store:
+        delayed = [mk(), mk(DELAY=2)]
+        assert (await store.put_messages(delayed)).status is PutMessageStatus.MESSAGE_ILLEGAL
+        tx = mk()
+        tx.sys_flag = 0x4  # TRANSACTION_PREPARED_TYPE
+        assert (await store.put_messages([tx])).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert node.log.end_index == -1
+
+
+async def test_delayed_message_goes_to_the_schedule_topic(
+    open_dledger, autojump_clock, new_node, mk
+):
+    node = new_node()
+    async with open_dledger(node) as store:
+        result = await store.put_message(mk(DELAY=3))
+        assert result.ok
+        assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 1
+
+
+async def test_not_master_is_refused_like_a_slave(open_dledger, autojump_clock, new_node, mk):
+    node = new_node()
+    async with open_dledger(node, master=False) as store:
+        r = await store.put_message(mk())
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        # master by role, but the table is from an older term: refused, nothing proposed
+        store.broker_role = "SYNC_MASTER"
+        store.become_master(node.term)
+        node.change_role(Role.FOLLOWER, term=2, leader_id="n1")
+        node.change_role(Role.LEADER, term=3, leader_id="n0")
+        r = await store.put_message(mk())
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "term 3" in r.remark
+        assert node.log.end_index == -1
+        store.become_master(3)
+        assert (await store.put_message(mk())).ok
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        (DLedgerResponseCode.SUCCESS, PutMessageStatus.PUT_OK),
+        (DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT, PutMessageStatus.OS_PAGECACHE_BUSY),
+        (DLedgerResponseCode.LEADER_PENDING_FULL, PutMessageStatus.OS_PAGECACHE_BUSY),
+        (DLedgerResponseCode.NOT_LEADER, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+        (DLedgerResponseCode.INCONSISTENT_LEADER, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+        (DLedgerResponseCode.LEADER_NOT_READY, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+        (DLedgerResponseCode.DISK_FULL, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+        (DLedgerResponseCode.TERM_CHANGED, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+        (DLedgerResponseCode.LEADER_TRANSFERRING, PutMessageStatus.SERVICE_NOT_AVAILABLE),
+    ],
+)
+async def test_result_codes(open_dledger, autojump_clock, code, status, new_node, mk):
+    assert put_status(code) is status
+    if code is DLedgerResponseCode.SUCCESS:
+        return
+    async with open_dledger(new_node(refuse=code)) as store:
+        # refused by the append: a final answer, nothing in the log
+        r = store.append_message(mk())
+        assert isinstance(r, PutMessageResult) and r.status is status
+        assert code.name in r.remark
+    async with open_dledger(new_node(outcome=code)) as store:
+        # appended, then the wait failed: the pending put answers the mapped status
+        r = store.append_message(mk())
+        assert isinstance(r, DLedgerPut)
+        assert (await r.wait()).status is status
+        assert store.applier.landed == {}
+
+
+async def test_no_op_entries_are_skipped(open_dledger, autojump_clock, new_node, mk):
+    node = new_node()
+    async with open_dledger(node) as store:
+        node.log.append(1, b"")
+        node.commit(0)
+        await store.applier.wait_applied(0)
+        assert store.get_max_phy_offset() == 0
+        r = await store.put_message(mk())
+        assert r.ok and r.append.wrote_offset == 0 and store.applied_index == 1
+
+
+async def test_records_land_where_the_classic_store_puts_them(
+    open_dledger, autojump_clock, new_node, mk
+):
+    """Same puts, same CommitLog bytes: the BLANK rollover follows the classic rule."""
+    node = new_node()
+    clock = 1_700_000_000_000
+    cfg = MessageStoreConfig(store_path_root_dir="unused", mapped_file_size_commit_log=1024)
+    reference = MemoryMessageStore(cfg, clock=lambda: clock)
+    reference.broker_role = "SYNC_MASTER"
+    rng = random.Random(7)
+    async with open_dledger(node, mapped_file_size_commit_log=1024) as store:
+        store.clock = lambda: clock
+        for i in range(150):
+            body = rng.randbytes(rng.randrange(1, 300))
+            mine = await store.put_message(mk(qid=i % 3, body=body))
+            ref = await reference.put_message(mk(qid=i % 3, body=body))
+            assert mine.append.wrote_offset == ref.append.wrote_offset
+            assert mine.append.msg_id == ref.append.msg_id
+        end = reference.get_max_phy_offset()
+        assert end > 4 * 1024  # several files, so several BLANKs
+        assert store.get_max_phy_offset() == end
+        for start in range(0, end, 1024):
+            assert bytes(store.get_commit_log_data(start)) == bytes(
+                reference.get_commit_log_data(start)
+            )
+
+
+# --- restart: the apply resumes exactly where the classic store ends --------------------------
+
+
+def _entries_for(node, mk, rng: random.Random, n: int) -> None:
+    """Fill the node's log with n committed entries: records of a few queues, and no-ops."""
+    store = MemoryMessageStore(MessageStoreConfig(store_path_root_dir="unused"))
+    store.broker_role = "SYNC_MASTER"
+    offsets: dict[int, int] = {}
+    for _ in range(n):
+        if rng.random() < 0.15:
+            node.log.append(node.term, b"")
+            continue
+        qid = rng.randrange(3)
+        msg = mk(qid=qid, body=rng.randbytes(rng.randrange(1, 400)), KEYS=f"k{qid}")
+        put = store._prepare_put([msg], {("T", qid): offsets.get(qid, 0)}, batch=False)
+        offsets[qid] = offsets.get(qid, 0) + 1
+        node.log.append(node.term, bytes(put.buf))
+    node.committed_index = node.log.end_index
+
+
+def _open_file_store(root, file_size=2048) -> DefaultMessageStore:
+    cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=file_size)
+    store = DefaultMessageStore(cfg)
+    store.open_and_recover()
+    return store
+
+
+def _commit_log(store) -> bytes:
+    out = bytearray()
+    pos = store.get_min_phy_offset()
+    while pos < store.get_max_phy_offset():
+        chunk = bytes(store.get_commit_log_data(pos))
+        out += chunk
+        pos += len(chunk)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk):
+    """Apply, write the hint at random moments, crash (maybe mid-record), restart, resume,
+    finish: the classic CommitLog equals one that never crashed."""
+    rng = random.Random(seed)
+    node = new_node()
+    _entries_for(node, mk, rng, 60)
+
+    reference = _open_file_store(tmp_path / "reference")
+    ref = Applier(reference, node)
+    for i in range(node.log.end_index + 1):
+        ref.apply_entry(node.log.get(i))
+    expected = _commit_log(reference)
+    reference.close_files()
+
+    root = tmp_path / "crashing"
+    for _round in range(3):
+        store = _open_file_store(root)
+        applier = Applier(store, node)
+        report = applier.resume()
+        # nothing applied twice, nothing skipped: what is there is a prefix of the reference
+        assert expected.startswith(_commit_log(store))
+        assert report.applied_offset == store.get_max_phy_offset()
+        crash_at = rng.randrange(applier.applied_index + 1, node.log.end_index + 2)
+        while applier.applied_index + 1 < crash_at:
+            applier.apply_entry(node.log.get(applier.applied_index + 1))
+            if rng.random() < 0.1:
+                applier.write_hint()
+        nxt = node.log.get(applier.applied_index + 1)
+        if nxt is not None and nxt.body and rng.random() < 0.5:
+            # killed in the middle of copying the next record: a torn tail
+            torn = nxt.body[: rng.randrange(8, len(nxt.body))]
+            store.append_to_commit_log(applier.applied_offset, torn)
+        store.reput.do_reput(limit=None)
+        store.close_files(clean=False)  # no checkpoint, `abort` stays: a crash
+
+    store = _open_file_store(root)
+    assert not store.last_exit_ok
+    applier = Applier(store, node)
+    applier.resume()
+    while applier.applied_index < node.log.end_index:
+        applier.apply_entry(node.log.get(applier.applied_index + 1))
+    assert _commit_log(store) == expected
+    store.reput.do_reput(limit=None)
+    for qid in range(3):
+        want = sum(
+            1
+            for i in range(node.log.end_index + 1)
+            if node.log.get(i).body and decode_record(node.log.get(i).body).queue_id == qid
+        )
+        assert store.get_max_offset_in_queue("T", qid) == want
+    store.close_files()
+
+
+def test_resume_without_a_hint_walks_from_the_start(tmp_path, new_node, mk):
+    node = new_node()
+    _entries_for(node, mk, random.Random(1), 20)
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    for i in range(13):
+        applier.apply_entry(node.log.get(i))
+    store.close_files(clean=False)
+    store = _open_file_store(tmp_path / "s")
+    report = Applier(store, node).resume()
+    last_record = max(i for i in range(13) if node.log.get(i).body)
+    assert report.applied_index == last_record and report.hint_index == -1
+    store.close_files()
+
+
+def test_resume_refuses_a_store_that_is_not_the_log(tmp_path, new_node, mk):
+    node = new_node()
+    _entries_for(node, mk, random.Random(2), 10)
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    for i in range(10):
+        applier.apply_entry(node.log.get(i))
+    store.close_files()
+    other = new_node()
+    _entries_for(other, mk, random.Random(3), 10)
+    store = _open_file_store(tmp_path / "s")
+    with pytest.raises(ApplyError, match="is not the record of DLedger entry"):
+        Applier(store, other).resume()
+    store.close_files()
+
+
+async def test_restart_resumes_through_run_dledger_store(tmp_path, autojump_clock, new_node, mk):
+    """The hint written at shutdown puts a restarted store (in-memory classic: empty again)
+    back at the start, and the apply brings it to the same state."""
+    node = new_node()
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "s"))
+    for round_ in range(2):
+        async with trio.open_nursery() as nursery:
+            classic = await nursery.start(run_memory_store, cfg)
+            store: DLedgerMessageStore = await nursery.start(run_dledger_store, classic, node)
+            await store.applier.wait_applied(node.committed_index)
+            assert store.get_max_offset_in_queue("T", 0) == round_ * 3
+            store.become_master(node.term)
+            store.broker_role = "SYNC_MASTER"
+            for _ in range(3):
+                assert (await store.put_message(mk())).ok
+            nursery.cancel_scope.cancel()
+        assert (tmp_path / "s" / "dledger_applied").exists()
