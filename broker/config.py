@@ -14,7 +14,9 @@ names are ignored with a warning (a real broker.conf carries many knobs we do no
 a value that does not parse raises ``ValueError`` naming the property, so a typo never silently
 turns into a default.
 
-Like ``BrokerStartup``: a master always has brokerId 0 and a SLAVE must have brokerId > 0.
+Like ``BrokerStartup``: a master always has brokerId 0 and a SLAVE must have brokerId > 0.  In
+DLedger mode (``enableDLegerCommitLog=true``) brokerRole and brokerId are ignored: the broker's
+role follows its Raft role at run time (broker/dledger/roles.py).
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class BrokerConfig:
     # SLAVE metadata sync (broker/slave_sync.py): period and delay of the first round.
     slave_sync_interval: float = 60.0
     slave_sync_initial_delay: float = 3.0
+    # DLedger mode: a follower's slave sync period (ours; the consumer offsets a new leader
+    # starts from are at most this old, so it is far shorter than the classic 60 s)
+    dledger_slave_sync_interval: float = 5.0
 
     @property
     def broker_role(self) -> str:
@@ -271,6 +276,8 @@ _PROPERTIES: dict[str, _Spec] = {
     "fastChannelEnable": ("broker", "fast_channel_enable", _parse_bool),
     # ours (Java has no knob): the slave metadata sync period in ms
     "slaveSyncInterval": ("broker", "slave_sync_interval", _parse_ms),
+    # ours too: the same for a DLedger follower
+    "dLegerSlaveSyncInterval": ("broker", "dledger_slave_sync_interval", _parse_ms),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

@@ -5,7 +5,9 @@ Theory of operation
 ``run_broker(config)`` is one Trio task tree (DESIGN habit 2):
 
 1. the store starts first (file store by default; tests inject a store or a store factory) and
-   is the last thing to stop;
+   is the last thing to stop.  In DLedger mode (``enableDLegerCommitLog``) that store is the
+   state machine: the DLedger node starts next (its own port, from ``dLegerPeers``), then the
+   DLedger store (``broker/dledger/commitlog.py``) over both, which the broker uses;
 2. ``BrokerController`` loads ``config/topics.json``, ``subscriptionGroup.json``,
    ``consumerOffset.json`` and ``delayOffset.json`` from the store root;
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
@@ -15,7 +17,9 @@ Theory of operation
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and on
-   slaves the metadata sync from the master (``broker/slave_sync.py``);
+   slaves the metadata sync from the master (``broker/slave_sync.py``); in DLedger mode the
+   role handler (``broker/dledger/roles.py``) instead, which switches brokerId, role and those
+   two services as the Raft role changes (brokerId -1, no registration, until it is known);
 5. ``task_status.started(BrokerHandle(...))``; serve until cancelled;
 6. on cancellation: UNREGISTER_BROKER to every nameserver and a final persist of every config
    file, both shielded and bounded, then the store shuts down.
@@ -36,6 +40,8 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from broker.dledger.commitlog import DLedgerMessageStore, run_dledger_store
+from broker.dledger.roles import DLedgerRoleChangeHandler, RoleNode
 from broker.ha.service import run_ha_service
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
@@ -89,6 +95,7 @@ async def run_broker(
     ha_factory: HAFactory | None = None,
     network: Network = TCP,
     io_threads: bool = True,
+    dledger_node: RoleNode | None = None,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled (see the module docstring).
@@ -98,9 +105,15 @@ async def run_broker(
     ``ha_factory(controller, task_status=...)``: the HA service; it binds ``listenPort+1`` (or
     an ephemeral port when ``listenPort`` is 0) and reports the bound port via task_status.
     Default: classic HA (``broker.ha.service.run_ha_service``), except in DLedger mode.
+
+    DLedger mode: ``store``/``store_factory`` give the classic store (the state machine);
+    ``dledger_node`` a running member to use instead of starting one.
     """
-    if ha_factory is None and not config.store.enable_dleger_commit_log:
+    if config.dledger:
+        config = dledger_broker_config(config)
+    elif ha_factory is None:
         ha_factory = run_ha_service
+    dledger: DLedgerMessageStore | None = None
     async with trio.open_nursery() as outer:
         if store is None:
             if store_factory is None:
@@ -108,6 +121,11 @@ async def run_broker(
 
                 store_factory = run_message_store
             store = await outer.start(store_factory, config.store)
+        if config.dledger:
+            if dledger_node is None:
+                raise ValueError("DLedger mode needs a DLedger node")  # (until node.py lands)
+            dledger = await outer.start(run_dledger_store, store, dledger_node)
+            store = dledger
         controller = BrokerController(config, store, network=network, io_threads=io_threads)
         controller.load()
         store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
@@ -146,7 +164,16 @@ async def run_broker(
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)
                         nursery.start_soon(controller._housekeeping_task)
-                        if not config.is_slave:
+                        if dledger is not None and dledger_node is not None:
+                            roles = DLedgerRoleChangeHandler(
+                                controller,
+                                dledger,
+                                dledger_node,
+                                client,
+                                offset_sync_interval=config.dledger_slave_sync_interval,
+                            )
+                            await nursery.start(roles.run)
+                        elif not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
                         else:
                             await nursery.start(run_slave_sync, controller, client)
@@ -154,7 +181,7 @@ async def run_broker(
                         log.info(
                             "broker %s (%s) serving on %s, vip %s, ha %s",
                             config.broker_name,
-                            config.broker_role,
+                            controller.broker_role,
                             main.port,
                             vip_port,
                             controller.ha_port,
@@ -176,3 +203,13 @@ async def run_broker(
                                 await controller.registrar.unregister_all()
         finally:
             controller.persist_all()
+
+
+def dledger_broker_config(config: BrokerConfig) -> BrokerConfig:
+    """Check the DLedger settings (ValueError naming what is wrong); the group defaults to
+    the broker's name, as RocketMQ's sample configs set it."""
+    store = config.store
+    store.check_dledger()
+    if not store.dleger_group:
+        store = attrs.evolve(store, dleger_group=config.broker_name)
+    return attrs.evolve(config, store=store)
