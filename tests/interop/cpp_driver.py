@@ -5,7 +5,7 @@ client writes its logs under $HOME/logs) so a crash or hang inside librocketmq c
 the test runner with it. Every event is one JSON line on stdout; the test parses them.
 
     produce --namesrv A --topic T --group G --count N [--tags-cycle a,b] [--prefix P]
-            [--threads K]
+            [--threads K] [--interval-ms M] [--retry-for S]
     consume --namesrv A --topic T --group G --expect N --timeout S [--fail-first-every K]
             [--stop-after N]
 
@@ -17,6 +17,11 @@ threads). Only then, and only for exactly that error, a send is retried (at most
 ROUTE_RETRIES times, after a short doubling back-off); each retry is reported as a
 `route_retry` event and counted in `done`, so the test can check they stay rare. Any other error is never retried. A single-threaded
 producer retries nothing: there the same message would mean a real missing route.
+
+`--retry-for S` is for failover tests (a DLedger group losing its leader): a send that fails
+for any reason is retried, the same message, every 0.2 s for up to S seconds from its first
+attempt, each retry a `failover_retry` event. The client learns the new master only from its
+own route refresh (every 30 s in librocketmq), so sends fail in between; nothing else retries.
 
 Importing the client is not optional: if it is missing this exits non-zero with the import
 error, and the test fails (an interop test that skips proves nothing).
@@ -61,7 +66,7 @@ def produce(args: argparse.Namespace) -> int:
     producer.start()
     tags = args.tags_cycle.split(",") if args.tags_cycle else [""]
     lock = threading.Lock()
-    counts = {"failures": 0, "route_retries": 0}
+    counts = {"failures": 0, "route_retries": 0, "failover_retries": 0}
     shared = args.threads > 1
 
     def send_one(i: int) -> None:
@@ -72,11 +77,20 @@ def produce(args: argparse.Namespace) -> int:
         msg.set_keys(f"{args.prefix}key-{i}")
         msg.set_body(f"{args.prefix}body-{i}")
         msg.set_property("seq", str(i))
-        for attempt in range(ROUTE_RETRIES + 1):
+        first_try = time.monotonic()
+        attempt = 0
+        while True:
             try:
                 result = producer.send_sync(msg)
                 break
             except Exception as exc:  # reported, counted, and the test decides
+                if args.retry_for and time.monotonic() - first_try < args.retry_for:
+                    # failover mode: the same message again until the group has a master
+                    with lock:
+                        counts["failover_retries"] += 1
+                    emit(event="failover_retry", i=i, error=repr(exc))
+                    time.sleep(0.2)
+                    continue
                 if shared and SHARED_PRODUCER_FAULT in str(exc) and attempt < ROUTE_RETRIES:
                     with lock:
                         counts["route_retries"] += 1
@@ -85,6 +99,7 @@ def produce(args: argparse.Namespace) -> int:
                     # contend again at once (seen: 8 threads starting together failed one
                     # send 6 times in a row with immediate retries)
                     time.sleep(0.02 * 2**attempt)
+                    attempt += 1
                     continue
                 with lock:
                     counts["failures"] += 1
@@ -93,6 +108,8 @@ def produce(args: argparse.Namespace) -> int:
         emit(
             event="sent", i=i, status=int(result.status), msg_id=result.msg_id, offset=result.offset
         )
+        if args.interval_ms:
+            time.sleep(args.interval_ms / 1000)
 
     def worker(first: int) -> None:
         for i in range(first, args.count, args.threads):
@@ -193,6 +210,13 @@ def main() -> int:
     p.add_argument("--prefix", default="")
     p.add_argument("--send-timeout-ms", type=int, default=5000)
     p.add_argument("--threads", type=int, default=1, help="threads sharing the one producer")
+    p.add_argument("--interval-ms", type=int, default=0, help="pause after each send")
+    p.add_argument(
+        "--retry-for",
+        type=float,
+        default=0.0,
+        help="failover mode: retry a failed send (any error) for up to this many seconds",
+    )
     c = sub.add_parser("consume")
     c.add_argument("--namesrv", required=True)
     c.add_argument("--topic", required=True)
