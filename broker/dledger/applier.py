@@ -265,6 +265,9 @@ class Applier:
             if node.committed_index <= self.applied_index:
                 with trio.move_on_at(next_hint):
                     await node.wait_committed(self.applied_index + 1)
+            # a task woken just as its scope was cancelled must not apply any more: the classic
+            # store may already be shutting down (and would refuse the record)
+            await trio.lowlevel.checkpoint_if_cancelled()
             n = 0
             while self.applied_index < node.committed_index and n < _APPLY_BATCH:
                 entry = node.log.get(self.applied_index + 1)
