@@ -1,8 +1,8 @@
 """A local cluster: `rmq up`, `status`, `kill`, `restart`, `down`.
 
 `up` resolves its topology (`cli/topology.py`: flags over a TOML file over defaults) into a
-plan, refuses what cannot start (bad file, DLedger, a cluster already running in the data dir,
-busy ports) with one line, then runs the supervisor (`cli/up.py` + `cli/supervisor.py`) in the
+plan, refuses what cannot start (bad file, --slaves with --dledger, a cluster already running
+in the data dir, busy ports) with one line, then runs the supervisor (`cli/up.py` + `cli/supervisor.py`) in the
 foreground, or with `--detach` as a background process in its own session, returning once the
 cluster is ready. The other commands talk to that supervisor through the data dir's control
 socket (`cli/local_state.py`) and never start Trio.
@@ -32,6 +32,8 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
         "rmq up --role ASYNC_MASTER          # the master answers before the slave has it",
         "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
         "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
+        "rmq up --dledger 3                  # Raft group broker-a-n0..n2 on 10911/10921/10931",
+        "rmq up --masters 2 --dledger 3      # two groups: broker-a-n0..n2, broker-b-n0..n2",
         "rmq up --config cluster.toml        # topology from a file (flags override it)",
         "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
         "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
@@ -46,7 +48,7 @@ def up(
         Path | None,
         typer.Option(
             "--config",
-            help="Topology TOML file (cluster, masters, slaves, role, ports, data_dir, "
+            help="Topology TOML file (cluster, masters, slaves, dledger, role, ports, data_dir, "
             "[broker_conf], [nodes.<name>] port/broker_conf); flags override it.",
         ),
     ] = None,
@@ -58,11 +60,19 @@ def up(
         int, typer.Option("--broker-port", help="First broker port; next nodes take +10, +20, ...")
     ] = 10911,
     masters: Annotated[
-        int, typer.Option("--masters", min=1, help="Broker names (broker-a, -b, ...).")
+        int,
+        typer.Option(
+            "--masters", min=1, help="Broker names (broker-a, -b, ...); with --dledger: groups."
+        ),
     ] = 1,
     slaves: Annotated[
-        int, typer.Option("--slaves", min=0, help="Slaves per master (brokerId 1..N).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--slaves",
+            min=0,
+            help="Slaves per master (brokerId 1..N) [default: 1; not with --dledger].",
+        ),
+    ] = None,
     role: Annotated[
         str,
         typer.Option(
@@ -73,7 +83,15 @@ def up(
     ] = "auto",
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster name.")] = "DefaultCluster",
     dledger: Annotated[
-        int, typer.Option("--dledger", help="DLedger group size (not built in trio-rmq yet).")
+        int,
+        typer.Option(
+            "--dledger",
+            help="DLedger group size (3 or 5; 0 = master/slave): each master becomes a Raft "
+            "group broker-a-n0..n{N-1} whose leader is the master. Each member takes a block "
+            "of 10 ports (listen P, VIP P-2, DLedger P+2). Laptop timing unless broker_conf "
+            "overrides it: heartBeatTimeIntervalMs=500, maxHeartBeatLeak=3, "
+            "minVoteIntervalMs=150, maxVoteIntervalMs=400 (RocketMQ: 2000, 3, 300, 1000).",
+        ),
     ] = 0,
     detach: Annotated[
         bool,
@@ -96,10 +114,11 @@ def up(
     ] = False,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
-    process.
+    process; or with --dledger N, DLedger groups of N brokers sharing a Raft log.
 
     Prints every node's role, brokerId and ports, then `ready` once all of them serve, every
-    broker is registered and every slave replicates from its master; runs until Ctrl-C,
+    broker is registered and every slave replicates from its master (with --dledger: every
+    group has elected a leader, which serves as master); runs until Ctrl-C,
     SIGTERM or `rmq down`, then stops every node. A node that dies is shown with its exit
     code and last log lines; `rmq restart <node>` starts it again. Logs: <data-dir>/logs/.
     """
@@ -308,11 +327,14 @@ def status(
     epilog=_examples(
         "rmq kill broker-a                   # SIGKILL the master; its slave keeps serving",
         "rmq kill broker-a-s1 --data-dir /tmp/rmq",
+        "rmq kill broker-a-n0                # a DLedger member (rmq up --dledger 3)",
         "rmq kill broker-a --json            # the node as `rmq status --json` shows it",
     ),
 )
 def kill(
-    node: Annotated[str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, ...")],
+    node: Annotated[
+        str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, broker-a-n0, ...")
+    ],
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
     as_json: Annotated[
@@ -330,11 +352,14 @@ def kill(
     epilog=_examples(
         "rmq restart broker-a                # same ports, same store, log appended",
         "rmq restart namesrv --timeout 60",
+        "rmq restart broker-a-n0             # rejoins its DLedger group as a follower",
         "rmq restart broker-a --json         # the node, serving again, as one JSON document",
     ),
 )
 def restart(
-    node: Annotated[str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, ...")],
+    node: Annotated[
+        str, typer.Argument(help="Node name: namesrv, broker-a, broker-a-s1, broker-a-n0, ...")
+    ],
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
     timeout: Annotated[

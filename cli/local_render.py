@@ -40,9 +40,17 @@ def _detail(
     broker_id: int | None,
     cluster: str,
     port: int,
+    dledger_self_id: str | None = None,
+    dledger_port: int | None = None,
 ) -> str:
     if kind == "namesrv":
         return "nameserver"
+    if dledger_self_id is not None:
+        # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time
+        return (
+            f"{role} {broker_name} member {dledger_self_id}, cluster {cluster}, "
+            f"listen {port}, dledger {dledger_port}, vip {port - 2}"
+        )
     return (
         f"{role} {broker_name} id {broker_id}, cluster {cluster}, "
         f"listen {port}, ha {port + 1}, vip {port - 2}"
@@ -54,7 +62,16 @@ def node_line(name: str, addr: str, pid: int | None, detail: str, log: object) -
 
 
 def spec_detail(node: NodeSpec) -> str:
-    return _detail(node.kind, node.role, node.broker_name, node.broker_id, node.cluster, node.port)
+    return _detail(
+        node.kind,
+        node.role,
+        node.broker_name,
+        node.broker_id,
+        node.cluster,
+        node.port,
+        node.dledger_self_id,
+        node.dledger_port,
+    )
 
 
 def up_event(event: UpEvent) -> None:
@@ -93,12 +110,14 @@ def spec_json(node: NodeSpec) -> dict[str, Any]:
         "kind": node.kind,
         "role": node.role or "NAMESRV",
         "broker_name": node.broker_name,
-        "broker_id": node.broker_id if node.kind == "broker" else None,
+        "broker_id": node.broker_id if node.kind == "broker" and not node.is_dledger else None,
         "cluster": node.cluster,
         "addr": node.addr,
         "port": node.port,
         "ha_port": node.ha_port,
         "vip_port": node.vip_port,
+        "dledger_self_id": node.dledger_self_id,
+        "dledger_port": node.dledger_port,
     }
 
 
@@ -123,7 +142,14 @@ def topology(status: dict[str, Any]) -> None:
     """The node lines of a detached cluster, as a foreground `rmq up` prints them."""
     for n in status["nodes"]:
         detail = _detail(
-            n["kind"], n["role"], n["broker_name"], n["broker_id"], n["cluster"], n["port"]
+            n["kind"],
+            n["role"],
+            n["broker_name"],
+            n["broker_id"],
+            n["cluster"],
+            n["port"],
+            n.get("dledger_self_id"),
+            n.get("dledger_port"),
         )
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 

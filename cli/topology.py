@@ -16,7 +16,8 @@ The file (every key optional):
     broker_port = 10911    # first broker block; each broker takes 10 ports
     data_dir = ".rmq"      # relative to the current directory, as --data-dir
     ready_timeout = 30.0
-    dledger = 0            # DLedger groups are not built yet: anything but 0 is refused
+    dledger = 0            # N > 0: each master is a DLedger group of N (broker-a-n0..n{N-1});
+                           # no slaves then (docs/dledger-up.md)
 
     [broker_conf]          # broker.conf properties for every broker
     flushDiskType = "SYNC_FLUSH"
@@ -33,6 +34,12 @@ from typing import Any
 
 import attrs
 
+from cli.dledger_plan import (
+    PLANNED_DLEDGER_PROPERTIES,
+    check_group_size,
+    plan_dledger_cluster,
+    planned_dledger_names,
+)
 from cli.up import ClusterPlan, PlanError, broker_name_for, master_role, plan_cluster
 
 # broker.conf properties the plan sets itself (a node's role, identity, ports and store)
@@ -47,6 +54,7 @@ PLANNED_PROPERTIES = frozenset(
         "haListenPort",
         "namesrvAddr",
         "storePathRootDir",
+        *PLANNED_DLEDGER_PROPERTIES,
     }
 )
 
@@ -55,15 +63,11 @@ class TopologyError(PlanError):
     """A topology file or flags that cannot describe a cluster (names the offending key)."""
 
 
-class DLedgerNotBuilt(TopologyError):
-    """`--dledger N` / `dledger = N`: trio-rmq has no DLedger mode yet."""
-
-
 @attrs.frozen
 class Topology:
     cluster: str = "DefaultCluster"
-    masters: int = 1
-    slaves: int = 1
+    masters: int = 1  # with dledger: the number of DLedger groups
+    slaves: int | None = None  # None: not given (1 slave per master; none with dledger)
     role: str = "auto"
     namesrv_port: int = 9876
     broker_port: int = 10911
@@ -79,11 +83,13 @@ class Topology:
 
     def plan(self, *, sync_master: bool = False) -> ClusterPlan:
         if self.dledger:
-            raise DLedgerNotBuilt(
-                f"DLedger mode (--dledger {self.dledger}) is not built in trio-rmq yet; "
-                "use master/slave replication instead, e.g. `rmq up --slaves 2`"
-            )
-        names = _planned_names(self.masters, self.slaves)
+            self._check_dledger(sync_master=sync_master)
+        slaves = 1 if self.slaves is None else self.slaves
+        names = (
+            ["namesrv", *planned_dledger_names(self.masters, self.dledger)]
+            if self.dledger
+            else _planned_names(self.masters, slaves)
+        )
         properties: dict[str, dict[str, str]] = {}
         for name in names:
             if name == "namesrv":
@@ -95,24 +101,49 @@ class Topology:
             if name not in names:
                 properties[name] = self.node_conf[name]  # plan_cluster names the bad node
         try:
-            role = master_role(self.role, slaves=self.slaves, sync_master=sync_master)
-            return self._plan(role, properties)
+            if self.dledger:
+                return plan_dledger_cluster(
+                    namesrv_port=self.namesrv_port,
+                    broker_port=self.broker_port,
+                    groups=self.masters,
+                    size=self.dledger,
+                    cluster=self.cluster,
+                    ports=self.ports,
+                    properties=properties,
+                )
+            role = master_role(self.role, slaves=slaves, sync_master=sync_master)
+            return plan_cluster(
+                namesrv_port=self.namesrv_port,
+                broker_port=self.broker_port,
+                masters=self.masters,
+                slaves=slaves,
+                cluster=self.cluster,
+                master_role=role,
+                ports=self.ports,
+                properties=properties,
+            )
         except TopologyError:
             raise
         except PlanError as exc:  # one class for everything wrong with a topology
             raise TopologyError(str(exc)) from None
 
-    def _plan(self, role: str, properties: dict[str, dict[str, str]]) -> ClusterPlan:
-        return plan_cluster(
-            namesrv_port=self.namesrv_port,
-            broker_port=self.broker_port,
-            masters=self.masters,
-            slaves=self.slaves,
-            cluster=self.cluster,
-            master_role=role,
-            ports=self.ports,
-            properties=properties,
-        )
+    def _check_dledger(self, *, sync_master: bool) -> None:
+        """What a DLedger topology cannot have: slaves and a fixed master role (Raft decides
+        which member is master; its followers are the slaves)."""
+        try:
+            check_group_size(self.dledger)
+        except PlanError as exc:
+            raise TopologyError(str(exc)) from None
+        if self.slaves:
+            raise TopologyError(
+                f"--slaves {self.slaves} cannot be combined with --dledger {self.dledger}: a "
+                "DLedger group's followers are its slaves (drop --slaves / slaves)"
+            )
+        if self.role.upper() != "AUTO" or sync_master:
+            raise TopologyError(
+                f"--role {self.role if self.role.upper() != 'AUTO' else 'SYNC_MASTER'} cannot "
+                f"be combined with --dledger {self.dledger}: the Raft leader is the master"
+            )
 
 
 def _planned_names(masters: int, slaves: int) -> list[str]:
@@ -131,7 +162,7 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "broker_port": (int, "a port number"),
     "data_dir": (str, "a path"),
     "ready_timeout": ((int, float), "a number of seconds"),
-    "dledger": (int, "an integer"),
+    "dledger": (int, "a DLedger group size (0 = off)"),
 }
 _TABLES = ("broker_conf", "nodes")
 _NODE_KEYS = ("port", "broker_conf")
@@ -228,7 +259,7 @@ def resolve(config: Path | None, **flags: Any) -> Topology:
     settings.update({k: v for k, v in flags.items() if v is not None})
     if settings.get("masters", 1) < 1:
         raise TopologyError("masters must be at least 1")
-    if settings.get("slaves", 0) < 0:
+    if (settings.get("slaves") or 0) < 0:
         raise TopologyError("slaves must be 0 or more")
     # the nameserver's port may be set as nodes.namesrv.port too; --namesrv-port wins
     ports = dict(settings.get("ports", {}))

@@ -19,11 +19,15 @@ Theory of operation:
   `<data-dir>/<broker>-s<i>`), `master_role` ASYNC_MASTER makes the master answer sends
   without waiting for a slave. Slaves find their master through the nameserver (the address
   comes back in each registration answer), as they would in a real deployment.
+* `rmq up --dledger N` plans DLedger groups instead of masters and slaves
+  (`cli/dledger_plan.py`): members `broker-a-n0..` whose brokerId and role Raft decides, so
+  their command lines carry neither; each also serves the Raft RPCs on its listen port + 2.
 * Readiness is probed over the wire, not guessed from logs: the nameserver must answer
   GET_BROKER_CLUSTER_INFO with every planned broker registered at its planned address, every
   broker must answer GET_BROKER_RUNTIME_INFO on its listen port, and every master must count
   at least as many HA connections (`haConnectionCount`) as it has planned slaves, so a
-  SYNC_MASTER can acknowledge sends the moment `ready` is printed. Only then `ready` fires.
+  SYNC_MASTER can acknowledge sends the moment `ready` is printed. DLedger members must be
+  elected (LEADER or FOLLOWER) and registered, and each group's leader its master. Only then `ready` fires.
 * The processes themselves are run by `cli/supervisor.py` (a child that exits before ready
   fails the start; after ready it is shown and can be restarted; ordered, bounded shutdown),
   and `cli/local_state.py` serves `rmq status/kill/restart/down` while the cluster runs.
@@ -69,20 +73,34 @@ class NodeSpec:
     # extra broker.conf properties (sorted pairs, so the spec stays hashable); written to
     # `<data-dir>/conf/<name>.conf` and passed with --config; the flags the plan sets win
     properties: tuple[tuple[str, str], ...] = ()
+    # a DLedger member (`rmq up --dledger N`, cli/dledger_plan.py): its dLegerSelfId, n0, n1...
+    dledger_self_id: str | None = None
 
     @property
     def addr(self) -> str:
         return f"{self.host}:{self.port}"
 
     @property
+    def is_dledger(self) -> bool:
+        return self.dledger_self_id is not None
+
+    @property
     def ha_port(self) -> int | None:
-        return self.port + 1 if self.kind == "broker" else None
+        # a DLedger member has no HA connection (its port stays reserved in the block)
+        return self.port + 1 if self.kind == "broker" and not self.is_dledger else None
 
     @property
     def vip_port(self) -> int | None:
         return self.port - 2 if self.kind == "broker" else None
 
+    @property
+    def dledger_port(self) -> int | None:
+        """Where a DLedger member serves the Raft RPCs: its listen port + 2."""
+        return self.port + 2 if self.is_dledger else None
+
     def ports(self) -> list[int]:
+        if self.is_dledger:
+            return [self.port - 2, self.port, self.port + 1, self.port + 2]
         if self.kind == "broker":
             return [self.port - 2, self.port, self.port + 1]
         return [self.port]
@@ -169,12 +187,12 @@ def plan_cluster(
             )
             block += 1
     plan = ClusterPlan(namesrv, tuple(brokers))
-    plan = _customised(plan, ports or {}, properties or {})
-    _check_ports(plan)
+    plan = customised(plan, ports or {}, properties or {})
+    check_ports(plan)
     return plan
 
 
-def _customised(
+def customised(
     plan: ClusterPlan, ports: Mapping[str, int], properties: Mapping[str, Mapping[str, str]]
 ) -> ClusterPlan:
     names = [n.name for n in plan.nodes]
@@ -195,7 +213,7 @@ def _customised(
     return ClusterPlan(custom(plan.namesrv), tuple(custom(b) for b in plan.brokers))
 
 
-def _check_ports(plan: ClusterPlan) -> None:
+def check_ports(plan: ClusterPlan) -> None:
     seen: dict[int, str] = {}
     for node in plan.nodes:
         for port in node.ports():
@@ -252,6 +270,12 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
             node_dir,
             "--watch-stdin",
         ]
+    # a DLedger member's brokerId and role follow its Raft role: the plan fixes neither
+    identity = (
+        []
+        if node.is_dledger
+        else ["--id", str(node.broker_id), "--role", node.role or "ASYNC_MASTER"]
+    )
     return [
         *base,
         "broker",
@@ -259,10 +283,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         node.broker_name or node.name,
         "--cluster",
         node.cluster,
-        "--id",
-        str(node.broker_id),
-        "--role",
-        node.role or "ASYNC_MASTER",
+        *identity,
         "--host",
         node.host,
         "--port",
@@ -351,7 +372,8 @@ async def probe_cluster(
 ) -> bool:
     """True once the nameserver answers, lists every broker of `nodes` at its planned
     address, each of those brokers answers GET_BROKER_RUNTIME_INFO itself, and each master
-    among them has an HA connection from every planned slave.
+    among them has an HA connection from every planned slave. DLedger members are ready by
+    `cli.dledger_plan.dledger_ready` (elected, registered, a group's leader is its master).
 
     Reads the answers as plain JSON instead of through `rmq` (whose import pulls in the
     whole client and the model classes): the probe runs while the nodes start, on the same
@@ -363,7 +385,8 @@ async def probe_cluster(
     from common.remoting.command import RemotingCommand
     from common.serde import loads
 
-    brokers = [n for n in nodes if n.kind == "broker"]
+    brokers = [n for n in nodes if n.kind == "broker" and not n.is_dledger]
+    members = tuple(n for n in nodes if n.is_dledger)
     async with open_remoting_client(connect_timeout=timeout) as remoting:
         resp = await remoting.invoke(
             plan.namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout
@@ -377,4 +400,9 @@ async def probe_cluster(
             table = await fetch_runtime_table(remoting, node.addr, timeout)
             if node.broker_id == 0 and not ha_connected(table, slaves_of(plan, node)):
                 return False
+        if members:
+            from cli.dledger_plan import dledger_ready
+
+            tables = {n.name: await fetch_runtime_table(remoting, n.addr, timeout) for n in members}
+            return dledger_ready(plan, members, info, tables)
     return True

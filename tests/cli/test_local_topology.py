@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli.cmd_local import fast_up_arguments
-from cli.topology import DLedgerNotBuilt, TopologyError, resolve
+from cli.topology import TopologyError, resolve
 from cli.up import node_command, node_config_path, write_node_config
 
 TOML = """
@@ -124,12 +124,14 @@ def test_a_missing_file_is_one_clear_error(tmp_path: Path):
         resolve(tmp_path / "nope.toml")
 
 
-def test_dledger_is_refused_not_ignored(tmp_path: Path):
-    with pytest.raises(DLedgerNotBuilt, match=r"DLedger mode \(--dledger 3\) is not built"):
-        resolve(None, dledger=3).plan()
-    with pytest.raises(DLedgerNotBuilt):
-        resolve(write(tmp_path, "dledger = 3")).plan()
-    assert resolve(None, dledger=0).plan()  # 0 means "no DLedger"
+def test_dledger_in_a_file_or_a_flag_plans_a_group_and_0_means_none(tmp_path: Path):
+    from_file = resolve(write(tmp_path, "dledger = 3")).plan()
+    from_flag = resolve(None, dledger=3).plan()
+    assert from_file == from_flag
+    assert [b.name for b in from_flag.brokers] == ["broker-a-n0", "broker-a-n1", "broker-a-n2"]
+    plain = resolve(None, dledger=0).plan()  # 0 means "no DLedger"
+    assert [b.name for b in plain.brokers] == ["broker-a", "broker-a-s1"]
+    assert not any(b.is_dledger for b in plain.brokers)
 
 
 def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path):
@@ -157,7 +159,9 @@ def test_the_fast_path_reads_the_new_options_as_typer_would():
     fast = fast_up_arguments(["up", "--masters", "2", "--detach", "--dledger", "0"])
     assert fast is not None
     assert fast["masters"] == 2 and fast["detach"] is True and fast["config"] is None
-    assert fast["slaves"] == 1 and fast["data_dir"] == Path(".rmq")  # typer's defaults
+    # typer's defaults (slaves: not given, so 1 without --dledger, none with it)
+    assert fast["slaves"] is None and fast["data_dir"] == Path(".rmq")
+    assert fast_up_arguments(["up", "--slaves", "2"])["slaves"] == 2
     # with a file, which flags were typed matters: typer's parser tells (parameter sources)
     assert fast_up_arguments(["up", "--config", "c.toml", "--masters", "2"]) is None
     assert fast_up_arguments(["up", "--masters", "0"]) is None  # typer reports min=1

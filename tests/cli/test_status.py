@@ -187,8 +187,13 @@ def test_up_role_errors_are_one_line(tmp_path, args, message):
 def test_up_defaults_are_sync_master_with_one_slave():
     fast = fast_up_arguments(["up"])
     assert fast is not None
-    assert (fast["role"], fast["slaves"], fast["masters"]) == ("auto", 1, 1)
-    assert master_role(fast["role"], slaves=fast["slaves"]) == "SYNC_MASTER"
+    # slaves not given: one per master (none with --dledger)
+    assert (fast["role"], fast["slaves"], fast["masters"]) == ("auto", None, 1)
+    from cli.topology import resolve
+
+    plan = resolve(None, role=fast["role"], slaves=fast["slaves"], masters=fast["masters"]).plan()
+    assert [b.role for b in plan.brokers] == ["SYNC_MASTER", "SLAVE"]
+    assert master_role(fast["role"], slaves=1) == "SYNC_MASTER"
 
 
 @pytest.mark.parametrize(

@@ -302,8 +302,8 @@ def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path):
 def test_dledger_and_bad_topologies_fail_before_starting_anything(tmp_path: Path):
     data = tmp_path / "rmq"
     one_error_line(
-        rmq("up", "--dledger", "3", "--data-dir", str(data)),
-        "DLedger mode (--dledger 3) is not built in trio-rmq yet",
+        rmq("up", "--dledger", "3", "--slaves", "1", "--data-dir", str(data)),
+        "--slaves 1 cannot be combined with --dledger 3",
     )
     bad = tmp_path / "cluster.toml"
     bad.write_text("masters = 2\nslavs = 1\n")
