@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
+    from cli.dledger_admin import TransferOutcome
     from cli.status import BrokerStatus
     from common.message import MessageExt
     from common.model import TopicRouteData
@@ -104,6 +106,10 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
     for s in statuses:
         if s.error:
             repl = f"error: {s.error}"
+        elif s.raft is not None:
+            repl = (
+                f"DLedger {s.raft.group} {s.raft.self_id} {s.raft.role}, term {_opt(s.raft.term)}"
+            )
         elif s.broker_id == 0:
             repl = f"push2SlaveMaxOffset {_opt(s.push2slave_max_offset)}, slaves {_opt(s.ha_connections)}"
         else:
@@ -122,6 +128,9 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
         )
     console = _console(min_width=140)
     console.print(brokers)
+    members = [s for s in statuses if s.raft is not None and not s.error]
+    if members:
+        console.print(dledger_table(members))
     lags = Table(title="slave connections (as each master sees them)")
     for col in ("broker", "master", "slave (HA socket)", "acked offset", "lag bytes", "lag ms"):
         lags.add_column(col)
@@ -139,12 +148,62 @@ def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> No
             rows += 1
     if rows:
         console.print(lags)
-    else:
+    elif len(members) < len(statuses):  # DLedger members replicate by Raft, not HA
         _line("no slave connections")
+
+
+def dledger_table(statuses: list[BrokerStatus]) -> Table:
+    """One row per DLedger member: its Raft role and term, its log's end and committed index,
+    its lag behind the group's leader (blank on the leader), and the leader it follows. The
+    group's current leader is marked `*`."""
+    from rich.table import Table
+
+    from cli.dledger_status import group_leaders, raft_cell
+
+    leaders = group_leaders(s.raft for s in statuses if s.raft is not None)
+    table = Table(title="DLedger groups (* = the group's current leader)")
+    for col in ("group", "member", "address", "term", "ledger end", "committed", "lag", "leader"):
+        table.add_column(col, justify="right" if col in _RAFT_NUMBERS else "left")
+    for s in sorted(statuses, key=lambda s: (s.raft.group, s.raft.self_id) if s.raft else ("", "")):
+        raft = s.raft
+        if raft is None:
+            continue
+        leader = leaders.get(raft.group)
+        table.add_row(
+            raft.group,
+            raft_cell(raft, leader),
+            s.addr,
+            _opt(raft.term),
+            _opt(raft.ledger_end_index),
+            _opt(raft.committed_index),
+            "" if raft.lag is None else str(raft.lag),
+            raft.leader_id or "-",
+        )
+    return table
+
+
+_RAFT_NUMBERS = ("term", "ledger end", "committed", "lag")
 
 
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def leadership_transferred(outcome: TransferOutcome, *, as_json: bool = False) -> None:
+    """`rmq dledger leadership-transfer`: one line (or one JSON document)."""
+    if as_json:
+        import json
+
+        _line(json.dumps(outcome.to_json(), indent=2))
+        return
+    term = f"term {_opt(outcome.term)}"
+    if not outcome.moved:
+        _line(f"{outcome.group}: {outcome.new_leader} already leads ({term}); nothing to move")
+        return
+    _line(
+        f"{outcome.group}: leadership moved {outcome.previous_leader} -> {outcome.new_leader} "
+        f"({term}, {outcome.seconds:.2f} s)"
+    )
 
 
 # --- messages --------------------------------------------------------------------------------

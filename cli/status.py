@@ -3,7 +3,8 @@
 Theory of operation: a broker reports its replication state in GET_BROKER_RUNTIME_INFO (a
 KVTable of strings): on a master `push2SlaveMaxOffset`, `haConnectionCount` and, per connected
 slave i, `haSlave{i}Addr/AckOffset/LagBytes/LagMillis`; on a slave `haMasterAddress`,
-`haClientConnected`, `haClientReportedOffset`; on both `commitLogMaxOffset`. The role
+`haClientConnected`, `haClientReportedOffset`; on both `commitLogMaxOffset`; on a DLedger
+member its Raft state (`cli/dledger_status.py`, lags computed across the group). The role
 (ASYNC_MASTER / SYNC_MASTER / SLAVE) is a configuration value, so it comes from
 GET_BROKER_CONFIG's properties text (`brokerRole=...`).
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from cli.dledger_status import RaftStatus, parse_raft, with_lags
 from cli.errors import CliError
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ class BrokerStatus:
     ha_client_connected: bool | None = None
     ha_reported_offset: int | None = None
     error: str | None = None  # why the broker could not be asked
+    # DLedger mode: the member's Raft state (cli/dledger_status.py); None for other brokers
+    raft: RaftStatus | None = None
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=True, value_serializer=_json_value)
@@ -124,6 +128,7 @@ def parse_runtime_info(
         ha_master_addr=table.get("haMasterAddress") or None,
         ha_client_connected=None if connected is None else connected == "true",
         ha_reported_offset=_int(table, "haClientReportedOffset"),
+        raft=parse_raft(table),
     )
 
 
@@ -254,4 +259,10 @@ async def cluster_status(namesrv: str, *, timeout: float = 3.0) -> list[BrokerSt
         async with trio.open_nursery() as nursery:
             for i, b in enumerate(brokers):
                 nursery.start_soon(ask, i, *b)
-    return [r for r in results if r is not None]
+    return with_raft_lags([r for r in results if r is not None])
+
+
+def with_raft_lags(statuses: list[BrokerStatus]) -> list[BrokerStatus]:
+    """The statuses with each DLedger member's lag behind its group's leader filled in."""
+    lagged = iter(with_lags(s.raft for s in statuses if s.raft is not None))
+    return [s if s.raft is None else attrs.evolve(s, raft=next(lagged)) for s in statuses]

@@ -9,7 +9,9 @@ resized terminal simply gets a different layout on the next refresh.
 Layout: a header line (nameserver, time, node count, how many are down; the nameserver is a
 node too), then three tables: nodes (the nameserver first, then one row per broker process:
 broker name, brokerId, role, address, state, CommitLog max offset, replication lag of a slave
-in bytes and ms, send/pull TPS, cluster), topics
+in bytes and ms, send/pull TPS, cluster; for a DLedger member also its Raft role with the
+group's leader marked *, term, ledger end and committed index, and its lag behind the leader;
+the header names each group's leader), topics
 (messages = sum of queue max offsets, queue count, the per-queue max offsets) and consumer
 groups (lag, queues, topics). Every column has a priority; `fit_table` measures the table
 and drops the lowest-priority columns until each row fits on one line of the terminal, so a
@@ -28,6 +30,7 @@ from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cli.dledger_status import RaftStatus, raft_cell, with_lag
 from cli.render import rate as _tps
 from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
 
@@ -111,6 +114,13 @@ def header(snap: TopSnapshot) -> Text:
         text.append(f", {down} down", style=DOWN_STYLE)
     if snap.namesrv_error:
         text.append(f"  nameserver: {snap.namesrv_error}", style=DOWN_STYLE)
+    leaders = snap.raft_leaders()
+    for group in snap.raft_groups():
+        leader = leaders.get(group)
+        if leader is None:
+            text.append(f"  {group}: no leader", style=DOWN_STYLE)
+        else:
+            text.append(f"  {group}: leader {leader.self_id}, term {_num(leader.term)}")
     return text
 
 
@@ -127,6 +137,16 @@ NODE_COLUMNS = [
     Column("lag ms", 9, "right"),
     Column("cluster", 10),
 ]
+# DLedger members only (the columns are there when one of the nodes is a member): which member
+# and its Raft role (the group's current leader marked *), its term, its log's end and
+# committed index, and how far its log is behind the leader's
+RAFT_COLUMNS = [
+    Column("raft", 1),
+    Column("term", 4, "right"),
+    Column("ledger end", 5, "right"),
+    Column("committed", 6, "right"),
+    Column("raft lag", 5, "right"),
+]
 
 
 def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> Table:
@@ -141,6 +161,7 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
         "state": "DOWN" if snap.namesrv_error else "up",
     }
     rows: _Rows = [(namesrv, DOWN_STYLE if snap.namesrv_error else None)]
+    leaders = snap.raft_leaders()
     for node in snap.nodes:
         cells: dict[str, str | Text] = {
             "cluster": node.cluster,
@@ -160,8 +181,25 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
         cells["commitlog max"] = _num(node.max_offset)
         cells["send/s"], cells["pull/s"] = _tps(rate.send_tps), _tps(rate.pull_tps)
         cells["state"] = _state(node)
+        if node.raft is not None:
+            cells.update(_raft_cells(node.raft, leaders.get(node.raft.group)))
         rows.append((cells, None if node.listed else UNLISTED_STYLE))
-    return fit_table("nodes", NODE_COLUMNS, rows, width)
+    columns = NODE_COLUMNS
+    if any(n.raft is not None for n in snap.nodes):
+        columns = [*NODE_COLUMNS[:3], *RAFT_COLUMNS, *NODE_COLUMNS[3:]]
+    return fit_table("nodes", columns, rows, width)
+
+
+def _raft_cells(raft: RaftStatus, leader: RaftStatus | None) -> dict[str, str | Text]:
+    lag = with_lag(raft, leader).lag
+    is_leader = leader is not None and leader.self_id == raft.self_id
+    return {
+        "raft": Text(raft_cell(raft, leader), style="bold green" if is_leader else ""),
+        "term": _num(raft.term),
+        "ledger end": _num(raft.ledger_end_index),
+        "committed": _num(raft.committed_index),
+        "raft lag": "" if lag is None else _num(lag),
+    }
 
 
 def _state(node: NodeView) -> str:

@@ -18,6 +18,9 @@ Every error of a node, topic or group is kept as text in its row: nothing a node
 the collector. If the nameserver itself is unreachable the snapshot says so and still shows
 the remembered nodes.
 
+A DLedger member's row also carries its Raft state (`cli/dledger_status.py`); the snapshot
+names each group's leader (`raft_leaders`), from which the drawing computes every member's lag.
+
 Rates are not in the snapshot: `rates(snap, prev)` diffs the brokers' msgPutTotalTodayNow /
 msgGetTotalTodayNow counters between two snapshots over Trio-clock seconds (a counter that went
 down means the broker restarted: no rate for that frame). Replication lag per slave is
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import attrs
 import trio
 
+from cli.dledger_status import RaftStatus, group_leaders
 from cli.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
 from common.mixall import is_system_group
 from common.model import ClusterInfo
@@ -60,6 +64,7 @@ class NodeView:
     ha_reported_offset: int | None = None  # on a slave: what it last reported to its master
     listed: bool = True  # the nameserver lists it right now
     error: str | None = None  # why it did not answer this time (then it is shown red)
+    raft: RaftStatus | None = None  # a DLedger member's Raft state (lag not filled in)
 
     @property
     def alive(self) -> bool:
@@ -113,6 +118,14 @@ class TopSnapshot:
 
     def node(self, addr: str) -> NodeView | None:
         return next((n for n in self.nodes if n.addr == addr), None)
+
+    def raft_leaders(self) -> dict[str, RaftStatus]:
+        """DLedger group -> its current leader, among the members that answered."""
+        return group_leaders(n.raft for n in self.nodes if n.alive and n.raft is not None)
+
+    def raft_groups(self) -> list[str]:
+        """Every DLedger group a member of which answered at some point in this snapshot."""
+        return sorted({n.raft.group for n in self.nodes if n.raft is not None})
 
     def master_of(self, node: NodeView) -> NodeView | None:
         return next(
@@ -381,6 +394,7 @@ def node_view(
         slaves=status.slaves,
         ha_reported_offset=status.ha_reported_offset,
         listed=listed,
+        raft=status.raft,
     )
 
 

@@ -8,11 +8,12 @@ Theory of operation:
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
 * `run_up` (in `cli/supervisor.py`, which runs the processes) spawns every node at once:
   the interpreters start in parallel, and a broker that comes up before the nameserver
-  listens retries its registration within a fraction of a second (`broker/registrar.py`). Each child is `python -m cli.node namesrv|broker ...
-  --watch-stdin` (argparse, no typer/pydantic: see `cli/node.py`), with stdout+stderr going
-  to `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only
-  the supervisor holds: if the supervisor dies, even by SIGKILL, the pipe closes and every
-  child stops by itself, so no orphan outlives `rmq up`. Children run in their own session,
+  listens retries its registration within a fraction of a second (`broker/registrar.py`).
+  Each child is `python -m cli.node namesrv|broker ... --watch-stdin` (argparse, no
+  typer/pydantic: see `cli/node.py`), with stdout+stderr going to
+  `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only the supervisor
+  holds: if the supervisor dies, even by SIGKILL, the pipe closes and every child stops by
+  itself, so no orphan outlives `rmq up`. Children run in their own session,
   so a terminal Ctrl-C reaches only the supervisor, which then stops them in order.
 * The default cluster is one SYNC_MASTER (`broker-a`, brokerId 0) with one slave (brokerId 1);
   `slaves=N` gives N slaves (brokerId 1..N, each its own port block and store directory
@@ -27,7 +28,8 @@ Theory of operation:
   broker must answer GET_BROKER_RUNTIME_INFO on its listen port, and every master must count
   at least as many HA connections (`haConnectionCount`) as it has planned slaves, so a
   SYNC_MASTER can acknowledge sends the moment `ready` is printed. DLedger members must be
-  elected (LEADER or FOLLOWER) and registered, and each group's leader its master. Only then `ready` fires.
+  elected (LEADER or FOLLOWER) and registered, and each group's leader its master. Only then
+  `ready` fires.
 * The processes themselves are run by `cli/supervisor.py` (a child that exits before ready
   fails the start; after ready it is shown and can be restarted; ordered, bounded shutdown),
   and `cli/local_state.py` serves `rmq status/kill/restart/down` while the cluster runs.
