@@ -14,7 +14,15 @@ import sys
 import typer
 
 # Importing a command module registers its commands on `app`.
-from cli import cmd_admin, cmd_bench, cmd_local, cmd_servers, cmd_store, cmd_top  # noqa: F401
+from cli import (  # noqa: F401
+    cmd_admin,
+    cmd_bench,
+    cmd_dledger,
+    cmd_local,
+    cmd_servers,
+    cmd_store,
+    cmd_top,
+)
 from cli.app import app
 from cli.cmd_local import fast_up_arguments, up
 from cli.node import (

@@ -28,6 +28,7 @@ TOP_LEVEL = [
     "group",
     "message",
     "bench",
+    "dledger",
     "store",
 ]
 SUBCOMMANDS = {
@@ -35,6 +36,7 @@ SUBCOMMANDS = {
     "cluster": ["list"],
     "group": ["list", "progress"],
     "message": ["query"],
+    "dledger": ["leadership-transfer"],
 }
 
 
