@@ -172,6 +172,8 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
         }
         if not node.alive:
             cells["state"] = "DOWN"
+            if node.raft is not None:  # the member it was when it last answered
+                cells["raft"] = f"{node.raft.self_id} DOWN"
             rows.append((cells, DOWN_STYLE))
             continue
         if not node.is_master:

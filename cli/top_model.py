@@ -254,6 +254,8 @@ class TopCollector:
     _known: dict[str, tuple[str, str, int]] = attrs.field(factory=dict, init=False)
     # addr -> the role it last reported, so a node that stops answering keeps showing it
     _roles: dict[str, str] = attrs.field(factory=dict, init=False)
+    # addr -> the Raft state a DLedger member last reported, so a dead member keeps its id
+    _rafts: dict[str, RaftStatus] = attrs.field(factory=dict, init=False)
 
     async def collect(self) -> TopSnapshot:
         import time
@@ -280,8 +282,12 @@ class TopCollector:
             if isinstance(got, NodeInfo) and got.role:
                 self._roles[addr] = got.role
             view = node_view(addr, key, got, listed=addr in listed)
+            if view.raft is not None:
+                self._rafts[addr] = view.raft
             if not view.alive:
-                view = attrs.evolve(view, role=self._roles.get(addr, ""))
+                view = attrs.evolve(
+                    view, role=self._roles.get(addr, ""), raft=self._rafts.get(addr)
+                )
             nodes[i] = view
 
         async def all_topics() -> None:

@@ -209,3 +209,51 @@ def test_a_classic_cluster_in_top_has_no_raft_columns():
     node = NodeView("DefaultCluster", "broker-a", 0, "127.0.0.1:10911", role="ASYNC_MASTER")
     out = text(TopSnapshot("127.0.0.1:9876", 1.0, 1_700_000_000.0, (node,)), 200)
     assert "raft" not in out and "leader" not in out
+
+
+async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(autojump_clock):
+    from cli.top_model import TopCollector
+    from common.errors import RemotingConnectError
+    from common.model import BrokerData, ClusterInfo
+
+    state = {k: dict(t) for k, (_, t) in GROUP.items()}
+    addrs = {k: f"127.0.0.1:109{1 + int(k[1])}1" for k in GROUP}
+    down: set[str] = set()
+
+    class Source:
+        async def cluster_info(self) -> ClusterInfo:
+            ids = {
+                (0 if t["dledgerRole"] == "LEADER" else int(k[1]) + 1): addrs[k]
+                for k, t in state.items()
+                if k not in down
+            }
+            data = BrokerData("DefaultCluster", "broker-a", ids)
+            return ClusterInfo({"broker-a": data}, {"DefaultCluster": ["broker-a"]})
+
+        async def node_info(self, addr: str) -> NodeInfo:
+            k = next(k for k, a in addrs.items() if a == addr)
+            if k in down:
+                raise RemotingConnectError(f"{addr} refused")
+            return NodeInfo(state[k], "SLAVE")
+
+        async def topic_list(self) -> list[str]:
+            return []
+
+        async def group_list(self) -> list[str]:
+            return []
+
+    collector = TopCollector(Source(), "127.0.0.1:9876")  # type: ignore[arg-type]
+    first = await collector.collect()
+    assert first.raft_leaders()["broker-a"].self_id == "n1"
+    # n1 dies; n2 wins the election of term 5
+    down.add("n1")
+    state["n2"].update(dledgerRole="LEADER", dledgerTerm="5", dledgerLeaderId="n2")
+    state["n0"].update(dledgerTerm="5", dledgerLeaderId="n2")
+    snap = await collector.collect()
+    assert snap.raft_leaders()["broker-a"].self_id == "n2"
+    dead = snap.node(addrs["n1"])
+    assert dead is not None and not dead.alive and dead.raft is not None
+    assert dead.raft.self_id == "n1"  # remembered from the last answer
+    out = text(snap, 200)
+    assert "broker-a: leader n2, term 5" in out.splitlines()[0]
+    assert "n1 DOWN" in out and "n2 LEADER *" in out
