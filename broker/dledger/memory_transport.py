@@ -8,10 +8,10 @@ Members are known by id: ``serve(member_id, addr, handler)`` registers an endpoi
 address (port 0 gets a made-up free one), and a client opened for ``member_id`` sends as that
 member, so faults can be stated per pair of members.
 
-A call is one :class:`_Call`.  Posting it (synchronous, so calls started one after another are
-posted in that order) decides its fate from the seeded RNG and the fault settings:
+A call is one :class:`_Call`.  Posting it (synchronous, so calls posted one after another
+keep that order) decides its fate from the seeded RNG and the fault settings:
 
-* to an address nobody serves, to a killed member, or from one: it fails with RpcUnreachable
+* to an address nobody serves, to a killed member, or from one: ``post`` raises RpcUnreachable
   after ``refuse_delay`` (a refused connection is quick but not instant; a zero delay would let
   a caller that retries at once spin without the clock moving);
 * across a partition, or with probability ``drop``: it is lost, and the caller's timeout fires;
@@ -43,6 +43,7 @@ from broker.dledger.transport import (
     RESPONSE_TYPES,
     RPC_TIMEOUT,
     DLedgerClient,
+    PendingCall,
     RequestHandler,
     RpcBadAnswer,
     RpcError,
@@ -212,30 +213,15 @@ class MemoryDLedgerNetwork:
             return
         self._answer(call, response)
 
-    async def _call(
-        self,
-        src: str,
-        addr: str,
-        request: AnyRequest,
-        timeout: float,
-        task_status: trio.TaskStatus[None],
-    ) -> AnyResponse:
-        started = False
-        call: _Call | None = None
+    async def _answer_of(self, call: _Call, addr: str, deadline: float) -> AnyResponse:
         try:
-            with trio.move_on_after(timeout):
-                call = self._post(src, addr, request)
-                started = True
-                task_status.started()
+            with trio.move_on_at(deadline):
                 await call.done.wait()
                 await trio.sleep_until(call.arrive)
         finally:
-            if not started:
-                task_status.started()
-            if call is not None:
-                self._in_flight.discard(call)
-        if call is None or not call.done.is_set() or trio.current_time() < call.arrive:
-            raise RpcTimeout(f"no answer from {addr} within {timeout}s")
+            self._in_flight.discard(call)
+        if not call.done.is_set() or trio.current_time() < call.arrive:
+            raise RpcTimeout(f"no answer from {addr} in time")
         if call.error is not None:
             raise call.error
         assert call.response is not None
@@ -306,16 +292,32 @@ class MemoryDLedgerNetwork:
 
 
 @attrs.frozen
+class _MemoryPending:
+    network: MemoryDLedgerNetwork
+    call: _Call
+    addr: str
+    deadline: float
+
+    async def answer(self) -> AnyResponse:
+        return await self.network._answer_of(self.call, self.addr, self.deadline)
+
+
+@attrs.frozen
 class _MemoryClient:
     network: MemoryDLedgerNetwork
     member_id: str
 
+    async def post(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall:
+        deadline = trio.current_time() + timeout
+        call = self.network._post(self.member_id, addr, request)
+        if call.error is not None:  # refused: as quick as a refused connect, not instant
+            await trio.sleep_until(call.arrive)
+            raise call.error
+        return _MemoryPending(self.network, call, addr, deadline)
+
     async def call(
-        self,
-        addr: str,
-        request: AnyRequest,
-        *,
-        timeout: float = RPC_TIMEOUT,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
     ) -> AnyResponse:
-        return await self.network._call(self.member_id, addr, request, timeout, task_status)
+        return await (await self.post(addr, request, timeout=timeout)).answer()

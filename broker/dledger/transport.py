@@ -9,13 +9,14 @@ A :class:`DLedgerNetwork` does two things for a member:
   (synchronous) handler.  The handler answers with a response, or with an awaitable of one when
   the answer must wait (the node answers a vote only once the vote is durable).  Arrival order
   matters: one leader's pushes to a follower must reach its log in the order they were sent.
-* ``open_client`` gives a :class:`DLedgerClient` whose ``call`` sends one request and returns
-  its response, or raises an :class:`RpcError` (unreachable, no answer within the RPC timeout,
-  an answer we cannot read).  Many calls run at once (pipelining).  Trio starts tasks in no
-  particular order, so the *write* order is made explicit: ``call`` reports
-  ``task_status.started()`` only once its request has its place on the connection, and a
-  caller that ``await nursery.start(...)``-s its calls one after another gets them written in
-  that order.  ``call`` always reports started, also when it fails, before it raises.
+* ``open_client`` gives a :class:`DLedgerClient`.  ``post`` queues one request and returns a
+  :class:`PendingCall` whose ``answer()`` is the response, or raises an :class:`RpcError`
+  (unreachable, no answer within the RPC timeout, an answer we cannot read).  Many calls run at
+  once (pipelining) and the *write* order is explicit: a request's place on its connection is
+  fixed when ``post`` returns, and ``post`` returns without a checkpoint while the connection
+  is up, so requests posted one after another by one task leave in that order (Trio starts
+  tasks in no particular order: spawning a task per request would not keep it).  ``call`` is
+  ``post`` then ``answer``.
 
 :class:`RemotingDLedgerNetwork` is DLedger's own wire (facts §6.4): a remoting command with
 ``code`` = the DLedgerRequestCode, no extFields, and the JSON body of wire.py; the answer is a
@@ -26,9 +27,8 @@ Connections come from one ``RemotingClient`` per member, which reconnects on the
 a connection failed.  Requests are served inline by the connection's read loop (arrival order);
 an undecodable body is answered SYSTEM_ERROR, as a handler exception is.
 
-Ordering relies on one property of ``Channel.request``: it queues its frame before its first
-checkpoint (channel.py: frames are encoded into the outbox synchronously).  The conformance
-test ``test_pipelined_calls_arrive_in_start_order`` holds it to that.
+Ordering rests on ``Channel.request_nowait``, which queues the frame before it returns; the
+conformance test ``test_posted_calls_arrive_in_post_order`` holds every network to it.
 
 The in-memory network with fault injection is in memory_transport.py.
 """
@@ -62,7 +62,7 @@ from broker.dledger.wire import (
     request_code,
 )
 from common.errors import RemotingError, RequestError
-from common.remoting.channel import Channel
+from common.remoting.channel import Channel, PendingResponse
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import DLedgerRequestCode, DLedgerResponseCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -74,6 +74,7 @@ __all__ = [
     "RPC_TIMEOUT",
     "DLedgerClient",
     "DLedgerNetwork",
+    "PendingCall",
     "RemotingDLedgerNetwork",
     "Reply",
     "RequestHandler",
@@ -130,17 +131,24 @@ class RpcBadAnswer(RpcError):
     """An answer that is not a DLedger response (undecodable, or a remoting error)."""
 
 
+class PendingCall(Protocol):
+    async def answer(self) -> AnyResponse:
+        """The response; RpcError when there is none within the timeout given to ``post``."""
+        ...
+
+
 class DLedgerClient(Protocol):
+    async def post(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall:
+        """Queue ``request`` to the member at ``addr``; its place on the connection is fixed on
+        return, with no checkpoint while connected.  RpcUnreachable without a connection."""
+        ...
+
     async def call(
-        self,
-        addr: str,
-        request: AnyRequest,
-        *,
-        timeout: float = RPC_TIMEOUT,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
     ) -> AnyResponse:
-        """Send ``request`` to the member at ``addr`` and return its answer; raises RpcError.
-        Reports started once the request's write position is fixed (or it failed)."""
+        """``post`` then ``answer``."""
         ...
 
 
@@ -189,42 +197,61 @@ def _serve_inline(
     return _answer_later(reply, cmd)
 
 
+@attrs.frozen
+class _RemotingPending:
+    addr: str
+    code: DLedgerRequestCode
+    pending: PendingResponse
+    deadline: float
+
+    async def answer(self) -> AnyResponse:
+        name, addr = self.code.name, self.addr
+        try:
+            with trio.fail_at(self.deadline):
+                answer = await self.pending.wait()
+        except trio.TooSlowError:
+            raise RpcTimeout(f"no answer from {addr} in time ({name})") from None
+        except RemotingError as exc:
+            raise RpcUnreachable(f"{name} to {addr}: {exc}") from exc
+        body = answer.body_bytes()
+        if not body:
+            raise RpcBadAnswer(f"{name} to {addr} answered {answer.code}: {answer.remark}")
+        try:
+            return decode_response(self.code, body)
+        except WireError as exc:
+            raise RpcBadAnswer(f"{name} to {addr}: {exc}") from exc
+
+
 @attrs.define(eq=False)
 class _RemotingClient:
     client: RemotingClient
+    # addr -> the channel last used for it (the client replaces closed ones; so do we)
+    _channels: dict[str, Channel] = attrs.field(factory=dict)
 
-    async def call(
-        self,
-        addr: str,
-        request: AnyRequest,
-        *,
-        timeout: float = RPC_TIMEOUT,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> AnyResponse:
+    async def post(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall:
+        deadline = trio.current_time() + timeout
         code = request_code(request)
         cmd = RemotingCommand(code=int(code), body=encode_request(request))
-        started = False
         try:
-            with trio.fail_after(timeout):
-                channel = await self.client.get_channel(addr)
-                started = True
-                task_status.started()
-                # no checkpoint between here and the frame being queued (see module doc)
-                answer = await channel.request(cmd)
+            channel = self._channels.get(addr)
+            if channel is None or channel.closed:
+                with trio.fail_at(deadline):
+                    channel = await self.client.get_channel(addr)
+                self._channels[addr] = channel
+            # no checkpoint since the check above: the frame's place is fixed right here
+            pending = channel.request_nowait(cmd)
         except trio.TooSlowError:
-            raise RpcTimeout(f"no answer from {addr} within {timeout}s ({code.name})") from None
+            raise RpcTimeout(f"no connection to {addr} in time ({code.name})") from None
         except RemotingError as exc:
             raise RpcUnreachable(f"{code.name} to {addr}: {exc}") from exc
-        finally:
-            if not started:
-                task_status.started()
-        body = answer.body_bytes()
-        if not body:
-            raise RpcBadAnswer(f"{code.name} to {addr} answered {answer.code}: {answer.remark}")
-        try:
-            return decode_response(code, body)
-        except WireError as exc:
-            raise RpcBadAnswer(f"{code.name} to {addr}: {exc}") from exc
+        return _RemotingPending(addr, code, pending, deadline)
+
+    async def call(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> AnyResponse:
+        return await (await self.post(addr, request, timeout=timeout)).answer()
 
 
 @attrs.frozen

@@ -101,6 +101,29 @@ class _Waiter:
         self.error: BaseException | None = None
 
 
+class PendingResponse:
+    """A request queued by :meth:`Channel.request_nowait`, waiting for its response."""
+
+    __slots__ = ("_opaque", "_waiter", "_waiters")
+
+    def __init__(self, waiters: dict[int, _Waiter], opaque: int, waiter: _Waiter) -> None:
+        self._waiters = waiters
+        self._opaque = opaque
+        self._waiter = waiter
+
+    async def wait(self) -> RemotingCommand:
+        """The response (no time limit: callers use a cancel scope); RemotingConnectError
+        when the connection ends first."""
+        try:
+            await self._waiter.event.wait()
+        finally:
+            self._waiters.pop(self._opaque, None)
+        if self._waiter.error is not None:
+            raise self._waiter.error
+        assert self._waiter.response is not None
+        return self._waiter.response
+
+
 def _nbytes(piece: Any) -> int:
     t = type(piece)
     if t is bytes:
@@ -344,6 +367,22 @@ class Channel:
             self._opaques = itertools.count(1)
             opaque = next(self._opaques)
         return opaque
+
+    def request_nowait(self, cmd: RemotingCommand) -> PendingResponse:
+        """Queue ``cmd`` now and return the wait for its response.
+
+        No checkpoint: frames queued by successive calls leave in that order, which pipelined
+        callers that must keep their order (DLedger's pushes) rely on.  Unlike :meth:`request`
+        it does not wait for the frame to be written; the caller bounds what it queues."""
+        if self._closed or self._eof:
+            raise RemotingConnectError(f"channel to {self.remote_addr} is closed")
+        cmd.opaque = self._next_opaque()
+        cmd.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
+        waiter = _Waiter()
+        self._waiters[cmd.opaque] = waiter
+        self._enqueue(cmd)
+        self._kick()
+        return PendingResponse(self._waiters, cmd.opaque, waiter)
 
     async def request(self, cmd: RemotingCommand) -> RemotingCommand:
         """Send ``cmd`` and wait (without a time limit) for the response with its opaque."""

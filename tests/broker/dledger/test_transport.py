@@ -92,14 +92,23 @@ def answer(request):
     )
 
 
-async def call_in_order(nursery, client, addr, request, results, *, task_status):
-    """What a replicator does: start the call, record its outcome."""
-    try:
-        response = await client.call(addr, request, task_status=task_status)
-    except RpcError as exc:
-        results.append((request, exc))
-    else:
-        results.append((request, response))
+async def post_all(client, addr, requests, results):
+    """What a replicator does: post in order, collect each outcome in a task of its own."""
+
+    async def collect(request, pending):
+        try:
+            results.append((request, await pending.answer()))
+        except RpcError as exc:
+            results.append((request, exc))
+
+    async with trio.open_nursery() as waits:
+        for request in requests:
+            try:
+                pending = await client.post(addr, request)
+            except RpcError as exc:
+                results.append((request, exc))
+            else:
+                waits.start_soon(collect, request, pending)
 
 
 async def test_call_and_answer(net, clock):
@@ -122,23 +131,42 @@ async def test_call_and_answer(net, clock):
         nursery.cancel_scope.cancel()
 
 
-async def test_pipelined_calls_arrive_in_start_order(net, clock):
+async def test_posted_calls_arrive_in_post_order(net, clock):
     arrived = []
 
     def handler(request):
-        arrived.append(request.entries[0].index)
+        if isinstance(request, PushEntryRequest):
+            arrived.append(request.entries[0].index)
         return answer(request)
 
     results = []
     async with trio.open_nursery() as nursery:
         addr = await nursery.start(functools.partial(net.serve, "n1", "127.0.0.1:0", handler))
         async with net.open_client("n0") as client:
-            async with trio.open_nursery() as calls:
-                for i in range(300):
-                    await calls.start(call_in_order, calls, client, addr, push(i), results)
+            await client.call(addr, heartbeat())  # connected: posts do not wait
+            await post_all(client, addr, [push(i) for i in range(300)], results)
         nursery.cancel_scope.cancel()
     assert arrived == list(range(300))
     assert sorted(r.index for _, r in results) == list(range(300))
+
+
+async def test_posts_do_not_yield_while_connected(net, clock):
+    """The ordering guarantee: nothing else runs between two posts of one task."""
+    async with trio.open_nursery() as nursery:
+        addr = await nursery.start(functools.partial(net.serve, "n1", "127.0.0.1:0", answer))
+        async with net.open_client("n0") as client:
+            await client.call(addr, heartbeat())
+            ran = []
+
+            async def other():
+                ran.append("other")
+
+            nursery.start_soon(other)
+            pendings = [await client.post(addr, push(i)) for i in range(20)]
+            assert ran == []
+            assert [(await p.answer()).index for p in pendings] == list(range(20))
+            assert ran == ["other"]
+        nursery.cancel_scope.cancel()
 
 
 async def test_deferred_answer_does_not_hold_later_requests(net, clock):
@@ -159,13 +187,10 @@ async def test_deferred_answer_does_not_hold_later_requests(net, clock):
     async with trio.open_nursery() as nursery:
         addr = await nursery.start(functools.partial(net.serve, "n1", "127.0.0.1:0", handler))
         async with net.open_client("n0") as client:
-            first = []
-            async with trio.open_nursery() as calls:
-                await calls.start(call_in_order, calls, client, addr, heartbeat(term=1), first)
-                assert (await client.call(addr, heartbeat(term=2))).term == 2
-                assert first == []
-                release.set()
-            assert first[0][1].term == 1
+            first = await client.post(addr, heartbeat(term=1))
+            assert (await client.call(addr, heartbeat(term=2))).term == 2
+            release.set()
+            assert (await first.answer()).term == 1
         nursery.cancel_scope.cancel()
     assert order == [("handled", 1), ("handled", 2), ("answered", 1)]
 
@@ -179,11 +204,6 @@ async def test_nobody_there_is_unreachable(net, clock, kind):
         with trio.fail_after(2):
             with pytest.raises(RpcUnreachable):
                 await client.call(addr, heartbeat())
-        # started is reported also for a failed call, so nursery.start does not complain
-        results = []
-        async with trio.open_nursery() as calls:
-            await calls.start(call_in_order, calls, client, addr, heartbeat(), results)
-        assert isinstance(results[0][1], RpcUnreachable)
 
 
 async def test_no_answer_times_out(net, clock):
@@ -283,12 +303,13 @@ async def test_kill_fails_calls_in_flight_and_revive_restores(autojump_clock):
     async with trio.open_nursery() as nursery:
         addrs = await serve_members(nursery, net, ["n1"])
         async with net.open_client("n0") as client:
-            results = []
-            await nursery.start(call_in_order, nursery, client, addrs["n1"], heartbeat(), results)
+            pending = await client.post(addrs["n1"], heartbeat())
             await trio.sleep(0.1)
             net.kill("n1")
-            await trio.sleep(0.01)
-            assert isinstance(results[0][1], RpcUnreachable)
+            start = trio.current_time()
+            with pytest.raises(RpcUnreachable):
+                await pending.answer()
+            assert trio.current_time() == start  # at once: the connection was reset
             with pytest.raises(RpcUnreachable):
                 await client.call(addrs["n1"], heartbeat())
             net.revive("n1")
@@ -305,11 +326,7 @@ async def test_drop_is_seeded_and_loses_about_its_share(autojump_clock):
         async with trio.open_nursery() as nursery:
             addrs = await serve_members(nursery, net, ["n1"])
             async with net.open_client("n0") as client:
-                async with trio.open_nursery() as calls:
-                    for i in range(200):
-                        await calls.start(
-                            call_in_order, calls, client, addrs["n1"], push(i), outcomes
-                        )
+                await post_all(client, addrs["n1"], [push(i) for i in range(200)], outcomes)
             nursery.cancel_scope.cancel()
         return sorted(r.index for _, r in outcomes if not isinstance(r, RpcError))
 
@@ -331,9 +348,7 @@ async def test_reorder_lets_requests_overtake(autojump_clock):
         async with trio.open_nursery() as nursery:
             addrs = await serve_members(nursery, net, ["n1"], handler)
             async with net.open_client("n0") as client:
-                async with trio.open_nursery() as calls:
-                    for i in range(100):
-                        await calls.start(call_in_order, calls, client, addrs["n1"], push(i), [])
+                await post_all(client, addrs["n1"], [push(i) for i in range(100)], [])
             nursery.cancel_scope.cancel()
         return arrived
 
