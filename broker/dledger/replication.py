@@ -136,12 +136,13 @@ class EntryPusher:
         st = self.state
         if st.role is not Role.LEADER or self.leading_term != st.term:
             return Code.NOT_LEADER, []
+        # DLedger's order: NOT_LEADER, (LEADER_TRANSFERRING, in core.py), pending full, disk full
+        if self.pending_count + len(bodies) > st.config.max_pending_requests_num:
+            return Code.LEADER_PENDING_FULL, []
         if self.disk_full:
             return Code.DISK_FULL, []
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS, []
-        if self.pending_count + len(bodies) > st.config.max_pending_requests_num:
-            return Code.LEADER_PENDING_FULL, []
         entries = [st.log.append(st.term, bytes(body)) for body in bodies]
         deadline = now + st.config.max_wait_ack_time_ms / 1000.0
         self.pending.append(_Pending(entries[0].index, entries[-1].index, deadline))

@@ -430,7 +430,9 @@ class Simulation:
         kind = rng.choice(("crash", "crash", "arm", "partition", "partition", "transfer", "disk"))
         up = [n for n in self.nodes.values() if n.core is not None]
         if kind in ("crash", "arm") and up:
-            node = rng.choice(up)
+            # half the crashes hit a leader: the interesting interleavings follow its death
+            leaders = self._leaders()
+            node = rng.choice(leaders if leaders and rng.random() < 0.5 else up)
             if kind == "crash":
                 self._crash(node)
             else:
