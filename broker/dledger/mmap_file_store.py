@@ -1,0 +1,268 @@
+"""FileLog: the Raft log in DLedger's own on-disk format (DLedgerMmapFileStore, facts §6.1).
+
+Theory of operation
+-------------------
+Two queues of memory-mapped files (broker/store/mapped_file_queue.py, files named by their
+20-digit start offset), under ``<dir>/data`` and ``<dir>/index``:
+
+* data: entries, each a 48-byte header (big-endian ``int magic=1, int size, long index, long
+  term, long pos, int channel, int chainCrc=0, int bodyCrc=0, int bodyLength``) then the body.
+  An entry never straddles a data file: where it would not fit (log.place_entry) the rest of
+  the file gets a blank, ``int -1, int remaining``, and the entry starts the next file.
+* index: one 32-byte unit per entry (``int magic, long pos, int size, long index, long term``);
+  entry ``i`` is at byte ``i * 32``, so a lookup is one unpack and one slice.
+
+An append is two memory copies, data first and then the index unit, with no system call: a
+process crash (SIGKILL) keeps both in the page cache.  ``flush`` (the node calls it every
+``flushFileInterval`` from a worker thread) makes them durable against power loss.
+
+Recovery (``open_file_log``): the index's end is found by binary search for the first unit
+whose magic is not 1 (units are written in order and files are zero beyond what was written).
+Walking back from there, the last unit whose fields agree with the data header at its
+``pos`` (magic, size, index, term, pos) is the last whole entry: a unit is written after its
+entry's bytes, so an entry with a whole unit is whole.  Everything after it, in both queues,
+is zeroed and later files deleted (a torn entry or unit can never come back).
+
+Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
+``get(end_index).pos + size`` (or the truncation point); every index unit matches its header.
+Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+import attrs
+
+from broker.dledger.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
+from broker.dledger.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
+from broker.store.mapped_file_queue import MappedFileQueue
+
+__all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
+
+log = logging.getLogger(__name__)
+
+INDEX_UNIT_SIZE = 32
+DEFAULT_DATA_FILE_SIZE = 1 << 30
+DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
+
+_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc len
+_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
+_BLANK = struct.Struct(">ii")
+
+
+@attrs.define(eq=False)
+class FileLog:
+    data: MappedFileQueue
+    index: MappedFileQueue
+    # entries 0 .. _end; -1 when empty (old-file deletion is not done here, so begin is 0)
+    _end: int = -1
+    # term of entry _end
+    _end_term: int = -1
+
+    # --- RaftLog -------------------------------------------------------------------------
+    @property
+    def begin_index(self) -> int:
+        return 0 if self._end >= 0 else -1
+
+    @property
+    def end_index(self) -> int:
+        return self._end
+
+    @property
+    def end_term(self) -> int:
+        return self._end_term
+
+    @property
+    def write_pos(self) -> int:
+        return self.data.max_offset
+
+    def _unit(self, index: int) -> tuple[int, int, int, int, int] | None:
+        if index < 0 or index > self._end:
+            return None
+        offset = index * INDEX_UNIT_SIZE
+        mf = self.index.find(offset)
+        if mf is None:
+            return None
+        return _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
+
+    def get(self, index: int) -> Entry | None:
+        unit = self._unit(index)
+        if unit is None:
+            return None
+        _magic, pos, size, _index, term = unit
+        mf = self.data.find(pos)
+        if mf is None:
+            return None
+        at = pos - mf.file_from_offset
+        view = mf.view
+        magic, _size, _i, _t, _p, channel, _c1, _c2, body_len = _HEADER.unpack_from(view, at)
+        body = bytes(view[at + ENTRY_HEADER_SIZE : at + ENTRY_HEADER_SIZE + body_len])
+        return Entry(index=index, term=term, pos=pos, body=body, magic=magic, channel=channel)
+
+    def term_at(self, index: int) -> int:
+        unit = self._unit(index)
+        return -1 if unit is None else unit[4]
+
+    def append(self, term: int, body: bytes) -> Entry:
+        entry = Entry(index=self._end + 1, term=term, pos=0, body=bytes(body))
+        pos = place_entry(self.write_pos, entry.size, self.data.file_size)
+        entry = attrs.evolve(entry, pos=pos)
+        self._write(entry)
+        return entry
+
+    def append_entry(self, entry: Entry) -> bool:
+        if entry.index != self._end + 1:
+            return False
+        if entry.pos != place_entry(self.write_pos, entry.size, self.data.file_size):
+            return False
+        self._write(entry)
+        return True
+
+    def truncate(self, index: int) -> None:
+        if index > self._end:
+            return
+        if index <= 0:
+            self.data.truncate_dirty(0)
+            self.index.truncate_dirty(0)
+            self._end, self._end_term = -1, -1
+            return
+        unit = self._unit(index)
+        assert unit is not None
+        self.data.truncate_dirty(unit[1])
+        self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
+        self._end = index - 1
+        self._end_term = self.term_at(self._end)
+
+    # --- writing ----------------------------------------------------------------------------
+    def _write(self, entry: Entry) -> None:
+        size = entry.size
+        data = self.data
+        mf = data.last()
+        if mf is None or mf.is_full:
+            mf = data.create(entry.pos - entry.pos % data.file_size)
+        elif mf.end_offset != entry.pos:
+            # the entry moves to the next file: blank the rest of this one
+            remaining = mf.remaining
+            if remaining >= MIN_BLANK_LEN:
+                mf.append(_BLANK.pack(BLANK_MAGIC_CODE, remaining))
+            mf.wrote = data.file_size  # the rest is zero already (sparse)
+            mf = data.create(mf.file_from_offset + data.file_size)
+        header = _HEADER.pack(
+            entry.magic,
+            size,
+            entry.index,
+            entry.term,
+            entry.pos,
+            entry.channel,
+            0,
+            0,
+            len(entry.body),
+        )
+        pos = mf.wrote
+        view = mf.view
+        view[pos : pos + ENTRY_HEADER_SIZE] = header
+        view[pos + ENTRY_HEADER_SIZE : pos + size] = entry.body
+        mf.wrote = pos + size
+        imf = self.index.last()
+        if imf is None or imf.is_full:
+            imf = self.index.create(0 if imf is None else imf.file_from_offset + imf.file_size)
+        imf.append(_UNIT.pack(entry.magic, entry.pos, size, entry.index, entry.term))
+        self._end = entry.index
+        self._end_term = entry.term
+
+    # --- durability -------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fdatasync what was written since the last flush (cheap when nothing was)."""
+        for queue in (self.data, self.index):
+            for mf in queue.flush_jobs():
+                try:
+                    mf.flush_range()
+                except (OSError, ValueError):
+                    pass  # the file was truncated away or closed meanwhile: nothing to keep
+
+    def close(self) -> None:
+        self.flush()
+        self.data.close()
+        self.index.close()
+
+
+def _header_matches(data: MappedFileQueue, unit: tuple[int, int, int, int, int], i: int) -> bool:
+    magic, pos, size, index, term = unit
+    if magic != ENTRY_MAGIC or index != i or size < ENTRY_HEADER_SIZE:
+        return False
+    mf = data.find(pos)
+    if mf is None:
+        return False
+    at = pos - mf.file_from_offset
+    if at + size > data.file_size:
+        return False
+    h = _HEADER.unpack_from(mf.view, at)
+    return (
+        h[0] == ENTRY_MAGIC
+        and h[1] == size
+        and h[2] == i
+        and h[3] == term
+        and h[4] == pos
+        and h[8] == size - ENTRY_HEADER_SIZE
+    )
+
+
+def _units_written(index: MappedFileQueue) -> int:
+    """Units up to the first one whose magic is not 1 (binary search in the last file)."""
+    if not index.files:
+        return 0
+    last = index.files[-1]
+    per_file = index.file_size // INDEX_UNIT_SIZE
+    lo, hi = 0, per_file  # the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        (magic,) = struct.unpack_from(">i", last.view, mid * INDEX_UNIT_SIZE)
+        if magic == ENTRY_MAGIC:
+            lo = mid + 1
+        else:
+            hi = mid
+    return last.file_from_offset // INDEX_UNIT_SIZE + lo
+
+
+def open_file_log(
+    directory: str,
+    *,
+    data_file_size: int = DEFAULT_DATA_FILE_SIZE,
+    index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
+) -> FileLog:
+    """Map ``<directory>/{data,index}`` and recover the log's end (see the module doc)."""
+    if index_file_size % INDEX_UNIT_SIZE:
+        raise ValueError(f"index file size {index_file_size} is not a multiple of 32")
+    data = MappedFileQueue(os.path.join(directory, "data"), data_file_size)
+    index = MappedFileQueue(os.path.join(directory, "index"), index_file_size)
+    data.load()
+    index.load()
+    flog = FileLog(data, index)
+    n = _units_written(index)
+    end = n - 1
+    while end >= 0:
+        offset = end * INDEX_UNIT_SIZE
+        mf = index.find(offset)
+        assert mf is not None
+        unit = _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
+        if _header_matches(data, unit, end):
+            break
+        log.warning("dledger log recovery: entry %d is torn, cutting it", end)
+        end -= 1
+    if end >= 0:
+        offset = end * INDEX_UNIT_SIZE
+        mf = index.find(offset)
+        assert mf is not None
+        _m, pos, size, _i, term = _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
+        data.truncate_dirty(pos + size)
+        flog._end, flog._end_term = end, term
+    else:
+        data.truncate_dirty(0)
+    index.truncate_dirty((end + 1) * INDEX_UNIT_SIZE)
+    for queue in (data, index):
+        for f in queue.files:
+            f.flushed = f.wrote
+    return flog
