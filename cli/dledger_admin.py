@@ -70,7 +70,7 @@ class TransferOutcome:
     seconds: float  # from the transfer request to the target leading
 
     def to_json(self) -> dict[str, object]:
-        return attrs.asdict(self)
+        return {**attrs.asdict(self), "seconds": round(self.seconds, 3)}
 
 
 def parse_target(to: str, group: str | None) -> tuple[str | None, str]:

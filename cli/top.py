@@ -11,7 +11,7 @@ node too), then three tables: nodes (the nameserver first, then one row per brok
 broker name, brokerId, role, address, state, CommitLog max offset, replication lag of a slave
 in bytes and ms, send/pull TPS, cluster; for a DLedger member also its Raft role with the
 group's leader marked *, term, ledger end and committed index, and its lag behind the leader;
-the header names each group's leader), topics
+a line under the header names each group's leader), topics
 (messages = sum of queue max offsets, queue count, the per-queue max offsets) and consumer
 groups (lag, queues, topics). Every column has a priority; `fit_table` measures the table
 and drops the lowest-priority columns until each row fits on one line of the terminal, so a
@@ -114,13 +114,24 @@ def header(snap: TopSnapshot) -> Text:
         text.append(f", {down} down", style=DOWN_STYLE)
     if snap.namesrv_error:
         text.append(f"  nameserver: {snap.namesrv_error}", style=DOWN_STYLE)
+    return text
+
+
+def raft_line(snap: TopSnapshot) -> Text | None:
+    """`DLedger leaders: broker-a n1 (term 4), broker-b none` (None without DLedger groups)."""
+    groups = snap.raft_groups()
+    if not groups:
+        return None
     leaders = snap.raft_leaders()
-    for group in snap.raft_groups():
+    text = Text("DLedger leaders: ")
+    for i, group in enumerate(groups):
+        if i:
+            text.append(", ")
         leader = leaders.get(group)
         if leader is None:
-            text.append(f"  {group}: no leader", style=DOWN_STYLE)
+            text.append(f"{group} none (electing?)", style=DOWN_STYLE)
         else:
-            text.append(f"  {group}: leader {leader.self_id}, term {_num(leader.term)}")
+            text.append(f"{group} {leader.self_id} (term {_num(leader.term)})")
     return text
 
 
@@ -297,7 +308,11 @@ def render_top(
     snap: TopSnapshot, prev: TopSnapshot | None = None, *, width: int = 120
 ) -> RenderableType:
     """The whole screen for one refresh (`prev` gives the rates; None shows '-')."""
-    parts: list[RenderableType] = [header(snap), nodes_table(snap, prev, width=width)]
+    parts: list[RenderableType] = [header(snap)]
+    leaders = raft_line(snap)
+    if leaders is not None:
+        parts.append(leaders)
+    parts.append(nodes_table(snap, prev, width=width))
     parts += down_lines(snap)
     if snap.topics or snap.hidden_topics:
         parts.append(topics_table(snap, width=width))

@@ -181,7 +181,7 @@ def row(out: str, needle: str) -> list[str]:
 
 def test_top_shows_raft_role_term_indexes_and_lag_and_names_the_leader():
     out = text(snapshot(), 200)
-    assert "broker-a: leader n1, term 4" in out.splitlines()[0]
+    assert out.splitlines()[1] == "DLedger leaders: broker-a n1 (term 4)"
     header = row(out, "ledger end")
     for col in ("raft", "term", "ledger", "committed", "lag"):
         assert col in header
@@ -194,7 +194,7 @@ def test_top_shows_raft_role_term_indexes_and_lag_and_names_the_leader():
 
 def test_top_without_an_answering_leader_says_so_and_keeps_the_members():
     out = text(snapshot(n1_down=True), 200)
-    assert "broker-a: no leader" in out.splitlines()[0]
+    assert out.splitlines()[1] == "DLedger leaders: broker-a none (electing?)"
     assert "n0 FOLLOWER" in out and "DOWN" in out
 
 
@@ -208,7 +208,7 @@ def test_narrow_terminals_keep_the_raft_role_before_the_numbers(width):
 def test_a_classic_cluster_in_top_has_no_raft_columns():
     node = NodeView("DefaultCluster", "broker-a", 0, "127.0.0.1:10911", role="ASYNC_MASTER")
     out = text(TopSnapshot("127.0.0.1:9876", 1.0, 1_700_000_000.0, (node,)), 200)
-    assert "raft" not in out and "leader" not in out
+    assert "raft" not in out and "leader" not in out and "DLedger" not in out
 
 
 async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(autojump_clock):
@@ -255,5 +255,5 @@ async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(au
     assert dead is not None and not dead.alive and dead.raft is not None
     assert dead.raft.self_id == "n1"  # remembered from the last answer
     out = text(snap, 200)
-    assert "broker-a: leader n2, term 5" in out.splitlines()[0]
+    assert out.splitlines()[1] == "DLedger leaders: broker-a n2 (term 5)"
     assert "n1 DOWN" in out and "n2 LEADER *" in out

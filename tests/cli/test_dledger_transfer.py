@@ -240,7 +240,7 @@ def test_the_outcome_is_one_line_or_one_json_document(capsys):
     render.leadership_transferred(TransferOutcome("broker-a", "n2", "n2", 5, False, 0.0))
     assert capsys.readouterr().out == "broker-a: n2 already leads (term 5); nothing to move\n"
     render.leadership_transferred(
-        TransferOutcome("broker-a", "n0", "n2", 5, True, 0.5), as_json=True
+        TransferOutcome("broker-a", "n0", "n2", 5, True, 0.50049), as_json=True
     )
     assert json.loads(capsys.readouterr().out) == {
         "group": "broker-a",
