@@ -174,72 +174,63 @@ def _push_response(m: PushEntryResponse) -> bytes:
     )
 
 
+Base = (
+    HeartBeatRequest
+    | HeartBeatResponse
+    | VoteRequest
+    | VoteResponse
+    | LeadershipTransferRequest
+    | LeadershipTransferResponse
+    | MetadataRequest
+    | MetadataResponse
+)
+
+
+def _head(m: Base) -> bytes:
+    """``{"code":..,"group":..,["leaderId":..,]``: how every message but a push starts."""
+    return b'{"code":%d,"group":%s,%s' % (m.code, _jstr(m.group), _leader(m.leader_id))
+
+
+def _ids(m: Base) -> bytes:
+    return b'"localId":%s,"remoteId":%s' % (_jstr(m.local_id), _jstr(m.remote_id))
+
+
 def _base_only(
     m: HeartBeatRequest | HeartBeatResponse | LeadershipTransferResponse | MetadataRequest,
 ) -> bytes:
-    return b'{"code":%d,"group":%s,%s"localId":%s,"remoteId":%s,"term":%d}' % (
-        m.code,
-        _jstr(m.group),
-        _leader(m.leader_id),
-        _jstr(m.local_id),
-        _jstr(m.remote_id),
-        m.term,
-    )
+    return b'%s%s,"term":%d}' % (_head(m), _ids(m), m.term)
 
 
 def _vote_request(m: VoteRequest) -> bytes:
-    return (
-        b'{"code":%d,"group":%s,%s"ledgerEndIndex":%d,"ledgerEndTerm":%d,"localId":%s,'
-        b'"remoteId":%s,"term":%d}'
-        % (
-            m.code,
-            _jstr(m.group),
-            _leader(m.leader_id),
-            m.ledger_end_index,
-            m.ledger_end_term,
-            _jstr(m.local_id),
-            _jstr(m.remote_id),
-            m.term,
-        )
+    return b'%s"ledgerEndIndex":%d,"ledgerEndTerm":%d,%s,"term":%d}' % (
+        _head(m),
+        m.ledger_end_index,
+        m.ledger_end_term,
+        _ids(m),
+        m.term,
     )
 
 
 def _vote_response(m: VoteResponse) -> bytes:
-    return b'{"code":%d,"group":%s,%s"localId":%s,"remoteId":%s,"term":%d,"voteResult":"%s"}' % (
-        m.code,
-        _jstr(m.group),
-        _leader(m.leader_id),
-        _jstr(m.local_id),
-        _jstr(m.remote_id),
-        m.term,
-        m.vote_result.value.encode("ascii"),
-    )
+    result = m.vote_result.value.encode("ascii")
+    return b'%s%s,"term":%d,"voteResult":"%s"}' % (_head(m), _ids(m), m.term, result)
 
 
 def _transfer_request(m: LeadershipTransferRequest) -> bytes:
-    return (
-        b'{"code":%d,"group":%s,%s"localId":%s,"remoteId":%s,"takeLeadershipLedgerIndex":%d,'
-        b'"term":%d,"transferId":%s,"transfereeId":%s}'
-        % (
-            m.code,
-            _jstr(m.group),
-            _leader(m.leader_id),
-            _jstr(m.local_id),
-            _jstr(m.remote_id),
-            m.take_leadership_ledger_index,
-            m.term,
-            _jstr(m.transfer_id),
-            _jstr(m.transferee_id),
-        )
+    return b'%s%s,"takeLeadershipLedgerIndex":%d,"term":%d,"transferId":%s,"transfereeId":%s}' % (
+        _head(m),
+        _ids(m),
+        m.take_leadership_ledger_index,
+        m.term,
+        _jstr(m.transfer_id),
+        _jstr(m.transferee_id),
     )
 
 
 def _metadata_response(m: MetadataResponse) -> bytes:
     peers = b",".join(b"%s:%s" % (_jstr(k), _jstr(v)) for k, v in sorted(m.peers.items()))
-    return b'{"code":%d,"group":%s,%s"localId":%s,"peers":{%s},"remoteId":%s,"term":%d}' % (
-        m.code,
-        _jstr(m.group),
-        _leader(m.leader_id),
+    return b'%s"localId":%s,"peers":{%s},"remoteId":%s,"term":%d}' % (
+        _head(m),
         _jstr(m.local_id),
         peers,
         _jstr(m.remote_id),

@@ -1,0 +1,123 @@
+"""The network side of one peer: the core's requests to it, pipelined in the order they were sent.
+
+Theory of operation
+-------------------
+The core decides what to send to whom (its per-follower dispatcher of facts §6.5 lives there);
+a :class:`PeerReplicator` only carries it.  ``send`` (synchronous, called while the node runs
+the core's actions in order) appends the request to a queue; ``run`` posts queued requests in
+queue order (``DLedgerClient.post`` fixes each one's place on the connection without a
+checkpoint while connected, transport.py) and starts one small task per request that waits for
+its answer, so many wait at once while the writes keep the core's order.  Each answer goes to
+``on_answer``, each failure (no connection, no answer within the RPC timeout, an unreadable
+answer) to ``on_failure``; the core decides what a failure means (DLedger turns it into a
+NETWORK_ERROR answer).  After at most :data:`POST_BATCH` posts the task lets others run.
+
+The queue is bounded (the core's in-flight limit plus slack): a request that finds it full is
+not sent and comes back through ``on_failure``, from the replicator's task, never from inside
+``send`` (the node may be in the middle of running the core's actions).  After a refused
+connection the next call waits :data:`UNREACHABLE_BACKOFF`, so a core that resends at once to a
+dead peer cannot spin.
+
+Invariant: requests leave in the order ``send`` received them; every request sent gets exactly
+one ``on_answer`` or ``on_failure`` (unless the replicator is cancelled first).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from broker.dledger.messages import MetadataResponse, Request, Response
+from broker.dledger.transport import DLedgerClient, PendingCall, RpcError, RpcUnreachable
+
+__all__ = ["UNREACHABLE_BACKOFF", "PeerReplicator"]
+
+log = logging.getLogger(__name__)
+
+# a refused connection takes microseconds; the next call to that peer waits this long
+UNREACHABLE_BACKOFF = 0.05
+# posts between two checkpoints of the replicator task
+POST_BATCH = 64
+
+
+@attrs.define(eq=False)
+class PeerReplicator:
+    peer: str
+    addr: str
+    client: DLedgerClient
+    on_answer: Callable[[Request, Response], None]
+    on_failure: Callable[[Request], None]
+    limit: int = 1064
+    timeout: float = 3.0
+    # requests not yet started, in send order
+    _pending: deque[Request] = attrs.field(factory=deque)
+    # requests that found _pending full; reported failed by run()
+    _overflow: list[Request] = attrs.field(factory=list)
+    # set when either list gained a request; replaced before each wait
+    _wake: trio.Event = attrs.field(factory=trio.Event)
+    # no call starts before this time (after a refused connection)
+    _retry_at: float = -math.inf
+    # counters, for status and tests
+    calls: int = 0
+    failures: int = 0
+
+    def send(self, request: Request) -> None:
+        if len(self._pending) >= self.limit:
+            self._overflow.append(request)
+        else:
+            self._pending.append(request)
+        self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as waits:
+            while True:
+                while not self._pending and not self._overflow:
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                if self._overflow:
+                    refused, self._overflow = self._overflow, []
+                    for request in refused:
+                        self.failures += 1
+                        self.on_failure(request)
+                if self._pending and trio.current_time() < self._retry_at:
+                    await trio.sleep_until(self._retry_at)
+                    continue
+                for _ in range(POST_BATCH):
+                    if not self._pending:
+                        break
+                    request = self._pending.popleft()
+                    self.calls += 1
+                    try:
+                        pending = await self.client.post(self.addr, request, timeout=self.timeout)
+                    except RpcError as exc:
+                        self._failed(request, exc)
+                        break
+                    waits.start_soon(self._await, request, pending)
+                await trio.lowlevel.checkpoint()
+
+    async def _await(self, request: Request, pending: PendingCall) -> None:
+        try:
+            response = await pending.answer()
+        except RpcError as exc:
+            self._failed(request, exc)
+            return
+        if isinstance(response, MetadataResponse):  # not an answer the core asked for
+            self._failed(request, None)
+            return
+        self.on_answer(request, response)
+
+    def _failed(self, request: Request, exc: RpcError | None) -> None:
+        if isinstance(exc, RpcUnreachable):
+            self._retry_at = trio.current_time() + UNREACHABLE_BACKOFF
+        log.debug("%s to %s failed: %s", type(request).__name__, self.peer, exc)
+        self.failures += 1
+        self.on_failure(request)
