@@ -93,6 +93,7 @@ class MemoryDLedgerNetwork:
     # probability that a request ignores its link's FIFO order
     reorder: float = 0.0
     refuse_delay: float = 0.001
+    # every fault decision draws from it, in post/answer order: one seed, one run
     _rng: random.Random = attrs.field(init=False)
     # member id -> its endpoint, while its serve() runs
     _endpoints: dict[str, _Endpoint] = attrs.field(factory=dict)
@@ -105,7 +106,9 @@ class MemoryDLedgerNetwork:
     _last_arrival: dict[tuple[str, str], float] = attrs.field(factory=dict)
     # calls whose outcome is not known yet
     _in_flight: set[_Call] = attrs.field(factory=set)
+    # tie-breaker of equal arrival times: post order
     _seq: itertools.count[int] = attrs.field(factory=itertools.count)
+    # made-up ports for serve() on port 0
     _ports: itertools.count[int] = attrs.field(factory=lambda: itertools.count(41000))
     # counters, for tests
     posted: int = 0

@@ -103,13 +103,16 @@ class NodeStatus:
 class _Answer:
     """A request's place in the action FIFO: the answer may go once the FIFO passed it."""
 
+    # True once the FIFO ran past this marker (then the answer may leave)
     passed: bool = False
+    # created by the one waiter when the answer had to wait; set when passed
     event: trio.Event | None = None
 
 
 @attrs.define(eq=False)
 class _TransferWait:
     transferee: str
+    # set by the TransferDone for ``transferee``; ``code`` is its outcome from then on
     done: trio.Event = attrs.field(factory=trio.Event)
     code: DLedgerResponseCode = DLedgerResponseCode.TAKE_LEADERSHIP_FAILED
 
@@ -118,8 +121,11 @@ class _TransferWait:
 class DLedgerNode:
     config: DLedgerConfig
     log: RaftLog
+    # called only from this node's tasks, never from inside one of its own calls
     _core: RaftCore
+    # where PersistState and checkpoints go
     _storage: NodeStorage
+    # the outgoing connections, shared by the replicators
     _client: DLedgerClient
     # the address serve() bound (differs from the config's when it asked for port 0)
     bound_addr: str = ""
@@ -131,14 +137,17 @@ class DLedgerNode:
     _draining: bool = False
     # the state being written; the FIFO stands still while it is not None
     _persisting: PersistState | None = None
+    # set when _persisting got a state to write; the persister replaces it after waking
     _persist_wanted: trio.Event = attrs.field(factory=trio.Event)
     # the highest index a Committed action announced; never decreases
     _committed: int = -1
     # (index, seq, event) of wait_committed callers, a heap
     _commit_waiters: list[tuple[int, int, trio.Event]] = attrs.field(factory=list)
+    # tie-breaker for equal indexes in the heap
     _seq: itertools.count[int] = attrs.field(factory=itertools.count)
     # appended proposals whose outcome is not known yet
     _proposals: PendingProposals = attrs.field(factory=PendingProposals)
+    # called in registration order for every RoleChanged, synchronously
     _listeners: list[Callable[[RoleChanged], None]] = attrs.field(factory=list)
     # transfer_leadership callers waiting for their TransferDone
     _transfers: list[_TransferWait] = attrs.field(factory=list)
