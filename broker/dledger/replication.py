@@ -70,7 +70,8 @@ class _Dispatcher:
     conflict_at: float = math.inf
     # APPEND: the next index to push
     write_index: int = 0
-    # APPEND: first index of each unanswered push -> (sent at, entries in it)
+    # APPEND: first index of each unanswered push -> (sent at, entries in it); inserted in
+    # index order (a re-push only rewrites its key's value), so the first key is the oldest
     pending: dict[int, tuple[float, int]] = attrs.field(factory=dict)
     # COMPARE/TRUNCATE: the one push awaiting its answer
     outstanding: PushEntryRequest | None = None
@@ -310,8 +311,11 @@ class EntryPusher:
                     del d.pending[first]
                 if request.entries[-1].index > d.watermark:
                     d.watermark = request.entries[-1].index
-                    for index in [i for i in d.pending if i <= d.watermark]:
-                        del d.pending[index]
+                    while d.pending:  # keys are in index order: drop the acknowledged ones
+                        oldest = next(iter(d.pending))
+                        if oldest > d.watermark:
+                            break
+                        del d.pending[oldest]
                     if d.type is PushType.APPEND:
                         d.write_index = max(d.write_index, d.watermark + 1)
                     self._advance_commit()
