@@ -94,9 +94,8 @@ def load_hard_state(directory: str) -> HardState:
 
 
 def save_hard_state(directory: str, state: HardState) -> None:
-    text = f"currTerm={state.term}\n"
-    if state.voted_for is not None:
-        text += f"voteLeader={state.voted_for}\n"
+    # DLedger writes an empty voteLeader when it has not voted in the term
+    text = f"currTerm={state.term}\nvoteLeader={state.voted_for or ''}\n"
     atomic_write(Path(directory) / CURRTERM, text.encode())
 
 
