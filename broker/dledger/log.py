@@ -23,7 +23,8 @@ Invariants (both implementations)
 * ``get(i).pos`` is ``place_entry`` applied to the previous entry's end;
 * terms never decrease along the log;
 * ``truncate(i)`` removes exactly the entries ``>= i`` and puts the write position back at the
-  removed entry's ``pos``.
+  end of entry ``i - 1`` (entry ``i``'s ``pos`` unless entry ``i`` had opened a new file: that
+  blank is undone too, so the next ``pos`` depends on the kept entries only, as on the leader).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class RaftLog(Protocol):
         ...
 
     def truncate(self, index: int) -> None:
-        """Remove every entry ``>= index`` (nothing when ``index > end_index``)."""
+        """Remove every entry ``>= index`` (nothing when ``index > end_index``); the write
+        position goes back to the end of the last entry kept."""
         ...
 
 
@@ -166,4 +168,8 @@ class MemoryLog:
                 self._entries.clear()
             return
         del self._entries[index - self._entries[0].index :]
-        self._write_pos = entry.pos
+        if self._entries:
+            last = self._entries[-1]
+            self._write_pos = last.pos + last.size
+        else:
+            self._write_pos = entry.pos

@@ -21,11 +21,15 @@ whose magic is not 1 (units are written in order and files are zero beyond what 
 Walking back from there, the last unit whose fields agree with the data header at its
 ``pos`` (magic, size, index, term, pos) is the last whole entry: a unit is written after its
 entry's bytes, so an entry with a whole unit is whole.  Everything after it, in both queues,
-is zeroed and later files deleted (a torn entry or unit can never come back).
+is zeroed and later files deleted (a torn entry or unit can never come back).  ``truncate``
+cuts the same way, after the last entry kept, so a truncated log and the same log reopened
+are byte for byte the same files.
 
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
-``get(end_index).pos + size`` (or the truncation point); every index unit matches its header.
-Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends.
+``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
+but zeros after ``write_pos``.
+Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
+(see :class:`FileLog`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 
 import attrs
 
@@ -55,12 +60,23 @@ _BLANK = struct.Struct(">ii")
 
 @attrs.define(eq=False)
 class FileLog:
+    """A :class:`~broker.dledger.log.RaftLog` on DLedger's files; :func:`open_file_log` makes one.
+
+    Every call runs on the owner's thread (the node's event loop) except :meth:`flush`, which
+    may run in a worker thread at the same time as ``append``/``append_entry``/``get``.
+    ``truncate`` and ``close`` wait for a flush in progress (they delete and unmap files the
+    flush may be syncing); appends never wait."""
+
     data: MappedFileQueue
     index: MappedFileQueue
     # entries 0 .. _end; -1 when empty (old-file deletion is not done here, so begin is 0)
     _end: int = -1
     # term of entry _end
     _end_term: int = -1
+    # held by flush for its whole fdatasync, and by whatever deletes, cuts or closes files
+    _files_lock: threading.Lock = attrs.field(factory=threading.Lock)
+    # set by close: a later flush has nothing left to sync
+    _closed: bool = False
 
     # --- RaftLog -------------------------------------------------------------------------
     @property
@@ -122,19 +138,25 @@ class FileLog:
         return True
 
     def truncate(self, index: int) -> None:
+        """Drop entries ``>= index``; the data end goes back to entry ``index - 1``'s end.
+
+        Not to entry ``index``'s pos: when that entry had opened a new file, the blank before
+        it is undone too, so the next entry is placed from the previous one's end alone, as on
+        every other member (a leader's smaller entry may fit where the blank was)."""
         if index > self._end:
             return
-        if index <= 0:
-            self.data.truncate_dirty(0)
-            self.index.truncate_dirty(0)
-            self._end, self._end_term = -1, -1
-            return
-        unit = self._unit(index)
-        assert unit is not None
-        self.data.truncate_dirty(unit[1])
-        self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
-        self._end = index - 1
-        self._end_term = self.term_at(self._end)
+        with self._files_lock:
+            if index <= 0:
+                self.data.truncate_dirty(0)
+                self.index.truncate_dirty(0)
+                self._end, self._end_term = -1, -1
+                return
+            unit = self._unit(index - 1)
+            assert unit is not None
+            _magic, pos, size, _index, term = unit
+            self.data.truncate_dirty(pos + size)
+            self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
+            self._end, self._end_term = index - 1, term
 
     # --- writing ----------------------------------------------------------------------------
     def _write(self, entry: Entry) -> None:
@@ -175,18 +197,22 @@ class FileLog:
 
     # --- durability -------------------------------------------------------------------------
     def flush(self) -> None:
-        """fdatasync what was written since the last flush (cheap when nothing was)."""
-        for queue in (self.data, self.index):
-            for mf in queue.flush_jobs():
-                try:
+        """fdatasync what was written since the last flush; a scan of the open files and no
+        system call when nothing was.  Safe in a worker thread while the loop appends."""
+        with self._files_lock:
+            if self._closed:
+                return
+            for queue in (self.data, self.index):
+                for mf in queue.flush_jobs():
                     mf.flush_range()
-                except (OSError, ValueError):
-                    pass  # the file was truncated away or closed meanwhile: nothing to keep
 
     def close(self) -> None:
         self.flush()
-        self.data.close()
-        self.index.close()
+        with self._files_lock:
+            if not self._closed:
+                self._closed = True
+                self.data.close()
+                self.index.close()
 
 
 def _header_matches(data: MappedFileQueue, unit: tuple[int, int, int, int, int], i: int) -> bool:

@@ -1,0 +1,312 @@
+"""What only the file log has: DLedger's exact bytes, file names, reopening, flush, recovery of
+a torn tail (including one left by SIGKILL), and the same behaviour as the in-memory log under
+random appends, truncations and reopens."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.dledger.log import MemoryLog
+from broker.dledger.mmap_file_store import FileLog, open_file_log
+
+DATA = 1024
+INDEX = 32 * 8
+HEADER = ">iiqqqiiii"  # magic size index term pos channel chainCrc bodyCrc bodyLength
+UNIT = ">iqiqq"  # magic pos size index term
+
+
+def open_log(d: Path) -> FileLog:
+    return open_file_log(str(d), data_file_size=DATA, index_file_size=INDEX)
+
+
+def body(n: int, size: int) -> bytes:
+    return bytes([n % 251]) * size
+
+
+def names(d: Path) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+def test_exact_bytes_of_entry_blank_and_index_unit(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    first = flog.append(7, b"A" * 900)  # 948 bytes: the next 100-byte body cannot fit
+    second = flog.append(7, b"B" * 100)
+    flog.close()
+    assert (first.size, second.pos) == (948, DATA)
+    assert names(d / "data") == [f"{0:020d}", f"{DATA:020d}"]
+    assert names(d / "index") == [f"{0:020d}"]
+    data0 = (d / "data" / f"{0:020d}").read_bytes()
+    assert len(data0) == DATA
+    assert data0[:48] == struct.pack(HEADER, 1, 948, 0, 7, 0, 0, 0, 0, 900)
+    assert data0[48:948] == b"A" * 900
+    assert data0[948:956] == struct.pack(">ii", -1, DATA - 948)
+    assert data0[956:] == bytes(DATA - 956)
+    data1 = (d / "data" / f"{DATA:020d}").read_bytes()
+    assert data1[:48] == struct.pack(HEADER, 1, 148, 1, 7, DATA, 0, 0, 0, 100)
+    assert data1[48:148] == b"B" * 100 and data1[148:] == bytes(DATA - 148)
+    index = (d / "index" / f"{0:020d}").read_bytes()
+    assert len(index) == INDEX
+    assert index[:64] == struct.pack(UNIT, 1, 0, 948, 0, 7) + struct.pack(UNIT, 1, DATA, 148, 1, 7)
+    assert index[64:] == bytes(INDEX - 64)
+
+
+def test_index_files_roll_every_eight_units(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    written = [flog.append(3, body(i, 10)) for i in range(17)]
+    flog.close()
+    assert names(d / "index") == [f"{n:020d}" for n in (0, INDEX, 2 * INDEX)]
+    third = (d / "index" / f"{2 * INDEX:020d}").read_bytes()
+    e = written[16]
+    assert third[:32] == struct.pack(UNIT, 1, e.pos, e.size, 16, 3)
+
+
+def test_reopen_keeps_every_entry(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    written = [flog.append(1 + i // 5, body(i, 50 + 13 * i)) for i in range(20)]
+    flog.close()
+    again = open_log(d)
+    assert [again.get(i) for i in range(20)] == written
+    assert (again.begin_index, again.end_index, again.end_term) == (0, 19, 4)
+    assert again.write_pos == written[-1].pos + written[-1].size
+    assert again.append(9, b"z").index == 20
+    again.close()
+
+
+def test_truncate_cuts_files_as_recovery_would(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    written = [flog.append(1, body(i, 400)) for i in range(12)]
+    assert len(names(d / "data")) == 6 and len(names(d / "index")) == 2
+    flog.truncate(4)  # entry 4 had opened a file: that file goes, the blank before it too
+    assert names(d / "data") == [f"{0:020d}", f"{DATA:020d}"]
+    assert names(d / "index") == [f"{0:020d}"]
+    data1 = (d / "data" / f"{DATA:020d}").read_bytes()
+    assert data1[896:] == bytes(DATA - 896)  # entry 3 ends at 896 in the second file
+    assert (d / "index" / f"{0:020d}").read_bytes()[4 * 32 :] == bytes(INDEX - 4 * 32)
+    flog.close()
+    again = open_log(d)
+    assert again.end_index == 3 and again.write_pos == written[3].pos + written[3].size
+    assert [again.get(i) for i in range(4)] == written[:4]
+    again.close()
+
+
+def test_flush_syncs_only_what_changed(tmp_path: Path) -> None:
+    flog = open_log(tmp_path / "dl")
+    flog.flush()  # nothing written: nothing to do
+    flog.append(1, body(1, 100))
+    assert [mf.flushed for mf in flog.data.files] == [0]
+    flog.flush()
+    assert [(mf.flushed, mf.wrote) for mf in flog.data.files] == [(148, 148)]
+    assert [(mf.flushed, mf.wrote) for mf in flog.index.files] == [(32, 32)]
+    assert not flog.data.flush_jobs() and not flog.index.flush_jobs()
+    flog.close()
+    flog.flush()  # closed: nothing to do, no error
+    flog.close()
+
+
+def test_flush_in_a_thread_while_appending_and_truncating(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    mlog = MemoryLog(file_size=DATA)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            while not stop.is_set():
+                flog.flush()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    rng = random.Random(5)
+    try:
+        for n in range(1500):
+            if n % 50 == 49:
+                cut = rng.randrange(0, mlog.end_index + 2)
+                flog.truncate(cut)
+                mlog.truncate(cut)
+            else:
+                size = rng.randrange(0, 500)
+                assert flog.append(1, body(n, size)) == mlog.append(1, body(n, size))
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    flog.flush()
+    for queue in (flog.data, flog.index):
+        assert all(mf.flushed == mf.wrote for mf in queue.files)
+    flog.close()
+    again = open_log(d)
+    assert again.write_pos == mlog.write_pos
+    assert [again.get(i) for i in range(mlog.end_index + 1)] == [
+        mlog.get(i) for i in range(mlog.end_index + 1)
+    ]
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["half_unit", "no_unit", "header", "body_length", "data_file"])
+def test_recovery_cuts_a_torn_last_entry(tmp_path: Path, damage: str) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    written = [flog.append(1, body(i, 120)) for i in range(7)]  # entry 6 opens the second file
+    last = written[-1]
+    assert last.pos == DATA
+    flog.close()
+    index_file = d / "index" / f"{0:020d}"
+    data_file = d / "data" / f"{DATA:020d}"
+    at = last.pos % DATA
+    if damage == "half_unit":  # a unit cut after its size: index and term missing
+        raw = bytearray(index_file.read_bytes())
+        raw[6 * 32 + 16 : 7 * 32] = bytes(16)
+        index_file.write_bytes(bytes(raw))
+    elif damage == "no_unit":  # the entry's bytes were written, its unit never was
+        raw = bytearray(index_file.read_bytes())
+        raw[6 * 32 : 7 * 32] = bytes(32)
+        index_file.write_bytes(bytes(raw))
+    elif damage == "header":  # the unit is there, the entry's header half written
+        raw = bytearray(data_file.read_bytes())
+        raw[at + 20 : at + 48] = bytes(28)
+        data_file.write_bytes(bytes(raw))
+    elif damage == "body_length":  # the header's body length disagrees with the unit's size
+        raw = bytearray(data_file.read_bytes())
+        struct.pack_into(">i", raw, at + 44, 60)
+        data_file.write_bytes(bytes(raw))
+    else:  # the new data file was never created
+        data_file.unlink()
+    again = open_log(d)
+    assert again.end_index == 5 and again.end_term == 1
+    assert [again.get(i) for i in range(6)] == written[:6]
+    assert again.get(6) is None
+    # cut as a truncate would: the blank before entry 6 and its file are gone, no unit left
+    assert again.write_pos == written[5].pos + written[5].size
+    assert names(d / "data") == [f"{0:020d}"]
+    assert index_file.read_bytes()[6 * 32 :] == bytes(INDEX - 6 * 32)
+    data0 = (d / "data" / f"{0:020d}").read_bytes()
+    assert data0[again.write_pos :] == bytes(DATA - again.write_pos)
+    assert again.append(2, b"new").index == 6
+    again.close()
+
+
+def test_recovery_of_a_log_whose_only_entry_is_torn(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    flog.append(1, body(1, 30))
+    flog.close()
+    data_file = d / "data" / f"{0:020d}"
+    raw = bytearray(data_file.read_bytes())
+    raw[0:4] = bytes(4)
+    data_file.write_bytes(bytes(raw))
+    again = open_log(d)
+    assert (again.end_index, again.write_pos) == (-1, 0)
+    assert data_file.read_bytes() == bytes(DATA)
+    assert again.append(2, b"x").pos == 0
+    again.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from broker.dledger.mmap_file_store import open_file_log
+    flog = open_file_log(sys.argv[1], data_file_size=4096, index_file_size=32 * 64)
+    i = flog.end_index + 1
+    while True:
+        flog.append(1, bytes([i % 251]) * (i % 300))
+        if i % 50 == 0:
+            print(i, flush=True)  # entries up to i were appended (in the page cache)
+        i += 1
+    """
+)
+
+
+def test_recovery_after_sigkill_mid_write(tmp_path: Path) -> None:
+    """Every append that returned before the kill is there, whole, after it."""
+    d = tmp_path / "dl"
+    root = Path(__file__).resolve().parents[3]
+    ends = []
+    for k in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(d)],
+            stdout=subprocess.PIPE,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert proc.stdout is not None
+        acked = -1
+        try:
+            for _ in range(20 + 10 * k):  # a different moment each round, files rolled over
+                acked = int(proc.stdout.readline())
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc.stdout.close()
+        flog = open_file_log(str(d), data_file_size=4096, index_file_size=32 * 64)
+        assert flog.end_index >= acked
+        for i in range(flog.end_index + 1):
+            e = flog.get(i)
+            assert e is not None and e.body == bytes([i % 251]) * (i % 300)
+        ends.append(flog.end_index)
+        flog.close()
+    assert ends == sorted(ends)
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 600)),
+        st.tuples(st.just("truncate"), st.integers(0, 40)),
+        st.tuples(st.just("reopen"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS)
+def test_file_log_behaves_as_the_memory_log(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
+    d = tmp_path_factory.mktemp("dl")
+    flog = open_log(d)
+    mlog = MemoryLog(file_size=DATA)
+    term = 1
+    try:
+        for op, n in ops:
+            if op == "append":
+                term += n % 2
+                assert flog.append(term, body(n, n)) == mlog.append(term, body(n, n))
+            elif op == "truncate":
+                flog.truncate(n)
+                mlog.truncate(n)
+            else:
+                flog.close()
+                flog = open_log(d)
+            assert (flog.begin_index, flog.end_index, flog.end_term, flog.write_pos) == (
+                mlog.begin_index,
+                mlog.end_index,
+                mlog.end_term,
+                mlog.write_pos,
+            )
+        assert [flog.get(i) for i in range(mlog.end_index + 1)] == [
+            mlog.get(i) for i in range(mlog.end_index + 1)
+        ]
+        assert [flog.term_at(i) for i in range(-1, mlog.end_index + 2)] == [
+            mlog.term_at(i) for i in range(-1, mlog.end_index + 2)
+        ]
+    finally:
+        flog.close()
