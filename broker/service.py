@@ -41,7 +41,10 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.dledger.commitlog import DLedgerMessageStore, run_dledger_store
+from broker.dledger.node import run_dledger_node
+from broker.dledger.node_config import DLedgerConfig
 from broker.dledger.roles import DLedgerRoleChangeHandler, RoleNode
+from broker.dledger.transport import RemotingDLedgerNetwork
 from broker.ha.service import run_ha_service
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
@@ -123,7 +126,13 @@ async def run_broker(
             store = await outer.start(store_factory, config.store)
         if config.dledger:
             if dledger_node is None:
-                raise ValueError("DLedger mode needs a DLedger node")  # (until node.py lands)
+                dledger_node = await outer.start(
+                    partial(
+                        run_dledger_node,
+                        dledger_node_config(config),
+                        RemotingDLedgerNetwork(network),
+                    )
+                )
             dledger = await outer.start(run_dledger_store, store, dledger_node)
             store = dledger
         controller = BrokerController(config, store, network=network, io_threads=io_threads)
@@ -203,6 +212,11 @@ async def run_broker(
                                 await controller.registrar.unregister_all()
         finally:
             controller.persist_all()
+
+
+def dledger_node_config(config: BrokerConfig) -> DLedgerConfig:
+    """The DLedger member a (checked) broker config describes."""
+    return DLedgerConfig.from_store_config(config.store, group=config.broker_name)
 
 
 def dledger_broker_config(config: BrokerConfig) -> BrokerConfig:

@@ -238,7 +238,13 @@ class AdminBrokerProcessor:
 
     async def get_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
-        text = "\n".join(_config_properties(b.config)) + "\n"
+        # brokerId and brokerRole are the live ones: in DLedger mode the Raft role sets them
+        live = {"brokerId": str(b.broker_id), "brokerRole": b.broker_role}
+        lines = [
+            f"{k}={live[k]}" if (k := line.partition("=")[0]) in live else line
+            for line in _config_properties(b.config)
+        ]
+        text = "\n".join(lines) + "\n"
         version = serde.to_json(b.topic_config_manager.data_version).decode()
         return req.response(
             ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")
