@@ -1,0 +1,256 @@
+"""DLedger groups as real processes, with a fault-injecting TCP proxy on every Raft link.
+
+``dledger_group(n)`` (fixture ``dledger``) starts a nameserver and ``n`` brokers
+(``python -m cli.node broker -c <conf>``) forming one DLedger group ``broker-a``. Every directed
+Raft link i -> j goes through its own :class:`LinkProxy` in the test's Trio loop: node i's
+``dLegerPeers`` names node j at the proxy's port, and only node i itself at its real DLedger
+port (where it binds).  So ``group.isolate("n0")`` cuts every link to and from n0 while n0 stays
+reachable by the nameserver and the clients: a leader partitioned from both followers, as the
+issue asks, without network namespaces.  ``heal()`` restores them.
+
+Process control is by pid (``tests/conftest.py`` ``ProcessGroup``): ``kill`` is SIGKILL,
+``restart`` starts the same config and store again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.serde import loads
+from common.testing import free_port_block
+
+# laptop timing (what `rmq up --dledger` uses): failure detected after 3 x 500 ms
+FAST_TIMING = {
+    "heartBeatTimeIntervalMs": 500,
+    "maxHeartBeatLeak": 3,
+    "minVoteIntervalMs": 150,
+    "maxVoteIntervalMs": 400,
+}
+
+
+@attrs.define(eq=False)
+class LinkProxy:
+    """Copies bytes between a listening port and one target; ``blocked`` drops every
+    connection and refuses new ones (closes them at once)."""
+
+    target_port: int
+    port: int = 0
+    blocked: bool = False
+    # the streams of live connections, closed on block()
+    _live: set[trio.SocketStream] = attrs.Factory(set)
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        if self.blocked:
+            client.socket.close()
+            return
+        try:
+            server = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+        except BaseException:
+            client.socket.close()
+            if isinstance(sys.exc_info()[1], OSError):
+                return
+            raise
+        self._live.update((client, server))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, client, server, nursery.cancel_scope)
+                nursery.start_soon(self._pump, server, client, nursery.cancel_scope)
+        finally:
+            for s in (client, server):
+                self._live.discard(s)
+                s.socket.close()  # synchronous: a cancelled aclose() would skip the other one
+
+    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, scope: Any) -> None:
+        try:
+            while data := await src.receive_some(65536):
+                await dst.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        scope.cancel()
+
+    def block(self) -> None:
+        self.blocked = True
+        for s in list(self._live):
+            with contextlib.suppress(Exception):
+                # nothing more crosses; the pumps see it and close both ends
+                s.socket.shutdown(socket.SHUT_RDWR)
+
+    def unblock(self) -> None:
+        self.blocked = False
+
+
+@attrs.define(eq=False)
+class DLedgerGroupProcs:
+    procs: Any  # tests.conftest.ProcessGroup
+    nursery: trio.Nursery
+    ids: list[str]
+    namesrv: Any = None
+    nodes: dict[str, Any] = attrs.Factory(dict)  # id -> Node
+    raft_ports: dict[str, int] = attrs.Factory(dict)
+    broker_ports: dict[str, int] = attrs.Factory(dict)
+    # (from, to) -> proxy
+    links: dict[tuple[str, str], LinkProxy] = attrs.Factory(dict)
+    extra: dict[str, object] = attrs.Factory(dict)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.addr
+
+    def addr(self, node: str) -> str:
+        return f"127.0.0.1:{self.broker_ports[node]}"
+
+    async def start(self) -> None:
+        self.namesrv = self.procs.namesrv()
+        for i in self.ids:
+            self.broker_ports[i] = free_port_block(4)
+            self.raft_ports[i] = free_port_block(1)
+        for a in self.ids:
+            for b in self.ids:
+                if a != b:
+                    proxy = LinkProxy(self.raft_ports[b])
+                    await self.nursery.start(proxy.serve)
+                    self.links[(a, b)] = proxy
+        for i in self.ids:
+            self._spawn(i)
+
+    def _peers(self, me: str) -> str:
+        parts = []
+        for j in self.ids:
+            port = self.raft_ports[j] if j == me else self.links[(me, j)].port
+            parts.append(f"{j}-127.0.0.1:{port}")
+        return ";".join(parts)
+
+    def _spawn(self, i: str) -> Any:
+        node = self.procs.broker(
+            f"broker-a-{i}",
+            port=self.broker_ports[i],
+            namesrvAddr=self.namesrv.addr,
+            brokerClusterName="RaftCluster",
+            enableDLegerCommitLog="true",
+            dLegerGroup="broker-a",
+            dLegerPeers=self._peers(i),
+            dLegerSelfId=i,
+            sendMessageThreadPoolNums=1,
+            **{**FAST_TIMING, **self.extra},
+        )
+        self.nodes[i] = node
+        return node
+
+    def kill(self, i: str) -> None:
+        self.nodes[i].kill()
+
+    def restart(self, i: str) -> None:
+        node = self.nodes[i]
+        if node.proc.poll() is None:
+            node.kill()
+        self.procs.nodes.remove(node)
+        self._spawn(i)
+
+    def isolate(self, i: str) -> None:
+        for (a, b), proxy in self.links.items():
+            if i in (a, b):
+                proxy.block()
+
+    def heal(self) -> None:
+        for proxy in self.links.values():
+            proxy.unblock()
+
+    async def runtime(self, client: Any, i: str, timeout: float = 2.0) -> dict[str, str] | None:
+        """The node's runtime info table, None when it does not answer."""
+        try:
+            r = await client.invoke(
+                self.addr(i),
+                RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                timeout=timeout,
+            )
+        except Exception:
+            client.close_channel(self.addr(i))
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            return None
+        table: dict[str, str] = json.loads(bytes(r.body))["table"]
+        return table
+
+    async def topic_everywhere(self, client: Any, topic: str, *, timeout: float = 30.0) -> None:
+        """Followers learn topics from the master's metadata sync: wait until every node has
+        ``topic``, so a failover never lands on a node that does not know it."""
+        with trio.fail_after(timeout):
+            for i in self.ids:
+                while True:
+                    r = await client.invoke(
+                        self.addr(i), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+                    )
+                    if topic in loads(bytes(r.body)).get("topicConfigTable", {}):
+                        break
+                    await trio.sleep(0.2)
+
+    async def master_addr(self, client: Any) -> str | None:
+        """The nameserver's brokerId-0 address of broker-a, None when it has none."""
+        try:
+            r = await client.invoke(
+                self.namesrv_addr,
+                RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}),
+                timeout=2.0,
+            )
+        except Exception:
+            client.close_channel(self.namesrv_addr)
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            return None
+        table = loads(bytes(r.body)).get("brokerAddrTable", {})
+        addrs = table.get("broker-a", {}).get("brokerAddrs", {})
+        return addrs.get("0")
+
+    async def leader(
+        self,
+        client: Any,
+        *,
+        timeout: float = 30.0,
+        among: list[str] | None = None,
+        master: bool = True,
+    ) -> str:
+        """The id of the one live node that says it leads; with ``master``, also wait until it
+        serves as master (the nameserver lists it as brokerId 0)."""
+        with trio.fail_after(timeout):
+            while True:
+                live = among or [i for i in self.ids if self.nodes[i].proc.poll() is None]
+                for i in live:
+                    info = await self.runtime(client, i, timeout=1.0)
+                    if info and info.get("dledgerRole") == "LEADER":
+                        if not master or await self.master_addr(client) == self.addr(i):
+                            return i
+                await trio.sleep(0.05)
+
+
+@pytest.fixture
+async def dledger_factory(procs: Any, nursery: trio.Nursery) -> AsyncIterator[Callable[..., Any]]:
+    async def make(n: int = 3, **extra: object) -> DLedgerGroupProcs:
+        group = DLedgerGroupProcs(procs, nursery, [f"n{k}" for k in range(n)], extra=dict(extra))
+        await group.start()
+        return group
+
+    yield make
+
+
+@pytest.fixture
+async def raft_client() -> AsyncIterator[Any]:
+    async with open_remoting_client() as client:
+        yield client
