@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from cli.up import (
+from cli.up import (  # never the other way: readiness (dledger_ready) lives in cli.up
     PORT_BLOCK,
     ClusterPlan,
     NodeSpec,
@@ -65,7 +65,6 @@ LAPTOP_TIMING: dict[str, str] = {
 PLANNED_DLEDGER_PROPERTIES = frozenset(
     {"enableDLegerCommitLog", "dLegerGroup", "dLegerPeers", "dLegerSelfId"}
 )
-RAFT_SERVING_ROLES = ("LEADER", "FOLLOWER")
 
 
 def member_id(k: int) -> str:
@@ -160,50 +159,3 @@ def _with_dledger_properties(plan: ClusterPlan, node: NodeSpec) -> NodeSpec:
         "dLegerSelfId": node.dledger_self_id or "",
     }
     return attrs.evolve(node, properties=tuple(sorted(props.items())))
-
-
-# --- readiness --------------------------------------------------------------------------------
-
-
-def listed_addrs(cluster_info: object, broker_name: str) -> dict[int, str]:
-    """brokerId -> address of `broker_name` in GET_BROKER_CLUSTER_INFO's parsed JSON."""
-    table = cluster_info.get("brokerAddrTable") if isinstance(cluster_info, dict) else None
-    data = table.get(broker_name) if isinstance(table, dict) else None
-    addrs = data.get("brokerAddrs") if isinstance(data, dict) else None
-    if not isinstance(addrs, dict):
-        return {}
-    out: dict[int, str] = {}
-    for k, v in addrs.items():
-        try:
-            out[int(k)] = str(v)  # fastjson writes the Long keys bare: str or int here
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-def dledger_ready(
-    plan: ClusterPlan,
-    nodes: tuple[NodeSpec, ...],
-    cluster_info: object,
-    tables: Mapping[str, Mapping[str, str]],
-) -> bool:
-    """Whether the DLedger members among `nodes` serve (module doc, "Readiness"); `tables`
-    holds each member's runtime-info table by node name (a member that did not answer has
-    none)."""
-    members = [n for n in nodes if n.is_dledger]
-    for node in members:
-        table = tables.get(node.name)
-        if table is None or table.get("dledgerRole") not in RAFT_SERVING_ROLES:
-            return False
-        if node.addr not in listed_addrs(cluster_info, node.broker_name or "").values():
-            return False
-    waited = {n.name for n in members}
-    for group in sorted({n.broker_name or "" for n in members}):
-        everyone = [b for b in plan.brokers if b.broker_name == group and b.is_dledger]
-        if not all(b.name in waited for b in everyone):
-            continue  # a member restarted alone: its group has its leader already
-        master = listed_addrs(cluster_info, group).get(0)
-        leaders = [b for b in everyone if tables[b.name].get("dledgerRole") == "LEADER"]
-        if not any(b.addr == master for b in leaders):
-            return False
-    return True

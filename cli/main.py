@@ -24,12 +24,13 @@ from cli import (  # noqa: F401
     cmd_top,
 )
 from cli.app import app
-from cli.cmd_local import fast_up_arguments, up
+from cli.cmd_local import up
 from cli.node import (
     BROKER_FLAG_PROPERTIES,
     broker_properties,
     properties_text,
 )
+from cli.up_arguments import fast_up_arguments
 
 __all__ = [
     "BROKER_FLAG_PROPERTIES",

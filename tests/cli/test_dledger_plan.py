@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.dledger_plan import LAPTOP_TIMING, dledger_ready, peers_of
+from cli.dledger_plan import LAPTOP_TIMING, peers_of
 from cli.local_render import spec_json
 from cli.topology import TopologyError, resolve
-from cli.up import ClusterPlan, NodeSpec, busy_ports, node_command
+from cli.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
 
 
 def props(node: NodeSpec) -> dict[str, str]:

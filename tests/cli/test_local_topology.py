@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.cmd_local import fast_up_arguments
 from cli.topology import TopologyError, resolve
 from cli.up import node_command, node_config_path, write_node_config
+from cli.up_arguments import fast_up_arguments
 
 TOML = """
 cluster = "Local"
