@@ -13,6 +13,7 @@ moment, the current leader gets SIGKILL and is restarted a moment later.  Afterw
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 
@@ -26,6 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "RaftKill"
 KILLS = 10
+# RMQ_KILL_TIMING=rocketmq: the same run with RocketMQ's DLedger timing (heartbeat 2 s, votes
+# after 300-1000 ms) instead of rmq up's laptop timing, for the failover figure of
+# docs/benchmarks.md; make test runs the laptop timing
+ROCKETMQ_TIMING = {
+    "heartBeatTimeIntervalMs": 2000,
+    "minVoteIntervalMs": 300,
+    "maxVoteIntervalMs": 1000,
+}
 
 
 async def read_all(namesrv: str, topic: str) -> dict[int, list[tuple[int, str]]]:
@@ -45,7 +54,8 @@ async def read_all(namesrv: str, topic: str) -> dict[int, list[tuple[int, str]]]
 
 
 async def test_leader_kills_lose_no_acknowledged_message(dledger_factory, raft_client) -> None:
-    group = await dledger_factory(3)
+    timing = ROCKETMQ_TIMING if os.environ.get("RMQ_KILL_TIMING") == "rocketmq" else {}
+    group = await dledger_factory(3, **timing)
     leader = await group.leader(raft_client, timeout=60)
     async with Admin(group.namesrv_addr) as admin:
         await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
@@ -65,6 +75,7 @@ async def test_leader_kills_lose_no_acknowledged_message(dledger_factory, raft_c
             while not stop.is_set():
                 key = f"k{n:06d}"
                 n += 1
+                started = trio.current_time()
                 try:
                     r = await producer.send(Message(TOPIC, key.encode() * 8, keys=key))
                 except Exception:
@@ -75,7 +86,9 @@ async def test_leader_kills_lose_no_acknowledged_message(dledger_factory, raft_c
                     acked.append((key, r.message_queue.queueId, r.queue_offset))
                     now = trio.current_time()
                     ack_times.append(now)
-                    if watch and now > watch[-1][0] and not watch[-1][1].is_set():
+                    # only a send begun after the kill counts: an answer the old leader
+                    # sent just before dying may arrive just after
+                    if watch and started > watch[-1][0] and not watch[-1][1].is_set():
                         watch[-1][2].append(now)
                         watch[-1][1].set()
                 else:
