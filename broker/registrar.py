@@ -18,7 +18,7 @@ the nameserver listens, not 30 s later, and a nameserver that stays down costs o
 connect attempt per period after the first few seconds.  Nameservers that answered keep the
 plain period.  A slave that has no master yet also retries this way while the nameservers answer
 without a master address (the master has not registered yet): that answer is how it finds
-its master.
+its master, so its doubling stops at ``no_master_retry_cap`` (2 s) instead of the period.
 
 Each nameserver is tried independently under its own timeout, so one dead nameserver neither
 delays nor fails the others.  A slave learns its master's address and HA address from the
@@ -80,6 +80,10 @@ class BrokerRegistrar:
     on_result: Callable[[RegisterResult], None] | None = None
     # delay before the first retry of a nameserver that failed; doubles up to `period`
     first_retry: float = 0.2
+    # a slave that registered but heard of no master doubles only up to this: the answer is the
+    # only way it finds its master, and a master that starts a few seconds late (a loaded
+    # machine, a slow disk) must not leave its slave unreplicated for half a period
+    no_master_retry_cap: float = 2.0
     # set to ask the run loop for an immediate round
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     # addr -> (trio time of its next retry, delay used for it): exactly the nameservers whose
@@ -152,7 +156,11 @@ class BrokerRegistrar:
             # registered, but no nameserver knows the master yet (they often start together):
             # ask again soon instead of a period later, since the answer is how we find it
             for r in results:
-                self._failed(r.namesrv_addr, f"name server {r.namesrv_addr} knows no master yet")
+                self._failed(
+                    r.namesrv_addr,
+                    f"name server {r.namesrv_addr} knows no master yet",
+                    cap=self.no_master_retry_cap,
+                )
         else:
             for r in results:
                 self._retry.pop(r.namesrv_addr, None)
@@ -170,9 +178,10 @@ class BrokerRegistrar:
         self.master_addr = None
         self.ha_master_addr = None
 
-    def _failed(self, addr: str, why: str) -> None:
+    def _failed(self, addr: str, why: str, *, cap: float | None = None) -> None:
         previous = self._retry.get(addr)
-        delay = self.first_retry if previous is None else min(previous[1] * 2, self.period)
+        cap = self.period if cap is None else min(cap, self.period)
+        delay = self.first_retry if previous is None else min(previous[1] * 2, cap)
         self._retry[addr] = (trio.current_time() + delay, delay)
         # the first failure is worth a warning; quick retries of a nameserver that is not up
         # yet would only repeat it

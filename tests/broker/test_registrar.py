@@ -281,3 +281,48 @@ async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
                 assert round(trio.current_time() - t0, 6) == 30.0
                 n.cancel_scope.cancel()
         servers.cancel_scope.cancel()
+
+
+async def test_slave_whose_master_starts_late_keeps_asking_every_two_seconds(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A master that comes up 20 s after its slave (a loaded machine) is found within the cap,
+    not after the doubling has grown to half a period."""
+    ns = FakeNamesrv()
+    asked: list[float] = []
+
+    async with trio.open_nursery() as servers:
+
+        async def connect(addr: str):
+            client_side, server_side = trio.testing.memory_stream_pair()
+            servers.start_soon(handle_stream, server_side, ns.dispatcher)
+            return client_side
+
+        async with open_remoting_client(connect=connect) as client:
+            reg = BrokerRegistrar(
+                client,
+                ["ns:1"],
+                lambda: {
+                    "brokerName": "bk",
+                    "brokerAddr": "127.0.0.1:10921",
+                    "clusterName": "C",
+                    "haServerAddr": "",
+                    "brokerId": 1,
+                },
+                lambda: b"{}",
+                on_result=lambda r: asked.append(round(trio.current_time(), 6)),
+            )
+            t0 = trio.current_time()
+            async with trio.open_nursery() as n:
+                await n.start(reg.run)
+                await trio.sleep(20)
+                ns.master = "127.0.0.1:10911"
+                while reg.master_addr is None:
+                    await ns.changed.wait()
+                    await trio.testing.wait_all_tasks_blocked()
+                assert trio.current_time() - t0 <= 22.0
+                gaps = [round(b - a, 6) for a, b in zip(asked, asked[1:], strict=False)]
+                assert gaps[:4] == [0.2, 0.4, 0.8, 1.6]
+                assert set(gaps[4:]) == {2.0}
+                n.cancel_scope.cancel()
+        servers.cancel_scope.cancel()

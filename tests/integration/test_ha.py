@@ -63,11 +63,20 @@ async def poll_until(predicate, *, timeout: float = 30.0, interval: float = 0.1)
             await trio.sleep(interval)
 
 
-async def wait_slave_connected(client, master, *, timeout: float = 30.0) -> None:
+async def wait_slave_connected(client, master, *watching, timeout: float = 30.0) -> None:
+    """Until the master counts an HA connection; on timeout, the logs of the master and of the
+    `watching` nodes (the slave) say which step of finding the master stalled."""
+
     async def connected() -> bool:
         return await ha_connections(client, master) >= 1
 
-    await poll_until(connected, timeout=timeout)
+    try:
+        await poll_until(connected, timeout=timeout)
+    except trio.TooSlowError:
+        logs = "\n".join(f"--- {n.name}:\n{n.log_tail()}" for n in (master, *watching))
+        raise AssertionError(
+            f"no slave connected to {master.name} in {timeout} s\n{logs}"
+        ) from None
 
 
 async def wait_caught_up(client, master, slave, *, timeout: float = 60.0) -> int:
@@ -147,7 +156,7 @@ async def test_sync_master_replicates_100k_messages_byte_identical(procs):
     async with open_remoting_client() as client:
         await wait_serving(client, master)
         await wait_serving(client, slave)
-        await wait_slave_connected(client, master)
+        await wait_slave_connected(client, master, slave)
         async with Producer("ha-pg", ns.addr, send_timeout=10) as producer:
             statuses: dict[SendStatus, int] = {}
 
@@ -208,7 +217,7 @@ async def _kill_round(procs, ns, rng, round_no: int, role: str) -> tuple[int, in
     async with open_remoting_client() as client:
         await wait_serving(client, master)
         await wait_serving(client, slave)
-        await wait_slave_connected(client, master)
+        await wait_slave_connected(client, master, slave)
         async with Producer("ha-kill-pg", ns.addr, send_timeout=5, retry_times=0) as producer:
             # create the topic's queues before the clock starts
             r = await producer.send(Message(topic, b"warmup"))
@@ -275,7 +284,7 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
     async with open_remoting_client() as client:
         await wait_serving(client, master)
         await wait_serving(client, slave)
-        await wait_slave_connected(client, master)
+        await wait_slave_connected(client, master, slave)
         async with Producer("ha-states-pg", ns.addr, send_timeout=10, retry_times=0) as producer:
             r = await producer.send(Message(topic, b"ok"))
             assert r.status == SendStatus.SEND_OK
@@ -320,7 +329,7 @@ async def test_our_pull_consumer_fails_over_to_the_slave(procs):
     async with open_remoting_client() as client:
         await wait_serving(client, master)
         await wait_serving(client, slave)
-        await wait_slave_connected(client, master)
+        await wait_slave_connected(client, master, slave)
         async with Producer("ha-fo-pg", ns.addr) as producer:
             sent = [await producer.send(Message(topic, b"fo-%d" % i)) for i in range(8)]
         assert all(r.status == SendStatus.SEND_OK for r in sent)
