@@ -482,3 +482,24 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+# --- a store's CommitLog as bytes (HA and DLedger tests compare members byte for byte) ----------
+
+
+def all_commit_log_bytes(store, start=None):
+    """Every CommitLog byte from ``start`` (default: min offset) to the max offset."""
+    pos = store.get_min_phy_offset() if start is None else start
+    out = bytearray()
+    end = store.get_max_phy_offset()
+    while pos < end:
+        data = store.get_commit_log_data(pos)
+        assert data is not None, pos
+        out += data
+        pos += len(data)
+    return bytes(out)
+
+
+@pytest.fixture
+def commit_log_bytes():
+    return all_commit_log_bytes

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import random
+
+import attrs
 import pytest
+import trio
 
 from broker.config import BrokerConfig
-from broker.service import dledger_broker_config
+from broker.dledger.log import MemoryLog
+from broker.dledger.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.node import run_dledger_node
+from broker.dledger.storage import MemoryStorage
+from broker.service import dledger_broker_config, dledger_node_config, run_broker
+from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
+from common.errors import RmqError
+from common.message import decode_record
+from common.testing import MemoryNetwork
+from namesrv.config import NamesrvConfig
+from namesrv.service import run_namesrv
+from rmq import Admin, Message, Producer, SendStatus
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 
@@ -104,3 +120,237 @@ def test_an_incomplete_group_fails_at_start():
     config = BrokerConfig.from_properties("enableDLegerCommitLog=true\ndLegerSelfId=n0\n")
     with pytest.raises(ValueError, match="dLegerPeers is empty"):
         dledger_broker_config(config)
+
+
+# --- a whole group in process: 3 brokers, a nameserver, the in-memory networks ----------------
+
+
+@attrs.define(eq=False)
+class Member:
+    """One broker of the group with its DLedger node; its Raft log and storage outlive it (a
+    restart keeps them, as the files would), its classic store does not (in memory)."""
+
+    config: BrokerConfig
+    log: MemoryLog = attrs.Factory(MemoryLog)
+    storage: MemoryStorage = attrs.Factory(MemoryStorage)
+    scope: trio.CancelScope | None = None
+    node: object = None
+    broker: object = None
+
+
+@attrs.define(eq=False)
+class Group:
+    nursery: trio.Nursery
+    network: MemoryNetwork
+    dnet: MemoryDLedgerNetwork
+    namesrv: object
+    members: dict[str, Member]
+
+    async def start(self, member_id: str) -> None:
+        m = self.members[member_id]
+        m.scope = scope = trio.CancelScope()
+        config = dledger_broker_config(m.config)
+
+        async def run(*, task_status=trio.TASK_STATUS_IGNORED):
+            with scope:
+                async with trio.open_nursery() as n:
+                    node = await n.start(
+                        functools.partial(
+                            run_dledger_node,
+                            dledger_node_config(config),
+                            self.dnet,
+                            log=m.log,
+                            storage=m.storage,
+                            rng=random.Random(member_id),
+                        )
+                    )
+                    broker = await n.start(
+                        functools.partial(
+                            run_broker,
+                            config,
+                            store_factory=run_memory_store,
+                            network=self.network,
+                            io_threads=False,
+                            dledger_node=node,
+                        )
+                    )
+                    task_status.started((node, broker))
+
+        m.node, m.broker = await self.nursery.start(run)
+
+    def kill(self, member_id: str) -> None:
+        """Gone at once (a cancelled scope; it still unregisters on the way out, as on SIGTERM)."""
+        m = self.members[member_id]
+        m.scope.cancel()
+        m.node = m.broker = None
+
+    def routes(self) -> dict[int, str]:
+        table = self.namesrv.routes.get_all_cluster_info().broker_addr_table
+        return dict(table["broker-a"].broker_addrs) if "broker-a" in table else {}
+
+    def master(self) -> Member | None:
+        """The member that is broker master and leads, once the nameserver names it."""
+        addr = self.routes().get(0)
+        for m in self.members.values():
+            if (
+                m.broker is not None
+                and m.broker.addr == addr
+                and m.broker.controller.broker_id == 0
+            ):
+                return m
+        return None
+
+    async def wait_master(self, timeout: float = 60.0) -> Member:
+        await eventually(lambda: self.master() is not None, timeout)
+        m = self.master()
+        assert m is not None
+        return m
+
+    def running(self) -> list[Member]:
+        return [m for m in self.members.values() if m.broker is not None]
+
+
+async def start_group(nursery, tmp_path, n=3, **store_kw) -> Group:
+    network = MemoryNetwork()
+    ns = await nursery.start(
+        functools.partial(run_namesrv, network=network),
+        NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json")),
+    )
+    peers = ";".join(f"n{i}-127.0.0.1:{40911 + i}" for i in range(n))
+    members = {}
+    for i in range(n):
+        store = MessageStoreConfig(
+            store_path_root_dir=str(tmp_path / f"n{i}"),
+            mapped_file_size_commit_log=64 * 1024,
+            enable_dleger_commit_log=True,
+            dleger_peers=peers,
+            dleger_self_id=f"n{i}",
+            heart_beat_time_interval_ms=500,
+            min_vote_interval_ms=150,
+            max_vote_interval_ms=400,
+            **store_kw,
+        )
+        members[f"n{i}"] = Member(BrokerConfig(listen_port=0, namesrv_addr=ns.addr, store=store))
+    group = Group(nursery, network, MemoryDLedgerNetwork(seed=11), ns, members)
+    for member_id in members:
+        await group.start(member_id)
+    return group
+
+
+def stored(member: Member, topic: str, queue_id: int) -> list[bytes]:
+    store = member.broker.store
+    out = []
+    for off in range(
+        store.get_min_offset_in_queue(topic, queue_id),
+        store.get_max_offset_in_queue(topic, queue_id),
+    ):
+        phys = store.get_commit_log_offset_in_queue(topic, queue_id, off)
+        out.append(decode_record(store.select_one_message_by_offset(phys)).body)
+    return out
+
+
+async def eventually(predicate, timeout: float = 60.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():  # noqa: ASYNC110 - polling Trio's (mock) clock
+            await trio.sleep(0.05)
+
+
+async def test_group_elects_a_master_and_every_member_registers(nursery, tmp_path, autojump_clock):
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    await eventually(lambda: len(group.routes()) == 3)
+    routes = group.routes()
+    assert routes[0] == master.broker.addr
+    for member_id, m in group.members.items():
+        if m is not master:
+            assert routes[int(member_id[1:]) + 1] == m.broker.addr
+            assert m.broker.controller.broker_role == "SLAVE"
+
+
+async def test_only_committed_entries_are_dispatched(nursery, tmp_path, mk, autojump_clock):
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    leader_id = master.node.config.self_id
+    followers = [i for i in group.members if i != leader_id]
+    cut, other = followers
+    # one follower cut off: the leader and the other one still make a quorum
+    group.dnet.partition([cut], [leader_id, other])
+    assert (await master.broker.store.put_message(mk(body=b"quorum"))).ok
+    await eventually(lambda: stored(group.members[other], "T", 0) == [b"quorum"])
+    await trio.sleep(1)
+    assert stored(group.members[cut], "T", 0) == []
+    assert group.members[cut].broker.store.get_max_phy_offset() == 0
+    # the leader alone: appended to its log, never committed, never dispatched
+    group.dnet.heal()
+    await eventually(lambda: stored(group.members[cut], "T", 0) == [b"quorum"])
+    group.dnet.partition([leader_id], followers)
+    end = master.broker.store.get_max_phy_offset()
+    pending = master.broker.store.append_message(mk(body=b"alone"))
+    result = await pending.wait()
+    assert result.status in (
+        PutMessageStatus.OS_PAGECACHE_BUSY,
+        PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    )
+    for m in group.running():
+        assert m.broker.store.get_max_phy_offset() == end
+        assert stored(m, "T", 0) == [b"quorum"]
+
+
+async def test_producer_goes_on_through_a_leader_kill(
+    nursery, tmp_path, commit_log_bytes, autojump_clock
+):
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    async with Admin(group.namesrv.addr, network=group.network) as admin:
+        await admin.create_topic("F", broker_addr=master.broker.addr, queues=2)
+    acked: list[bytes] = []
+
+    async def send_all(producer, first, count):
+        for i in range(first, first + count):
+            body = b"m%d" % i
+            with trio.fail_after(60):
+                while True:
+                    try:
+                        r = await producer.send(Message("F", body))
+                    except RmqError:
+                        await trio.sleep(0.2)  # no master yet: the client's own retries ran out
+                        continue
+                    if r.status is SendStatus.SEND_OK:
+                        acked.append(body)
+                        break
+
+    async with Producer("pg", group.namesrv.addr, network=group.network) as producer:
+        await send_all(producer, 0, 20)
+        old = master.node.config.self_id
+        group.kill(old)
+        await send_all(producer, 20, 20)
+        new = await group.wait_master()
+        assert new.node.config.self_id != old
+        await send_all(producer, 40, 5)
+    # everything acknowledged is readable on the new master, in send order per queue
+    seen = stored(new, "F", 0) + stored(new, "F", 1)
+    assert set(acked) <= set(seen) and len(acked) == 45
+    for q in (0, 1):
+        bodies = [b for b in stored(new, "F", q) if b in acked]
+        assert bodies == sorted(set(bodies), key=acked.index)
+    # the killed member comes back as a follower and ends with the same CommitLog
+    await group.start(old)
+    back = group.members[old]
+    await eventually(
+        lambda: commit_log_bytes(back.broker.store) == commit_log_bytes(new.broker.store)
+    )
+    assert back.broker.controller.broker_id == int(old[1:]) + 1
+    await eventually(lambda: group.routes().get(int(old[1:]) + 1) == back.broker.addr)
+    assert group.routes()[0] == new.broker.addr
+
+
+async def test_consumer_offsets_survive_a_leader_change(nursery, tmp_path, mk, autojump_clock):
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    for i in range(5):
+        assert (await master.broker.store.put_message(mk(body=b"%d" % i))).ok
+    master.broker.controller.consumer_offset_manager.commit_offset("cg", "T", 0, 3)
+    await trio.sleep(6)  # one follower sync round (dLegerSlaveSyncInterval, 5 s)
+    group.kill(master.node.config.self_id)
+    new = await group.wait_master()
+    assert new.broker.controller.consumer_offset_manager.query_offset("cg", "T", 0) == 3

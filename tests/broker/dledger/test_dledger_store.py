@@ -250,18 +250,8 @@ def _open_file_store(root, file_size=2048) -> DefaultMessageStore:
     return store
 
 
-def _commit_log(store) -> bytes:
-    out = bytearray()
-    pos = store.get_min_phy_offset()
-    while pos < store.get_max_phy_offset():
-        chunk = bytes(store.get_commit_log_data(pos))
-        out += chunk
-        pos += len(chunk)
-    return bytes(out)
-
-
 @pytest.mark.parametrize("seed", range(12))
-def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk):
+def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk, commit_log_bytes):
     """Apply, write the hint at random moments, crash (maybe mid-record), restart, resume,
     finish: the classic CommitLog equals one that never crashed."""
     rng = random.Random(seed)
@@ -272,7 +262,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk):
     ref = Applier(reference, node)
     for i in range(node.log.end_index + 1):
         ref.apply_entry(node.log.get(i))
-    expected = _commit_log(reference)
+    expected = commit_log_bytes(reference)
     reference.close_files()
 
     root = tmp_path / "crashing"
@@ -281,7 +271,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk):
         applier = Applier(store, node)
         report = applier.resume()
         # nothing applied twice, nothing skipped: what is there is a prefix of the reference
-        assert expected.startswith(_commit_log(store))
+        assert expected.startswith(commit_log_bytes(store))
         assert report.applied_offset == store.get_max_phy_offset()
         crash_at = rng.randrange(applier.applied_index + 1, node.log.end_index + 2)
         while applier.applied_index + 1 < crash_at:
@@ -302,7 +292,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk):
     applier.resume()
     while applier.applied_index < node.log.end_index:
         applier.apply_entry(node.log.get(applier.applied_index + 1))
-    assert _commit_log(store) == expected
+    assert commit_log_bytes(store) == expected
     store.reput.do_reput(limit=None)
     for qid in range(3):
         want = sum(

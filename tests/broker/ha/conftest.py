@@ -46,21 +46,3 @@ def open_store(tmp_path):
                 nursery.cancel_scope.cancel()
 
     return _open
-
-
-def all_commit_log_bytes(store, start=None):
-    """Every CommitLog byte from ``start`` (default: min offset) to the max offset."""
-    pos = store.get_min_phy_offset() if start is None else start
-    out = bytearray()
-    end = store.get_max_phy_offset()
-    while pos < end:
-        data = store.get_commit_log_data(pos)
-        assert data is not None, pos
-        out += data
-        pos += len(data)
-    return bytes(out)
-
-
-@pytest.fixture
-def commit_log_bytes():
-    return all_commit_log_bytes
