@@ -28,6 +28,12 @@ are byte for byte the same files.
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
 ``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
 but zeros after ``write_pos``.
+The newest ``RECENT_ENTRIES`` entries are also kept as the Entry values they were written
+from, so the readers of a fresh entry (one replicator per follower on the leader, the applier
+on every member) get it without a header parse and a body copy out of the map: on a 3-member
+group that was a third of a leader's log cost.  The cache holds only entries that are in the
+files; ``truncate`` drops those it cuts.
+
 Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
 (see :class:`FileLog`).
 """
@@ -56,6 +62,9 @@ DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 _HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc len
 _UNIT = struct.Struct(">iqiqq")  # magic pos size index term
 _BLANK = struct.Struct(">ii")
+# entries kept in memory after their write (see the module doc): 8192 x 1 KiB is 8 MiB, and a
+# follower further behind than that is read from the files as before
+RECENT_ENTRIES = 8192
 
 
 @attrs.define(eq=False)
@@ -77,6 +86,8 @@ class FileLog:
     _files_lock: threading.Lock = attrs.field(factory=threading.Lock)
     # set by close: a later flush has nothing left to sync
     _closed: bool = False
+    # index -> Entry for the newest RECENT_ENTRIES entries written (see the module doc)
+    _recent: dict[int, Entry] = attrs.field(factory=dict)
 
     # --- RaftLog -------------------------------------------------------------------------
     @property
@@ -105,6 +116,9 @@ class FileLog:
         return _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
 
     def get(self, index: int) -> Entry | None:
+        entry = self._recent.get(index)
+        if entry is not None:
+            return entry
         unit = self._unit(index)
         if unit is None:
             return None
@@ -123,9 +137,9 @@ class FileLog:
         return -1 if unit is None else unit[4]
 
     def append(self, term: int, body: bytes) -> Entry:
-        entry = Entry(index=self._end + 1, term=term, pos=0, body=bytes(body))
-        pos = place_entry(self.write_pos, entry.size, self.data.file_size)
-        entry = attrs.evolve(entry, pos=pos)
+        body = bytes(body)
+        pos = place_entry(self.write_pos, ENTRY_HEADER_SIZE + len(body), self.data.file_size)
+        entry = Entry(index=self._end + 1, term=term, pos=pos, body=body)
         self._write(entry)
         return entry
 
@@ -145,6 +159,8 @@ class FileLog:
         every other member (a leader's smaller entry may fit where the blank was)."""
         if index > self._end:
             return
+        for cut in range(max(index, self._end - RECENT_ENTRIES), self._end + 1):
+            self._recent.pop(cut, None)
         with self._files_lock:
             if index <= 0:
                 self.data.truncate_dirty(0)
@@ -194,6 +210,9 @@ class FileLog:
         imf.append(_UNIT.pack(entry.magic, entry.pos, size, entry.index, entry.term))
         self._end = entry.index
         self._end_term = entry.term
+        recent = self._recent
+        recent[entry.index] = entry
+        recent.pop(entry.index - RECENT_ENTRIES, None)
 
     # --- durability -------------------------------------------------------------------------
     def flush(self) -> None:

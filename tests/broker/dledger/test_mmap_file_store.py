@@ -310,3 +310,23 @@ def test_file_log_behaves_as_the_memory_log(
         ]
     finally:
         flog.close()
+
+
+def test_recent_entries_cache_agrees_with_the_files(tmp_path: Path, monkeypatch) -> None:
+    """Entries still in the in-memory cache and entries only in the files read back the same,
+    across a truncate (the cut entries leave the cache) and a reopen (an empty cache)."""
+    from broker.dledger import mmap_file_store
+
+    monkeypatch.setattr(mmap_file_store, "RECENT_ENTRIES", 8)
+    flog = open_log(tmp_path)
+    written = [flog.append(1, body(i, 100 + 37 * i % 300)) for i in range(40)]
+    assert [flog.get(i) for i in range(40)] == written
+    assert len(flog._recent) == 8
+    flog.truncate(36)
+    assert flog.get(36) is None and flog.get(39) is None
+    written[36:] = [flog.append(2, body(100 + i, 50)) for i in range(6)]
+    assert [flog.get(i) for i in range(42)] == written
+    flog.close()
+    again = open_log(tmp_path)
+    assert [again.get(i) for i in range(42)] == written
+    again.close()
