@@ -370,18 +370,29 @@ def _entry(obj: object) -> Entry:
             body = pybase64.b64decode(text, validate=True)
         except (ValueError, binascii.Error) as exc:
             raise WireError(f"DLedger entry body is not base64: {exc}") from None
-    index = _int(obj, "index", 0)
-    size = _int(obj, "size", ENTRY_HEADER_SIZE + len(body))
-    if size != ENTRY_HEADER_SIZE + len(body):
-        raise WireError(f"DLedger entry {index} says size {size} but has a {len(body)}-byte body")
-    return Entry(
-        index=index,
-        term=_int(obj, "term", 0),
-        pos=_int(obj, "pos", 0),
-        body=body,
-        magic=_int(obj, "magic", 0),
-        channel=_int(obj, "channel", 0),
+    get = obj.get
+    index, term, pos, magic, channel = (
+        get("index", 0),
+        get("term", 0),
+        get("pos", 0),
+        get("magic", 0),
+        get("channel", 0),
     )
+    # one test for the usual case (every field an int); the slow path names the bad one
+    if not (
+        type(index) is int
+        and type(term) is int
+        and type(pos) is int
+        and type(magic) is int
+        and type(channel) is int
+    ):
+        index, term, pos = _int(obj, "index", 0), _int(obj, "term", 0), _int(obj, "pos", 0)
+        magic, channel = _int(obj, "magic", 0), _int(obj, "channel", 0)
+    size = get("size")
+    if size is not None and (type(size) is not int or size != ENTRY_HEADER_SIZE + len(body)):
+        _int(obj, "size", 0)  # a size that is not an int is named as such
+        raise WireError(f"DLedger entry {index} says size {size} but has a {len(body)}-byte body")
+    return Entry(index=index, term=term, pos=pos, body=body, magic=magic, channel=channel)
 
 
 def _push_entry_request(d: Doc) -> PushEntryRequest:
