@@ -14,6 +14,11 @@ raw append (the seam a classic slave's HA uses): when the record does not fit th
 file, first a BLANK filler over the rest of it, by the classic rule (``size + 8 > remaining``),
 then the record with its PHYSICALOFFSET patched to where it lands.  The classic store's own
 dispatch (reput) then writes the ConsumeQueue units and index entries and wakes long polls.
+On the leader, the put that proposed an entry leaves a :class:`PutHint` (its message, size,
+queue offset and store time): a hint whose term is the entry's term is that entry's record, so
+a store that can (:class:`PutDispatchingStore`) dispatches it from the message as its own put
+path does, without parsing the record again.  A hint of another term (the entry was cut and
+replaced by a new leader's) is dropped.
 Every member applies the same record sequence into files of the same size, so a record lands
 at the same physical offset on every member: msgIds and queue units agree across the group.
 
@@ -43,8 +48,8 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -52,7 +57,12 @@ import trio
 from broker.dledger.log import RaftLog
 from broker.dledger.messages import Entry, Role
 from broker.store.api import MessageStore
-from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION
+from common.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    MessageExtBrokerInner,
+)
 from common.remoting.codes import DLedgerResponseCode
 
 log = logging.getLogger(__name__)
@@ -67,6 +77,44 @@ _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
 
 class ApplyError(RuntimeError):
     """The classic store and the DLedger log disagree (or the store refused a record)."""
+
+
+@attrs.frozen
+class PutHint:
+    """What the leader's put knew of the record it proposed as entry ``index`` in ``term``."""
+
+    term: int
+    msg: MessageExtBrokerInner
+    size: int
+    queue_offset: int
+    store_ts: int
+
+
+@runtime_checkable
+class PutDispatchingStore(Protocol):
+    """A classic store that takes records with their messages (``DefaultMessageStore``)."""
+
+    def append_put_to_commit_log(
+        self,
+        start_offset: int,
+        data: bytes | memoryview,
+        msgs: Sequence[MessageExtBrokerInner],
+        sizes: Sequence[int],
+        qoffs: Sequence[int],
+        store_ts: int,
+    ) -> bool: ...
+
+
+@attrs.define(eq=False)
+class _Run:
+    """Consecutive hinted records for one ``append_put_to_commit_log`` call."""
+
+    start: int
+    buf: bytearray
+    msgs: list[MessageExtBrokerInner]
+    sizes: list[int]
+    qoffs: list[int]
+    store_ts: int
 
 
 class ProposalView(Protocol):
@@ -139,6 +187,14 @@ class Applier:
     # entry index -> physical offset it landed at (-1 until applied), only for the indexes a
     # pending put registered; the put removes its own
     landed: dict[int, int] = attrs.field(factory=dict)
+    # entry index -> the leader's put of it (see the module doc); taken when the index is
+    # applied, so at most the pending proposals (maxPendingRequestsNum) are here
+    hints: dict[int, PutHint] = attrs.field(factory=dict)
+    # hinted records gathered but not yet handed to the store (only inside apply_entries)
+    _run: _Run | None = None
+    # the classic store if it takes records with their messages (once _checked)
+    _dispatching: PutDispatchingStore | None = None
+    _checked: bool = False
     # set and replaced after every batch of applies
     _progress: trio.Event = attrs.field(factory=trio.Event)
     # the (index, offset) pair last written to the hint file
@@ -226,14 +282,48 @@ class Applier:
     # --- apply ------------------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> None:
         """Write one committed entry's record at the classic CommitLog's end (no-ops: nothing)."""
-        if entry.index != self.applied_index + 1:
-            raise ApplyError(f"apply of entry {entry.index} after {self.applied_index}")
-        body = entry.body
-        if body:
-            self._write_record(entry.index, body)
-        self.applied_index = entry.index
+        self.apply_entries((entry,))
 
-    def _write_record(self, index: int, body: bytes) -> None:
+    def apply_entries(self, entries: Iterable[Entry]) -> None:
+        """Apply consecutive committed entries; the classic store holds all of them on return.
+
+        Records with a usable hint are gathered into runs (contiguous, one file, one store
+        time) that go to the store in one call: one copy and one put-path dispatch per run."""
+        try:
+            for entry in entries:
+                if entry.index != self.applied_index + 1:
+                    raise ApplyError(f"apply of entry {entry.index} after {self.applied_index}")
+                body = entry.body
+                hint = self.hints.pop(entry.index, None) if self.hints else None
+                if body:
+                    if hint is not None and hint.term != entry.term:
+                        hint = None
+                    self._write_record(entry.index, body, hint)
+                self.applied_index = entry.index
+        finally:
+            self._flush_run()
+
+    def _put_dispatcher(self) -> PutDispatchingStore | None:
+        # isinstance against a runtime Protocol is slow: decided once per store
+        if not self._checked:
+            classic = self.classic
+            self._dispatching = classic if isinstance(classic, PutDispatchingStore) else None
+            self._checked = True
+        return self._dispatching
+
+    def _flush_run(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        self._run = None
+        dispatcher = self._put_dispatcher()
+        assert dispatcher is not None
+        if not dispatcher.append_put_to_commit_log(
+            run.start, memoryview(run.buf), run.msgs, run.sizes, run.qoffs, run.store_ts
+        ):
+            raise ApplyError(f"classic store refused the records at {run.start}")
+
+    def _write_record(self, index: int, body: bytes, hint: PutHint | None = None) -> None:
         classic = self.classic
         size = len(body)
         if size < _PHYS_END or _BLANK_HEAD.unpack_from(body, 0) != (size, MESSAGE_MAGIC_CODE):
@@ -243,16 +333,36 @@ class Applier:
         end = self.applied_offset
         file_size = classic.config.mapped_file_size_commit_log
         used = end % file_size
+        run = self._run
+        if run is not None and (
+            hint is None
+            or used == 0
+            or run.store_ts != hint.store_ts
+            or size + 8 > file_size - used
+        ):
+            # the run ends: no hint, a new file (or a BLANK first), or another put's time
+            self._flush_run()
+            run = None
         if used and size + 8 > file_size - used:
             rest = file_size - used
             blank = _BLANK_HEAD.pack(rest, BLANK_MAGIC_CODE) + bytes(rest - 8)
             if not classic.append_to_commit_log(end, blank):
                 raise ApplyError(f"classic store refused the BLANK at {end}")
             end += rest
-        record = bytearray(body)
-        _PHYS.pack_into(record, PHYSICAL_OFFSET_POSITION, end)
-        if not classic.append_to_commit_log(end, memoryview(record)):
-            raise ApplyError(f"classic store refused entry {index} at {end}")
+        if hint is not None and self._put_dispatcher() is not None:
+            if run is None:
+                run = self._run = _Run(end, bytearray(), [], [], [], hint.store_ts)
+            at = len(run.buf)
+            run.buf += body
+            _PHYS.pack_into(run.buf, at + PHYSICAL_OFFSET_POSITION, end)
+            run.msgs.append(hint.msg)
+            run.sizes.append(hint.size)
+            run.qoffs.append(hint.queue_offset)
+        else:
+            record = bytearray(body)
+            _PHYS.pack_into(record, PHYSICAL_OFFSET_POSITION, end)
+            if not classic.append_to_commit_log(end, memoryview(record)):
+                raise ApplyError(f"classic store refused entry {index} at {end}")
         self.applied_offset = end + size
         if index in self.landed:
             self.landed[index] = end
@@ -268,13 +378,10 @@ class Applier:
             # a task woken just as its scope was cancelled must not apply any more: the classic
             # store may already be shutting down (and would refuse the record)
             await trio.lowlevel.checkpoint_if_cancelled()
-            n = 0
-            while self.applied_index < node.committed_index and n < _APPLY_BATCH:
-                entry = node.log.get(self.applied_index + 1)
-                if entry is None:
-                    raise ApplyError(f"committed entry {self.applied_index + 1} is not in the log")
-                self.apply_entry(entry)
-                n += 1
+            first = self.applied_index + 1
+            last = min(node.committed_index, self.applied_index + _APPLY_BATCH)
+            self.apply_entries(self._committed(first, last))
+            n = last - first + 1
             if n:
                 ev, self._progress = self._progress, trio.Event()
                 ev.set()
@@ -282,6 +389,14 @@ class Applier:
                 self.write_hint()
                 next_hint = trio.current_time() + hint_interval
             await trio.lowlevel.checkpoint()
+
+    def _committed(self, first: int, last: int) -> Iterator[Entry]:
+        log_ = self.node.log
+        for index in range(first, last + 1):
+            entry = log_.get(index)
+            if entry is None:
+                raise ApplyError(f"committed entry {index} is not in the log")
+            yield entry
 
     async def wait_applied(self, index: int) -> None:
         while self.applied_index < index:
@@ -304,5 +419,7 @@ __all__ = [
     "DLedgerNodeView",
     "NodeConfigView",
     "ProposalView",
+    "PutDispatchingStore",
+    "PutHint",
     "ResumeReport",
 ]

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from broker.dledger.applier import Applier, DLedgerNodeView, ProposalView
+from broker.dledger.applier import Applier, DLedgerNodeView, ProposalView, PutHint
 from broker.dledger.messages import Role
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.config import MessageStoreConfig
@@ -167,8 +167,12 @@ class DLedgerMessageStore(PutSteps):
         if proposal.code is not DLedgerResponseCode.SUCCESS:
             return self._fail(put_status(proposal.code), f"DLedger append: {proposal.code.name}")
         self._queue_table.update(put.next_q)
-        for entry in proposal.entries:
-            self.applier.landed[entry.index] = -1
+        landed, hints = self.applier.landed, self.applier.hints
+        for entry, msg, size, qoff in zip(
+            proposal.entries, msgs, put.sizes, put.qoffs, strict=True
+        ):
+            landed[entry.index] = -1
+            hints[entry.index] = PutHint(entry.term, msg, size, qoff, put.store_ts)
         return DLedgerPut(self, proposal, put, [m.store_host for m in msgs])
 
     def append_message(self, msg: MessageExtBrokerInner) -> PutMessageResult | DLedgerPut:

@@ -45,7 +45,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
@@ -382,6 +382,32 @@ class DefaultMessageStore(PutSteps, StoreQueries):
 
     def get_commit_log_data(self, offset: int) -> memoryview | None:
         return self.commit_log.get_data(offset)
+
+    def append_put_to_commit_log(
+        self,
+        start_offset: int,
+        data: bytes | memoryview,
+        msgs: Sequence[MessageExtBrokerInner],
+        sizes: Sequence[int],
+        qoffs: Sequence[int],
+        store_ts: int,
+    ) -> bool:
+        """``append_to_commit_log`` of records whose messages the caller still has (a DLedger
+        leader applying its own proposals): dispatched from them, as the put path does, instead
+        of parsing the bytes again."""
+        if self.shutdown:
+            return False
+        reput = self.reput
+        caught_up = reput.caught_up and start_offset == self.commit_log.max_offset
+        if not self.commit_log.append_raw(start_offset, data):
+            return False
+        if caught_up:
+            reput.dispatch_put(msgs, sizes, qoffs, start_offset, store_ts)
+        else:
+            if reput.reput_from < self.commit_log.min_offset:
+                reput.reput_from = self.commit_log.min_offset
+            reput.queue_put(msgs, sizes, qoffs, start_offset, store_ts)
+        return True
 
     def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
         if self.shutdown:

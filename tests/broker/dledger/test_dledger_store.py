@@ -13,7 +13,7 @@ import random
 import pytest
 import trio
 
-from broker.dledger.applier import Applier, ApplyError
+from broker.dledger.applier import Applier, ApplyError, PutDispatchingStore
 from broker.dledger.commitlog import DLedgerMessageStore, DLedgerPut, put_status, run_dledger_store
 from broker.dledger.messages import Role
 from broker.store import (
@@ -24,6 +24,7 @@ from broker.store import (
     PutMessageResult,
     PutMessageStatus,
     run_memory_store,
+    run_message_store,
 )
 from common.message import PHYSICAL_OFFSET_POSITION, decode_record
 from common.message_id import decode_offset_msg_id
@@ -39,11 +40,11 @@ def open_dledger(tmp_path):
     running in-memory classic store, master in the node's term."""
 
     @contextlib.asynccontextmanager
-    async def _open(node, *, master=True, **kw):
+    async def _open(node, *, master=True, file=False, **kw):
         kw.setdefault("mapped_file_size_commit_log", 4096)
         cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), **kw)
         async with trio.open_nursery() as nursery:
-            classic = await nursery.start(run_memory_store, cfg)
+            classic = await nursery.start(run_message_store if file else run_memory_store, cfg)
             store = await nursery.start(run_dledger_store, classic, node)
             if master:
                 store.become_master(node.term)
@@ -352,3 +353,47 @@ async def test_restart_resumes_through_run_dledger_store(tmp_path, autojump_cloc
                 assert (await store.put_message(mk())).ok
             nursery.cancel_scope.cancel()
         assert (tmp_path / "s" / "dledger_applied").exists()
+
+
+async def test_the_leader_dispatches_its_own_puts_as_a_parse_would(
+    open_dledger, tmp_path, autojump_clock, new_node, mk, commit_log_bytes
+):
+    """A leader on a file store dispatches the records it proposed from their messages (no
+    re-parse); a member that parses the same entries ends with the same queues and index."""
+    node = new_node()
+    rng = random.Random(3)
+    async with open_dledger(node, file=True, mapped_file_size_commit_log=2048) as store:
+        assert isinstance(store.classic, PutDispatchingStore)
+        for i in range(60):
+            props = {"KEYS": f"k{i} shared", "TAGS": f"t{i % 4}"}
+            if i % 6 == 0:  # (one message per put: a batch cannot be delayed)
+                props["DELAY"] = "2"
+            msgs = [
+                mk(qid=(i + j) % 3, body=rng.randbytes(rng.randrange(1, 200)), **props)
+                for j in range(1 + i % 3)
+            ]
+            r = await (store.put_messages(msgs) if len(msgs) > 1 else store.put_message(msgs[0]))
+            assert r.ok, r
+        assert not store.applier.hints  # every hint was taken by its entry
+        leader = store.classic
+        await leader.wait_dispatched()
+        parsed = _open_file_store(tmp_path / "parsed", 2048)
+        try:
+            applier = Applier(parsed, node)
+            for index in range(node.log.end_index + 1):
+                applier.apply_entry(node.log.get(index))
+            parsed.reput.do_reput(limit=None)
+            assert commit_log_bytes(parsed) == commit_log_bytes(leader)
+            assert set(parsed.consume_queues) == set(leader.consume_queues)
+            for key, cq in leader.consume_queues.items():
+                other = parsed.consume_queues[key]
+                assert (cq.min_offset, cq.max_offset) == (other.min_offset, other.max_offset)
+                units = [cq.unit(o) for o in range(cq.min_offset, cq.max_offset)]
+                assert units == [other.unit(o) for o in range(cq.min_offset, cq.max_offset)]
+            for key in ("k5", "k33", "shared"):
+                mine = leader.query_message("T", key, 100, 0, 1 << 62)
+                theirs = parsed.query_message("T", key, 100, 0, 1 << 62)
+                mine_b = [bytes(b) for b in mine.buffers]
+                assert mine_b == [bytes(b) for b in theirs.buffers] and mine_b
+        finally:
+            parsed.close_files()
