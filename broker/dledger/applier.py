@@ -107,10 +107,12 @@ class PutDispatchingStore(Protocol):
 
 @attrs.define(eq=False)
 class _Run:
-    """Consecutive hinted records for one ``append_put_to_commit_log`` call."""
+    """Consecutive records for one call of the store: ``append_put_to_commit_log`` for hinted
+    ones (with their messages), ``append_to_commit_log`` for the others."""
 
     start: int
     buf: bytearray
+    hinted: bool
     msgs: list[MessageExtBrokerInner]
     sizes: list[int]
     qoffs: list[int]
@@ -287,8 +289,9 @@ class Applier:
     def apply_entries(self, entries: Iterable[Entry]) -> None:
         """Apply consecutive committed entries; the classic store holds all of them on return.
 
-        Records with a usable hint are gathered into runs (contiguous, one file, one store
-        time) that go to the store in one call: one copy and one put-path dispatch per run."""
+        Records are gathered into runs (contiguous, in one file; hinted ones of one put) that go
+        to the store in one call: one copy per run, and for hinted records one put-path
+        dispatch."""
         try:
             for entry in entries:
                 if entry.index != self.applied_index + 1:
@@ -316,11 +319,16 @@ class Applier:
         if run is None:
             return
         self._run = None
-        dispatcher = self._put_dispatcher()
-        assert dispatcher is not None
-        if not dispatcher.append_put_to_commit_log(
-            run.start, memoryview(run.buf), run.msgs, run.sizes, run.qoffs, run.store_ts
-        ):
+        data = memoryview(run.buf)
+        if run.hinted:
+            dispatcher = self._put_dispatcher()
+            assert dispatcher is not None
+            ok = dispatcher.append_put_to_commit_log(
+                run.start, data, run.msgs, run.sizes, run.qoffs, run.store_ts
+            )
+        else:
+            ok = self.classic.append_to_commit_log(run.start, data)
+        if not ok:
             raise ApplyError(f"classic store refused the records at {run.start}")
 
     def _write_record(self, index: int, body: bytes, hint: PutHint | None = None) -> None:
@@ -333,14 +341,15 @@ class Applier:
         end = self.applied_offset
         file_size = classic.config.mapped_file_size_commit_log
         used = end % file_size
+        hinted = hint is not None and self._put_dispatcher() is not None
         run = self._run
         if run is not None and (
-            hint is None
-            or used == 0
-            or run.store_ts != hint.store_ts
+            used == 0
             or size + 8 > file_size - used
+            or run.hinted is not hinted
+            or (hint is not None and hinted and run.store_ts != hint.store_ts)
         ):
-            # the run ends: no hint, a new file (or a BLANK first), or another put's time
+            # the run ends: a new file (or a BLANK first), or records of another kind or put
             self._flush_run()
             run = None
         if used and size + 8 > file_size - used:
@@ -349,20 +358,16 @@ class Applier:
             if not classic.append_to_commit_log(end, blank):
                 raise ApplyError(f"classic store refused the BLANK at {end}")
             end += rest
-        if hint is not None and self._put_dispatcher() is not None:
-            if run is None:
-                run = self._run = _Run(end, bytearray(), [], [], [], hint.store_ts)
-            at = len(run.buf)
-            run.buf += body
-            _PHYS.pack_into(run.buf, at + PHYSICAL_OFFSET_POSITION, end)
+        if run is None:
+            store_ts = hint.store_ts if hint is not None and hinted else 0
+            run = self._run = _Run(end, bytearray(), hinted, [], [], [], store_ts)
+        at = len(run.buf)
+        run.buf += body
+        _PHYS.pack_into(run.buf, at + PHYSICAL_OFFSET_POSITION, end)
+        if hint is not None and hinted:
             run.msgs.append(hint.msg)
             run.sizes.append(hint.size)
             run.qoffs.append(hint.queue_offset)
-        else:
-            record = bytearray(body)
-            _PHYS.pack_into(record, PHYSICAL_OFFSET_POSITION, end)
-            if not classic.append_to_commit_log(end, memoryview(record)):
-                raise ApplyError(f"classic store refused entry {index} at {end}")
         self.applied_offset = end + size
         if index in self.landed:
             self.landed[index] = end
