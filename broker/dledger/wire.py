@@ -106,7 +106,25 @@ def _leader(leader_id: str | None) -> bytes:
 _b64 = pybase64.b64encode
 
 
+# The leader pushes each entry to every follower: the rendering of an entry is kept for the
+# next push of the same Entry object (the log hands out one object per fresh entry).  Keyed by
+# id() with the entry itself held, so an id is never reused while its key is here; bounded.
+_RENDERED: dict[int, tuple[Entry, bytes]] = {}
+_RENDERED_MAX = 4096
+
+
 def _entry_json(entry: Entry) -> bytes:
+    hit = _RENDERED.get(id(entry))
+    if hit is not None and hit[0] is entry:
+        return hit[1]
+    text = _render_entry(entry)
+    if len(_RENDERED) >= _RENDERED_MAX:
+        del _RENDERED[next(iter(_RENDERED))]  # the oldest
+    _RENDERED[id(entry)] = (entry, text)
+    return text
+
+
+def _render_entry(entry: Entry) -> bytes:
     return (
         b'{"body":"%s","bodyCrc":0,"chainCrc":0,"channel":%d,"index":%d,"magic":%d,'
         b'"pos":%d,"size":%d,"term":%d}'
