@@ -358,3 +358,23 @@ def test_keys_are_sorted_like_fastjson(message):
     assert list(doc) == sorted(doc)
     for e in [doc.get("entry") or {}, *doc["batchEntry"]] if "batchEntry" in doc else []:
         assert list(e) == sorted(e)
+
+
+def test_a_kept_rendering_serves_only_its_own_entry() -> None:
+    """Two groups in one process may hold different entries with the same index and term:
+    each push carries its own entry's body, whatever was rendered before."""
+    a = Entry(index=5, term=2, pos=0, body=b"group a")
+    b = Entry(index=5, term=2, pos=0, body=b"group b")
+    for entry in (a, b, a, b):
+        req = PushEntryRequest(
+            group="g",
+            remote_id="n1",
+            local_id="n0",
+            term=2,
+            leader_id="n0",
+            type=PushType.APPEND,
+            entries=(entry,),
+            commit_index=4,
+        )
+        decoded = decode_request(int(request_code(req)), encode_request(req))
+        assert decoded.entries == (entry,)
