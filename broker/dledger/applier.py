@@ -49,7 +49,7 @@ import logging
 import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -79,9 +79,9 @@ class ApplyError(RuntimeError):
     """The classic store and the DLedger log disagree (or the store refused a record)."""
 
 
-@attrs.frozen
-class PutHint:
-    """What the leader's put knew of the record it proposed as entry ``index`` in ``term``."""
+class PutHint(NamedTuple):
+    """What the leader's put knew of the record it proposed as entry ``index`` in ``term``
+    (a NamedTuple: one is made per message on the leader's hot path)."""
 
     term: int
     msg: MessageExtBrokerInner
