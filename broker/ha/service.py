@@ -25,7 +25,9 @@ For the send path (SYNC_MASTER), the processor calls, after the message is store
 only when ``store.broker_role == "SYNC_MASTER"`` and the message's WAIT property is absent or
 "true".  It wakes the transfer tasks, answers SLAVE_NOT_AVAILABLE at once when no slave is
 connected or the watermark is ``haSlaveFallbehindMax`` behind the message end, and otherwise
-waits at most ``slaveTimeout`` (3 s) for a slave's ack (see ``watermark.py``).
+waits at most ``slaveTimeout`` (3 s) for a slave's ack (see ``watermark.py``).  The send
+processor uses :meth:`HAService.watch_replica`, the same wait as a callback, so a waiting send
+holds no task.
 
 Observability: :meth:`HAService.slaves` (address, ack offset, lag in bytes and seconds, next
 transfer offset) and :meth:`HAService.runtime_info` (the same flattened to strings, plus
@@ -104,6 +106,15 @@ class HAService:
         if timeout is None:
             timeout = self.config.slave_timeout
         return await self.watermark.wait_for(end_offset, timeout, end_offset)
+
+    def watch_replica(
+        self, end_offset: int, on_done: Callable[[PutMessageStatus], None]
+    ) -> PutMessageStatus | None:
+        """``wait_for_replica`` without a task: the status now when it is decided, else None
+        and ``on_done(status)`` once later (``ReplicaWatermark.watch``; the service's own task
+        keeps the ``slaveTimeout`` deadlines)."""
+        self.master.notify_data()
+        return self.watermark.watch(end_offset, self.config.slave_timeout, on_done, end_offset)
 
     @property
     def push2slave_max_offset(self) -> int:
@@ -212,6 +223,7 @@ async def run_ha_service(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.serve_listeners, handle, bound.listeners)
+        await nursery.start(ha.watermark.run_expiry)
         if ha.client is not None:
             if configured_master_address(config.store) is None:
                 controller.register_listeners.append(ha.on_register_result)

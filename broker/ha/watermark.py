@@ -16,29 +16,52 @@ A SYNC_MASTER send that stored a message ending at physical offset ``end`` calls
   so there is no task and no polling per message; a waiter not released within ``timeout``
   (``slaveTimeout``, 3 s) answers ``FLUSH_SLAVE_TIMEOUT``.
 
+The send path does not even park a task: :meth:`ReplicaWatermark.watch` takes a callback
+instead, called with ``PUT_OK`` from ``advance`` (synchronously, in the task that read the
+slave's ack) or with ``FLUSH_SLAVE_TIMEOUT`` by :meth:`ReplicaWatermark.run_expiry`, the one
+task that keeps every watch's deadline (a second heap, by deadline).  A thousand SYNC_MASTER
+sends in flight are then a thousand heap entries, not a thousand tasks with cancel scopes.
+
 Invariants: ``value`` never decreases; every heap entry whose target is ``<= value`` has been
 released (popped) before ``advance`` returns; a timed-out waiter leaves a dead entry that is
 dropped when the watermark passes it or when dead entries outnumber live ones (so a slave that
-never returns cannot grow the heap without bound).
+never returns cannot grow the heap without bound); a waiter is told its outcome exactly once
+(released or timed out, whichever comes first marks it done).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
+from collections.abc import Callable
 
 import attrs
 import trio
 
 from broker.store import PutMessageStatus
 
+log = logging.getLogger(__name__)
+
 
 @attrs.define(eq=False)
 class _Waiter:
     target: int
-    event: trio.Event = attrs.field(factory=trio.Event)
-    # the waiting task gave up (timeout/cancel); nobody will look at the event
+    event: trio.Event | None = None
+    # watch(): told PUT_OK or FLUSH_SLAVE_TIMEOUT, once
+    on_done: Callable[[PutMessageStatus], None] | None = None
+    # the waiter gave up (timeout/cancel) or was told: nobody will look at it again
     dead: bool = False
+
+    def release(self) -> None:
+        if self.event is not None:
+            self.event.set()
+        elif self.on_done is not None:
+            done, self.on_done = self.on_done, None
+            try:
+                done(PutMessageStatus.PUT_OK)
+            except Exception:
+                log.exception("a replica waiter's callback failed")
 
 
 @attrs.define(eq=False)
@@ -53,6 +76,10 @@ class ReplicaWatermark:
     _seq: itertools.count = attrs.field(factory=itertools.count)
     # entries in _heap whose waiter is dead
     _dead: int = 0
+    # (deadline, seq, waiter) of every watch() still waiting (run_expiry's)
+    _deadlines: list[tuple[float, int, _Waiter]] = attrs.field(factory=list)
+    # set when a watch may have moved the earliest deadline
+    _new_deadline: trio.Event | None = None
 
     @property
     def waiting(self) -> int:
@@ -72,7 +99,8 @@ class ReplicaWatermark:
             if w.dead:
                 self._dead -= 1
             else:
-                w.event.set()
+                w.dead = True  # told: its deadline entry is now dead too
+                w.release()
                 released += 1
         return released
 
@@ -88,23 +116,77 @@ class ReplicaWatermark:
             return PutMessageStatus.PUT_OK
         if not self.is_slave_ok(offset if master_max_offset is None else master_max_offset):
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        w = _Waiter(offset)
+        event = trio.Event()
+        w = _Waiter(offset, event=event)
         heapq.heappush(self._heap, (offset, next(self._seq), w))
         try:
             with trio.move_on_after(timeout):
-                await w.event.wait()
+                await event.wait()
         finally:
-            if not w.event.is_set():
+            if not event.is_set():
                 w.dead = True
                 self._dead += 1
                 self._prune()
-        return PutMessageStatus.PUT_OK if w.event.is_set() else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return PutMessageStatus.PUT_OK if event.is_set() else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    def watch(
+        self,
+        offset: int,
+        timeout: float,
+        on_done: Callable[[PutMessageStatus], None],
+        master_max_offset: int | None = None,
+    ) -> PutMessageStatus | None:
+        """``wait_for`` without a task: the status now if it is already decided, else None and
+        ``on_done(status)`` later, once (from ``advance``, or ``run_expiry`` at the deadline)."""
+        if offset <= self.value:
+            return PutMessageStatus.PUT_OK
+        if not self.is_slave_ok(offset if master_max_offset is None else master_max_offset):
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        w = _Waiter(offset, on_done=on_done)
+        seq = next(self._seq)
+        heapq.heappush(self._heap, (offset, seq, w))
+        deadline = trio.current_time() + timeout
+        if not self._deadlines or deadline < self._deadlines[0][0]:
+            if self._new_deadline is not None:
+                self._new_deadline.set()
+        heapq.heappush(self._deadlines, (deadline, seq, w))
+        return None
+
+    async def run_expiry(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Time out the watches whose deadline passed (FLUSH_SLAVE_TIMEOUT); runs until cancelled."""
+        task_status.started()
+        deadlines = self._deadlines
+        while True:
+            now = trio.current_time()
+            while deadlines and (deadlines[0][0] <= now or deadlines[0][2].dead):
+                _, _, w = heapq.heappop(deadlines)
+                if w.dead:
+                    continue  # released by an ack
+                w.dead = True
+                self._dead += 1
+                done, w.on_done = w.on_done, None
+                if done is not None:
+                    try:
+                        done(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                    except Exception:
+                        log.exception("a replica waiter's callback failed")
+            self._prune()
+            self._new_deadline = trio.Event()
+            with trio.move_on_at(deadlines[0][0] if deadlines else float("inf")):
+                await self._new_deadline.wait()
 
     def _prune(self) -> None:
         if self._dead > 64 and self._dead * 2 > len(self._heap):
             self._heap = [e for e in self._heap if not e[2].dead]
             heapq.heapify(self._heap)
             self._dead = 0
+        if len(self._deadlines) > 64 and len(self._deadlines) > 2 * len(self._heap):
+            # released watches leave their deadline entries behind; drop them in bulk
+            # in place: run_expiry holds the list
+            self._deadlines[:] = [e for e in self._deadlines if not e[2].dead]
+            heapq.heapify(self._deadlines)
 
 
 __all__ = ["ReplicaWatermark"]

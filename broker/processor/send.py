@@ -12,10 +12,13 @@ with no task in between (Trio may start a batch of new tasks in any order), so t
 order of one producer's pipelined sends is the order in which they arrived.  When the store's
 answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
 is an ``AwaitablePut`` (SYNC_FLUSH flush, reput behind; in DLedger mode the quorum commit) the
-read loop gets an awaitable for the rest, which a task awaits while the read loop goes on reading.  On a SYNC_MASTER (WAIT absent or
-"true") that awaitable also waits for a slave's ack (``controller.ha.wait_for_replica``) and
-answers FLUSH_SLAVE_TIMEOUT (12) / SLAVE_NOT_AVAILABLE (11) when it does not come; the message
-stays stored either way.
+read loop gets an awaitable for the rest, which a task awaits while the read loop goes on
+reading.  On a SYNC_MASTER (WAIT absent or "true") the answer also waits for a slave's ack and
+is FLUSH_SLAVE_TIMEOUT (12) / SLAVE_NOT_AVAILABLE (11) when it does not come; the message stays
+stored either way.  With nothing else to wait for (ASYNC_FLUSH, the usual case) that wait holds
+no task: the read loop gets a ``DeferredAnswer`` that the replica watermark sets from the task
+that read the slave's ack (``controller.ha.watch_replica``), and every answer one ack releases
+on a connection leaves in one write.
 
 The header's two spellings (long names, and V2's one-letter names) are read through
 ``send_header.py``.  Whether the body is a batch is decided by the header's ``batch`` / ``m``
@@ -54,14 +57,16 @@ from common.message_properties import (
 from common.model import PermName, TopicConfig
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RESPONSE_FLAG, RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 from common.remoting.server import Channel, RequestDispatcher
 from common.topics import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
-# What the inline SEND handler gives the read loop: the answer, or an awaitable of it (flush,
-# replica or config wait) that a task awaits
-SendAnswer = RemotingCommand | Awaitable[RemotingCommand]
+# What the inline SEND handler gives the read loop: the answer; a DeferredAnswer the replica
+# watermark sets (a SYNC_MASTER send: no task waits); or an awaitable of it (flush, DLedger
+# commit or config wait) that a task awaits
+SendAnswer = RemotingCommand | DeferredAnswer | Awaitable[RemotingCommand]
 
 _PUT_CODES = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -255,6 +260,8 @@ class SendMessageProcessor:
         result = self.send_inline(req, channel)
         if isinstance(result, RemotingCommand):
             return result
+        if isinstance(result, DeferredAnswer):
+            return await result.wait()
         return await result
 
     def send_inline(self, req: RemotingCommand, channel: Channel) -> SendAnswer:
@@ -356,6 +363,8 @@ class SendMessageProcessor:
         answer: SendAnswer
         if isinstance(appended, PutMessageResult) and (replica is None or not appended.ok):
             answer = self._answer_put(req, appended, queue_id)
+        elif isinstance(appended, PutMessageResult) and replica is not None:
+            answer = self._answer_on_replica(req, appended, queue_id, replica)
         else:
             answer = self._answer_later(req, appended, queue_id, replica)
         if self.broker.config_pending():
@@ -364,11 +373,39 @@ class SendMessageProcessor:
             return self._answer_when_config_durable(answer)
         return answer
 
-    async def _answer_when_config_durable(
-        self, answer: RemotingCommand | Awaitable[RemotingCommand]
-    ) -> RemotingCommand:
+    def _answer_on_replica(
+        self,
+        req: RemotingCommand,
+        result: PutMessageResult,
+        queue_id: int,
+        replica: HAService,
+    ) -> RemotingCommand | DeferredAnswer:
+        """Stored, no store wait: the answer once a slave holds it, with no task waiting (the
+        watermark calls back when an ack raises it, or at slaveTimeout)."""
+        append = result.append
+        assert append is not None
+
+        def answer(status: PutMessageStatus) -> RemotingCommand:
+            # Java: a failed replica wait overrides the flush outcome; the message stays stored
+            final = (
+                result if status is PutMessageStatus.PUT_OK else PutMessageResult(status, append)
+            )
+            return self._answer_put(req, final, queue_id)
+
+        deferred = DeferredAnswer()
+        status = replica.watch_replica(
+            append.wrote_offset + append.wrote_bytes, lambda st: deferred.set(answer(st))
+        )
+        return deferred if status is None else answer(status)
+
+    async def _answer_when_config_durable(self, answer: SendAnswer) -> RemotingCommand:
         durable = await self.broker.wait_config_durable()
-        resp = answer if isinstance(answer, RemotingCommand) else await answer
+        if isinstance(answer, RemotingCommand):
+            resp = answer
+        elif isinstance(answer, DeferredAnswer):
+            resp = await answer.wait()
+        else:
+            resp = await answer
         if not durable and resp.code == ResponseCode.SUCCESS:
             # stored in the CommitLog, but its topic's config is not on disk: say so as a flush
             # timeout does (the client may resend; a duplicate is possible, a loss is not)

@@ -39,6 +39,7 @@ is closed under a shielded, bounded scope (so when the peer sees EOF, listeners 
 # Over 500 lines on purpose: the read loop, the writev fast path and close are one state machine.
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -59,6 +60,7 @@ from common.errors import (
 from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode_header_and_prefix
 from common.remoting.codes import ResponseCode
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,10 @@ class Channel:
         # run() starts.
         self._nursery: trio.Nursery | None = None
         self._scope: trio.CancelScope | None = None
+        # True while a flush of deferred answers is scheduled (run_sync_soon) and not yet run:
+        # the answers one wake-up releases leave in one writev
+        self._flush_scheduled = False
+        self._token: trio.lowlevel.TrioToken | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.remote_addr}{' closed' if self._closed else ''}>"
@@ -555,8 +561,28 @@ class Channel:
             nursery.start_soon(self._handle_request, cmd, handler, None)
         elif result is None or isinstance(result, RemotingCommand):
             self._queue_answer(cmd, result)
+        elif isinstance(result, DeferredAnswer):
+            result.subscribe(functools.partial(self._answer_deferred, cmd))
         else:
             nursery.start_soon(self._handle_request, cmd, None, result)
+
+    def _answer_deferred(self, cmd: RemotingCommand, response: RemotingCommand) -> None:
+        """A DeferredAnswer was set: queue it, and flush once for all set in this wake-up."""
+        self._queue_answer(cmd, response)
+        if self._outbox and not self._flush_scheduled and not self._closed:
+            self._flush_scheduled = True
+            if self._token is None:
+                self._token = trio.lowlevel.current_trio_token()
+            self._token.run_sync_soon(self._flush_deferred)
+
+    def _flush_deferred(self) -> None:
+        # a run_sync_soon callback: an exception here would crash the run loop
+        self._flush_scheduled = False
+        try:
+            if not self._closed:
+                self._kick()
+        except Exception:
+            log.exception("writing deferred answers to %s failed", self.remote_addr)
 
     def _queue_answer(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
         """Queue the answer to ``cmd`` (written by the caller's next _kick)."""

@@ -14,6 +14,7 @@ from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common.message_properties import encode_properties
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 
 
 class FakeChannel:
@@ -23,14 +24,28 @@ class FakeChannel:
 
 
 class FakeHA:
-    def __init__(self, status: PutMessageStatus) -> None:
+    """Decides every watch 3 s later (``later``), or at once (``now``), with ``status``."""
+
+    def __init__(
+        self, status: PutMessageStatus, nursery: trio.Nursery | None = None, *, now: bool = False
+    ) -> None:
         self.status = status
+        self.nursery = nursery
+        self.now = now
         self.asked: list[int] = []
 
-    async def wait_for_replica(self, end_offset: int, timeout: float | None = None):
+    def watch_replica(self, end_offset: int, on_done):
         self.asked.append(end_offset)
-        await trio.sleep(3)
-        return self.status
+        if self.now:
+            return self.status
+
+        async def later():
+            await trio.sleep(3)
+            on_done(self.status)
+
+        assert self.nursery is not None
+        self.nursery.start_soon(later)
+        return None
 
 
 async def make_broker(nursery: trio.Nursery, tmp_path: Path, role: str) -> BrokerController:
@@ -69,17 +84,29 @@ def send_request(wait: str = "true") -> RemotingCommand:
 async def test_sync_master_answer_waits_for_the_replica(autojump_clock, tmp_path, status, code):
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path, "SYNC_MASTER")
-        b.ha = FakeHA(status)
+        b.ha = FakeHA(status, n)
         pending = SendMessageProcessor(b).send_inline(send_request(), FakeChannel())
-        assert not isinstance(pending, RemotingCommand)  # appended now, answered later
+        # appended now, answered later, with no task of its own
+        assert isinstance(pending, DeferredAnswer) and not pending.done
         assert b.store.get_max_offset_in_queue("RT", 0) == 1
         t0 = trio.current_time()
-        resp = await pending
+        resp = await pending.wait()
         assert trio.current_time() - t0 == 3
         assert resp.code == code
         # whatever the replica did, the message is stored and the answer says where
         assert resp.ext_fields["queueOffset"] == "0" and len(resp.ext_fields["msgId"]) == 32
         assert b.ha.asked == [b.store.get_max_phy_offset()]
+        n.cancel_scope.cancel()
+
+
+async def test_a_decided_replica_status_answers_at_once(autojump_clock, tmp_path):
+    async with trio.open_nursery() as n:
+        b = await make_broker(n, tmp_path, "SYNC_MASTER")
+        b.ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE, now=True)
+        resp = SendMessageProcessor(b).send_inline(send_request(), FakeChannel())
+        assert isinstance(resp, RemotingCommand)
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert resp.ext_fields["queueOffset"] == "0"
         n.cancel_scope.cancel()
 
 

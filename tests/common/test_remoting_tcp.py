@@ -1,12 +1,15 @@
 """The same server and client over real loopback TCP (port 0): no autojump clock here."""
 
+import os
 import struct
 
 import trio
 
 from common.remoting.client import open_remoting_client
+from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import SerializeType
 from common.remoting.command import RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 from common.remoting.server import RequestDispatcher, serve_remoting
 
 
@@ -51,7 +54,6 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
     # Inline answers are written by the read loop with non-blocking writev; what the kernel does
     # not take waits for a writer task. A peer that reads slowly still gets every byte, in order.
     from common.remoting.channel import Channel
-    from common.remoting.codec import FrameDecoder, encode
 
     writers = []
     real_writer = Channel._writer
@@ -95,3 +97,56 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
             await stream.aclose()
             nursery.cancel_scope.cancel()
     assert writers, "the socket buffer never filled up: the writer task was not exercised"
+
+
+async def test_deferred_answers_need_no_task_and_leave_together():
+    """An inline handler's DeferredAnswer is answered when set, from whatever sets it; the
+    answers one wake-up sets leave in one write, and no task is started per request."""
+    d = RequestDispatcher()
+    parked: list[tuple[RemotingCommand, DeferredAnswer]] = []
+
+    def park(cmd, channel):
+        answer = DeferredAnswer()
+        parked.append((cmd, answer))
+        return answer
+
+    d.register(1002, park, inline=True)
+    writes: list[int] = []
+    real_writev = os.writev
+
+    def counting_writev(fd, buffers):
+        writes.append(len(buffers))
+        return real_writev(fd, buffers)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
+            frames = []
+            for i in range(8):
+                cmd = RemotingCommand.request(1002, {"i": i})
+                cmd.opaque = i + 1
+                frames.append(encode(cmd))
+            await stream.send_all(b"".join(frames))
+            while len(parked) < 8:  # noqa: ASYNC110 - the server parses on its own schedule
+                await trio.sleep(0.01)
+            tasks_before = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
+            os.writev = counting_writev
+            try:
+                for cmd, answer in reversed(parked):  # any order: opaques match them up
+                    answer.set(cmd.response(ext_fields={"i": cmd.ext_fields["i"]}))
+                decoder = FrameDecoder()
+                got = []
+                while len(got) < 8:
+                    data = await stream.receive_some(65536)
+                    assert data
+                    got.extend(decoder.feed(data))
+            finally:
+                os.writev = real_writev
+            assert sorted(c.opaque for c in got) == list(range(1, 9))
+            assert all(c.ext_fields["i"] == str(c.opaque - 1) for c in got)
+            assert writes == [8]  # eight answers, one writev
+            tasks_after = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
+            assert tasks_after == tasks_before
+            await stream.aclose()
+            nursery.cancel_scope.cancel()

@@ -104,3 +104,68 @@ async def test_cancelled_waiter_is_dropped(autojump_clock):
         w.advance(60)
     assert results[60] == (OK, 1.0)
     assert w.waiting == 0 and not w._heap
+
+
+# --- watch(): the same outcomes through callbacks, with no task per send -----------------------
+
+
+async def test_watch_answers_decided_cases_at_once_and_the_rest_by_callback(autojump_clock):
+    w = ReplicaWatermark(connections=1, value=100)
+    told: list[tuple[int, PutMessageStatus, float]] = []
+
+    def tell(off):
+        return lambda status: told.append((off, status, trio.current_time()))
+
+    async with trio.open_nursery() as n:
+        await n.start(w.run_expiry)
+        assert w.watch(100, 3.0, tell(100)) is OK  # acked already: no callback
+        assert w.watch(200, 3.0, tell(200)) is None
+        assert w.watch(300, 3.0, tell(300)) is None
+        await trio.sleep(1.0)
+        assert w.watch(400, 3.0, tell(400)) is None
+        assert w.waiting == 3 and told == []
+        assert w.advance(300) == 2  # released synchronously, inside advance
+        assert told == [(200, OK, 1.0), (300, OK, 1.0)]
+        await trio.sleep(5)  # 400's deadline is 4.0: the expiry task answers it then
+        assert told[2:] == [(400, TIMEOUT, 4.0)]
+        w.advance(500)  # a timed-out watch is not told again
+        assert len(told) == 3 and w.waiting == 0
+        n.cancel_scope.cancel()
+    gone = ReplicaWatermark(connections=0)
+    assert gone.watch(10, 3.0, tell(10)) is NA
+
+
+async def test_an_earlier_deadline_wakes_the_expiry_task(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    told: list[tuple[int, float]] = []
+    async with trio.open_nursery() as n:
+        await n.start(w.run_expiry)
+        w.watch(10, 30.0, lambda st: told.append((10, trio.current_time())))
+        await trio.sleep(1)
+        w.watch(20, 2.0, lambda st: told.append((20, trio.current_time())))
+        await trio.sleep(5)
+        assert told == [(20, 3.0)]
+        n.cancel_scope.cancel()
+
+
+async def test_many_released_watches_leave_bounded_state(autojump_clock):
+    w = ReplicaWatermark(connections=1)
+    released = 0
+
+    def done(status):
+        nonlocal released
+        released += status is OK
+
+    async with trio.open_nursery() as n:
+        await n.start(w.run_expiry)
+        for i in range(1, 20_001):
+            assert w.watch(i, 3.0, done) is None
+            if i % 32 == 0:
+                w.advance(i)
+            if i % 1000 == 0:
+                await trio.sleep(0.1)  # the expiry task runs now and then
+        w.advance(20_000)
+        assert released == 20_000 and w.waiting == 0
+        await trio.sleep(10)
+        assert len(w._deadlines) == 0 and len(w._heap) == 0
+        n.cancel_scope.cancel()

@@ -1,0 +1,67 @@
+"""DeferredAnswer: a response decided later by a synchronous event, with no task waiting on it.
+
+Theory of operation
+-------------------
+An inline handler (see ``channel.py``) answers at once with a ``RemotingCommand``, or hands the
+channel an awaitable, which costs a task per request.  A SYNC_MASTER send waits for a replica
+watermark that is raised synchronously when a slave's ack is read; a task per waiting send only
+sleeps on an event.  A handler returns a :class:`DeferredAnswer` instead and arranges for
+``set(response)`` to be called when the outcome is known; the channel subscribes with a plain
+callback that queues the response, and queues written by one wake-up leave in one ``writev``
+(the channel schedules one flush per wake-up with ``run_sync_soon``).
+
+Callers outside a read loop (tests, a handler that still has to await something else) use
+:meth:`DeferredAnswer.wait`.
+
+Invariants: ``set`` is effective once (later calls are ignored); a subscriber is called exactly
+once, with the response, whether it subscribed before or after ``set``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from common.remoting.command import RemotingCommand
+
+__all__ = ["DeferredAnswer"]
+
+
+class DeferredAnswer:
+    __slots__ = ("_event", "_response", "_subscriber")
+
+    def __init__(self) -> None:
+        self._response: RemotingCommand | None = None
+        self._subscriber: Callable[[RemotingCommand], None] | None = None
+        self._event: trio.Event | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._response is not None
+
+    def set(self, response: RemotingCommand) -> None:
+        if self._response is not None:
+            return
+        self._response = response
+        subscriber, self._subscriber = self._subscriber, None
+        if subscriber is not None:
+            subscriber(response)
+        if self._event is not None:
+            self._event.set()
+
+    def subscribe(self, fn: Callable[[RemotingCommand], None]) -> None:
+        """Call ``fn(response)`` once: now if it is known, else from ``set``."""
+        if self._response is not None:
+            fn(self._response)
+        else:
+            assert self._subscriber is None, "one subscriber"
+            self._subscriber = fn
+
+    async def wait(self) -> RemotingCommand:
+        if self._response is None:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        assert self._response is not None
+        return self._response
