@@ -85,6 +85,9 @@ def intro(command: str, args: argparse.Namespace, loads: list[float]) -> list[st
         "?",
     )
     commit = _version(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = _version(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    if dirty != "?":  # the numbers are not only the commit's (other work in the tree)
+        commit += " + uncommitted changes"
     return [
         f"Generated {datetime.date.today().isoformat()} by `{command}`: {args.runs} runs "
         "(the outer loop: run 1 of every system, then run 2, ...), each system started fresh "
