@@ -38,7 +38,6 @@ number wider than 64 bits) goes to the tolerant parser of ``common.serde``.
 from __future__ import annotations
 
 import binascii
-import collections
 import functools
 import json
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ from typing import TypedDict
 import orjson
 import pybase64
 
+from broker.dledger.entry_json import entry_json
 from broker.dledger.messages import (
     ENTRY_HEADER_SIZE,
     Entry,
@@ -104,54 +104,17 @@ def _leader(leader_id: str | None) -> bytes:
     return b"" if leader_id is None else b'"leaderId":%s,' % _jstr(leader_id)
 
 
-_b64 = pybase64.b64encode
-
-
-# The leader pushes each entry to every follower: the rendering of an entry is kept for the
-# next push of the same Entry object (the log hands out one object per fresh entry).  Keyed by
-# id() with the entry itself held, so an id is never reused while its key is here; bounded.
-_RENDERED: collections.OrderedDict[int, tuple[Entry, bytes]] = collections.OrderedDict()
-_RENDERED_MAX = 4096
-
-
-def _entry_json(entry: Entry) -> bytes:
-    hit = _RENDERED.get(id(entry))
-    if hit is not None and hit[0] is entry:
-        return hit[1]
-    text = _render_entry(entry)
-    if len(_RENDERED) >= _RENDERED_MAX:
-        _RENDERED.popitem(last=False)  # the oldest (O(1), unlike deleting a plain dict's first)
-    _RENDERED[id(entry)] = (entry, text)
-    return text
-
-
-def _render_entry(entry: Entry) -> bytes:
-    return (
-        b'{"body":"%s","bodyCrc":0,"chainCrc":0,"channel":%d,"index":%d,"magic":%d,'
-        b'"pos":%d,"size":%d,"term":%d}'
-        % (
-            _b64(entry.body),
-            entry.channel,
-            entry.index,
-            entry.magic,
-            entry.pos,
-            ENTRY_HEADER_SIZE + len(entry.body),
-            entry.term,
-        )
-    )
-
-
 def _push_request(m: PushEntryRequest) -> bytes:
     entries = m.entries
     n = len(entries)
     if n == 1:
-        batch, batch_entry, entry = b"false", b"[]", b'"entry":%s,' % _entry_json(entries[0])
+        batch, batch_entry, entry = b"false", b"[]", b'"entry":%s,' % entry_json(entries[0])
         total = 0  # Java counts totalSize only for batch entries
     elif n == 0:
         batch, batch_entry, entry, total = b"false", b"[]", b"", 0
     else:
         batch, entry = b"true", b""
-        batch_entry = b"[" + b",".join([_entry_json(e) for e in entries]) + b"]"
+        batch_entry = b"[" + b",".join([entry_json(e) for e in entries]) + b"]"
         total = sum(ENTRY_HEADER_SIZE + len(e.body) for e in entries)
     first = entries[0].index if n else -1
     last = entries[-1].index if n else -1
