@@ -30,6 +30,9 @@ Connected, two tasks share the connection's nursery:
   connection re-reports the real max offset so the master resumes from there.  The slave never
   truncates.  A body is appended with ``store.append_to_commit_log(offset, body)`` (the store's
   reput task then builds the slave's own ConsumeQueues and index); a size-0 frame is a heartbeat.
+  After a read that appended, the reader reports the new max offset itself when the reporter is
+  not writing (a lock makes them take turns), as Java's HAClient does: a SYNC_MASTER send waits
+  for that report, and going through the reporter task cost a scheduler pass on every ack.
 
 Invariants: bytes are appended only at exactly the slave's max offset, in stream order; every
 report is a max offset the slave really holds.
@@ -93,6 +96,8 @@ class HAClient:
     _master_left: bool = False
     # the reporter parks here; the reader wakes it after appends
     _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    # one writer of reports at a time: the reader (right after it appended) or the reporter
+    _send_lock: trio.Lock = attrs.field(factory=trio.Lock)
     # called with the master's address each time a connection to it opens (the slave's
     # metadata sync runs at once when a master comes back: broker/slave_sync.py)
     connect_listeners: list[Callable[[str], None]] = attrs.field(factory=list)
@@ -184,9 +189,10 @@ class HAClient:
         heartbeat = self.config.ha_send_heartbeat_interval
         try:
             while True:
-                offset = self.store.get_max_phy_offset()
-                await stream.send_all(encode_report(offset))
-                self.reported = offset
+                async with self._send_lock:
+                    offset = self.store.get_max_phy_offset()
+                    await stream.send_all(encode_report(offset))
+                    self.reported = offset
                 last = trio.current_time()
                 while self.store.get_max_phy_offset() <= self.reported:
                     left = last + heartbeat - trio.current_time()
@@ -226,8 +232,16 @@ class HAClient:
                         if not store.append_to_commit_log(t.offset, t.body):
                             raise _Close(f"store refused {len(t.body)} bytes at {t.offset}")
                         appended = True
-                if appended and len(self._lot):
-                    self._lot.unpark_all()
+                if appended:
+                    if not self._send_lock.locked():
+                        # report from here, as Java's HAClient does after each read: a SYNC_MASTER
+                        # send waits for this, and a hop through the reporter task costs a pass
+                        async with self._send_lock:
+                            offset = store.get_max_phy_offset()
+                            await stream.send_all(encode_report(offset))
+                            self.reported = offset
+                    elif len(self._lot):
+                        self._lot.unpark_all()  # the reporter is writing; it sends again after
         except _Close as why:
             log.warning("HA leaving master connection: %s", why)
         except (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError) as exc:
