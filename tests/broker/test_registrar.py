@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from pathlib import Path
 
@@ -237,12 +238,9 @@ async def test_retry_delay_doubles_up_to_the_period(autojump_clock: trio.abc.Clo
     assert len(attempts) == 11  # 0 .. 6.2, then 10, 20, ..., 50
 
 
-async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    ns = FakeNamesrv()  # answers without masterAddr until the master "registers"
-    learned: list[str | None] = []
-
+@contextlib.asynccontextmanager
+async def slave_registrar(ns, on_result):
+    """A slave's (brokerId 1) registrar talking to ``ns`` over in-memory streams."""
     async with trio.open_nursery() as servers:
 
         async def connect(addr: str):
@@ -251,7 +249,7 @@ async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
             return client_side
 
         async with open_remoting_client(connect=connect) as client:
-            reg = BrokerRegistrar(
+            yield BrokerRegistrar(
                 client,
                 ["ns:1"],
                 lambda: {
@@ -262,25 +260,33 @@ async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
                     "brokerId": 1,
                 },
                 lambda: b"{}",
-                on_result=lambda r: learned.append(r.master_addr),
+                on_result=on_result,
             )
-            t0 = trio.current_time()
-            async with trio.open_nursery() as n:
-                await n.start(reg.run)
-                assert reg.master_addr is None
-                await trio.sleep(0.5)  # the master registers 0.5 s after the slave
-                ns.master = "127.0.0.1:10911"
-                await ns.changed.wait()
-                await trio.testing.wait_all_tasks_blocked()  # the answer is processed
-                # asked at 0, 0.2, 0.6: learned at the first answer after the master came
-                assert round(trio.current_time() - t0, 6) == 0.6
-                assert reg.master_addr == "127.0.0.1:10911"
-                assert learned == [None, None, "127.0.0.1:10911"]
-                # then only the plain period (30 s after the first round)
-                await ns.changed.wait()
-                assert round(trio.current_time() - t0, 6) == 30.0
-                n.cancel_scope.cancel()
         servers.cancel_scope.cancel()
+
+
+async def test_slave_asks_again_soon_until_the_nameserver_knows_its_master(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ns = FakeNamesrv()  # answers without masterAddr until the master "registers"
+    learned: list[str | None] = []
+    async with slave_registrar(ns, lambda r: learned.append(r.master_addr)) as reg:
+        t0 = trio.current_time()
+        async with trio.open_nursery() as n:
+            await n.start(reg.run)
+            assert reg.master_addr is None
+            await trio.sleep(0.5)  # the master registers 0.5 s after the slave
+            ns.master = "127.0.0.1:10911"
+            await ns.changed.wait()
+            await trio.testing.wait_all_tasks_blocked()  # the answer is processed
+            # asked at 0, 0.2, 0.6: learned at the first answer after the master came
+            assert round(trio.current_time() - t0, 6) == 0.6
+            assert reg.master_addr == "127.0.0.1:10911"
+            assert learned == [None, None, "127.0.0.1:10911"]
+            # then only the plain period (30 s after the first round)
+            await ns.changed.wait()
+            assert round(trio.current_time() - t0, 6) == 30.0
+            n.cancel_scope.cancel()
 
 
 async def test_slave_whose_master_starts_late_keeps_asking_every_two_seconds(
@@ -290,39 +296,17 @@ async def test_slave_whose_master_starts_late_keeps_asking_every_two_seconds(
     not after the doubling has grown to half a period."""
     ns = FakeNamesrv()
     asked: list[float] = []
-
-    async with trio.open_nursery() as servers:
-
-        async def connect(addr: str):
-            client_side, server_side = trio.testing.memory_stream_pair()
-            servers.start_soon(handle_stream, server_side, ns.dispatcher)
-            return client_side
-
-        async with open_remoting_client(connect=connect) as client:
-            reg = BrokerRegistrar(
-                client,
-                ["ns:1"],
-                lambda: {
-                    "brokerName": "bk",
-                    "brokerAddr": "127.0.0.1:10921",
-                    "clusterName": "C",
-                    "haServerAddr": "",
-                    "brokerId": 1,
-                },
-                lambda: b"{}",
-                on_result=lambda r: asked.append(round(trio.current_time(), 6)),
-            )
-            t0 = trio.current_time()
-            async with trio.open_nursery() as n:
-                await n.start(reg.run)
-                await trio.sleep(20)
-                ns.master = "127.0.0.1:10911"
-                while reg.master_addr is None:
-                    await ns.changed.wait()
-                    await trio.testing.wait_all_tasks_blocked()
-                assert trio.current_time() - t0 <= 22.0
-                gaps = [round(b - a, 6) for a, b in zip(asked, asked[1:], strict=False)]
-                assert gaps[:4] == [0.2, 0.4, 0.8, 1.6]
-                assert set(gaps[4:]) == {2.0}
-                n.cancel_scope.cancel()
-        servers.cancel_scope.cancel()
+    async with slave_registrar(ns, lambda r: asked.append(round(trio.current_time(), 6))) as reg:
+        t0 = trio.current_time()
+        async with trio.open_nursery() as n:
+            await n.start(reg.run)
+            await trio.sleep(20)
+            ns.master = "127.0.0.1:10911"
+            while reg.master_addr is None:
+                await ns.changed.wait()
+                await trio.testing.wait_all_tasks_blocked()
+            assert trio.current_time() - t0 <= 22.0
+            gaps = [round(b - a, 6) for a, b in zip(asked, asked[1:], strict=False)]
+            assert gaps[:4] == [0.2, 0.4, 0.8, 1.6]
+            assert set(gaps[4:]) == {2.0}
+            n.cancel_scope.cancel()
