@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.measure import Meter, drive_asyncio, warmup_count
-from bench.peers.procs import Servers, free_ports, wait_accepting
+from bench.peers.procs import AsyncioSystem, Servers, free_ports, wait_accepting
 
 NAMES = {1: "NATS JetStream R1", 3: "NATS JetStream R3"}
 SCENARIOS = ("one", "inflight", "consume")
@@ -27,26 +27,15 @@ def _stream(size: int) -> tuple[str, str]:
     return f"BENCH{size}", f"bench.{size}"
 
 
-class NatsSystem:
+class NatsSystem(AsyncioSystem):
     scenarios = SCENARIOS
 
     def __init__(self, servers: Servers, ports: list[int], replicas: int) -> None:
         self.name = NAMES[replicas]
-        self.servers = servers
+        super().__init__(servers)
         self.url = f"nats://127.0.0.1:{ports[0]}"
         self.replicas = replicas
         self.streams: set[int] = set()
-
-    @property
-    def ready_seconds(self) -> float:
-        return self.servers.ready_seconds
-
-    def pids(self) -> dict[str, int]:
-        return self.servers.pids()
-
-    def run(self, scenario: str, body: bytes, count: int, concurrency: int) -> dict[str, Any]:
-        self.servers.check_alive()
-        return asyncio.run(self._run(scenario, body, count, concurrency))
 
     async def _run(
         self, scenario: str, body: bytes, count: int, concurrency: int

@@ -6,6 +6,7 @@ cannot hit anything else; `Servers.stop` sends SIGTERM, waits a bound, then SIGK
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -17,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 APT_PACKAGES = {"redis-server": "redis-server", "nats-server": "nats-server"}
 # import name -> PyPI requirement (the `bench` extra in pyproject.toml)
@@ -142,3 +144,27 @@ class Servers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+
+
+class AsyncioSystem:
+    """A peer driven by its asyncio client: the started ``servers`` and one ``_run`` per
+    scenario (Redis and NATS share this; trio-rmq runs under Trio)."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.servers = servers
+
+    @property
+    def ready_seconds(self) -> float:
+        return self.servers.ready_seconds
+
+    def pids(self) -> dict[str, int]:
+        return self.servers.pids()
+
+    def run(self, scenario: str, body: bytes, count: int, concurrency: int) -> dict[str, Any]:
+        self.servers.check_alive()
+        return asyncio.run(self._run(scenario, body, count, concurrency))
+
+    async def _run(
+        self, scenario: str, body: bytes, count: int, concurrency: int
+    ) -> dict[str, Any]:
+        raise NotImplementedError

@@ -8,7 +8,6 @@ Consumption is `XRANGE` in pages of 1,000 from the first entry to the last.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.measure import Meter, drive_asyncio, warmup_count
-from bench.peers.procs import Servers, free_ports, wait_accepting
+from bench.peers.procs import AsyncioSystem, Servers, free_ports, wait_accepting
 
 NAME = "Redis primary+replica"
 SCENARIOS = ("one", "inflight", "async", "consume")
@@ -24,24 +23,13 @@ WAIT_TIMEOUT_MS = 5000
 PAGE = 1000
 
 
-class RedisSystem:
+class RedisSystem(AsyncioSystem):
     name = NAME
     scenarios = SCENARIOS
 
     def __init__(self, servers: Servers, port: int) -> None:
-        self.servers = servers
+        super().__init__(servers)
         self.port = port
-
-    @property
-    def ready_seconds(self) -> float:
-        return self.servers.ready_seconds
-
-    def pids(self) -> dict[str, int]:
-        return self.servers.pids()
-
-    def run(self, scenario: str, body: bytes, count: int, concurrency: int) -> dict[str, Any]:
-        self.servers.check_alive()
-        return asyncio.run(self._run(scenario, body, count, concurrency))
 
     async def _run(
         self, scenario: str, body: bytes, count: int, concurrency: int
