@@ -194,13 +194,17 @@ class Applier:
     hints: dict[int, PutHint] = attrs.field(factory=dict)
     # hinted records gathered but not yet handed to the store (only inside apply_entries)
     _run: _Run | None = None
-    # the classic store if it takes records with their messages (once _checked)
-    _dispatching: PutDispatchingStore | None = None
-    _checked: bool = False
+    # the classic store if it takes records with their messages (decided once: isinstance
+    # against a runtime Protocol is slow)
+    _dispatching: PutDispatchingStore | None = attrs.field(init=False, default=None)
     # set and replaced after every batch of applies
     _progress: trio.Event = attrs.field(factory=trio.Event)
     # the (index, offset) pair last written to the hint file
     _hinted: tuple[int, int] = (-2, -1)
+
+    def __attrs_post_init__(self) -> None:
+        classic = self.classic
+        self._dispatching = classic if isinstance(classic, PutDispatchingStore) else None
 
     @property
     def hint_path(self) -> str:
@@ -306,14 +310,6 @@ class Applier:
         finally:
             self._flush_run()
 
-    def _put_dispatcher(self) -> PutDispatchingStore | None:
-        # isinstance against a runtime Protocol is slow: decided once per store
-        if not self._checked:
-            classic = self.classic
-            self._dispatching = classic if isinstance(classic, PutDispatchingStore) else None
-            self._checked = True
-        return self._dispatching
-
     def _flush_run(self) -> None:
         run = self._run
         if run is None:
@@ -321,8 +317,8 @@ class Applier:
         self._run = None
         data = memoryview(run.buf)
         if run.hinted:
-            dispatcher = self._put_dispatcher()
-            assert dispatcher is not None
+            dispatcher = self._dispatching
+            assert dispatcher is not None  # a run is hinted only when there is one
             ok = dispatcher.append_put_to_commit_log(
                 run.start, data, run.msgs, run.sizes, run.qoffs, run.store_ts
             )
@@ -341,7 +337,7 @@ class Applier:
         end = self.applied_offset
         file_size = classic.config.mapped_file_size_commit_log
         used = end % file_size
-        hinted = hint is not None and self._put_dispatcher() is not None
+        hinted = hint is not None and self._dispatching is not None
         run = self._run
         if run is not None and (
             used == 0
@@ -359,7 +355,7 @@ class Applier:
                 raise ApplyError(f"classic store refused the BLANK at {end}")
             end += rest
         if run is None:
-            store_ts = hint.store_ts if hint is not None and hinted else 0
+            store_ts = hint.store_ts if hinted and hint is not None else 0
             run = self._run = _Run(end, bytearray(), hinted, [], [], [], store_ts)
         at = len(run.buf)
         run.buf += body

@@ -395,18 +395,14 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         """``append_to_commit_log`` of records whose messages the caller still has (a DLedger
         leader applying its own proposals): dispatched from them, as the put path does, instead
         of parsing the bytes again."""
-        if self.shutdown:
+        caught_up = self.reput.caught_up and start_offset == self.commit_log.max_offset
+        if not self.append_to_commit_log(start_offset, data):
             return False
-        reput = self.reput
-        caught_up = reput.caught_up and start_offset == self.commit_log.max_offset
-        if not self.commit_log.append_raw(start_offset, data):
-            return False
+        # (the reput task it woke runs only after this returns: the records are taken first)
         if caught_up:
-            reput.dispatch_put(msgs, sizes, qoffs, start_offset, store_ts)
+            self.reput.dispatch_put(msgs, sizes, qoffs, start_offset, store_ts)
         else:
-            if reput.reput_from < self.commit_log.min_offset:
-                reput.reput_from = self.commit_log.min_offset
-            reput.queue_put(msgs, sizes, qoffs, start_offset, store_ts)
+            self.reput.queue_put(msgs, sizes, qoffs, start_offset, store_ts)
         return True
 
     def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
