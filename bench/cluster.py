@@ -16,6 +16,7 @@ still is one of our node processes (`python -m cli.node ...`, or `cli.main` for 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import random
@@ -24,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -263,3 +265,29 @@ def memory_status(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
             out[key] = int(value.split()[0])
     return out
+
+
+@contextlib.contextmanager
+def detached_cluster(
+    *up_args: str, brokers: int = 2, prefix: str = "rmq-bench-"
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """`rmq up --detach --json` in a temp data dir on free ports (plus `up_args`), yielding the
+    nameserver address and every node's pid by name; `rmq down` on the way out, always."""
+    namesrv_port, broker_port = free_ports(brokers=brokers)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        data = str(Path(tmp) / "rmq")
+        up = subprocess.run(
+            [sys.executable, "-m", "cli.main", "up", "--detach", "--json", "--data-dir", data,
+             "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port), *up_args],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        if up.returncode:
+            raise ClusterError(f"rmq up failed: {up.stdout}{up.stderr}")
+        try:
+            nodes = {n["name"]: n["pid"] for n in json.loads(up.stdout)["nodes"]}
+            yield f"127.0.0.1:{namesrv_port}", nodes
+        finally:
+            subprocess.run(
+                [sys.executable, "-m", "cli.main", "down", "--data-dir", data],
+                capture_output=True, timeout=120, cwd=ROOT,
+            )  # fmt: skip

@@ -23,7 +23,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,83 +34,52 @@ SETUPS = {
 }
 sys.path.insert(0, str(ROOT))
 
-from bench.cluster import cpu_seconds, free_ports  # noqa: E402
-
-
-def rmq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+from bench.cluster import cpu_seconds, detached_cluster  # noqa: E402
 
 
 def one(setup: str, duration: float) -> dict:
-    namesrv_port, broker_port = free_ports(brokers=3)
-    ns = f"127.0.0.1:{namesrv_port}"
-    with tempfile.TemporaryDirectory(prefix="rmq-dledger-bench-") as tmp:
-        data = str(Path(tmp) / "rmq")
-        up = rmq(
-            "up",
-            "--detach",
-            "--json",
-            "--data-dir",
-            data,
-            "--namesrv-port",
-            str(namesrv_port),
-            "--broker-port",
-            str(broker_port),
-            *SETUPS[setup],
+    with detached_cluster(*SETUPS[setup], brokers=3, prefix="rmq-dledger-bench-") as (ns, nodes):
+        before = {name: cpu_seconds(pid) for name, pid in nodes.items()}
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "--namesrv",
+                ns,
+                "bench",
+                "produce",
+                "--batch",
+                "64",
+                "--inflight",
+                "4",
+                "--size",
+                "1024",
+                "--duration",
+                str(duration),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
-        if up.returncode:
-            raise SystemExit(f"rmq up failed: {up.stdout}{up.stderr}")
-        try:
-            nodes = {n["name"]: n["pid"] for n in json.loads(up.stdout)["nodes"]}
-            before = {name: cpu_seconds(pid) for name, pid in nodes.items()}
-            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "cli.main",
-                    "--namesrv",
-                    ns,
-                    "bench",
-                    "produce",
-                    "--batch",
-                    "64",
-                    "--inflight",
-                    "4",
-                    "--size",
-                    "1024",
-                    "--duration",
-                    str(duration),
-                    "--json",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=ROOT,
-            )
-            out, err = proc.communicate(timeout=duration + 120)
-            kids_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if proc.returncode:
-                raise SystemExit(f"rmq bench failed: {err[-2000:]}")
-            after = {name: cpu_seconds(pid) for name, pid in nodes.items()}
-            result = json.loads(out)["runs"][0]
-            msgs = result["msgs"]
-            cpu = {
-                name: (after[name] - before[name]) / msgs * 1e6
-                for name in nodes
-                if not name.startswith("namesrv")
-            }
-            producer = (kids_after.ru_utime + kids_after.ru_stime) - (kids.ru_utime + kids.ru_stime)
-            cpu["producer"] = producer / msgs * 1e6
-            return {"msg_per_s": result["msg_per_s"], "cpu_us_per_msg": cpu}
-        finally:
-            rmq("down", "--data-dir", data)
+        out, err = proc.communicate(timeout=duration + 120)
+        kids_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode:
+            raise SystemExit(f"rmq bench failed: {err[-2000:]}")
+        after = {name: cpu_seconds(pid) for name, pid in nodes.items()}
+        result = json.loads(out)["runs"][0]
+        msgs = result["msgs"]
+        cpu = {
+            name: (after[name] - before[name]) / msgs * 1e6
+            for name in nodes
+            if not name.startswith("namesrv")
+        }
+        producer = (kids_after.ru_utime + kids_after.ru_stime) - (kids.ru_utime + kids.ru_stime)
+        cpu["producer"] = producer / msgs * 1e6
+        return {"msg_per_s": result["msg_per_s"], "cpu_us_per_msg": cpu}
 
 
 def markdown(results: dict[str, list[dict]], command: str, runs: int) -> str:

@@ -17,93 +17,36 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.cluster import cpu_seconds, free_ports  # noqa: E402
+from bench.cluster import cpu_seconds, detached_cluster  # noqa: E402
 
 
-def rmq(*args: str) -> str:
+def produce(ns: str, inflight: int, count: int) -> dict:
+    """`rmq bench produce` of single 1 KiB sends; its first run's JSON."""
     out = subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        check=True,
-    )
-    return out.stdout
+        [sys.executable, "-m", "cli.main", "--namesrv", ns, "bench", "produce", "--batch", "1",
+         "--inflight", str(inflight), "--size", "1024", "--count", str(count), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)["runs"][0]
 
 
 def bench(ns: str, inflight: int, count: int, pids: dict[str, int]) -> dict:
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    run = json.loads(
-        rmq(
-            "--namesrv",
-            ns,
-            "bench",
-            "produce",
-            "--batch",
-            "1",
-            "--inflight",
-            str(inflight),
-            "--size",
-            "1024",
-            "--count",
-            str(count),
-            "--json",
-        )
-    )["runs"][0]
+    run = produce(ns, inflight, count)
     cpu = {name: (cpu_seconds(pid) - before[name]) / count * 1e6 for name, pid in pids.items()}
     return {"msg_per_s": run["msg_per_s"], "p50_us": run["latency_median_ms"] * 1000, "cpu": cpu}
 
 
 def one_round() -> dict:
-    namesrv_port, broker_port = free_ports(brokers=2)
-    ns = f"127.0.0.1:{namesrv_port}"
-    with tempfile.TemporaryDirectory(prefix="rmq-send-ab-") as tmp:
-        data = str(Path(tmp) / "rmq")
-        up = json.loads(
-            rmq(
-                "up",
-                "--detach",
-                "--json",
-                "--data-dir",
-                data,
-                "--namesrv-port",
-                str(namesrv_port),
-                "--broker-port",
-                str(broker_port),
-            )
-        )
-        try:
-            pids = {n["name"]: n["pid"] for n in up["nodes"] if n["name"] != "namesrv"}
-            rmq(
-                "--namesrv",
-                ns,
-                "bench",
-                "produce",
-                "--batch",
-                "1",
-                "--inflight",
-                "1",
-                "--size",
-                "1024",
-                "--count",
-                "500",
-                "--json",
-            )
-            return {"one": bench(ns, 1, 4000, pids), "inflight32": bench(ns, 32, 20000, pids)}
-        finally:
-            subprocess.run(
-                [sys.executable, "-m", "cli.main", "down", "--data-dir", data],
-                capture_output=True,
-                timeout=120,
-                cwd=ROOT,
-            )
+    with detached_cluster(prefix="rmq-send-ab-") as (ns, nodes):
+        pids = {name: pid for name, pid in nodes.items() if name != "namesrv"}
+        produce(ns, 1, 500)  # warm-up: connections, routes, the first mapped file
+        return {"one": bench(ns, 1, 4000, pids), "inflight32": bench(ns, 32, 20000, pids)}
 
 
 def main() -> None:
