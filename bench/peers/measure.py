@@ -55,23 +55,31 @@ class Meter:
         return out
 
 
+class _Workers:
+    """``concurrency`` copies of ``worker`` share one count of sends and one latency list; the
+    worker only awaits ``send``, so asyncio and Trio run the same one."""
+
+    def __init__(self, send: Callable[[], Awaitable[None]], count: int) -> None:
+        self.send = send
+        self.count = count
+        self.issued = 0
+        self.latencies: list[float] = []
+
+    async def worker(self) -> None:
+        while self.issued < self.count:
+            self.issued += 1
+            t = time.perf_counter()
+            await self.send()
+            self.latencies.append(time.perf_counter() - t)
+
+
 async def drive_asyncio(
     send: Callable[[], Awaitable[None]], count: int, concurrency: int, meter: Meter
 ) -> dict[str, Any]:
-    lat: list[float] = []
-    issued = 0
-
-    async def worker() -> None:
-        nonlocal issued
-        while issued < count:
-            issued += 1
-            t = time.perf_counter()
-            await send()
-            lat.append(time.perf_counter() - t)
-
+    w = _Workers(send, count)
     with meter:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return meter.result(count, lat)
+        await asyncio.gather(*(w.worker() for _ in range(concurrency)))
+    return meter.result(count, w.latencies)
 
 
 async def drive_trio(
@@ -79,22 +87,12 @@ async def drive_trio(
 ) -> dict[str, Any]:
     import trio
 
-    lat: list[float] = []
-    issued = 0
-
-    async def worker() -> None:
-        nonlocal issued
-        while issued < count:
-            issued += 1
-            t = time.perf_counter()
-            await send()
-            lat.append(time.perf_counter() - t)
-
+    w = _Workers(send, count)
     with meter:
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
-                nursery.start_soon(worker)
-    return meter.result(count, lat)
+                nursery.start_soon(w.worker)
+    return meter.result(count, w.latencies)
 
 
 def warmup_count(count: int) -> int:
