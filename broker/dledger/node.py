@@ -68,12 +68,14 @@ from broker.dledger.messages import (
     Response,
     Role,
 )
+from broker.dledger.mmap_file_store import FileLog
 from broker.dledger.node_config import DLedgerConfig
 from broker.dledger.proposal import PendingProposals, Proposal
 from broker.dledger.replicator import PeerReplicator
 from broker.dledger.storage import FileStorage, NodeStorage, open_log
 from broker.dledger.transport import DLedgerClient, DLedgerNetwork, Reply
 from broker.dledger.wire import AnyRequest, AnyResponse
+from broker.store.page_warmer import run_page_warmer
 from common.remoting.codes import DLedgerResponseCode
 
 __all__ = ["DLedgerConfig", "DLedgerNode", "NodeStatus", "Proposal", "run_dledger_node"]
@@ -454,6 +456,8 @@ async def run_dledger_node(
                 nursery.start_soon(node._every, config.check_point_interval_ms, node._checkpoint)
                 nursery.start_soon(node._every, config.disk_check_interval_ms, node._check_disk)
                 nursery.start_soon(node._ticker)
+                if isinstance(raft_log, FileLog):
+                    await nursery.start(run_page_warmer, raft_log.data.last)
                 task_status.started(node)
     finally:
         with trio.CancelScope(shield=True):

@@ -78,6 +78,9 @@ class MappedFile:
         """Absolute offset just after the last written byte."""
         return self.file_from_offset + self.wrote
 
+    def fileno(self) -> int:
+        return self._fd
+
     def append(self, data: Buffer) -> int:
         """Copy ``data`` at ``wrote``; returns the file-relative position it went to."""
         pos = self.wrote

@@ -57,6 +57,7 @@ from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
 from broker.store.get_message import select_messages
 from broker.store.index import IndexService
+from broker.store.page_warmer import run_page_warmer
 from broker.store.put_message import PutSteps
 from broker.store.queries import StoreQueries
 from broker.store.recovery import RecoveryReport, commit_log_start
@@ -471,6 +472,7 @@ async def run_message_store(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.reput.run)
             nursery.start_soon(flush.run)
+            await nursery.start(run_page_warmer, store.commit_log.queue.last)
             task_status.started(store)
             await trio.sleep_forever()
     finally:
