@@ -53,7 +53,9 @@ from broker.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 256 * 1024
+# one read takes whatever the socket holds, up to this: big, so that a catching-up slave gets
+# through megabytes per scheduler pass (the reput task gets one small batch per pass)
+READ_SIZE = 4 * 1024 * 1024
 
 Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 

@@ -121,3 +121,15 @@ def test_bad_header_is_an_error(header):
 def test_oversized_body_is_an_error():
     with pytest.raises(HAProtocolError):
         TransferDecoder(max_body_size=100).feed(encode_header(0, 101))
+
+
+def test_transfer_bodies_are_views_of_bytes_reads_and_copies_of_anything_mutable():
+    stream = encode_frames([(0, b"abc"), (3, b"defg")])
+    views = TransferDecoder().feed(stream)
+    assert [type(t.body) for t in views] == [memoryview, memoryview]
+    assert [bytes(t.body) for t in views] == [b"abc", b"defg"]
+    buf = bytearray(stream)
+    copies = TransferDecoder().feed(buf)
+    buf[12:15] = b"XYZ"  # the caller reuses its buffer: what was decoded must not change
+    assert [t.body for t in copies] == [b"abc", b"defg"]
+    assert all(type(t.body) is bytes for t in copies)
