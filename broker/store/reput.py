@@ -47,7 +47,7 @@ from broker.store.dispatch import (
     takes_index_entries,
     takes_queue_unit,
 )
-from broker.store.index import IndexService
+from broker.store.index import IndexService, topic_key_hash
 from common.message import MessageExtBrokerInner, RecordDecodeError
 
 log = logging.getLogger(__name__)
@@ -121,14 +121,19 @@ class ReputService:
     # --- the parse path -----------------------------------------------------------------------
 
     def do_reput(self, limit: int | None = _REPUT_BATCH) -> bool:
-        """Dispatch available records; returns True if it stopped because of ``limit``."""
+        """Dispatch available records; returns True if it stopped because of ``limit``.
+
+        The records found in one call are dispatched together (:meth:`dispatch_many`), then
+        ``reput_from`` moves past them."""
         cl = self.commit_log
         pending = self._pending
-        n = 0
-        while self.reput_from < cl.max_offset:
-            if limit is not None and n >= limit:
-                return True
-            pos = self.reput_from
+        reqs: list[DispatchRequest] = []
+        pos = self.reput_from
+        stopped = False
+        while pos < cl.max_offset:
+            if limit is not None and len(reqs) >= limit:
+                stopped = True
+                break
             while pending and pending[0].commit_log_offset < pos:
                 pending.popleft()
             if pending and pending[0].commit_log_offset == pos:
@@ -154,16 +159,17 @@ class ReputService:
                         log.error("reput: truncated record at the end of segment %s", mf.path)
                     break
                 if parsed is BLANK:
-                    self.reput_from = cl.roll_next_file(pos)
+                    pos = cl.roll_next_file(pos)
                     continue
                 req = parsed
                 if req.commit_log_offset != pos:
                     log.error("reput: record at %d claims offset %d", pos, req.commit_log_offset)
                     break
-            self.dispatch(req)
-            self.reput_from = pos + size
-            n += 1
-        return False
+            reqs.append(req)
+            pos += size
+        self.dispatch_many(reqs)
+        self.reput_from = pos
+        return stopped
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -190,6 +196,48 @@ class ReputService:
                         log.exception("arrival listener failed")
         if req.keys and self.config.message_index_enable and takes_index_entries(req.sys_flag):
             self.index.put(req.keys, req.commit_log_offset, req.store_timestamp)
+
+    def dispatch_many(self, reqs: Sequence[DispatchRequest]) -> None:
+        """``dispatch`` of consecutive records, with the put path's economies: the units of
+        consecutive offsets of one queue are written as one run, and index entries are added
+        per run of one store time without the ``topic#key`` strings being hashed whole."""
+        if len(reqs) < 2:
+            for req in reqs:
+                self.dispatch(req)
+            return
+        runs: list[UnitRun] = []
+        run_key: tuple[str, int] | None = None
+        units = bytearray()
+        next_q = 0
+        pack_unit = CQ_UNIT.pack
+        indexing = self.config.message_index_enable
+        entries: list[tuple[int, int]] = []
+        entries_ts = 0
+        for req in reqs:
+            sys_flag = req.sys_flag
+            if takes_queue_unit(sys_flag):
+                q = req.consume_queue_offset
+                if q != next_q or run_key != (req.topic, req.queue_id):
+                    run_key = (req.topic, req.queue_id)
+                    units = bytearray()
+                    runs.append(UnitRun(run_key, q, units))
+                units += pack_unit(req.commit_log_offset, req.msg_size, req.tags_code)
+                next_q = q + 1
+            if req.keys and indexing and takes_index_entries(sys_flag):
+                if entries and req.store_timestamp != entries_ts:
+                    self.index.put_entries(entries, entries_ts)
+                    entries = []
+                entries_ts = req.store_timestamp
+                cut = len(req.topic) + 1  # keys are "topic#key"
+                topic = req.topic
+                for k in req.keys:
+                    entries.append((topic_key_hash(topic, k[cut:]), req.commit_log_offset))
+        if entries:
+            self.index.put_entries(entries, entries_ts)
+        notes: list[_Arrival] = []
+        for run in runs:
+            notes.extend(self._put_units(run))
+        self._notify(notes)
 
     # --- the put path -------------------------------------------------------------------------
 
@@ -245,6 +293,9 @@ class ReputService:
             self._wake.set()
             return
         self.reput_from = first + sum(sizes)
+        self._notify(notes)
+
+    def _notify(self, notes: Sequence[_Arrival]) -> None:
         listeners = self.listeners
         if listeners:
             for note in notes:

@@ -476,6 +476,8 @@ async def test_put_path_and_replicated_bytes_dispatch_alike(open_store, tmp_path
         gone = mk(KEYS="rolled")
         gone.sys_flag = MessageSysFlag.TRANSACTION_ROLLBACK
         assert (await master.put_message(gone)).ok
+        clock.now += 5_000  # a later store time: the slave indexes each record at its own
+        late = clock.now
         assert (await master.put_message(mk(qid=1, TAGS="last", KEYS="k9"))).ok
 
         data = master.get_commit_log_data(0)
@@ -495,10 +497,15 @@ async def test_put_path_and_replicated_bytes_dispatch_alike(open_store, tmp_path
         t0 = [master._queue_unit("T", 0, i)[2] for i in range(3)]
         assert t0 == [tags_code("t0"), tags_code("t2"), tags_code("t1")]
         assert master._queue_unit("T", 1, 1)[2] == 0  # batch[3], no TAGS
-        assert master._queue_unit("SCHEDULE_TOPIC_XXXX", 1, 0)[2] == clock.now + 5_000
+        # (delay level 2 is 5 s, and it was stored 5 s before `late`)
+        assert master._queue_unit("SCHEDULE_TOPIC_XXXX", 1, 0)[2] == late
         for key, found in [("k0", 1), ("kk", 6), ("U4", 1), ("prep", 1), ("rolled", 0)]:
             for store in (master, slave):
                 assert len(store.query_message("T", key, 32, 0, 2**62).buffers) == found, key
         assert len(slave.query_message("Real", "dk", 32, 0, 2**62).buffers) == 0
+        for store in (master, slave):  # index entries keep their record's store time
+            assert len(store.query_message("T", "k9", 32, late, 2**62).buffers) == 1
+            assert len(store.query_message("T", "kk", 32, late, 2**62).buffers) == 0
+            assert len(store.query_message("T", "kk", 32, 0, late - 1_000).buffers) == 6
         for store in (master, slave):
             assert len(store.query_message("SCHEDULE_TOPIC_XXXX", "dk", 32, 0, 2**62).buffers) == 1
