@@ -54,7 +54,7 @@ from common.model import ConsumerData, HeartbeatData, ProducerData, TopicRouteDa
 from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.remoting.network import Network
+from common.remoting.network import TCP, Network, TcpNetwork
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
 from rmq.remoting import Remoting
@@ -358,6 +358,14 @@ class ClientBase:
         self._stack: contextlib.AsyncExitStack | None = None
         self._instance: ClientInstance | None = None
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def over_tcp(self) -> bool:
+        """Brokers are reached over real TCP sockets (no lent client, no test network): a
+        blocking socket of rmq.sync can reach them too."""
+        return self._remoting is None and (
+            self._network is None or self._network is TCP or type(self._network) is TcpNetwork
+        )
 
     @property
     def client_id(self) -> str:

@@ -226,6 +226,24 @@ class Producer(ClientBase):
         never moved to another queue, as Java's send(msg, mq) / send(msg, selector, arg).
         """
         body, props, uniq = self._prepare(msg)
+        return await self.send_prepared(
+            msg, body, props, uniq, queue=queue, selector=selector, arg=arg, timeout=timeout
+        )
+
+    async def send_prepared(
+        self,
+        msg: Message,
+        body: bytes,
+        props: str,
+        uniq: str,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: object = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """`send` of what `_prepare(msg)` gave: a send that started elsewhere (rmq.sync's
+        blocking path) goes on here with the same UNIQ_KEY, so a retry keeps the msgId."""
         flag = msg.flag
         if len(body) + _CLUSTER_NAME_ALLOWANCE > self.max_message_size:
             await self._check_near_limit(

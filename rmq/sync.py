@@ -66,6 +66,7 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.sync_send import SyncSendPath
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,13 @@ class Producer(_SyncClient):
         # send_async futures not yet done; close() waits for them
         self._inflight: set[concurrent.futures.Future[SendResult]] = set()
         self._inflight_lock = threading.Lock()
+        # plain sends run on the caller's thread when they can (no portal hop: sync_send.py)
+        self._direct = SyncSendPath(self._async, self._run_in_trio)
+
+    def _run_in_trio(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._lease is None:
+            raise ClientError("Producer is not open: use `with` or open()")
+        return get_portal().run(functools.partial(fn, *args))
 
     def send(
         self,
@@ -125,6 +133,10 @@ class Producer(_SyncClient):
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
+        if queue is None and selector is None and self._lease is not None and self._async.over_tcp:
+            result = self._direct.send(msg, timeout)
+            if result is not None:
+                return result
         return self._call("send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout)
 
     def send_orderly(
@@ -162,6 +174,7 @@ class Producer(_SyncClient):
         with self._inflight_lock:
             pending = list(self._inflight)
         concurrent.futures.wait(pending)
+        self._direct.close()
         super().close()
 
     def send_batch(

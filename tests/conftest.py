@@ -453,6 +453,27 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
         portal.exit(lease)
 
 
+@pytest.fixture
+def portal_tcp_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[InProcessCluster]:
+    """``portal_cluster`` on real TCP (127.0.0.1, ports 0): for rmq.sync's blocking sockets."""
+    from common.remoting.network import TCP
+    from rmq.portal import get_portal
+
+    @contextlib.asynccontextmanager
+    async def running() -> Any:
+        async with trio.open_nursery() as nursery:
+            cluster = InProcessCluster(TCP, nursery, tmp_path, io_threads=True)
+            yield await _start(cluster, broker_fields)
+            nursery.cancel_scope.cancel()
+
+    portal = get_portal()
+    lease = portal.enter(running())
+    try:
+        yield lease.value
+    finally:
+        portal.exit(lease)
+
+
 # --- Spark ---------------------------------------------------------------------------------
 
 
