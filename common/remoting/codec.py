@@ -30,6 +30,8 @@ import json
 import struct
 from typing import Any
 
+import orjson
+
 from common import serde
 from common.errors import FrameDecodeError, FrameTooLarge, ProtocolError
 from common.remoting.codes import LanguageCode, SerializeType
@@ -70,41 +72,51 @@ def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
     return _JSON_ENCODER.encode(header).encode("utf-8")
 
 
+def _all_str(ext: dict[str, Any]) -> bool:
+    for v in ext.values():
+        if type(v) is not str:
+            return False
+    return True
+
+
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The JSON header, byte for byte what ``json.dumps`` of the header dict would give.
 
     Every request and response goes through here, so the usual shape (int fields, str
-    language/remark, str -> str extFields) is formatted directly with the C string escaper;
-    anything else takes the generic ``json`` path.
+    language/remark, str -> str extFields) is rendered by orjson (0.5 us against 2.9 for the
+    standard library on a send request; for these types the bytes are the same); anything
+    else, and anything orjson refuses, takes the generic ``json`` path.
     """
     code, flag, opaque, version = cmd.code, cmd.flag, cmd.opaque, cmd.version
     language, remark = cmd.language, cmd.remark
-    if not (
+    ext = cmd.ext_fields
+    if (
         type(code) is int
         and type(flag) is int
         and type(opaque) is int
         and type(version) is int
         and type(language) is str
         and (remark is None or type(remark) is str)
+        and (not ext or _all_str(ext))
     ):
-        return _encode_json_header_generic(cmd)
-    ext = cmd.ext_fields
-    if ext:
-        esc = _escape
-        items = []
-        for k, v in ext.items():
-            if type(v) is not str or type(k) is not str:
-                return _encode_json_header_generic(cmd)
-            items.append(f"{esc(k)}:{esc(v)}")
-        ext_json = "{" + ",".join(items) + "}"
-    else:
-        ext_json = "{}"
-    stype = "ROCKETMQ" if cmd.serialize_type == SerializeType.ROCKETMQ else "JSON"
-    tail = "}" if remark is None else f',"remark":{_escape(remark)}}}'
-    return (
-        f'{{"code":{code},"extFields":{ext_json},"flag":{flag},"language":{_escape(language)},'
-        f'"opaque":{opaque},"serializeTypeCurrentRPC":"{stype}","version":{version}{tail}'
-    ).encode()
+        header: dict[str, Any] = {
+            "code": code,
+            "extFields": ext if ext else {},
+            "flag": flag,
+            "language": language,
+            "opaque": opaque,
+            "serializeTypeCurrentRPC": (
+                "ROCKETMQ" if cmd.serialize_type == SerializeType.ROCKETMQ else "JSON"
+            ),
+            "version": version,
+        }
+        if remark is not None:
+            header["remark"] = remark
+        try:
+            return orjson.dumps(header)
+        except (orjson.JSONEncodeError, TypeError):
+            pass  # a lone surrogate, an int beyond 64 bits, a non-str key: say it as json would
+    return _encode_json_header_generic(cmd)
 
 
 def encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -195,7 +207,40 @@ def _ext_to_str(ext: Any) -> dict[str, str]:
     return out
 
 
+def _plain_header(obj: Any) -> bool:
+    """A header orjson reads exactly as the standard library does: no float anywhere (orjson
+    turns integers beyond 64 bits into floats) and extFields of strings only (what Java sends)."""
+    if type(obj) is not dict:
+        return False
+    get = obj.get
+    if (
+        type(get("code")) is float
+        or type(get("opaque")) is float
+        or type(get("flag")) is float
+        or type(get("version")) is float
+        or type(get("remark")) is float
+    ):
+        return False
+    ext = get("extFields")
+    if ext is None:
+        return True
+    if type(ext) is not dict:
+        return False
+    for v in ext.values():
+        if type(v) is not str:
+            return False
+    return True
+
+
 def _load_json(data: bytes | memoryview) -> Any:
+    try:
+        # UTF-8 and strict: 1.3 us against 3.5 for a send request's header
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass  # what orjson refuses (NaN, lone surrogate escapes, deep nesting, ...)
+    else:
+        if _plain_header(obj):
+            return obj
     try:
         return _JSON_DECODE(str(data, "utf-8"))
     except (ValueError, RecursionError):

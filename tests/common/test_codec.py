@@ -1,6 +1,8 @@
 import json
 import struct
 
+import attrs
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -291,3 +293,53 @@ def test_json_header_in_utf16_and_control_characters():
     assert cmd.code == 10 and cmd.opaque == 3 and cmd.ext_fields == {"k": "v\u00e9\n\u2028"}
     again = FrameDecoder().feed(encode(cmd))[0]
     assert again.ext_fields == {"k": "v\u00e9\n\u2028"}
+
+
+header_values = (
+    st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.booleans()
+    | st.none()
+    | st.integers(min_value=2**63 - 2, max_value=2**70)
+)
+
+
+def _standard_library_decode(data: bytes) -> dict[str, object] | str:
+    """The header as the decoder reads it with orjson out of the way (the reference)."""
+
+    def refuse(_data: object) -> object:
+        raise orjson.JSONDecodeError("off", "", 0)
+
+    real = codec.orjson.loads
+    codec.orjson.loads = refuse  # type: ignore[assignment]
+    try:
+        return attrs.asdict(codec.decode_json_header(data))
+    except FrameDecodeError as exc:
+        return f"error: {exc}"
+    finally:
+        codec.orjson.loads = real  # type: ignore[assignment]
+
+
+@given(
+    st.fixed_dictionaries(
+        {"code": header_values},
+        optional={
+            "opaque": header_values,
+            "flag": header_values,
+            "version": header_values,
+            "language": header_values,
+            "remark": header_values,
+            "extFields": st.dictionaries(st.text(max_size=6), header_values, max_size=4),
+        },
+    )
+)
+def test_json_headers_decode_as_the_standard_library_reads_them(header):
+    # orjson reads integers beyond 64 bits as floats: such headers (and any with a float or a
+    # non-string extField) are read again by the standard library, so nothing changes
+    data = json.dumps(header, ensure_ascii=False).encode()
+    try:
+        got: dict[str, object] | str = attrs.asdict(codec.decode_json_header(data))
+    except FrameDecodeError as exc:
+        got = f"error: {exc}"
+    assert got == _standard_library_decode(data)
