@@ -219,6 +219,7 @@ def _plain_header(obj: Any) -> bool:
         or type(get("flag")) is float
         or type(get("version")) is float
         or type(get("remark")) is float
+        or type(get("language")) is float
     ):
         return False
     ext = get("extFields")

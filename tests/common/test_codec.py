@@ -4,7 +4,7 @@ import struct
 import attrs
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import FrameDecodeError, FrameTooLarge, ProtocolError
@@ -321,6 +321,7 @@ def _standard_library_decode(data: bytes) -> dict[str, object] | str:
         codec.orjson.loads = real  # type: ignore[assignment]
 
 
+@settings(max_examples=1000)
 @given(
     st.fixed_dictionaries(
         {"code": header_values},
