@@ -33,7 +33,7 @@ import heapq
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import attrs
@@ -303,6 +303,12 @@ class _MemoryPending:
 
     async def answer(self) -> AnyResponse:
         return await self.network._answer_of(self.call, self.addr, self.deadline)
+
+    def when_answered(self, fn: Callable[[AnyResponse | RpcError], None]) -> bool:
+        return False  # answers have a flight time here: the caller waits with answer()
+
+    def cancel(self) -> None:
+        pass
 
 
 @attrs.frozen

@@ -136,6 +136,16 @@ class PendingCall(Protocol):
         """The response; RpcError when there is none within the timeout given to ``post``."""
         ...
 
+    def when_answered(self, fn: Callable[[AnyResponse | RpcError], None]) -> bool:
+        """Arrange ``fn(response or RpcError)`` from the transport itself, with no task waiting,
+        and return True; or return False (the caller awaits :meth:`answer`).  With a callback
+        the *caller* bounds the time: it calls :meth:`cancel` once the timeout has passed."""
+        ...
+
+    def cancel(self) -> None:
+        """Give up on the answer: ``fn`` will not be called."""
+        ...
+
 
 class DLedgerClient(Protocol):
     async def post(
@@ -213,6 +223,10 @@ class _RemotingPending:
             raise RpcTimeout(f"no answer from {addr} in time ({name})") from None
         except RemotingError as exc:
             raise RpcUnreachable(f"{name} to {addr}: {exc}") from exc
+        return self._decode(answer)
+
+    def _decode(self, answer: RemotingCommand) -> AnyResponse:
+        name, addr = self.code.name, self.addr
         body = answer.body_bytes()
         if not body:
             raise RpcBadAnswer(f"{name} to {addr} answered {answer.code}: {answer.remark}")
@@ -220,6 +234,24 @@ class _RemotingPending:
             return decode_response(self.code, body)
         except WireError as exc:
             raise RpcBadAnswer(f"{name} to {addr}: {exc}") from exc
+
+    def when_answered(self, fn: Callable[[AnyResponse | RpcError], None]) -> bool:
+        def settled(answer: RemotingCommand | BaseException) -> None:
+            outcome: AnyResponse | RpcError
+            if isinstance(answer, BaseException):
+                outcome = RpcUnreachable(f"{self.code.name} to {self.addr}: {answer}")
+            else:
+                try:
+                    outcome = self._decode(answer)
+                except RpcError as exc:
+                    outcome = exc
+            fn(outcome)
+
+        self.pending.when_done(settled)
+        return True
+
+    def cancel(self) -> None:
+        self.pending.cancel()
 
 
 @attrs.define(eq=False)

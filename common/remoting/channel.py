@@ -95,12 +95,30 @@ CLOSE_TIMEOUT = 1.0
 class _Waiter:
     """One of our requests waiting for its response."""
 
-    __slots__ = ("error", "event", "response")
+    __slots__ = ("callback", "error", "event", "response")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
+        # called (by the read loop, or by whoever fails the channel) instead of a task waking
+        self.callback: Callable[[RemotingCommand | BaseException], None] | None = None
+
+    def outcome(self) -> RemotingCommand | BaseException:
+        if self.error is not None:
+            return self.error
+        assert self.response is not None
+        return self.response
+
+    def settle(self) -> None:
+        """The response or error is in: wake the waiting task, or run the callback."""
+        self.event.set()
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            try:
+                callback(self.outcome())
+            except Exception:
+                log.exception("response callback failed")
 
 
 class PendingResponse:
@@ -124,6 +142,21 @@ class PendingResponse:
             raise self._waiter.error
         assert self._waiter.response is not None
         return self._waiter.response
+
+    def when_done(self, fn: Callable[[RemotingCommand | BaseException], None]) -> None:
+        """Call ``fn(response or error)`` once the outcome is in, from
+        the channel's read loop (or at once if it is in already), with no task waiting: for
+        callers with many requests in flight, who bound each one's time themselves."""
+        waiter = self._waiter
+        if waiter.event.is_set():
+            fn(waiter.outcome())
+        else:
+            waiter.callback = fn
+
+    def cancel(self) -> None:
+        """Forget the request (timed out): a late response is ignored, no callback runs."""
+        self._waiter.callback = None
+        self._waiters.pop(self._opaque, None)
 
 
 def _nbytes(piece: Any) -> int:
@@ -427,7 +460,7 @@ class Channel:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
             waiter.error = error
-            waiter.event.set()
+            waiter.settle()
 
     # --- reading and dispatch ------------------------------------------------------------------
 
@@ -526,7 +559,7 @@ class Channel:
                     waiter = self._waiters.pop(cmd.opaque, None)
                     if waiter is not None:
                         waiter.response = cmd
-                        waiter.event.set()
+                        waiter.settle()
                     else:
                         log.debug("response with unknown opaque %d ignored", cmd.opaque)
                 elif inline is None:

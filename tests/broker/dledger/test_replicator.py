@@ -1,0 +1,146 @@
+"""PeerReplicator: one answer or one failure per request, on both ways of waiting.
+
+``memory`` awaits each answer in a task of its own (the in-memory network's answers have a
+flight time); ``remoting`` (the remoting wire over in-memory streams) gets callbacks from the
+channel's read loop and times calls out with the replicator's sweep.  Both under autojump.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+import trio.testing
+
+from broker.dledger.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.replicator import PeerReplicator
+from broker.dledger.transport import RemotingDLedgerNetwork
+from common.testing import MemoryNetwork
+
+from .test_transport import answer, heartbeat, push
+
+
+@pytest.fixture(params=["memory", "remoting"])
+def net(request):
+    if request.param == "memory":
+        return MemoryDLedgerNetwork()
+    return RemotingDLedgerNetwork(network=MemoryNetwork())
+
+
+class Outcomes:
+    def __init__(self) -> None:
+        self.answers: list[tuple[object, object]] = []
+        self.failures: list[object] = []
+
+    def on_answer(self, request, response) -> None:
+        self.answers.append((request, response))
+
+    def on_failure(self, request) -> None:
+        self.failures.append(request)
+
+    def count(self, request) -> int:
+        return sum(r is request for r, _ in self.answers) + sum(r is request for r in self.failures)
+
+
+async def serve(nursery, net, handler):
+    return await nursery.start(functools.partial(net.serve, "n1", "127.0.0.1:0", handler))
+
+
+def replicator(client, addr, out, timeout=1.0):
+    return PeerReplicator("n1", addr, client, out.on_answer, out.on_failure, timeout=timeout)
+
+
+async def test_every_request_is_answered_once_in_order(net, autojump_clock):
+    out = Outcomes()
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, answer)
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out)
+            nursery.start_soon(rep.run)
+            requests = [push(i) for i in range(200)]
+            for r in requests:
+                rep.send(r)
+            await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert out.failures == []
+    assert sorted(id(r) for r, _ in out.answers) == sorted(map(id, requests))
+    if isinstance(net, RemotingDLedgerNetwork):  # callbacks come in the channel's read order
+        assert [r for r, _ in out.answers] == requests
+    assert all(resp.index == r.entries[0].index for r, resp in out.answers)
+
+
+async def test_unanswered_calls_fail_once_after_the_timeout(net, autojump_clock):
+    out = Outcomes()
+    released = trio.Event()
+
+    async def late(request):
+        await released.wait()  # answers only after the replicator gave up
+        return answer(request)
+
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, late)
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out, timeout=1.0)
+            nursery.start_soon(rep.run)
+            requests = [heartbeat(term=t) for t in range(5)]
+            for r in requests:
+                rep.send(r)
+            await trio.sleep(0.99)
+            assert out.failures == []  # not before the timeout
+            await trio.sleep(0.5)
+            assert len(out.failures) == len(requests)  # all of them, just after it
+            released.set()  # the late answers arrive now: nobody may hear of them twice
+            await trio.sleep(3)
+        nursery.cancel_scope.cancel()
+    assert out.answers == []
+    assert sorted(map(id, out.failures)) == sorted(map(id, requests))
+    assert all(out.count(r) == 1 for r in requests)
+
+
+async def test_a_dead_peer_fails_each_request_once(net, autojump_clock):
+    out = Outcomes()
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, answer)
+        nursery.cancel_scope.cancel()  # nothing listens there any more
+    async with trio.open_nursery() as nursery:
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out)
+            nursery.start_soon(rep.run)
+            requests = [heartbeat(term=t) for t in range(3)]
+            for r in requests:
+                rep.send(r)
+            await trio.sleep(5)
+            nursery.cancel_scope.cancel()
+    assert out.answers == []
+    assert sorted(map(id, out.failures)) == sorted(map(id, requests))
+
+
+async def test_a_cancelled_replicator_reports_nothing_more(net, autojump_clock):
+    out = Outcomes()
+    released = trio.Event()
+
+    async def late(request):
+        await released.wait()
+        return answer(request)
+
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, late)
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out, timeout=10.0)
+            scope = trio.CancelScope()
+            nursery.start_soon(_run_in, scope, rep)
+            for t in range(4):
+                rep.send(heartbeat(term=t))
+            await trio.sleep(0.5)
+            scope.cancel()
+            await trio.sleep(0.5)
+            released.set()  # answers for a replicator that is gone
+            await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert out.answers == [] and out.failures == []
+
+
+async def _run_in(scope: trio.CancelScope, rep: PeerReplicator) -> None:
+    with scope:
+        await rep.run()
