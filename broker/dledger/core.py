@@ -212,17 +212,21 @@ class RaftCore:
         return self._finish(now)
 
     def propose(
-        self, bodies: Sequence[bytes], now: float
+        self, bodies: Sequence[bytes], now: float, *, push: bool = True
     ) -> tuple[DLedgerResponseCode, list[Entry], list[Action]]:
         """Leader: append ``bodies`` as consecutive entries; each call's range finishes with
         one AppendDone.  Refusals (no entry stored): NOT_LEADER, LEADER_TRANSFERRING,
-        LEADER_PENDING_FULL, DISK_FULL, REQUEST_WITH_EMPTY_BODYS."""
+        LEADER_PENDING_FULL, DISK_FULL, REQUEST_WITH_EMPTY_BODYS.
+
+        ``push=False``: the new entries are not pushed yet; the caller calls :meth:`tick` soon
+        (a driver taking many proposals in one turn pushes them together, one push per follower
+        instead of one per proposal)."""
         entries: list[Entry] = []
         if self._state.role is Role.LEADER and self._transfer is not None:
             code = Code.LEADER_TRANSFERRING
         else:
             code, entries = self._pusher.propose(bodies, now)
-        return code, entries, self._finish(now)
+        return code, entries, self._finish(now, pump=push)
 
     def set_disk_full(self, full: bool) -> None:
         self._pusher.disk_full = full
@@ -237,8 +241,9 @@ class RaftCore:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _finish(self, now: float) -> list[Action]:
-        self._pusher.pump(now)
+    def _finish(self, now: float, *, pump: bool = True) -> list[Action]:
+        if pump:
+            self._pusher.pump(now)
         self._check_transfer(now)
         if self._checks_preferred() and now >= self._next_preferred_check:
             self._check_preferred(now)

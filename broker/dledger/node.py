@@ -137,6 +137,8 @@ class DLedgerNode:
     _fifo: deque[Action | _Answer] = attrs.field(factory=deque)
     # True while some frame runs the FIFO (a nested _run only appends)
     _draining: bool = False
+    # a run_sync_soon of _push_proposed is queued (see propose)
+    _push_soon: bool = False
     # the state being written; the FIFO stands still while it is not None
     _persisting: PersistState | None = None
     # set when _persisting got a state to write; the persister replaces it after waking
@@ -175,12 +177,23 @@ class DLedgerNode:
         return self._committed
 
     def propose(self, bodies: Sequence[bytes]) -> Proposal:
-        """Append ``bodies`` as consecutive entries (leader only); log order = call order."""
-        code, entries, actions = self._core.propose(bodies, trio.current_time())
+        """Append ``bodies`` as consecutive entries (leader only); log order = call order.
+
+        The entries are pushed to the followers once this scheduler turn is over
+        (``run_sync_soon``), together with every other proposal of the turn: 32 single sends
+        read in one turn become one push per follower, not 32."""
+        code, entries, actions = self._core.propose(bodies, trio.current_time(), push=False)
         proposal = Proposal(code, list(entries))
         self._proposals.add(proposal)
         self._run(actions)
+        if entries and not self._push_soon:
+            self._push_soon = True
+            trio.lowlevel.current_trio_token().run_sync_soon(self._push_proposed)
         return proposal
+
+    def _push_proposed(self) -> None:
+        self._push_soon = False
+        self._run(self._core.tick(trio.current_time()))
 
     async def wait_committed(self, index: int) -> None:
         if self._committed >= index:
