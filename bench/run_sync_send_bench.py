@@ -39,24 +39,36 @@ TOPIC = "SyncSendBench"
 BODY = b"x" * 1024
 
 
+class _Meter:
+    """This process's and the brokers' CPU and the wall time from construction to result()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.r0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.c0 = {n: cpu_seconds(p) for n, p in pids.items()}
+        self.t0 = time.perf_counter()
+
+    def result(self, count: int) -> dict[str, float]:
+        dt = time.perf_counter() - self.t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        out = {
+            "msg_per_s": count / dt,
+            "wall_us": 1e6 * dt / count,
+            "user_us": 1e6 * (r1.ru_utime - self.r0.ru_utime) / count,
+            "sys_us": 1e6 * (r1.ru_stime - self.r0.ru_stime) / count,
+        }
+        for n, p in self.pids.items():
+            out[f"{n}_us"] = 1e6 * (cpu_seconds(p) - self.c0[n]) / count
+        return out
+
+
 def _measure(send: Callable[[], object], count: int, pids: dict[str, int]) -> dict[str, float]:
     for _ in range(200):
         send()
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    c0 = {n: cpu_seconds(p) for n, p in pids.items()}
+    meter = _Meter(pids)
     for _ in range(count):
         send()
-    dt = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    out = {
-        "msg_per_s": count / dt,
-        "wall_us": 1e6 * dt / count,
-        "user_us": 1e6 * (r1.ru_utime - r0.ru_utime) / count,
-        "sys_us": 1e6 * (r1.ru_stime - r0.ru_stime) / count,
-    }
-    for n, p in pids.items():
-        out[f"{n}_us"] = 1e6 * (cpu_seconds(p) - c0[n]) / count
-    return out
+    return meter.result(count)
 
 
 def _check(r: object) -> None:
@@ -76,21 +88,10 @@ def run_trio(ns: str, count: int, pids: dict[str, int]) -> dict[str, float]:
         async with Producer("bench_trio_pg", ns, send_timeout=10) as p:
             for _ in range(200):
                 _check(await p.send(Message(TOPIC, BODY)))
-            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-            c0 = {n: cpu_seconds(q) for n, q in pids.items()}
+            meter = _Meter(pids)
             for _ in range(count):
                 _check(await p.send(Message(TOPIC, BODY)))
-            dt = time.perf_counter() - t0
-            r1 = resource.getrusage(resource.RUSAGE_SELF)
-            out = {
-                "msg_per_s": count / dt,
-                "wall_us": 1e6 * dt / count,
-                "user_us": 1e6 * (r1.ru_utime - r0.ru_utime) / count,
-                "sys_us": 1e6 * (r1.ru_stime - r0.ru_stime) / count,
-            }
-            for n, q in pids.items():
-                out[f"{n}_us"] = 1e6 * (cpu_seconds(q) - c0[n]) / count
-            return out
+            return meter.result(count)
 
     return trio.run(main)
 
