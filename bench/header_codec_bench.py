@@ -14,7 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
-from common.remoting.codec import _load_json, decode_json_header, encode_json_header
+from common.remoting.codec import (
+    _load_json,
+    decode_json_header,
+    encode_json_header,
+    header_dict,
+)
 from common.remoting.command import RemotingCommand
 
 # a send request header as the Java client sends it (SendMessageRequestHeaderV2) and its response
@@ -69,18 +74,7 @@ t("encode response header (ours)", lambda: encode_json_header(resp))
 
 
 def orj_enc(cmd):
-    d = {
-        "code": cmd.code,
-        "extFields": cmd.ext_fields,
-        "flag": cmd.flag,
-        "language": cmd.language,
-        "opaque": cmd.opaque,
-        "serializeTypeCurrentRPC": "JSON",
-        "version": cmd.version,
-    }
-    if cmd.remark is not None:
-        d["remark"] = cmd.remark
-    return orjson.dumps(d)
+    return orjson.dumps(header_dict(cmd))
 
 
 t("encode request header (orjson dict)", lambda: orj_enc(req))

@@ -427,6 +427,24 @@ async def tcp_cluster(
     return await _start(cluster, broker_fields)
 
 
+def _on_portal(make: Any) -> Iterator[InProcessCluster]:
+    """Run ``make(nursery)``'s cluster on the portal thread's Trio loop until the test ends."""
+    from rmq.portal import get_portal
+
+    @contextlib.asynccontextmanager
+    async def running() -> Any:
+        async with trio.open_nursery() as nursery:
+            yield await make(nursery)
+            nursery.cancel_scope.cancel()
+
+    portal = get_portal()
+    lease = portal.enter(running())
+    try:
+        yield lease.value
+    finally:
+        portal.exit(lease)
+
+
 @pytest.fixture
 def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[InProcessCluster]:
     """``memory_cluster`` for the plain (non-Trio) tests of ``rmq.sync`` and ``rmq.aio``.
@@ -436,42 +454,23 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
     client, ``rmq.portal.Portal.enter``) and the test reaches them through ``cluster.call``.
     """
     from common.testing import MemoryNetwork
-    from rmq.portal import get_portal
 
-    @contextlib.asynccontextmanager
-    async def running() -> Any:
-        async with trio.open_nursery() as nursery:
-            cluster = InProcessCluster(MemoryNetwork(), nursery, tmp_path)
-            yield await _start(cluster, broker_fields)
-            nursery.cancel_scope.cancel()
+    async def make(nursery: Any) -> InProcessCluster:
+        return await _start(InProcessCluster(MemoryNetwork(), nursery, tmp_path), broker_fields)
 
-    portal = get_portal()
-    lease = portal.enter(running())
-    try:
-        yield lease.value
-    finally:
-        portal.exit(lease)
+    yield from _on_portal(make)
 
 
 @pytest.fixture
 def portal_tcp_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[InProcessCluster]:
     """``portal_cluster`` on real TCP (127.0.0.1, ports 0): for rmq.sync's blocking sockets."""
     from common.remoting.network import TCP
-    from rmq.portal import get_portal
 
-    @contextlib.asynccontextmanager
-    async def running() -> Any:
-        async with trio.open_nursery() as nursery:
-            cluster = InProcessCluster(TCP, nursery, tmp_path, io_threads=True)
-            yield await _start(cluster, broker_fields)
-            nursery.cancel_scope.cancel()
+    async def make(nursery: Any) -> InProcessCluster:
+        cluster = InProcessCluster(TCP, nursery, tmp_path, io_threads=True)
+        return await _start(cluster, broker_fields)
 
-    portal = get_portal()
-    lease = portal.enter(running())
-    try:
-        yield lease.value
-    finally:
-        portal.exit(lease)
+    yield from _on_portal(make)
 
 
 # --- Spark ---------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ _SERIALIZE_NAME = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ
 # --- encoding ----------------------------------------------------------------------------------
 
 
-def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
+def header_dict(cmd: RemotingCommand) -> dict[str, Any]:
+    """The JSON header as a dict, keys in the order they are written."""
     header: dict[str, Any] = {
         "code": cmd.code,
         "extFields": cmd.ext_fields if cmd.ext_fields is not None else {},
@@ -69,7 +70,11 @@ def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    return _JSON_ENCODER.encode(header).encode("utf-8")
+    return header
+
+
+def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
+    return _JSON_ENCODER.encode(header_dict(cmd)).encode("utf-8")
 
 
 def _all_str(ext: dict[str, Any]) -> bool:
@@ -87,33 +92,18 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     standard library on a send request; for these types the bytes are the same); anything
     else, and anything orjson refuses, takes the generic ``json`` path.
     """
-    code, flag, opaque, version = cmd.code, cmd.flag, cmd.opaque, cmd.version
-    language, remark = cmd.language, cmd.remark
-    ext = cmd.ext_fields
+    remark, ext = cmd.remark, cmd.ext_fields
     if (
-        type(code) is int
-        and type(flag) is int
-        and type(opaque) is int
-        and type(version) is int
-        and type(language) is str
+        type(cmd.code) is int
+        and type(cmd.flag) is int
+        and type(cmd.opaque) is int
+        and type(cmd.version) is int
+        and type(cmd.language) is str
         and (remark is None or type(remark) is str)
         and (not ext or _all_str(ext))
     ):
-        header: dict[str, Any] = {
-            "code": code,
-            "extFields": ext if ext else {},
-            "flag": flag,
-            "language": language,
-            "opaque": opaque,
-            "serializeTypeCurrentRPC": (
-                "ROCKETMQ" if cmd.serialize_type == SerializeType.ROCKETMQ else "JSON"
-            ),
-            "version": version,
-        }
-        if remark is not None:
-            header["remark"] = remark
         try:
-            return orjson.dumps(header)
+            return orjson.dumps(header_dict(cmd))
         except (orjson.JSONEncodeError, TypeError):
             pass  # a lone surrogate, an int beyond 64 bits, a non-str key: say it as json would
     return _encode_json_header_generic(cmd)
