@@ -18,8 +18,7 @@ Theory of operation:
   re-send a message under the same id.
 * Batches go in one SEND_BATCH_MESSAGE (header m=true) with the body of facts §4.6; every
   message gets its own UNIQ_KEY and the result's `msg_id` joins them with commas, like Java.
-* Oneway is a single attempt with no answer; only local errors (no route, connection
-  refused) can surface.
+* Oneway: one attempt, no answer; only local errors (no route, refused connection) surface.
 * Ordered sends: `send(msg, selector=fn, arg=x)` asks `fn(queues, msg, x)` for the queue
   (MessageQueueSelector); `send_orderly(msg, key)` is the hash selector
   (SelectMessageQueueByHash: |String.hashCode(key)| mod the queue count), so one key always
@@ -32,8 +31,7 @@ Theory of operation:
   default off) a stored-but-not-flushed answer (10/12/11) is sent again elsewhere while
   attempts remain; the last answer is returned.
 * Per message the client only validates, makes the UNIQ_KEY and the properties string, and
-  copies a request header prepared once per queue (`_header`): the send path is CPU-bound
-  on a busy host, so nothing per message goes through a dict it does not need.
+  copies a header prepared once per queue (`_header`): the send path is CPU-bound.
 """
 
 from __future__ import annotations
@@ -225,25 +223,23 @@ class Producer(ClientBase):
         `selector(queues, msg, arg)` picks (ordered messages). Either way it is one attempt,
         never moved to another queue, as Java's send(msg, mq) / send(msg, selector, arg).
         """
-        body, props, uniq = self._prepare(msg)
-        return await self.send_prepared(
-            msg, body, props, uniq, queue=queue, selector=selector, arg=arg, timeout=timeout
-        )
+        prepared = self._prepare(msg)
+        if selector is not None and queue is not None:
+            raise InvalidMessageError("give either queue or selector, not both")
+        if selector is not None:
+            queue = await self._select(msg, selector, arg)
+        return await self.send_prepared(msg, prepared, timeout=timeout, queue=queue)
 
     async def send_prepared(
         self,
         msg: Message,
-        body: bytes,
-        props: str,
-        uniq: str,
+        prepared: tuple[bytes, str, str],
         *,
-        queue: MessageQueue | None = None,
-        selector: MessageQueueSelector | None = None,
-        arg: object = None,
         timeout: float | None = None,
+        queue: MessageQueue | None = None,
     ) -> SendResult:
-        """`send` of what `_prepare(msg)` gave: a send that started elsewhere (rmq.sync's
-        blocking path) goes on here with the same UNIQ_KEY, so a retry keeps the msgId."""
+        """`send` of `_prepare(msg)`'s result (rmq.sync's fallback: the msgId is kept)."""
+        body, props, uniq = prepared
         flag = msg.flag
         if len(body) + _CLUSTER_NAME_ALLOWANCE > self.max_message_size:
             await self._check_near_limit(
@@ -253,10 +249,6 @@ class Producer(ClientBase):
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, props, flag, batch=False), body
 
-        if selector is not None:
-            if queue is not None:
-                raise InvalidMessageError("give either queue or selector, not both")
-            queue = await self._select(msg, selector, arg)
         return await self._send(msg.topic, build, uniq, timeout, queue)
 
     async def send_orderly(

@@ -112,7 +112,7 @@ class SyncSendPath:
         ):
             return result
         remaining = max(deadline - time.monotonic(), 0.001)
-        sent: SendResult = self.run_in_trio(_send_prepared, p, msg, body, props, uniq, remaining)
+        sent: SendResult = self.run_in_trio(_send_prepared, p, msg, (body, props, uniq), remaining)
         return sent
 
     def _channel(self, addr: str) -> BlockingChannel:
@@ -131,6 +131,6 @@ class SyncSendPath:
 
 
 async def _send_prepared(
-    p: Producer, msg: Message, body: bytes, props: str, uniq: str, timeout: float
+    p: Producer, msg: Message, prepared: tuple[bytes, str, str], timeout: float
 ) -> SendResult:
-    return await p.send_prepared(msg, body, props, uniq, timeout=timeout)
+    return await p.send_prepared(msg, prepared, timeout=timeout)
