@@ -134,9 +134,7 @@ class Producer(_SyncClient):
         timeout: float | None = None,
     ) -> SendResult:
         if queue is None and selector is None and self._lease is not None and self._async.over_tcp:
-            result = self._direct.send(msg, timeout)
-            if result is not None:
-                return result
+            return self._direct.send(msg, timeout)
         return self._call("send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout)
 
     def send_orderly(

@@ -2,23 +2,23 @@
 
 Theory of operation
 -------------------
-`rmq.sync.Producer.send` first tries :meth:`SyncSendPath.send`, which runs on the caller's
-thread: it validates and encodes the message with the Trio producer's own functions
-(`_prepare`, `_header`, `_request`, `_result`: the same bytes, the same checks), picks the next
-queue of the topic's publish info, and sends over a :class:`~rmq.blocking_remoting.BlockingChannel`
-to the queue's master. It answers None, having sent nothing, when it cannot do the common case
-alone; the caller then takes the portal path (`Producer.send` in the Trio thread):
+`rmq.sync.Producer.send` (a plain send over TCP) calls :meth:`SyncSendPath.send`, which runs
+on the caller's thread: it validates and encodes the message with the Trio producer's own
+functions (`_prepare`, `_header`, `_request`, `_result`: the same bytes, the same checks), picks
+the next queue of the topic's publish info, and sends over a
+:class:`~rmq.blocking_remoting.BlockingChannel` to the queue's master. The topic's route is
+fetched through the portal (`publish_info`, the masters' addresses) when it is unknown here or
+older than the Trio client's `route_max_age`, so a steady sender crosses threads about once per
+30 s. Two cases are handed, unsent, to the portal path (`Producer.send_prepared` in the Trio
+thread, with what was prepared here, so the UNIQ_KEY stays):
 
-* the topic's route is unknown here, or older than the Trio client's `route_max_age`: it is
-  fetched once through the portal (`publish_info`, the masters' addresses) and kept for that
-  long, so a steady sender crosses threads about once per 30 s;
 * the message is near `maxMessageSize` (that check may need the route's cluster names);
 * the connection to that master is in use by another thread.
 
-After it sent, a failure is handed on with what was already prepared
-(`Producer.send_prepared`, same UNIQ_KEY, so the msgId survives the retry): a connection or
+After it sent, a failure is handed on the same way (the msgId survives the retry): a connection or
 timeout error, or a retriable answer (SYSTEM_BUSY, ...), forgets the cached route and the
-connection; the portal path retries with Java's policy. As in Java, a request that timed out may
+connection; the portal path retries with Java's policy (so does a stored-but-not-OK answer
+under `retry_another_broker_when_not_store_ok`). As in Java, a request that timed out may
 have been stored: the retry can store it twice, never lose it. A non-retriable answer raises
 here, as the portal path would.
 
@@ -72,14 +72,30 @@ class SyncSendPath:
     _channels: dict[str, BlockingChannel] = attrs.field(factory=dict)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
-    def send(self, msg: Message, timeout: float | None) -> SendResult | None:
-        """The answer, or None if nothing was sent (see the module docstring)."""
+    def send(self, msg: Message, timeout: float | None) -> SendResult:
+        """Send ``msg`` directly if it can, else (or after a retriable failure) through the
+        portal, with what was prepared here (see the module docstring)."""
         p = self.producer
-        body, props, uniq = p._prepare(msg)
-        if len(body) + _CLUSTER_NAME_ALLOWANCE > p.max_message_size:
-            return None
+        prepared = p._prepare(msg)
         timeout = p.send_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        result = None
+        if len(prepared[0]) + _CLUSTER_NAME_ALLOWANCE <= p.max_message_size:
+            result = self._try_direct(msg, prepared, deadline)
+        if result is not None and (
+            result.status is SendStatus.SEND_OK or not p.retry_another_broker_when_not_store_ok
+        ):
+            return result
+        remaining = max(deadline - time.monotonic(), 0.001)
+        sent: SendResult = self.run_in_trio(_send_prepared, p, msg, prepared, remaining)
+        return sent
+
+    def _try_direct(
+        self, msg: Message, prepared: tuple[bytes, str, str], deadline: float
+    ) -> SendResult | None:
+        """The broker's answer, or None: nothing sent, or a failure the portal path retries."""
+        p = self.producer
+        body, props, uniq = prepared
         topic = msg.topic
         route = self._routes.get(topic)
         if route is None or time.monotonic() >= route.expires:
@@ -97,23 +113,15 @@ class SyncSendPath:
 
         try:
             cmd = p._request(mq, build)
-            try:
-                resp = channel.invoke(cmd, max(deadline - time.monotonic(), 0.001))
-                result = p._result(resp, cmd, mq, uniq)
-            except RmqError as exc:
-                if not (isinstance(exc, RemotingError) or exc.retriable):
-                    raise
-                self._routes.pop(topic, None)
-                result = None
+            resp = channel.invoke(cmd, max(deadline - time.monotonic(), 0.001))
+            return p._result(resp, cmd, mq, uniq)
+        except RmqError as exc:
+            if not (isinstance(exc, RemotingError) or exc.retriable):
+                raise
+            self._routes.pop(topic, None)
+            return None
         finally:
             channel.lock.release()
-        if result is not None and (
-            result.status is SendStatus.SEND_OK or not p.retry_another_broker_when_not_store_ok
-        ):
-            return result
-        remaining = max(deadline - time.monotonic(), 0.001)
-        sent: SendResult = self.run_in_trio(_send_prepared, p, msg, (body, props, uniq), remaining)
-        return sent
 
     def _channel(self, addr: str) -> BlockingChannel:
         channel = self._channels.get(addr)
