@@ -79,6 +79,8 @@ class _Warmer:
         self._segment, self._warmed = mf, 0
         if mf is not None and not mf.is_full:
             try:
+                # (closed and its number reused between fileno() and dup: we would read some
+                # other file, harmlessly; pread on a socket or pipe fails with ESPIPE, reads none)
                 self._fd = os.dup(mf.fileno())
             except OSError:
                 self._segment = None  # closed under us; look again next round
