@@ -276,7 +276,8 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
         )
     except KeyError:
         raise FrameDecodeError("JSON header has no code") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
+        # OverflowError: an Infinity in a numeric field (the standard library reads it)
         raise FrameDecodeError(f"JSON header has an ill-typed field: {exc}") from None
 
 

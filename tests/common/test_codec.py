@@ -321,6 +321,13 @@ def _standard_library_decode(data: bytes) -> dict[str, object] | str:
         codec.orjson.loads = real  # type: ignore[assignment]
 
 
+@pytest.mark.parametrize("field", ["version", "opaque", "flag", "code"])
+def test_an_infinite_number_is_an_ill_typed_field_not_a_crash(field):
+    data = b'{"code": 0, "%s": Infinity}' % field.encode()
+    with pytest.raises(FrameDecodeError, match="ill-typed"):
+        codec.decode_json_header(data)
+
+
 @settings(max_examples=1000)
 @given(
     st.fixed_dictionaries(
