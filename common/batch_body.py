@@ -21,13 +21,12 @@ _H = struct.Struct(">h")
 _BATCH_HEAD = struct.Struct(">iiiii")
 
 
-def decode_batch_body(
-    body: bytes | bytearray | memoryview,
-) -> list[tuple[int, bytes, dict[str, str]]]:
-    """SEND_BATCH_MESSAGE body -> [(flag, body, properties)].
+def split_batch_body(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
+    """SEND_BATCH_MESSAGE body -> [(flag, body, properties string)], the strings undecoded.
 
     Like the broker (``MessageExtBatchEncoder``) the per-message TOTALSIZE/MAGIC/BODYCRC are not
     trusted; the lengths of body and properties delimit each message.  Truncation raises.
+    The broker stores each string as it came (plus the batch's own properties), as Java does.
     """
     out = []
     pos = 0
@@ -48,12 +47,19 @@ def decode_batch_body(
                 raise RecordDecodeError(
                     f"batch message properties length {props_len} overruns body"
                 )
-            props = decode_properties(bytes(body[pos : pos + props_len]).decode("utf-8"))
+            props = bytes(body[pos : pos + props_len]).decode("utf-8")
             pos += props_len
             out.append((flag, mbody, props))
     except UnicodeDecodeError as exc:
         raise RecordDecodeError(f"batch message properties are not UTF-8: {exc}") from exc
     return out
+
+
+def decode_batch_body(
+    body: bytes | bytearray | memoryview,
+) -> list[tuple[int, bytes, dict[str, str]]]:
+    """SEND_BATCH_MESSAGE body -> [(flag, body, properties)] (:func:`split_batch_body`, decoded)."""
+    return [(flag, b, decode_properties(p)) for flag, b, p in split_batch_body(body)]
 
 
 def encode_batch_body(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes:

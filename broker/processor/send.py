@@ -44,7 +44,7 @@ from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_
 from broker.processor.send_header import header_bool, header_int, send_header
 from broker.store.results import AwaitablePut, PutMessageResult, PutMessageStatus
 from broker.topic_config import validate_topic
-from common.batch_body import decode_batch_body
+from common.batch_body import split_batch_body
 from common.errors import RequestError
 from common.message import MessageExtBrokerInner, RecordDecodeError
 from common.message_properties import (
@@ -322,21 +322,29 @@ class SendMessageProcessor:
                 f"batch request does not support retry group {topic}",
             )
         try:
-            parts = decode_batch_body(body)
+            parts = split_batch_body(body)
         except RecordDecodeError as exc:
             return self._response(req, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         if not parts:
             return self._response(req, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         batch_props = decode_properties(h.get("properties") or "")
+        batch_props[MessageConst.CLUSTER] = self.broker.config.broker_cluster_name
+        # Java (CommitLog.MessageExtBatchEncoder) stores each message's own properties string as
+        # it came, then a separator if it lacks one, then the batch's properties (CLUSTER, and
+        # WAIT as the client set it): spliced, not re-encoded; read back, the batch's win
+        batch_str = encode_properties(batch_props)
         msgs = []
-        for flag, mbody, mprops in parts:
-            props = {**mprops, **batch_props}
+        for flag, mbody, raw in parts:
+            props = decode_properties(raw)
+            props.update(batch_props)
             if props.get(MessageConst.DELAY, "0") not in ("", "0"):
                 return self._response(
                     req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed"
                 )
             m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
-            self._strip_wait(m)
+            if raw and not raw.endswith(PROPERTY_SEPARATOR):
+                raw += PROPERTY_SEPARATOR
+            m.properties_string = raw + batch_str
             msgs.append(m)
         appended = self.broker.store.append_messages(msgs)
         return self._answer_append(req, appended, queue_id, self._replica_to_wait(msgs[0]))

@@ -214,7 +214,21 @@ async def test_batch_send(env: Env) -> None:
     assert r.code == 0, r.remark
     assert len(r.ext_fields["msgId"].split(",")) == 2
     p = await env.pull("BT", 0, 0)
-    assert [m.body for m in decode_records(p.body_bytes())] == [b"a", b"b"]
+    got = decode_records(p.body_bytes())
+    assert [m.body for m in got] == [b"a", b"b"]
+    # stored as Java's MessageExtBatchEncoder does: the message's own string, a separator, then
+    # the batch's properties with CLUSTER (WAIT kept: only single sends drop it)
+    batch = encode_properties({"WAIT": "true", MessageConst.CLUSTER: "DefaultCluster"})
+    records = p.body_bytes()
+    for k in ("1", "2"):
+        stored = (encode_properties({"UNIQ_KEY": k}) + "\x02" + batch).encode()
+        # a record ends with PROPERTIESLENGTH (short) and the properties
+        assert len(stored).to_bytes(2, "big") + stored in records
+    assert got[1].properties == {
+        "UNIQ_KEY": "2",
+        "WAIT": "true",
+        MessageConst.CLUSTER: "DefaultCluster",
+    }
 
 
 async def test_pull_codes(env: Env) -> None:
