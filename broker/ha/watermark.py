@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from broker.store import PutMessageStatus
+from common.remoting.deferred_answer import answers_released_together
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +95,17 @@ class ReplicaWatermark:
         self.value = offset
         released = 0
         heap = self._heap
-        while heap and heap[0][0] <= offset:
-            _, _, w = heapq.heappop(heap)
-            if w.dead:
-                self._dead -= 1
-            else:
-                w.dead = True  # told: its deadline entry is now dead too
-                w.release()
-                released += 1
+        if not heap or heap[0][0] > offset:
+            return 0
+        with answers_released_together():  # their answers leave when the loop is done
+            while heap and heap[0][0] <= offset:
+                _, _, w = heapq.heappop(heap)
+                if w.dead:
+                    self._dead -= 1
+                else:
+                    w.dead = True  # told: its deadline entry is now dead too
+                    w.release()
+                    released += 1
         return released
 
     def is_slave_ok(self, master_max_offset: int) -> bool:
@@ -160,18 +164,19 @@ class ReplicaWatermark:
         deadlines = self._deadlines
         while True:
             now = trio.current_time()
-            while deadlines and (deadlines[0][0] <= now or deadlines[0][2].dead):
-                _, _, w = heapq.heappop(deadlines)
-                if w.dead:
-                    continue  # released by an ack
-                w.dead = True
-                self._dead += 1
-                done, w.on_done = w.on_done, None
-                if done is not None:
-                    try:
-                        done(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
-                    except Exception:
-                        log.exception("a replica waiter's callback failed")
+            with answers_released_together():
+                while deadlines and (deadlines[0][0] <= now or deadlines[0][2].dead):
+                    _, _, w = heapq.heappop(deadlines)
+                    if w.dead:
+                        continue  # released by an ack
+                    w.dead = True
+                    self._dead += 1
+                    done, w.on_done = w.on_done, None
+                    if done is not None:
+                        try:
+                            done(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                        except Exception:
+                            log.exception("a replica waiter's callback failed")
             self._prune()
             self._new_deadline = trio.Event()
             with trio.move_on_at(deadlines[0][0] if deadlines else float("inf")):

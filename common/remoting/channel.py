@@ -60,7 +60,7 @@ from common.errors import (
 from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode_header_and_prefix
 from common.remoting.codes import ResponseCode
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
-from common.remoting.deferred_answer import DeferredAnswer
+from common.remoting.deferred_answer import DeferredAnswer, flush_soon
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,6 @@ class Channel:
         # True while a flush of deferred answers is scheduled (run_sync_soon) and not yet run:
         # the answers one wake-up releases leave in one writev
         self._flush_scheduled = False
-        self._token: trio.lowlevel.TrioToken | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.remote_addr}{' closed' if self._closed else ''}>"
@@ -604,12 +603,10 @@ class Channel:
         self._queue_answer(cmd, response)
         if self._outbox and not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True
-            if self._token is None:
-                self._token = trio.lowlevel.current_trio_token()
-            self._token.run_sync_soon(self._flush_deferred)
+            flush_soon(self._flush_deferred)
 
     def _flush_deferred(self) -> None:
-        # a run_sync_soon callback: an exception here would crash the run loop
+        # a flush_soon callback (maybe run_sync_soon's): an exception here would crash the loop
         self._flush_scheduled = False
         try:
             if not self._closed:

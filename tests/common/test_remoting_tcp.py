@@ -9,7 +9,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import SerializeType
 from common.remoting.command import RemotingCommand
-from common.remoting.deferred_answer import DeferredAnswer
+from common.remoting.deferred_answer import DeferredAnswer, answers_released_together
 from common.remoting.server import RequestDispatcher, serve_remoting
 
 
@@ -148,5 +148,63 @@ async def test_deferred_answers_need_no_task_and_leave_together():
             assert writes == [8]  # eight answers, one writev
             tasks_after = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
             assert tasks_after == tasks_before
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_answers_released_together_leave_before_the_block_ends():
+    """Set inside ``answers_released_together`` (what the replica watermark does on an ack),
+    the answers are written when the block ends: one writev, and no run_sync_soon (whose
+    wake-up socket costs the loop a send, an epoll event and a recv per released batch)."""
+    d = RequestDispatcher()
+    parked: list[tuple[RemotingCommand, DeferredAnswer]] = []
+
+    def park(cmd, channel):
+        answer = DeferredAnswer()
+        parked.append((cmd, answer))
+        return answer
+
+    d.register(1002, park, inline=True)
+    writes: list[int] = []
+    real_writev = os.writev
+
+    def counting_writev(fd, buffers):
+        writes.append(len(buffers))
+        return real_writev(fd, buffers)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
+            frames = []
+            for i in range(4):
+                cmd = RemotingCommand.request(1002, {"i": i})
+                cmd.opaque = i + 1
+                frames.append(encode(cmd))
+            await stream.send_all(b"".join(frames))
+            while len(parked) < 4:  # noqa: ASYNC110 - the server parses on its own schedule
+                await trio.sleep(0.01)
+            token = trio.lowlevel.current_trio_token()
+            soon = []
+            real_soon = type(token).run_sync_soon
+            os.writev = counting_writev
+            type(token).run_sync_soon = lambda self, *a, **k: soon.append(a)  # type: ignore[method-assign]
+            try:
+                with answers_released_together():
+                    for cmd, answer in parked:
+                        answer.set(cmd.response())
+                    assert writes == []  # nothing leaves inside the block
+                assert writes == [4]  # all four in one writev, before the block returned
+                assert soon == []
+            finally:
+                os.writev = real_writev
+                type(token).run_sync_soon = real_soon  # type: ignore[method-assign]
+            decoder = FrameDecoder()
+            got = []
+            while len(got) < 4:
+                data = await stream.receive_some(65536)
+                assert data
+                got.extend(decoder.feed(data))
+            assert sorted(c.opaque for c in got) == [1, 2, 3, 4]
             await stream.aclose()
             nursery.cancel_scope.cancel()
