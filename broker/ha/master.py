@@ -25,14 +25,25 @@ sends a size-0 header carrying ``next`` (the heartbeat).  Idle writers park on a
 woken by :meth:`HAMaster.notify_data` (the store's arrival listener and every SYNC_MASTER
 wait call it), with a 100 ms poll as a safety net like Java's ``waitForRunning(100)``.
 
+Inline transfer: a parked writer costs the loop a wake-up per send (unpark, reschedule, a new
+timeout scope, park again), a third of a one-at-a-time SYNC_MASTER send's overhead.  So while a
+connection's writer is parked and has nothing unsent, :meth:`HAMaster.notify_data` (called by
+the put path; once per received chunk of requests, at its end, through the channel's flush
+batch, so 32 pipelined sends still leave as one transfer) writes the new bytes itself, up to ``INLINE_MAX``, straight to the socket without
+blocking; what the kernel does not take becomes the connection's ``unsent`` tail and the writer
+is woken to send it before anything else.  Streams without a socket (tests' in-memory ones)
+always go through the writer.
+
 Invariants: ``next_transfer`` only grows and every byte below it was handed to the stream in
-order; a connection counts in ``watermark.connections`` exactly while it is registered in
-``HAMaster.connections``.
+order (by the writer's ``send_all`` or by an inline write, never both at once: inline writes
+happen only while the writer is parked with ``unsent`` empty); a connection counts in
+``watermark.connections`` exactly while it is registered in ``HAMaster.connections``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 import attrs
 import trio
@@ -41,6 +52,7 @@ from broker.ha.protocol import HAProtocolError, ReportDecoder, encode_header
 from broker.ha.watermark import ReplicaWatermark
 from broker.store import MessageStoreConfig
 from broker.store.api import MessageStore
+from common.remoting.deferred_answer import flush_in_batch
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,8 @@ READ_SIZE = 64 * 1024
 SEND_SIZE = 1024 * 1024
 # Java's WriteSocketService waits at most 100 ms for new data before looking again
 POLL_INTERVAL = 0.1
+# more new bytes than this (a catch-up) are left to the writer task (see "Inline transfer")
+INLINE_MAX = 256 * 1024
 
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError)
 
@@ -71,6 +85,14 @@ class SlaveConnection:
     caught_up_at: float = 0.0
     bytes_sent: int = 0
     first_report: trio.Event = attrs.field(factory=trio.Event)
+    # the socket, for inline transfers; -1: none (not a socket stream)
+    fd: int = -1
+    # True while the writer task is parked (then notify_data may write inline)
+    parked: bool = False
+    # bytes handed to no one yet: an inline write's tail the kernel did not take
+    unsent: bytes = b""
+    # Trio time of the last transfer or heartbeat written
+    last_write: float = 0.0
 
 
 @attrs.define(eq=False)
@@ -82,16 +104,87 @@ class HAMaster:
     connections: list[SlaveConnection] = attrs.field(factory=list)
     # idle write tasks park here; notify_data wakes them all
     _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    # _send_new_data is queued at the end of the open flush batch
+    _send_due: bool = False
 
     def notify_data(self, *_args: object) -> None:
-        """New CommitLog bytes may exist: wake idle write tasks (cheap when none is idle)."""
-        if len(self._lot):
+        """New CommitLog bytes may exist: send them inline where a parked writer allows, else
+        wake idle write tasks (cheap when none is idle).  Inside a flush batch (a channel's
+        chunk of requests) this happens once, at its end: one transfer for the chunk's puts."""
+        if not len(self._lot) or self._send_due:
+            return
+        if flush_in_batch(self._send_new_data):
+            self._send_due = True
+        else:
+            self._send_new_data()
+
+    def _send_new_data(self) -> None:
+        self._send_due = False
+        if not len(self._lot):
+            return
+        try:
+            self._send_or_wake()
+        except Exception:  # a flush-batch callback must not raise; the writers still poll
+            log.exception("HA inline transfer failed")
             self._lot.unpark_all()
+
+    def _send_or_wake(self) -> None:
+        wake = False
+        end = -1
+        for conn in self.connections:
+            if not conn.parked:
+                continue
+            if conn.fd < 0 or conn.unsent:
+                wake = True
+                continue
+            if end < 0:
+                end = self.store.get_max_phy_offset()
+            if conn.next_transfer < end and not self._write_inline(conn, end):
+                wake = True
+        if wake:
+            self._lot.unpark_all()
+
+    def _write_inline(self, conn: SlaveConnection, end: int) -> bool:
+        """Send what follows ``next_transfer`` on the writer's behalf; False if the writer has
+        to be woken (too much, or a tail the kernel did not take)."""
+        nxt = conn.next_transfer
+        if end - nxt > INLINE_MAX:
+            return False
+        data = self.store.get_commit_log_data(nxt)
+        if data is None or not len(data):
+            return True
+        batch = self.config.ha_transfer_batch_size
+        total = len(data)
+        parts: list[bytes | memoryview] = []
+        for pos in range(0, total, batch):
+            size = min(batch, total - pos)
+            parts.append(encode_header(nxt + pos, size))
+            parts.append(data[pos : pos + size])
+        frame = b"".join(parts)
+        del data, parts
+        try:
+            n = os.write(conn.fd, frame)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            n = 0  # the writer's send_all meets the same error and closes the connection
+        conn.next_transfer = nxt + total
+        conn.bytes_sent += total
+        conn.last_write = trio.current_time()
+        if n < len(frame):
+            conn.unsent = frame[n:]
+            return False
+        return True
 
     async def serve_slave(self, stream: trio.abc.Stream, addr: str) -> None:
         """Serve one slave until the connection ends; always closes ``stream``."""
         now = trio.current_time()
         conn = SlaveConnection(addr=addr, connected_at=now, last_read=now)
+        if isinstance(stream, trio.SocketStream):
+            try:
+                conn.fd = stream.socket.fileno()
+            except OSError:
+                conn.fd = -1
         self.connections.append(conn)
         self.watermark.connections += 1
         log.info("HA slave %s connected", addr)
@@ -162,8 +255,12 @@ class HAMaster:
             nxt = conn.next_transfer = self.start_offset(conn.request_offset)
             batch = self.config.ha_transfer_batch_size
             heartbeat = self.config.ha_send_heartbeat_interval
-            last_write = trio.current_time()
+            conn.last_write = trio.current_time()
             while True:
+                if conn.unsent:
+                    tail, conn.unsent = conn.unsent, b""
+                    await stream.send_all(tail)
+                nxt = conn.next_transfer  # inline writes may have moved it
                 data = self.store.get_commit_log_data(nxt)
                 if data is not None and len(data):
                     # Several frames per write when there is a backlog (catch-up): each frame
@@ -179,18 +276,22 @@ class HAMaster:
                     frame = b"".join(parts)
                     del data, parts
                     await stream.send_all(frame)
-                    nxt = conn.next_transfer = nxt + total
+                    conn.next_transfer = nxt + total
                     conn.bytes_sent += total
-                    last_write = trio.current_time()
+                    conn.last_write = trio.current_time()
                     continue
                 del data
-                idle = trio.current_time() - last_write
+                idle = trio.current_time() - conn.last_write
                 if idle >= heartbeat:
                     await stream.send_all(encode_header(nxt, 0))
-                    last_write = trio.current_time()
+                    conn.last_write = trio.current_time()
                     continue
-                with trio.move_on_after(min(heartbeat - idle, POLL_INTERVAL)):
-                    await self._lot.park()
+                conn.parked = True
+                try:
+                    with trio.move_on_after(min(heartbeat - idle, POLL_INTERVAL)):
+                        await self._lot.park()
+                finally:
+                    conn.parked = False
         except _CLOSED as exc:
             log.info("HA slave %s write failed: %s", conn.addr, exc)
         finally:

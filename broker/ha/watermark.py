@@ -40,7 +40,7 @@ import attrs
 import trio
 
 from broker.store import PutMessageStatus
-from common.remoting.deferred_answer import answers_released_together
+from common.remoting.deferred_answer import flush_batch
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ReplicaWatermark:
         heap = self._heap
         if not heap or heap[0][0] > offset:
             return 0
-        with answers_released_together():  # their answers leave when the loop is done
+        with flush_batch():  # their answers leave when the loop is done
             while heap and heap[0][0] <= offset:
                 _, _, w = heapq.heappop(heap)
                 if w.dead:
@@ -164,7 +164,7 @@ class ReplicaWatermark:
         deadlines = self._deadlines
         while True:
             now = trio.current_time()
-            with answers_released_together():
+            with flush_batch():
                 while deadlines and (deadlines[0][0] <= now or deadlines[0][2].dead):
                     _, _, w = heapq.heappop(deadlines)
                     if w.dead:

@@ -60,7 +60,7 @@ from common.errors import (
 from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode_header_and_prefix
 from common.remoting.codes import ResponseCode
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
-from common.remoting.deferred_answer import DeferredAnswer, flush_soon
+from common.remoting.deferred_answer import DeferredAnswer, flush_batch, flush_soon
 
 log = logging.getLogger(__name__)
 
@@ -553,18 +553,21 @@ class Channel:
                 log.warning("closing %s: %s", self.remote_addr, exc)
                 self.close()
                 return
-            for cmd in commands:
-                if cmd.flag & RESPONSE_FLAG:
-                    waiter = self._waiters.pop(cmd.opaque, None)
-                    if waiter is not None:
-                        waiter.response = cmd
-                        waiter.settle()
+            # one flush batch per chunk: what its requests ask to flush (answers set at once,
+            # the HA master's transfer of their bytes) happens once, at the end
+            with flush_batch():
+                for cmd in commands:
+                    if cmd.flag & RESPONSE_FLAG:
+                        waiter = self._waiters.pop(cmd.opaque, None)
+                        if waiter is not None:
+                            waiter.response = cmd
+                            waiter.settle()
+                        else:
+                            log.debug("response with unknown opaque %d ignored", cmd.opaque)
+                    elif inline is None:
+                        nursery.start_soon(self._handle_request, cmd, handler, None)
                     else:
-                        log.debug("response with unknown opaque %d ignored", cmd.opaque)
-                elif inline is None:
-                    nursery.start_soon(self._handle_request, cmd, handler, None)
-                else:
-                    self._serve_inline(nursery, cmd, handler, inline)
+                        self._serve_inline(nursery, cmd, handler, inline)
             if self._outbox:
                 self._kick()  # every answer of this chunk in one write
             if decoder.error is not None:

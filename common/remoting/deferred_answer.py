@@ -8,13 +8,16 @@ watermark that is raised synchronously when a slave's ack is read; a task per wa
 sleeps on an event.  A handler returns a :class:`DeferredAnswer` instead and arranges for
 ``set(response)`` to be called when the outcome is known; the channel subscribes with a plain
 callback that queues the response, and queues written by one wake-up leave in one ``writev``
-(:func:`flush_soon`: at the end of the releaser's :class:`answers_released_together` block, or
-else once per wake-up with ``run_sync_soon``).
+(:func:`flush_soon`).
 
-Why the block: ``run_sync_soon`` wakes the loop through its wake-up socket (a send, an epoll
-event, a recv) and runs one more task; with one send in flight that was a fifth of a SYNC
-master's CPU per message.  The replica watermark, which sets every answer an ack releases,
-opens the block, so the answers it sets leave in one write per channel before it returns.
+Flush batches.  ``flush_soon(fn)`` runs ``fn`` at the end of the open :class:`flush_batch`
+block, or else once per wake-up with ``run_sync_soon``.  ``run_sync_soon`` wakes the loop
+through its wake-up socket (a send, an epoll event, a recv) and runs one more task; with one
+send in flight that was a fifth of a SYNC_MASTER's CPU per message.  So the code that sets many
+answers at once opens a block: the replica watermark when an ack releases sends, and a
+channel's read loop around the requests of one received chunk.  Work that should happen once
+per such turn (the HA master's inline transfer of the chunk's new bytes) uses
+:func:`flush_in_batch` and otherwise runs at once.
 
 Callers outside a read loop (tests, a handler that still has to await something else) use
 :meth:`DeferredAnswer.wait`.
@@ -32,25 +35,32 @@ import trio
 
 from common.remoting.command import RemotingCommand
 
-__all__ = ["DeferredAnswer", "answers_released_together", "flush_soon"]
+__all__ = ["DeferredAnswer", "flush_batch", "flush_in_batch", "flush_soon"]
 
-# the flushes asked for inside the outermost open answers_released_together block of this run
+# the flushes asked for inside the outermost open flush_batch block of this run
 _BATCH: trio.lowlevel.RunVar[list[Callable[[], None]] | None] = trio.lowlevel.RunVar(
     "deferred_answer_batch", default=None
 )
 
 
+def flush_in_batch(fn: Callable[[], None]) -> bool:
+    """Call ``fn`` (which must not raise) at the end of the open flush batch; False (and no
+    call) if none is open."""
+    batch = _BATCH.get()
+    if batch is None:
+        return False
+    batch.append(fn)
+    return True
+
+
 def flush_soon(fn: Callable[[], None]) -> None:
     """Call ``fn`` (which must not raise) once the answers being set now are all set."""
-    batch = _BATCH.get()
-    if batch is not None:
-        batch.append(fn)
-    else:
+    if not flush_in_batch(fn):
         trio.lowlevel.current_trio_token().run_sync_soon(fn)
 
 
-class answers_released_together:  # lower case: used like a function, ``with ...():``
-    """A block that sets many DeferredAnswers: the flushes they ask for run at its end."""
+class flush_batch:  # lower case: used like a function, ``with flush_batch():``
+    """A block that may set many DeferredAnswers: the flushes asked for run at its end."""
 
     __slots__ = ("_outer",)
 

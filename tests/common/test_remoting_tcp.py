@@ -9,7 +9,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import SerializeType
 from common.remoting.command import RemotingCommand
-from common.remoting.deferred_answer import DeferredAnswer, answers_released_together
+from common.remoting.deferred_answer import DeferredAnswer, flush_batch
 from common.remoting.server import RequestDispatcher, serve_remoting
 
 
@@ -152,8 +152,8 @@ async def test_deferred_answers_need_no_task_and_leave_together():
             nursery.cancel_scope.cancel()
 
 
-async def test_answers_released_together_leave_before_the_block_ends():
-    """Set inside ``answers_released_together`` (what the replica watermark does on an ack),
+async def test_flush_batch_leave_before_the_block_ends():
+    """Set inside ``flush_batch`` (what the replica watermark does on an ack),
     the answers are written when the block ends: one writev, and no run_sync_soon (whose
     wake-up socket costs the loop a send, an epoll event and a recv per released batch)."""
     d = RequestDispatcher()
@@ -190,7 +190,7 @@ async def test_answers_released_together_leave_before_the_block_ends():
             os.writev = counting_writev
             type(token).run_sync_soon = lambda self, *a, **k: soon.append(a)  # type: ignore[method-assign]
             try:
-                with answers_released_together():
+                with flush_batch():
                     for cmd, answer in parked:
                         answer.set(cmd.response())
                     assert writes == []  # nothing leaves inside the block

@@ -8,6 +8,7 @@ import trio.testing
 from broker.ha.master import HAMaster
 from broker.ha.protocol import TransferDecoder, encode_report
 from broker.ha.watermark import ReplicaWatermark
+from common.remoting.deferred_answer import flush_batch
 
 SEG = 4096
 
@@ -176,4 +177,78 @@ async def test_reports_raise_the_watermark_last_word_wins(open_store, mk, autoju
             await trio.sleep(0.5)
             assert conn.ack_offset == 30 and master.watermark.value == 30
             assert end > 30
+            n.cancel_scope.cancel()
+
+
+async def _socket_pair():
+    import socket as stdlib_socket
+
+    a, b = stdlib_socket.socketpair()
+    return trio.SocketStream(trio.socket.from_stdlib_socket(a)), b, a
+
+
+async def test_inline_transfer_leaves_without_waking_the_writer(open_store, mk, commit_log_bytes):
+    """A parked writer's connection gets new bytes from the put itself (notify_data writes them
+    to the socket), and inside a flush batch the batch's puts leave as one write at its end."""
+    async with open_store(mapped_file_size_commit_log=1 << 20) as store:
+        await fill(store, mk, 3)
+        master = master_for(store)
+        store.add_arrival_listener(master.notify_data)
+        stream, peer, _ = await _socket_pair()
+        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, stream, "fake")
+            await slave.report(store.get_max_phy_offset())
+            with trio.fail_after(10):
+                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            conn = master.connections[0]
+            pos = store.get_max_phy_offset()
+            await fill(store, mk, 1)
+            assert conn.parked  # the writer never ran: the put sent the transfer itself
+            _, t = await slave.next_frame(10)
+            assert (t.offset, bytes(t.body)) == (pos, commit_log_bytes(store, pos))
+            # three puts inside one flush batch (a channel's chunk): one transfer, at its end
+            pos = store.get_max_phy_offset()
+            with flush_batch():
+                for i in range(3):
+                    assert store.append_message(mk(qid=i, body=b"y" * 100)).ok
+                assert conn.next_transfer == pos  # nothing left before the batch ended
+            assert conn.parked and conn.next_transfer == store.get_max_phy_offset()
+            _, t = await slave.next_frame(10)
+            assert (t.offset, bytes(t.body)) == (pos, commit_log_bytes(store, pos))
+            await slave.stream.aclose()
+            n.cancel_scope.cancel()
+
+
+async def test_inline_transfer_tail_the_kernel_refuses_goes_first(open_store, mk, commit_log_bytes):
+    """What an inline write cannot hand to the kernel is sent by the writer before anything
+    newer: the slave sees one unbroken stream of transfers, in order."""
+    async with open_store(mapped_file_size_commit_log=1 << 20) as store:
+        master = master_for(store)
+        store.add_arrival_listener(master.notify_data)
+        stream, peer, ours = await _socket_pair()
+        ours.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_SNDBUF, 4096)
+        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, stream, "fake")
+            await slave.report(0)
+            with trio.fail_after(10):
+                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            conn = master.connections[0]
+            # the slave does not read yet: the kernel takes a part, the rest is the tail
+            assert store.append_message(mk(body=b"a" * 150_000)).ok
+            assert conn.unsent
+            for i in range(5):  # newer bytes while the tail waits: the writer sends them after
+                assert store.append_message(mk(qid=i % 4, body=bytes([i]) * 20_000)).ok
+            got = bytearray()
+            with trio.fail_after(20):
+                while len(got) < store.get_max_phy_offset():
+                    _, t = await slave.next_frame(20)
+                    assert t.offset == len(got)
+                    got += t.body
+            assert bytes(got) == commit_log_bytes(store, 0)
+            assert not conn.unsent
+            await slave.stream.aclose()
             n.cancel_scope.cancel()
