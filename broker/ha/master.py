@@ -49,6 +49,7 @@ import attrs
 import trio
 
 from broker.ha.protocol import HAProtocolError, ReportDecoder, encode_header
+from broker.ha.receive import Receiver
 from broker.ha.watermark import ReplicaWatermark
 from broker.store import MessageStoreConfig
 from broker.store.api import MessageStore
@@ -203,19 +204,20 @@ class HAMaster:
     ) -> None:
         decoder = ReportDecoder()
         housekeeping = self.config.ha_housekeeping_interval
+        receiver = Receiver(stream, READ_SIZE)
         try:
-            while True:
-                with trio.move_on_after(housekeeping) as timer:
-                    data = await stream.receive_some(READ_SIZE)
-                if timer.cancelled_caught:
-                    log.warning("HA slave %s silent for %.0f s; closing", conn.addr, housekeeping)
-                    return
-                if not data:
-                    return
-                conn.last_read = trio.current_time()
-                offset = decoder.feed(data)
-                if offset is not None and not self._on_report(conn, offset):
-                    return
+            # one deadline, moved on by every read (not a scope per read: see receive.py)
+            with trio.CancelScope(deadline=trio.current_time() + housekeeping) as timer:
+                while True:
+                    data = await receiver.receive()
+                    if not data:
+                        return
+                    conn.last_read = timer.deadline = trio.current_time()
+                    timer.deadline += housekeeping
+                    offset = decoder.feed(data)
+                    if offset is not None and not self._on_report(conn, offset):
+                        return
+            log.warning("HA slave %s silent for %.0f s; closing", conn.addr, housekeeping)
         except _CLOSED as exc:
             log.info("HA slave %s read failed: %s", conn.addr, exc)
         finally:

@@ -48,6 +48,7 @@ import attrs
 import trio
 
 from broker.ha.protocol import HAProtocolError, TransferDecoder, encode_report
+from broker.ha.receive import Receiver
 from broker.store import MessageStoreConfig
 from broker.store.api import MessageStore
 
@@ -208,42 +209,56 @@ class HAClient:
         finally:
             scope.cancel()
 
+    async def _read_transfers(
+        self,
+        stream: trio.abc.Stream,
+        receiver: Receiver,
+        decoder: TransferDecoder,
+        timer: trio.CancelScope,
+    ) -> None:
+        """Append every transfer received, report after each read that appended; returns
+        only when ``timer``'s deadline (silence) cancels it."""
+        store = self.store
+        housekeeping = self.config.ha_housekeeping_interval
+        while True:
+            data = await receiver.receive()
+            if not data:
+                self._master_left = True
+                raise _Close("master closed the connection")
+            self.last_read = now = trio.current_time()
+            timer.deadline = now + housekeeping
+            appended = False
+            for t in decoder.feed(data):
+                mine = store.get_max_phy_offset()
+                if mine != 0 and t.offset != mine:
+                    raise _Close(
+                        f"master pushed offset {t.offset} not equal the max phy offset "
+                        f"in slave {mine}"
+                    )
+                if t.body:
+                    if not store.append_to_commit_log(t.offset, t.body):
+                        raise _Close(f"store refused {len(t.body)} bytes at {t.offset}")
+                    appended = True
+            if appended:
+                if not self._send_lock.locked():
+                    # report from here, as Java's HAClient does after each read: a SYNC_MASTER
+                    # send waits for this, and a hop through the reporter task costs a pass
+                    async with self._send_lock:
+                        offset = store.get_max_phy_offset()
+                        await stream.send_all(encode_report(offset))
+                        self.reported = offset
+                elif len(self._lot):
+                    self._lot.unpark_all()  # the reporter is writing; it sends again after
+
     async def _reader(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         decoder = TransferDecoder()
         housekeeping = self.config.ha_housekeeping_interval
-        store = self.store
+        receiver = Receiver(stream, READ_SIZE)
         try:
-            while True:
-                with trio.move_on_after(housekeeping) as timer:
-                    data = await stream.receive_some(READ_SIZE)
-                if timer.cancelled_caught:
-                    raise _Close(f"master silent for {housekeeping:.0f} s")
-                if not data:
-                    self._master_left = True
-                    raise _Close("master closed the connection")
-                self.last_read = trio.current_time()
-                appended = False
-                for t in decoder.feed(data):
-                    mine = store.get_max_phy_offset()
-                    if mine != 0 and t.offset != mine:
-                        raise _Close(
-                            f"master pushed offset {t.offset} not equal the max phy offset "
-                            f"in slave {mine}"
-                        )
-                    if t.body:
-                        if not store.append_to_commit_log(t.offset, t.body):
-                            raise _Close(f"store refused {len(t.body)} bytes at {t.offset}")
-                        appended = True
-                if appended:
-                    if not self._send_lock.locked():
-                        # report from here, as Java's HAClient does after each read: a SYNC_MASTER
-                        # send waits for this, and a hop through the reporter task costs a pass
-                        async with self._send_lock:
-                            offset = store.get_max_phy_offset()
-                            await stream.send_all(encode_report(offset))
-                            self.reported = offset
-                    elif len(self._lot):
-                        self._lot.unpark_all()  # the reporter is writing; it sends again after
+            # one deadline, moved on by every read (not a scope per read: see receive.py)
+            with trio.CancelScope(deadline=trio.current_time() + housekeeping) as timer:
+                await self._read_transfers(stream, receiver, decoder, timer)
+            raise _Close(f"master silent for {housekeeping:.0f} s")
         except _Close as why:
             log.warning("HA leaving master connection: %s", why)
         except (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError) as exc:
