@@ -77,6 +77,7 @@ from broker.dledger.transport import DLedgerClient, DLedgerNetwork, Reply
 from broker.dledger.wire import AnyRequest, AnyResponse
 from broker.store.page_warmer import run_page_warmer
 from common.remoting.codes import DLedgerResponseCode
+from common.remoting.deferred_answer import flush_in_batch
 
 __all__ = ["DLedgerConfig", "DLedgerNode", "NodeStatus", "Proposal", "run_dledger_node"]
 
@@ -179,16 +180,18 @@ class DLedgerNode:
     def propose(self, bodies: Sequence[bytes]) -> Proposal:
         """Append ``bodies`` as consecutive entries (leader only); log order = call order.
 
-        The entries are pushed to the followers once this scheduler turn is over
-        (``run_sync_soon``), together with every other proposal of the turn: 32 single sends
-        read in one turn become one push per follower, not 32."""
+        The entries are pushed to the followers at the end of the channel's chunk of requests
+        (its flush batch), else once this scheduler turn is over (``run_sync_soon``), together
+        with every other proposal: 32 single sends read at once become one push per follower,
+        not 32."""
         code, entries, actions = self._core.propose(bodies, trio.current_time(), push=False)
         proposal = Proposal(code, list(entries))
         self._proposals.add(proposal)
         self._run(actions)
         if entries and not self._push_soon:
             self._push_soon = True
-            trio.lowlevel.current_trio_token().run_sync_soon(self._push_proposed)
+            if not flush_in_batch(self._push_proposed):
+                trio.lowlevel.current_trio_token().run_sync_soon(self._push_proposed)
         return proposal
 
     def _push_proposed(self) -> None:

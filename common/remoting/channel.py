@@ -39,6 +39,7 @@ is closed under a shielded, bounded scope (so when the peer sees EOF, listeners 
 # Over 500 lines on purpose: the read loop, the writev fast path and close are one state machine.
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -63,6 +64,8 @@ from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from common.remoting.deferred_answer import DeferredAnswer, flush_batch, flush_soon
 
 log = logging.getLogger(__name__)
+# a response-only chunk (a client's) opens no flush batch
+_NO_BATCH = contextlib.nullcontext()
 
 Handler = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
 
@@ -553,9 +556,9 @@ class Channel:
                 log.warning("closing %s: %s", self.remote_addr, exc)
                 self.close()
                 return
-            # one flush batch per chunk: what its requests ask to flush (answers set at once,
-            # the HA master's transfer of their bytes) happens once, at the end
-            with flush_batch():
+            # one flush batch per chunk of requests: what they ask to flush (answers set at
+            # once, the HA master's transfer of their bytes) happens once, at the end
+            with flush_batch() if inline is not None else _NO_BATCH:
                 for cmd in commands:
                     if cmd.flag & RESPONSE_FLAG:
                         waiter = self._waiters.pop(cmd.opaque, None)

@@ -28,6 +28,7 @@ once, with the response, whether it subscribed before or after ``set``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from types import TracebackType
 
@@ -37,16 +38,20 @@ from common.remoting.command import RemotingCommand
 
 __all__ = ["DeferredAnswer", "flush_batch", "flush_in_batch", "flush_soon"]
 
-# the flushes asked for inside the outermost open flush_batch block of this run
-_BATCH: trio.lowlevel.RunVar[list[Callable[[], None]] | None] = trio.lowlevel.RunVar(
-    "deferred_answer_batch", default=None
-)
+
+class _Batches(threading.local):
+    # the flushes asked for inside the outermost open flush_batch block of this thread's run
+    # (a thread runs one Trio loop at a time; a thread-local costs a fraction of a RunVar)
+    open: list[Callable[[], None]] | None = None
+
+
+_BATCH = _Batches()
 
 
 def flush_in_batch(fn: Callable[[], None]) -> bool:
     """Call ``fn`` (which must not raise) at the end of the open flush batch; False (and no
     call) if none is open."""
-    batch = _BATCH.get()
+    batch = _BATCH.open
     if batch is None:
         return False
     batch.append(fn)
@@ -65,9 +70,9 @@ class flush_batch:  # lower case: used like a function, ``with flush_batch():``
     __slots__ = ("_outer",)
 
     def __enter__(self) -> None:
-        self._outer = _BATCH.get()
+        self._outer = _BATCH.open
         if self._outer is None:
-            _BATCH.set([])
+            _BATCH.open = []
 
     def __exit__(
         self,
@@ -77,8 +82,8 @@ class flush_batch:  # lower case: used like a function, ``with flush_batch():``
     ) -> None:
         if self._outer is not None:
             return  # nested: the outermost block flushes
-        batch = _BATCH.get()
-        _BATCH.set(None)
+        batch = _BATCH.open
+        _BATCH.open = None
         for fn in batch or ():
             fn()
 
