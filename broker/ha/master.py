@@ -68,6 +68,17 @@ INLINE_MAX = 256 * 1024
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, HAProtocolError)
 
 
+def transfer_frames(offset: int, data: bytes | memoryview, total: int, batch: int) -> bytes:
+    """The first ``total`` bytes of ``data`` (CommitLog bytes from ``offset``, within one file)
+    as transfers of at most ``batch`` bytes each, in one buffer (a copy out of the map)."""
+    parts: list[bytes | memoryview] = []
+    for pos in range(0, total, batch):
+        size = min(batch, total - pos)
+        parts.append(encode_header(offset + pos, size))
+        parts.append(data[pos : pos + size])
+    return b"".join(parts)
+
+
 @attrs.define(eq=False)
 class SlaveConnection:
     """What the master knows about one connected slave (``HAConnection``)."""
@@ -154,15 +165,9 @@ class HAMaster:
         data = self.store.get_commit_log_data(nxt)
         if data is None or not len(data):
             return True
-        batch = self.config.ha_transfer_batch_size
         total = len(data)
-        parts: list[bytes | memoryview] = []
-        for pos in range(0, total, batch):
-            size = min(batch, total - pos)
-            parts.append(encode_header(nxt + pos, size))
-            parts.append(data[pos : pos + size])
-        frame = b"".join(parts)
-        del data, parts
+        frame = transfer_frames(nxt, data, total, self.config.ha_transfer_batch_size)
+        del data
         try:
             n = os.write(conn.fd, frame)
         except BlockingIOError:
@@ -270,13 +275,8 @@ class HAMaster:
                     # one send of up to SEND_SIZE saves a loop turn and a syscall per frame.
                     # One copy out of the map before any await: the file may be unmapped later.
                     total = min(len(data), max(batch, SEND_SIZE // batch * batch))
-                    parts: list[bytes | memoryview] = []
-                    for pos in range(0, total, batch):
-                        size = min(batch, total - pos)
-                        parts.append(encode_header(nxt + pos, size))
-                        parts.append(data[pos : pos + size])
-                    frame = b"".join(parts)
-                    del data, parts
+                    frame = transfer_frames(nxt, data, total, batch)
+                    del data
                     await stream.send_all(frame)
                     conn.next_transfer = nxt + total
                     conn.bytes_sent += total

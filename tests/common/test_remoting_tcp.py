@@ -1,5 +1,6 @@
 """The same server and client over real loopback TCP (port 0): no autojump clock here."""
 
+import contextlib
 import os
 import struct
 
@@ -99,9 +100,10 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
     assert writers, "the socket buffer never filled up: the writer task was not exercised"
 
 
-async def test_deferred_answers_need_no_task_and_leave_together():
-    """An inline handler's DeferredAnswer is answered when set, from whatever sets it; the
-    answers one wake-up sets leave in one write, and no task is started per request."""
+@contextlib.asynccontextmanager
+async def parked_requests(n: int):
+    """A server whose inline handler parks a DeferredAnswer per request, and a client stream
+    that sent it ``n`` requests (opaque i + 1, extField i); yields (stream, parked)."""
     d = RequestDispatcher()
     parked: list[tuple[RemotingCommand, DeferredAnswer]] = []
 
@@ -111,6 +113,25 @@ async def test_deferred_answers_need_no_task_and_leave_together():
         return answer
 
     d.register(1002, park, inline=True)
+    async with trio.open_nursery() as nursery:
+        handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
+        stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
+        frames = []
+        for i in range(n):
+            cmd = RemotingCommand.request(1002, {"i": i})
+            cmd.opaque = i + 1
+            frames.append(encode(cmd))
+        await stream.send_all(b"".join(frames))
+        while len(parked) < n:  # noqa: ASYNC110 - the server parses on its own schedule
+            await trio.sleep(0.01)
+        yield stream, parked
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def counted_writev():
+    """The number of buffers of every os.writev call made inside the block."""
     writes: list[int] = []
     real_writev = os.writev
 
@@ -118,93 +139,59 @@ async def test_deferred_answers_need_no_task_and_leave_together():
         writes.append(len(buffers))
         return real_writev(fd, buffers)
 
+    os.writev = counting_writev
+    try:
+        yield writes
+    finally:
+        os.writev = real_writev
+
+
+async def read_frames(stream, n: int) -> list[RemotingCommand]:
+    decoder = FrameDecoder()
+    got: list[RemotingCommand] = []
+    while len(got) < n:
+        data = await stream.receive_some(65536)
+        assert data
+        got.extend(decoder.feed(data))
+    return got
+
+
+async def test_deferred_answers_need_no_task_and_leave_together():
+    """An inline handler's DeferredAnswer is answered when set, from whatever sets it; the
+    answers one wake-up sets leave in one write, and no task is started per request."""
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
-            stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
-            frames = []
-            for i in range(8):
-                cmd = RemotingCommand.request(1002, {"i": i})
-                cmd.opaque = i + 1
-                frames.append(encode(cmd))
-            await stream.send_all(b"".join(frames))
-            while len(parked) < 8:  # noqa: ASYNC110 - the server parses on its own schedule
-                await trio.sleep(0.01)
+        async with parked_requests(8) as (stream, parked):
             tasks_before = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
-            os.writev = counting_writev
-            try:
+            with counted_writev() as writes:
                 for cmd, answer in reversed(parked):  # any order: opaques match them up
                     answer.set(cmd.response(ext_fields={"i": cmd.ext_fields["i"]}))
-                decoder = FrameDecoder()
-                got = []
-                while len(got) < 8:
-                    data = await stream.receive_some(65536)
-                    assert data
-                    got.extend(decoder.feed(data))
-            finally:
-                os.writev = real_writev
+                got = await read_frames(stream, 8)
             assert sorted(c.opaque for c in got) == list(range(1, 9))
             assert all(c.ext_fields["i"] == str(c.opaque - 1) for c in got)
             assert writes == [8]  # eight answers, one writev
             tasks_after = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
             assert tasks_after == tasks_before
-            await stream.aclose()
-            nursery.cancel_scope.cancel()
 
 
-async def test_flush_batch_leave_before_the_block_ends():
-    """Set inside ``flush_batch`` (what the replica watermark does on an ack),
-    the answers are written when the block ends: one writev, and no run_sync_soon (whose
-    wake-up socket costs the loop a send, an epoll event and a recv per released batch)."""
-    d = RequestDispatcher()
-    parked: list[tuple[RemotingCommand, DeferredAnswer]] = []
-
-    def park(cmd, channel):
-        answer = DeferredAnswer()
-        parked.append((cmd, answer))
-        return answer
-
-    d.register(1002, park, inline=True)
-    writes: list[int] = []
-    real_writev = os.writev
-
-    def counting_writev(fd, buffers):
-        writes.append(len(buffers))
-        return real_writev(fd, buffers)
-
+async def test_answers_set_in_a_flush_batch_leave_when_it_ends():
+    """Set inside ``flush_batch`` (what the replica watermark does on an ack), the answers
+    are written when the block ends: one writev, and no run_sync_soon (whose wake-up socket
+    costs the loop a send, an epoll event and a recv per released batch)."""
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            handle = await nursery.start(serve_remoting, d, "127.0.0.1", 0)
-            stream = await trio.open_tcp_stream("127.0.0.1", handle.port)
-            frames = []
-            for i in range(4):
-                cmd = RemotingCommand.request(1002, {"i": i})
-                cmd.opaque = i + 1
-                frames.append(encode(cmd))
-            await stream.send_all(b"".join(frames))
-            while len(parked) < 4:  # noqa: ASYNC110 - the server parses on its own schedule
-                await trio.sleep(0.01)
+        async with parked_requests(4) as (stream, parked):
             token = trio.lowlevel.current_trio_token()
             soon = []
             real_soon = type(token).run_sync_soon
-            os.writev = counting_writev
             type(token).run_sync_soon = lambda self, *a, **k: soon.append(a)  # type: ignore[method-assign]
             try:
-                with flush_batch():
-                    for cmd, answer in parked:
-                        answer.set(cmd.response())
-                    assert writes == []  # nothing leaves inside the block
-                assert writes == [4]  # all four in one writev, before the block returned
+                with counted_writev() as writes:
+                    with flush_batch():
+                        for cmd, answer in parked:
+                            answer.set(cmd.response())
+                        assert writes == []  # nothing leaves inside the block
+                    assert writes == [4]  # all four in one writev, before the block returned
                 assert soon == []
             finally:
-                os.writev = real_writev
                 type(token).run_sync_soon = real_soon  # type: ignore[method-assign]
-            decoder = FrameDecoder()
-            got = []
-            while len(got) < 4:
-                data = await stream.receive_some(65536)
-                assert data
-                got.extend(decoder.feed(data))
+            got = await read_frames(stream, 4)
             assert sorted(c.opaque for c in got) == [1, 2, 3, 4]
-            await stream.aclose()
-            nursery.cancel_scope.cancel()
