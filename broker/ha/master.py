@@ -29,10 +29,11 @@ Inline transfer: a parked writer costs the loop a wake-up per send (unpark, resc
 timeout scope, park again), a third of a one-at-a-time SYNC_MASTER send's overhead.  So while a
 connection's writer is parked and has nothing unsent, :meth:`HAMaster.notify_data` (called by
 the put path; once per received chunk of requests, at its end, through the channel's flush
-batch, so 32 pipelined sends still leave as one transfer) writes the new bytes itself, up to ``INLINE_MAX``, straight to the socket without
-blocking; what the kernel does not take becomes the connection's ``unsent`` tail and the writer
-is woken to send it before anything else.  Streams without a socket (tests' in-memory ones)
-always go through the writer.
+batch, so 32 pipelined sends still leave as one transfer) writes the new bytes itself, up to
+``INLINE_MAX`` and across a file boundary, straight to the socket without blocking; what the
+kernel does not take becomes the connection's ``unsent`` tail and the writer is woken to send
+it before anything else.  Streams without a socket (tests' in-memory ones) always go through
+the writer.
 
 Invariants: ``next_transfer`` only grows and every byte below it was handed to the stream in
 order (by the writer's ``send_all`` or by an inline write, never both at once: inline writes
@@ -157,29 +158,32 @@ class HAMaster:
             self._lot.unpark_all()
 
     def _write_inline(self, conn: SlaveConnection, end: int) -> bool:
-        """Send what follows ``next_transfer`` on the writer's behalf; False if the writer has
-        to be woken (too much, or a tail the kernel did not take)."""
-        nxt = conn.next_transfer
-        if end - nxt > INLINE_MAX:
+        """Send the bytes from ``next_transfer`` to ``end`` on the writer's behalf (one write
+        per CommitLog file they lie in); False if the writer has to be woken (too much, bytes
+        not readable, or a tail the kernel did not take)."""
+        if end - conn.next_transfer > INLINE_MAX:
             return False
-        data = self.store.get_commit_log_data(nxt)
-        if data is None or not len(data):
-            return True
-        total = len(data)
-        frame = transfer_frames(nxt, data, total, self.config.ha_transfer_batch_size)
-        del data
-        try:
-            n = os.write(conn.fd, frame)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            n = 0  # the writer's send_all meets the same error and closes the connection
-        conn.next_transfer = nxt + total
-        conn.bytes_sent += total
-        conn.last_write = trio.current_time()
-        if n < len(frame):
-            conn.unsent = frame[n:]
-            return False
+        batch = self.config.ha_transfer_batch_size
+        while conn.next_transfer < end:
+            nxt = conn.next_transfer
+            data = self.store.get_commit_log_data(nxt)
+            if data is None or not len(data):
+                return False
+            total = len(data)
+            frame = transfer_frames(nxt, data, total, batch)
+            del data
+            try:
+                n = os.write(conn.fd, frame)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                n = 0  # the writer's send_all meets the same error and closes the connection
+            conn.next_transfer = nxt + total
+            conn.bytes_sent += total
+            conn.last_write = trio.current_time()
+            if n < len(frame):
+                conn.unsent = frame[n:]
+                return False
         return True
 
     async def serve_slave(self, stream: trio.abc.Stream, addr: str) -> None:

@@ -252,3 +252,37 @@ async def test_inline_transfer_tail_the_kernel_refuses_goes_first(open_store, mk
             assert not conn.unsent
             await slave.stream.aclose()
             n.cancel_scope.cancel()
+
+
+async def test_inline_transfer_crosses_a_file_boundary(open_store, mk, commit_log_bytes):
+    """A put that starts a new CommitLog file: the inline transfer sends the end of the old
+    file (its BLANK filler) and the new file's bytes, without waiting for the writer's poll."""
+    async with open_store(mapped_file_size_commit_log=SEG) as store:
+        await fill(store, mk, 2, size=1500)
+        master = master_for(store)
+        store.add_arrival_listener(master.notify_data)
+        stream, peer, _ = await _socket_pair()
+        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
+        async with trio.open_nursery() as n:
+            n.start_soon(master.serve_slave, stream, "fake")
+            await slave.report(store.get_max_phy_offset())
+            with trio.fail_after(10):
+                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            conn = master.connections[0]
+            pos = store.get_max_phy_offset()
+            with flush_batch():
+                for _ in range(2):  # the second does not fit the first file
+                    assert store.append_message(mk(body=b"z" * 1500)).ok
+            end = store.get_max_phy_offset()
+            assert end > SEG > pos
+            assert conn.parked and conn.next_transfer == end
+            got = bytearray()
+            with trio.fail_after(10):
+                while pos + len(got) < end:
+                    _, t = await slave.next_frame(10)
+                    assert t.offset == pos + len(got)
+                    got += t.body
+            assert bytes(got) == commit_log_bytes(store, pos)
+            await slave.stream.aclose()
+            n.cancel_scope.cancel()
