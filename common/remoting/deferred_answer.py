@@ -16,8 +16,9 @@ through its wake-up socket (a send, an epoll event, a recv) and runs one more ta
 send in flight that was a fifth of a SYNC_MASTER's CPU per message.  So the code that sets many
 answers at once opens a block: the replica watermark when an ack releases sends, and a
 channel's read loop around the requests of one received chunk.  Work that should happen once
-per such turn (the HA master's inline transfer of the chunk's new bytes) uses
-:func:`flush_in_batch` and otherwise runs at once.
+per such turn uses :func:`flush_in_batch` and otherwise runs at once (the HA master's inline
+transfer of the chunk's new bytes) or from ``run_sync_soon`` (the DLedger leader's push of the
+chunk's proposals).
 
 Callers outside a read loop (tests, a handler that still has to await something else) use
 :meth:`DeferredAnswer.wait`.
