@@ -229,6 +229,22 @@ def stored_record_size(topic: str, body_len: int, wire_props: str, cluster: str)
     return RECORD_FIXED_BYTES + body_len + top + props
 
 
+def stored_batch_record_size(
+    topic: str, body_len: int, wire_props: str, batch_props: str, cluster: str
+) -> int:
+    """Bytes of the CommitLog record a broker of `cluster` writes for one message of a batch
+    sent with header `i` = `batch_props`: the message's own properties as sent, a separator
+    unless they end with one, then the batch's with CLUSTER added (Java's
+    MessageExtBatchEncoder; nothing is removed, WAIT included)."""
+    own = len(wire_props.encode("utf-8"))
+    batch = len(batch_props.encode("utf-8"))
+    tail = len(_CLUSTER_NAME) + len(cluster.encode("utf-8"))
+    batch = batch + 1 + tail if batch else tail
+    sep = 1 if own and not wire_props.endswith("\x02") else 0
+    top = len(topic.encode("utf-8"))
+    return RECORD_FIXED_BYTES + body_len + top + own + sep + batch
+
+
 def _wait_segment(props: str) -> int:
     """Length in bytes of the `WAIT\x01<value>` pair of `props`, 0 when there is none."""
     if props.startswith("WAIT\x01"):

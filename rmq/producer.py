@@ -62,6 +62,7 @@ from rmq.message import (
     check_record_size,
     default_generator,
     encode_batch_body,
+    stored_batch_record_size,
     stored_record_size,
 )
 from rmq.remoting import Remoting
@@ -325,13 +326,12 @@ class Producer(ClientBase):
                 raise InvalidMessageError("batch messages must wait for the store (WAIT=true)")
             body, props, uniqs[i] = self._prepare(m, check_size=False, uniq=uniqs[i])
             items.append((m.flag, body, props))
-            stored += stored_record_size(topic, len(body), props, "")
+            stored += stored_batch_record_size(topic, len(body), props, _BATCH_PROPERTIES, "")
         check_record_size(stored, self.max_message_size, "batch")
         await self._check_near_limit(topic, stored, len(msgs))
         body = encode_batch_body(items)
         uniq = ",".join(uniqs)
-        # Batch-level properties are appended to every stored message by the broker, so they
-        # carry only WAIT, never a UNIQ_KEY that would shadow each message's own.
+        # The broker appends the batch's properties to each message's: only WAIT, no UNIQ_KEY
 
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, _BATCH_PROPERTIES, 0, batch=True), body

@@ -15,7 +15,7 @@ import pytest
 
 from common.errors import MessageIllegalError
 from rmq import InvalidMessageError, Message, Producer, SendStatus
-from rmq.message import stored_record_size
+from rmq.message import stored_batch_record_size, stored_record_size
 from rmq.producer import MAX_MESSAGE_SIZE
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,8 @@ async def test_far_past_the_limit_is_refused_without_a_route(namesrv: str) -> No
 
 async def test_batch_at_and_past_the_limit(namesrv: str) -> None:
     props, _ = _message(1).wire_properties_string(UNIQ)
-    per_message = stored_record_size(TOPIC, 0, props, CLUSTER)
+    # a batch's records keep each message's properties as sent, plus the batch's (WAIT, CLUSTER)
+    per_message = stored_batch_record_size(TOPIC, 0, props, "WAIT\x01true", CLUSTER)
     n = 4
     total_body = MAX_MESSAGE_SIZE - n * per_message
     bodies = [total_body // n] * (n - 1) + [total_body - (total_body // n) * (n - 1)]
