@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import trio
 import trio.testing
 
@@ -180,11 +183,24 @@ async def test_reports_raise_the_watermark_last_word_wins(open_store, mk, autoju
             n.cancel_scope.cancel()
 
 
-async def _socket_pair():
-    import socket as stdlib_socket
-
-    a, b = stdlib_socket.socketpair()
-    return trio.SocketStream(trio.socket.from_stdlib_socket(a)), b, a
+@contextlib.asynccontextmanager
+async def parked_over_a_socket(store, master, report: int):
+    """``master`` serving a FakeSlave over a real socket pair, the slave having reported
+    ``report``, its writer parked; yields (connection, slave, the master's stdlib socket)."""
+    ours, theirs = socket.socketpair()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(theirs)))
+    async with trio.open_nursery() as n:
+        n.start_soon(master.serve_slave, stream, "fake")
+        await slave.report(report)
+        with trio.fail_after(10):
+            while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        try:
+            yield master.connections[0], slave, ours
+        finally:
+            await slave.stream.aclose()
+            n.cancel_scope.cancel()
 
 
 async def test_inline_transfer_leaves_without_waking_the_writer(open_store, mk, commit_log_bytes):
@@ -194,15 +210,8 @@ async def test_inline_transfer_leaves_without_waking_the_writer(open_store, mk, 
         await fill(store, mk, 3)
         master = master_for(store)
         store.add_arrival_listener(master.notify_data)
-        stream, peer, _ = await _socket_pair()
-        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
-        async with trio.open_nursery() as n:
-            n.start_soon(master.serve_slave, stream, "fake")
-            await slave.report(store.get_max_phy_offset())
-            with trio.fail_after(10):
-                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
-                    await trio.sleep(0.01)
-            conn = master.connections[0]
+        end = store.get_max_phy_offset()
+        async with parked_over_a_socket(store, master, end) as (conn, slave, _):
             pos = store.get_max_phy_offset()
             await fill(store, mk, 1)
             assert conn.parked  # the writer never ran: the put sent the transfer itself
@@ -217,8 +226,6 @@ async def test_inline_transfer_leaves_without_waking_the_writer(open_store, mk, 
             assert conn.parked and conn.next_transfer == store.get_max_phy_offset()
             _, t = await slave.next_frame(10)
             assert (t.offset, bytes(t.body)) == (pos, commit_log_bytes(store, pos))
-            await slave.stream.aclose()
-            n.cancel_scope.cancel()
 
 
 async def test_inline_transfer_tail_the_kernel_refuses_goes_first(open_store, mk, commit_log_bytes):
@@ -227,16 +234,8 @@ async def test_inline_transfer_tail_the_kernel_refuses_goes_first(open_store, mk
     async with open_store(mapped_file_size_commit_log=1 << 20) as store:
         master = master_for(store)
         store.add_arrival_listener(master.notify_data)
-        stream, peer, ours = await _socket_pair()
-        ours.setsockopt(__import__("socket").SOL_SOCKET, __import__("socket").SO_SNDBUF, 4096)
-        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
-        async with trio.open_nursery() as n:
-            n.start_soon(master.serve_slave, stream, "fake")
-            await slave.report(0)
-            with trio.fail_after(10):
-                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
-                    await trio.sleep(0.01)
-            conn = master.connections[0]
+        async with parked_over_a_socket(store, master, 0) as (conn, slave, ours):
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
             # the slave does not read yet: the kernel takes a part, the rest is the tail
             assert store.append_message(mk(body=b"a" * 150_000)).ok
             assert conn.unsent
@@ -250,8 +249,6 @@ async def test_inline_transfer_tail_the_kernel_refuses_goes_first(open_store, mk
                     got += t.body
             assert bytes(got) == commit_log_bytes(store, 0)
             assert not conn.unsent
-            await slave.stream.aclose()
-            n.cancel_scope.cancel()
 
 
 async def test_inline_transfer_crosses_a_file_boundary(open_store, mk, commit_log_bytes):
@@ -261,15 +258,8 @@ async def test_inline_transfer_crosses_a_file_boundary(open_store, mk, commit_lo
         await fill(store, mk, 2, size=1500)
         master = master_for(store)
         store.add_arrival_listener(master.notify_data)
-        stream, peer, _ = await _socket_pair()
-        slave = FakeSlave(trio.SocketStream(trio.socket.from_stdlib_socket(peer)))
-        async with trio.open_nursery() as n:
-            n.start_soon(master.serve_slave, stream, "fake")
-            await slave.report(store.get_max_phy_offset())
-            with trio.fail_after(10):
-                while not (master.connections and master.connections[0].parked):  # noqa: ASYNC110
-                    await trio.sleep(0.01)
-            conn = master.connections[0]
+        end = store.get_max_phy_offset()
+        async with parked_over_a_socket(store, master, end) as (conn, slave, _):
             pos = store.get_max_phy_offset()
             with flush_batch():
                 for _ in range(2):  # the second does not fit the first file
@@ -284,5 +274,3 @@ async def test_inline_transfer_crosses_a_file_boundary(open_store, mk, commit_lo
                     assert t.offset == pos + len(got)
                     got += t.body
             assert bytes(got) == commit_log_bytes(store, pos)
-            await slave.stream.aclose()
-            n.cancel_scope.cancel()
