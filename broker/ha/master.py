@@ -221,8 +221,8 @@ class HAMaster:
                     data = await receiver.receive()
                     if not data:
                         return
-                    conn.last_read = timer.deadline = trio.current_time()
-                    timer.deadline += housekeeping
+                    conn.last_read = now = trio.current_time()
+                    timer.deadline = now + housekeeping
                     offset = decoder.feed(data)
                     if offset is not None and not self._on_report(conn, offset):
                         return

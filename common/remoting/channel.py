@@ -229,7 +229,7 @@ class Channel:
         # run() starts.
         self._nursery: trio.Nursery | None = None
         self._scope: trio.CancelScope | None = None
-        # True while a flush of deferred answers is scheduled (run_sync_soon) and not yet run:
+        # True while a flush of deferred answers is scheduled (flush_soon) and not yet run:
         # the answers one wake-up releases leave in one writev
         self._flush_scheduled = False
 

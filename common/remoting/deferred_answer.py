@@ -29,6 +29,7 @@ once, with the response, whether it subscribed before or after ``set``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -38,6 +39,8 @@ import trio
 from common.remoting.command import RemotingCommand
 
 __all__ = ["DeferredAnswer", "flush_batch", "flush_in_batch", "flush_soon"]
+
+log = logging.getLogger(__name__)
 
 
 class _Batches(threading.local):
@@ -66,7 +69,11 @@ def flush_soon(fn: Callable[[], None]) -> None:
 
 
 class flush_batch:  # lower case: used like a function, ``with flush_batch():``
-    """A block that may set many DeferredAnswers: the flushes asked for run at its end."""
+    """A block that may set many DeferredAnswers: the flushes asked for run at its end.
+
+    The block must not await: the open batch belongs to the thread, so a task that ran during
+    an await would add its flushes to this block's.  Each flush runs even if one before it
+    raised (that one is logged): a flush skipped would leave its owner believing it queued."""
 
     __slots__ = ("_outer",)
 
@@ -86,7 +93,10 @@ class flush_batch:  # lower case: used like a function, ``with flush_batch():``
         batch = _BATCH.open
         _BATCH.open = None
         for fn in batch or ():
-            fn()
+            try:
+                fn()
+            except Exception:
+                log.exception("a flush at the end of a flush batch failed")
 
 
 class DeferredAnswer:

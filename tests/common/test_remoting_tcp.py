@@ -10,7 +10,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import SerializeType
 from common.remoting.command import RemotingCommand
-from common.remoting.deferred_answer import DeferredAnswer, flush_batch
+from common.remoting.deferred_answer import DeferredAnswer, flush_batch, flush_in_batch
 from common.remoting.server import RequestDispatcher, serve_remoting
 
 
@@ -195,3 +195,22 @@ async def test_answers_set_in_a_flush_batch_leave_when_it_ends():
                 type(token).run_sync_soon = real_soon  # type: ignore[method-assign]
             got = await read_frames(stream, 4)
             assert sorted(c.opaque for c in got) == [1, 2, 3, 4]
+
+
+def test_a_failing_flush_does_not_skip_the_ones_after_it(caplog):
+    """Every flush queued in a batch runs at its end, even after one that raised (logged)."""
+    ran: list[str] = []
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    with flush_batch():
+        assert flush_in_batch(lambda: ran.append("first"))
+        assert flush_in_batch(boom)
+        assert flush_in_batch(lambda: ran.append("last"))
+        with flush_batch():  # nested: the outer block flushes
+            assert flush_in_batch(lambda: ran.append("nested"))
+        assert ran == []
+    assert ran == ["first", "last", "nested"]
+    assert "boom" in caplog.text
+    assert not flush_in_batch(lambda: None)  # no batch open any more
