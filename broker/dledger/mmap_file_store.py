@@ -28,11 +28,24 @@ are byte for byte the same files.
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
 ``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
 but zeros after ``write_pos``.
-The newest ``RECENT_ENTRIES`` entries are also kept as the Entry values they were written
-from, so the readers of a fresh entry (one replicator per follower on the leader, the applier
-on every member) get it without a header parse and a body copy out of the map: on a 3-member
-group that was a third of a leader's log cost.  The cache holds only entries that are in the
-files; ``truncate`` drops those it cuts.
+The newest entries (at most ``RECENT_ENTRIES`` of them and ``RECENT_BYTES`` of bodies) are
+also kept as the Entry values they were written from, so the readers of a fresh entry (one
+replicator per follower on the leader, the applier on every member) get it without a header
+parse and a body copy out of the map: on a 3-member group that was a third of a leader's log
+cost.  The cache holds only entries that are in the files; ``truncate`` drops those it cuts.
+The byte bound keeps a member's heap bounded under large messages (an entry is one record,
+up to the 4 MiB message limit: 8192 of them could be 32 GiB); 64 MiB is generous because a
+follower's applier can lag by thousands of entries under load and a miss costs a parse and a
+copy.
+
+RSS: pages written through the maps count toward the process's RSS until dropped.  Once
+nothing was written for ``QUIET_S`` (``quiet_release_due``), the flush caller empties the
+cache on the loop's thread (nobody reads a fresh entry any more), then ``release_quiet`` drops
+every flushed page (``MappedFile.release_behind``) and trims the heap (broker/store/heap.py)
+in a worker thread: an idle member holds no log pages.  While entries keep
+coming the pages stay mapped (they are page cache, which the kernel reclaims under pressure
+once flushed): releasing them in 16 MiB steps behind the flushed end cost 7-14% of the
+DLedger bench in alternated runs (docs/benchmarks.md), as it did in two earlier tries.
 
 Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
 (see :class:`FileLog`).
@@ -44,11 +57,13 @@ import logging
 import os
 import struct
 import threading
+import time
 
 import attrs
 
 from broker.dledger.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
 from broker.dledger.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
+from broker.store.heap import trim_heap
 from broker.store.mapped_file_queue import MappedFileQueue
 
 __all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
@@ -65,6 +80,9 @@ _BLANK = struct.Struct(">ii")
 # entries kept in memory after their write (see the module doc): 8192 x 1 KiB is 8 MiB, and a
 # follower further behind than that is read from the files as before
 RECENT_ENTRIES = 8192
+RECENT_BYTES = 64 << 20
+# how long without writes counts as quiet: flush then releases pages, cache and heap
+QUIET_S = 0.5
 
 
 @attrs.define(eq=False)
@@ -86,8 +104,15 @@ class FileLog:
     _files_lock: threading.Lock = attrs.field(factory=threading.Lock)
     # set by close: a later flush has nothing left to sync
     _closed: bool = False
-    # index -> Entry for the newest RECENT_ENTRIES entries written (see the module doc)
+    # index -> Entry for the newest entries written, in index order (see the module doc)
     _recent: dict[int, Entry] = attrs.field(factory=dict)
+    # the bodies' bytes in _recent
+    _recent_bytes: int = 0
+    # flush's quiet release: monotonic time of the last flush that had bytes to sync, and
+    # whether everything flushed since then was released
+    release_pages: bool = True
+    _last_write: float = 0.0
+    _settled: bool = True
 
     # --- RaftLog -------------------------------------------------------------------------
     @property
@@ -159,8 +184,11 @@ class FileLog:
         every other member (a leader's smaller entry may fit where the blank was)."""
         if index > self._end:
             return
+        recent = self._recent
         for cut in range(max(index, self._end - RECENT_ENTRIES), self._end + 1):
-            self._recent.pop(cut, None)
+            entry = recent.pop(cut, None)
+            if entry is not None:
+                self._recent_bytes -= len(entry.body)
         with self._files_lock:
             if index <= 0:
                 self.data.truncate_dirty(0)
@@ -212,7 +240,16 @@ class FileLog:
         self._end_term = entry.term
         recent = self._recent
         recent[entry.index] = entry
-        recent.pop(entry.index - RECENT_ENTRIES, None)
+        held = self._recent_bytes + len(entry.body)
+        if held > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
+            # the cache is the consecutive indexes oldest..entry.index (appends are consecutive,
+            # truncate cuts the tail), so the oldest is found by arithmetic: next(iter(recent))
+            # would walk every slot deleted from the front of the dict, O(n) per append
+            oldest = entry.index - len(recent) + 1
+            while len(recent) > 1 and (held > RECENT_BYTES or len(recent) > RECENT_ENTRIES):
+                held -= len(recent.pop(oldest).body)
+                oldest += 1
+        self._recent_bytes = held
 
     # --- durability -------------------------------------------------------------------------
     def flush(self) -> None:
@@ -221,9 +258,38 @@ class FileLog:
         with self._files_lock:
             if self._closed:
                 return
+            wrote = False
             for queue in (self.data, self.index):
                 for mf in queue.flush_jobs():
                     mf.flush_range()
+                    wrote = True
+            if wrote:
+                self._last_write, self._settled = time.monotonic(), False
+
+    # --- the quiet release (see the module doc) ----------------------------------------------
+    def quiet_release_due(self) -> bool:
+        """Nothing was written for QUIET_S and the pages are not released yet (loop thread)."""
+        return (
+            self.release_pages
+            and not self._settled
+            and time.monotonic() - self._last_write >= QUIET_S
+        )
+
+    def drop_recent(self) -> None:
+        """Empty the fresh-entry cache; on the loop's thread, like every other cache change."""
+        self._recent = {}
+        self._recent_bytes = 0
+
+    def release_quiet(self) -> None:
+        """Drop every flushed page from RSS and trim the heap; blocking, for a worker thread."""
+        with self._files_lock:
+            if self._closed:
+                return
+            for queue in (self.data, self.index):
+                for mf in queue.files:
+                    mf.release_behind(mf.flushed)
+            self._settled = True
+        trim_heap()
 
     def close(self) -> None:
         self.flush()

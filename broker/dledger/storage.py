@@ -92,6 +92,9 @@ class FileStorage:
     async def flush_log(self, log: RaftLog) -> None:
         if isinstance(log, FileLog):
             await trio.to_thread.run_sync(log.flush)
+            if log.quiet_release_due():
+                log.drop_recent()
+                await trio.to_thread.run_sync(log.release_quiet)
 
     async def close_log(self, log: RaftLog) -> None:
         if isinstance(log, FileLog):

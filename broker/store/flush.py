@@ -13,8 +13,14 @@ Every ``flush_interval_consume_queue`` it also flushes ConsumeQueues and the ind
 writes the checkpoint.  Recovery starts reading at the checkpoint's ``dispatched`` and trusts
 every byte below it (recovery.py), so: ``dispatched`` is ``reput_from`` captured *before* those
 flushes (a record boundary; it never claims units that were not yet on disk), and the CommitLog
-is flushed past it before the checkpoint is written (``dispatched <= commit_log_flushed``).  After each flush, flushed pages are released from the
-process's page tables (``MappedFile.release``) to keep RSS flat.
+is flushed past it before the checkpoint is written (``dispatched <= commit_log_flushed``).
+
+RSS: after each flush, flushed pages are released from the process's page tables
+(``MappedFile.release``) to keep RSS flat; the logic flush also drops the CommitLog pages that
+pulls faulted back in.  When the store goes quiet (the first wake that finds the CommitLog end
+where the previous wake left it) the logic flush runs at once instead of at its next interval,
+and freed heap goes back to the OS (broker/store/heap.py): an idle broker holds what it needs
+to serve, not the peak of the burst that just ended.
 
 ``flush_all`` is the shutdown path (the store runs it shielded and bounded).
 """
@@ -31,6 +37,7 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
+from broker.store.heap import trim_heap
 from broker.store.index import IndexService
 from broker.store.mapped_file import MappedFile
 
@@ -158,14 +165,27 @@ class FlushService:
 
     async def run(self) -> None:
         last_logic = trio.current_time()
+        # the CommitLog end at the previous wake, and whether the store was released since it
+        # last moved: the first wake that finds it unmoved is the quiet one (module doc)
+        seen = self.store.commit_log.max_offset
+        settled = True
         while True:
             with trio.move_on_after(self.interval):
                 await self._request.wait()
             self._request = trio.Event()
             try:
                 await self.flush_commit_log()
-                if trio.current_time() - last_logic >= self.logic_interval:
-                    last_logic = trio.current_time()
+                now = trio.current_time()
+                end = self.store.commit_log.max_offset
+                quiet = end == seen and not settled
+                if end != seen:
+                    seen, settled = end, False
+                if quiet or now - last_logic >= self.logic_interval:
+                    last_logic = now
                     await self.flush_logics()
+                if quiet:
+                    settled = True
+                    if self.release:
+                        await trio.to_thread.run_sync(trim_heap)
             except OSError:
                 log.exception("flush failed; retrying")

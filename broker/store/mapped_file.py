@@ -40,7 +40,17 @@ _ZERO_CHUNK = 1 << 20
 class MappedFile:
     """One segment; see the module docstring for the position invariants."""
 
-    __slots__ = ("_fd", "file_from_offset", "file_size", "flushed", "mm", "path", "view", "wrote")
+    __slots__ = (
+        "_fd",
+        "file_from_offset",
+        "file_size",
+        "flushed",
+        "mm",
+        "path",
+        "released",
+        "view",
+        "wrote",
+    )
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = True):
         self.path = path
@@ -62,6 +72,8 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote = 0
         self.flushed = 0
+        # release_behind: pages below this are dropped from our page tables (page aligned)
+        self.released = 0
 
     # ---------------------------------------------------------------- write / read
 
@@ -118,6 +130,17 @@ class MappedFile:
         end -= end % PAGE_SIZE
         if end > 0 and hasattr(mmap, "MADV_DONTNEED"):
             self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
+
+    def release_behind(self, upto: int) -> int:
+        """Drop the flushed pages in [released, upto) for a file written front to back; returns
+        the bytes dropped.  One call per step instead of ``release``'s walk from 0 each time."""
+        end = min(upto, self.flushed)
+        end -= end % PAGE_SIZE
+        start = min(self.released, end)  # a truncation may have moved the end back below it
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+        self.released = end
+        return end - start
 
     def zero_from(self, pos: int) -> None:
         """Zero [pos, file_size) without touching pages that are already zero (sparse holes).

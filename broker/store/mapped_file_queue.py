@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 
-from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file import PAGE_SIZE, MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,8 @@ class MappedFileQueue:
                 mf.zero_from(pos)
                 mf.wrote = pos
                 mf.flushed = min(mf.flushed, pos)
+                # pages rewritten after the cut are faulted in again: release_behind must see them
+                mf.released = min(mf.released, pos - pos % PAGE_SIZE)
                 keep.append(mf)
             else:
                 log.warning("deleting segment %s beyond the valid end %d", mf.path, offset)
