@@ -22,6 +22,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -29,6 +30,9 @@ from typing import Any
 
 from bench.peers import report
 from bench.peers.procs import ensure_installed, rss_kib
+
+# seconds between the run's last scenario and the second RSS reading
+SETTLE_S = 2.0
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -130,7 +134,9 @@ NOTES = [
     "* Start-up: spawn of the first process until every port accepts and the system is usable "
     "(Redis: the replica reports `master_link_status:up`; NATS: every node answers a "
     "JetStream account request; trio-rmq: `rmq up` prints `ready`). RSS: VmRSS of every "
-    "server process after both body sizes ran.",
+    "server process right after both body sizes ran, and again 2 s later (\"settled\": "
+    "trio-rmq's brokers drop mapped store pages and trim freed heap once their store has "
+    "had no writes for one flush interval).",
 ]
 
 
@@ -174,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
                             flush=True,
                         )
                 rss = {p: rss_kib(pid) for p, pid in sut.pids().items()}
-                setups.append(dict(run=run, system=name, ready_s=sut.ready_seconds, rss_kib=rss))
+                # and once more when the servers have gone quiet: what an idle system holds
+                time.sleep(SETTLE_S)
+                settled = {p: rss_kib(pid) for p, pid in sut.pids().items()}
+                setups.append(
+                    dict(
+                        run=run,
+                        system=name,
+                        ready_s=sut.ready_seconds,
+                        rss_kib=rss,
+                        rss_settled_kib=settled,
+                    )
+                )
             loads.append(_loadavg())
     if args.json:
         args.json.write_text(json.dumps({"samples": samples, "setups": setups}, indent=1))

@@ -84,11 +84,19 @@ def setup_medians(setups: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         out[system] = {
             "ready_s": spread([s["ready_s"] for s in group]),
             "rss_mib": spread([sum(s["rss_kib"].values()) / 1024 for s in group]),
-            "per_process_mib": {
-                p: statistics.median([s["rss_kib"][p] / 1024 for s in group if p in s["rss_kib"]])
-                for p in procs
-            },
+            "per_process_mib": _per_process(group, "rss_kib", procs),
+            # the second reading, SETTLE_S later (absent from older JSON)
+            "settled_per_process_mib": _per_process(group, "rss_settled_kib", procs),
         }
+    return out
+
+
+def _per_process(group: list[dict[str, Any]], field: str, procs: list[str]) -> dict[str, float]:
+    out = {}
+    for p in procs:
+        values = [s[field][p] / 1024 for s in group if p in s.get(field, {})]
+        if values:
+            out[p] = statistics.median(values)
     return out
 
 
@@ -135,16 +143,18 @@ def setup_table(
     sm: dict[str, dict[str, Any]], systems: list[str], peers: dict[str, str]
 ) -> list[str]:
     head = "| system | start-up s median (min-max) | RSS MiB, all processes, median (min-max) |"
-    head += " RSS per process (MiB, median) |"
+    head += " RSS per process (MiB, median) | settled, 2 s later |"
     head += "".join(f" start-up ours/{p} | RSS ours/{p} |" for p in peers)
-    lines = [head, "|---|---:|---:|---|" + "---:|---:|" * len(peers)]
+    lines = [head, "|---|---:|---:|---|---|" + "---:|---:|" * len(peers)]
     for system in systems:
         m = sm.get(system)
         if m is None:
             continue
         (r, rlo, rhi), (mem, mlo, mhi) = m["ready_s"], m["rss_mib"]
         per = ", ".join(f"{p} {v:.1f}" for p, v in m["per_process_mib"].items())
-        row = f"| {system} | {r:.2f} ({rlo:.2f}-{rhi:.2f}) | {mem:.1f} ({mlo:.1f}-{mhi:.1f}) | {per} |"
+        settled = ", ".join(f"{p} {v:.1f}" for p, v in m["settled_per_process_mib"].items())
+        row = f"| {system} | {r:.2f} ({rlo:.2f}-{rhi:.2f}) | {mem:.1f} ({mlo:.1f}-{mhi:.1f}) |"
+        row += f" {per} | {settled or '-'} |"
         for peer in peers.values():
             other = sm.get(peer)
             if not system.startswith(OURS_PREFIX) or other is None:

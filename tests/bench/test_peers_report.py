@@ -94,10 +94,18 @@ def test_setup_medians_sum_every_process() -> None:
         dict(run=1, system=OURS, ready_s=1.0, rss_kib={"a": 1024, "b": 2048}),
         dict(run=2, system=OURS, ready_s=3.0, rss_kib={"a": 3072, "b": 2048}),
     ]
+    setups[0]["rss_settled_kib"] = {"a": 512, "b": 1024}
+    setups[1]["rss_settled_kib"] = {"a": 1536, "b": 1024}
     m = report.setup_medians(setups)[OURS]
     assert m["ready_s"] == (2.0, 1.0, 3.0)
     assert m["rss_mib"] == (4.0, 3.0, 5.0)
     assert m["per_process_mib"] == {"a": 2.0, "b": 2.0}
+    assert m["settled_per_process_mib"] == {"a": 1.0, "b": 1.0}
+    row = report.setup_table({OURS: m}, [OURS], {})[2]
+    assert row.endswith("| a 2.0, b 2.0 | a 1.0, b 1.0 |")
+    # JSON from before the second reading: the column says so
+    del setups[0]["rss_settled_kib"], setups[1]["rss_settled_kib"]
+    assert report.setup_table(report.setup_medians(setups), [OURS], {})[2].endswith("| - |")
 
 
 def test_replace_section_between_markers_keeps_the_rest() -> None:
