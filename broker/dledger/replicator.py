@@ -88,8 +88,8 @@ class PeerReplicator:
     _wake: trio.Event = attrs.field(factory=trio.Event)
     # no call starts before this time (after a refused connection)
     _retry_at: float = -math.inf
-    # posted calls answered by callback, in post (= deadline) order; settled ones linger
-    # until the sweep reaches them
+    # posted calls answered by callback, in post (= deadline) order; a settled one leaves when
+    # every call before it has settled too (see _settle)
     _watched: deque[_Watched] = attrs.field(factory=deque)
     # set when _watched gained a call while the sweep had nothing to watch
     _sweep_wake: trio.Event = attrs.field(factory=trio.Event)
@@ -159,6 +159,12 @@ class PeerReplicator:
         if watched.settled:
             return
         watched.settled = True
+        # drop the settled front now rather than at the sweep's next wake, which is the head's
+        # deadline: each request holds its entries, and under load that was `timeout` seconds
+        # of pushes kept alive per follower (50 MiB at 16k msg/s of 1 KiB)
+        queue = self._watched
+        while queue and queue[0].settled:
+            queue.popleft()
         if isinstance(outcome, RpcError):
             self._failed(watched.request, outcome)
         elif isinstance(outcome, MetadataResponse):  # not an answer the core asked for

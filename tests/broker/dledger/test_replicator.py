@@ -70,6 +70,23 @@ async def test_every_request_is_answered_once_in_order(net, autojump_clock):
     assert all(resp.index == r.entries[0].index for r, resp in out.answers)
 
 
+async def test_answered_calls_are_not_kept_until_their_deadline(net, autojump_clock):
+    """A request holds its entries' bodies: once answered, the replicator lets go of it, not a
+    timeout later (the sweep sleeps until the oldest call's deadline)."""
+    out = Outcomes()
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, answer)
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out, timeout=30.0)
+            nursery.start_soon(rep.run)
+            for i in range(100):
+                rep.send(push(i))
+            await trio.sleep(1.0)  # far less than the timeout
+            assert len(out.answers) == 100
+            assert len(rep._watched) == 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_unanswered_calls_fail_once_after_the_timeout(net, autojump_clock):
     out = Outcomes()
     released = trio.Event()
