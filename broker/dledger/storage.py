@@ -24,6 +24,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from broker.dledger.entry_json import forget_renderings
 from broker.dledger.log import RaftLog
 from broker.dledger.mmap_file_store import FileLog, open_file_log
 from broker.dledger.node_config import DLedgerConfig
@@ -93,7 +94,10 @@ class FileStorage:
         if isinstance(log, FileLog):
             await trio.to_thread.run_sync(log.flush)
             if log.quiet_release_due():
+                # the caches of fresh entries go with the pages: the log's, and the pushes'
+                # renderings of the same entries (entry_json.py)
                 log.drop_recent()
+                forget_renderings()
                 await trio.to_thread.run_sync(log.release_quiet)
 
     async def close_log(self, log: RaftLog) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import trio
 
+from broker.dledger import entry_json as entry_json_module
 from broker.dledger import mmap_file_store
+from broker.dledger.entry_json import entry_json
 from broker.dledger.mmap_file_store import open_file_log
 from broker.store import MessageStoreConfig, run_message_store
 from broker.store.mapped_file import PAGE_SIZE, MappedFile
@@ -110,12 +112,15 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
     storage = FileStorage(str(tmp_path))
     try:
         written = [flog.append(1, bytes([i % 251]) * 4_000) for i in range(1_000)]  # ~4 MiB
+        entry_json(flog.get(999))  # a push rendered the newest entry
         await storage.flush_log(flog)
         await storage.flush_log(flog)  # not quiet for long enough yet
         assert resident_kib(data) >= 3_900 and len(flog._recent) == 1_000 and not trims
+        assert entry_json_module._RENDERED
         monkeypatch.setattr(mmap_file_store, "QUIET_S", 0.0)
         await storage.flush_log(flog)
         assert resident_kib(data) <= 4 and not flog._recent and flog._recent_bytes == 0
+        assert not entry_json_module._RENDERED and entry_json_module._held == 0
         assert trims == [True]
         await storage.flush_log(flog)  # still quiet: released already, no second trim
         assert trims == [True]
@@ -125,6 +130,23 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
         assert trims == [True, True] and flog.get(1_000) == written[-1]
     finally:
         flog.close()
+
+
+def test_push_renderings_are_bounded_in_bytes(monkeypatch) -> None:
+    from broker.dledger.messages import Entry
+
+    monkeypatch.setattr(entry_json_module, "_RENDERED", type(entry_json_module._RENDERED)())
+    monkeypatch.setattr(entry_json_module, "_held", 0)
+    monkeypatch.setattr(entry_json_module, "_RENDERED_MAX_BYTES", 100_000)
+    entries = [Entry(index=i, term=1, pos=i * 10_048, body=bytes(10_000)) for i in range(30)]
+    texts = [entry_json(e) for e in entries]
+    table = entry_json_module._RENDERED
+    # each costs its body and its base64 rendering, ~23 KB: the newest four fit in 100 KB
+    assert [e.index for e, _ in table.values()] == [26, 27, 28, 29]
+    assert entry_json_module._held == sum(len(e.body) + len(t) for e, t in table.values())
+    assert entry_json(entries[29]) is texts[29]  # a hit: the same bytes object
+    entry_json_module.forget_renderings()
+    assert not table and entry_json_module._held == 0
 
 
 async def test_flush_service_releases_and_trims_once_when_the_store_goes_quiet(
