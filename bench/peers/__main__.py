@@ -134,7 +134,7 @@ NOTES = [
     "* Start-up: spawn of the first process until every port accepts and the system is usable "
     "(Redis: the replica reports `master_link_status:up`; NATS: every node answers a "
     "JetStream account request; trio-rmq: `rmq up` prints `ready`). RSS: VmRSS of every "
-    "server process right after both body sizes ran, and again 2 s later (\"settled\": "
+    'server process right after both body sizes ran, and again 2 s later ("settled": '
     "trio-rmq's brokers drop mapped store pages and trim freed heap once their store has "
     "had no writes for one flush interval).",
 ]
