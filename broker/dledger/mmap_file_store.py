@@ -42,10 +42,10 @@ RSS: pages written through the maps count toward the process's RSS until dropped
 nothing was written for ``QUIET_S`` (``quiet_release_due``), the flush caller empties the
 cache on the loop's thread (nobody reads a fresh entry any more), then ``release_quiet`` drops
 every flushed page (``MappedFile.release_behind``) and trims the heap (broker/store/heap.py)
-in a worker thread: an idle member holds no log pages.  While entries keep
-coming the pages stay mapped (they are page cache, which the kernel reclaims under pressure
-once flushed): releasing them in 16 MiB steps behind the flushed end cost 7-14% of the
-DLedger bench in alternated runs (docs/benchmarks.md), as it did in two earlier tries.
+in a worker thread: an idle member holds no log pages.  While entries keep coming the pages
+stay mapped: two earlier tries at releasing them in steps during load measured a throughput
+cost, and a third measured one too but carried a cache eviction bug (docs/benchmarks.md), so
+whether stepwise release costs anything is open.
 
 Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
 (see :class:`FileLog`).

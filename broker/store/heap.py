@@ -1,6 +1,6 @@
 """Freed heap back to the OS when a store goes quiet (glibc ``malloc_trim``).
 
-Why: a burst of large requests (batches of messages, DLedger entries of 64 KiB) is served from
+Why: the bodies of a burst of sends (and a DLedger leader's pushes of them) are served from
 glibc arenas, and freeing those objects afterwards leaves the arenas' pages mapped: the
 process's RSS stays at the burst's peak long after the load ended (40 MiB of a DLedger leader's
 after a batch run).  ``malloc_trim(0)`` hands every whole free page of every arena back.  It
