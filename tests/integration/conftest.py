@@ -25,6 +25,7 @@ import attrs
 import pytest
 import trio
 
+from common.errors import RemotingConnectError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -195,10 +196,16 @@ class DLedgerGroupProcs:
         with trio.fail_after(timeout):
             for i in self.ids:
                 while True:
-                    r = await client.invoke(
-                        self.addr(i), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
-                    )
-                    if topic in loads(bytes(r.body)).get("topicConfigTable", {}):
+                    try:
+                        r = await client.invoke(
+                            self.addr(i),
+                            RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}),
+                        )
+                    except RemotingConnectError:
+                        # a member elects over its Raft port before its broker port listens
+                        # (a CI run saw "connection refused" right after the leader was known)
+                        r = None
+                    if r is not None and topic in loads(bytes(r.body)).get("topicConfigTable", {}):
                         break
                     await trio.sleep(0.2)
 
