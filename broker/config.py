@@ -51,6 +51,13 @@ def _parse_ms(v: str) -> float:
     return int(v.strip()) / 1000.0
 
 
+def _parse_ratio(v: str) -> float:
+    r = float(v)
+    if not 0.0 < r <= 1.0:
+        raise ValueError(f"{v!r} is not a ratio in (0, 1]")
+    return r
+
+
 def _parse_str(v: str) -> str:
     return v.strip()
 
@@ -289,6 +296,13 @@ _PROPERTIES: dict[str, _Spec] = {
     "brokerRole": ("store", "broker_role", _parse_role),
     "deleteWhen": ("store", "delete_when", _parse_str),
     "fileReservedTime": ("store", "file_reserved_time", _parse_int),
+    "cleanResourceInterval": ("store", "clean_resource_interval", _parse_ms),
+    "diskMaxUsedSpaceRatio": ("store", "disk_max_used_space_ratio", _parse_int),
+    # Java reads these two from system properties (rocketmq.broker.diskSpace*Ratio)
+    "diskSpaceCleanForciblyRatio": ("store", "disk_space_clean_forcibly_ratio", _parse_ratio),
+    "diskSpaceWarningLevelRatio": ("store", "disk_space_warning_level_ratio", _parse_ratio),
+    "maxHashSlotNum": ("store", "max_hash_slot_num", _parse_positive_int),
+    "maxIndexNum": ("store", "max_index_num", _parse_positive_int),
     "maxMessageSize": ("store", "max_message_size", _parse_int),
     "messageDelayLevel": ("store", "message_delay_level", _parse_delay_levels),
     "syncFlushTimeout": ("store", "sync_flush_timeout", _parse_ms),

@@ -10,16 +10,23 @@ test chooses beforehand, so a chosen port must stay free until they bind it. Por
 kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768-60999 by default) can be taken
 at any moment by an outgoing connection of any process on the machine (seen in CI: a broker's
 port grabbed between the check and the bind), so blocks are drawn only outside that range.
+
+:func:`small_tmpfs` mounts a tmpfs of a few MiB for the tests of a full disk (they run as root,
+as CI does; a mount that fails fails the test, it never skips it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
 import socket
+import subprocess
 import time
 import weakref
+from collections.abc import Iterator
+from pathlib import Path
 
 import attrs
 import trio
@@ -163,3 +170,14 @@ class MemoryNetwork:
         for stream in list(self._open.pop(port, ())):
             assert isinstance(stream, trio.StapledStream)
             await trio.aclose_forcefully(stream.send_stream)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
+    """A tmpfs of ``mib`` MiB mounted at ``path`` (made here) until the block ends."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -38,6 +38,8 @@ Invariants
 
 from __future__ import annotations
 
+import logging
+
 import attrs
 
 from broker.dledger.member_state import MemberState
@@ -51,6 +53,12 @@ from broker.dledger.messages import (
 __all__ = ["EntryHandler"]
 
 Code = DLedgerResponseCode
+_log = logging.getLogger(__name__)
+
+
+def log_disk_error(exc: OSError, index: int) -> None:
+    """A follower that cannot store a pushed entry answers DISK_FULL; the leader pushes again."""
+    _log.error("cannot store entry %d: %s", index, exc)
 
 
 @attrs.define(eq=False)
@@ -116,7 +124,13 @@ class EntryHandler:
                 if entry.index >= log.begin_index and log.get(entry.index) != entry:
                     return Code.INCONSISTENT_STATE
                 self._matched(entry.index)
-            elif entry.index == end + 1 and self.match_end == end and log.append_entry(entry):
+            elif entry.index == end + 1 and self.match_end == end:
+                try:
+                    if not log.append_entry(entry):
+                        return Code.INCONSISTENT_STATE
+                except OSError as exc:  # a full disk: nothing of this entry was stored
+                    log_disk_error(exc, entry.index)
+                    return Code.DISK_FULL
                 self._matched(entry.index)
                 appended = True
             else:
@@ -151,8 +165,12 @@ class EntryHandler:
         if index > log.begin_index and index - 1 > trusted:
             return Code.INCONSISTENT_STATE  # the entries before it are not known to agree
         log.truncate(index)
-        if not log.append_entry(entry):
-            return Code.INCONSISTENT_STATE
+        try:
+            if not log.append_entry(entry):
+                return Code.INCONSISTENT_STATE
+        except OSError as exc:
+            log_disk_error(exc, index)
+            return Code.DISK_FULL
         self._matched(index)
         return Code.SUCCESS
 

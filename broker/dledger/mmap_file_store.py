@@ -212,6 +212,7 @@ class FileLog:
         elif mf.end_offset != entry.pos:
             # the entry moves to the next file: blank the rest of this one
             remaining = mf.remaining
+            mf.reserve_blocks(data.file_size)  # the filler is served too (mapped_file.py)
             if remaining >= MIN_BLANK_LEN:
                 mf.append(_BLANK.pack(BLANK_MAGIC_CODE, remaining))
             mf.wrote = data.file_size  # the rest is zero already (sparse)
@@ -228,13 +229,18 @@ class FileLog:
             len(entry.body),
         )
         pos = mf.wrote
+        imf = self.index.last()
+        if imf is None or imf.is_full:
+            imf = self.index.create(0 if imf is None else imf.file_from_offset + imf.file_size)
+        # both files get their blocks before either is written: an ENOSPC here (a full disk)
+        # leaves the log as it was
+        if pos + size > mf.allocated:
+            mf.reserve_blocks(pos + size)
+        imf.reserve_blocks(imf.wrote + INDEX_UNIT_SIZE)
         view = mf.view
         view[pos : pos + ENTRY_HEADER_SIZE] = header
         view[pos + ENTRY_HEADER_SIZE : pos + size] = entry.body
         mf.wrote = pos + size
-        imf = self.index.last()
-        if imf is None or imf.is_full:
-            imf = self.index.create(0 if imf is None else imf.file_from_offset + imf.file_size)
         imf.append(_UNIT.pack(entry.magic, entry.pos, size, entry.index, entry.term))
         self._end = entry.index
         self._end_term = entry.term

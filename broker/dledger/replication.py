@@ -39,6 +39,7 @@ Invariants
 from __future__ import annotations
 
 import collections
+import logging
 import math
 from collections.abc import Sequence
 
@@ -57,6 +58,7 @@ from broker.dledger.messages import (
 __all__ = ["EntryPusher"]
 
 Code = DLedgerResponseCode
+_log = logging.getLogger(__name__)
 
 
 @attrs.define(eq=False)
@@ -144,7 +146,17 @@ class EntryPusher:
             return Code.DISK_FULL, []
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS, []
-        entries = [st.log.append(st.term, bytes(body)) for body in bodies]
+        entries: list[Entry] = []
+        try:
+            for body in bodies:
+                entries.append(st.log.append(st.term, bytes(body)))
+        except OSError as exc:
+            # the filesystem could not back the entry (log.py: nothing of it was stored).
+            # Entries of this batch already appended stay and replicate unanswered; the
+            # client hears DISK_FULL and may send them again (docs/guarantees.md: duplicates)
+            _log.error("leader cannot append: %s; refusing appends until the disk check", exc)
+            self.disk_full = True
+            return Code.DISK_FULL, []
         deadline = now + st.config.max_wait_ack_time_ms / 1000.0
         self.pending.append(_Pending(entries[0].index, entries[-1].index, deadline))
         self.pending_count += len(entries)

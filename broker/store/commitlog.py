@@ -70,11 +70,14 @@ class CommitLog:
             mf = self.queue.create(0)
         elif length + _BLANK_FILL > mf.remaining:
             rem = mf.remaining
+            # the filler's tail is served (HA sends it, reads page it in), so it gets blocks too
+            mf.reserve_blocks(self.file_size)
             if rem >= _BLANK_FILL:
                 mf.append(rem.to_bytes(4, "big") + BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True))
                 # the rest of the segment is already zero (sparse); just move the position
                 mf.wrote = self.file_size
             mf = self.queue.create(mf.file_from_offset + self.file_size)
+        mf.reserve_blocks(mf.wrote + length)
         return mf.end_offset
 
     def write(self, data: Buffer) -> None:

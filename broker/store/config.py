@@ -88,6 +88,14 @@ class MessageStoreConfig:
     release_flushed_pages: bool = True
     delete_when: str = "04"
     file_reserved_time: int = 72
+    # Disk space (clean_service.py; RocketMQ CleanCommitLogService): the check's period; the
+    # used ratio from which expired files go without waiting for deleteWhen (percent); from
+    # which unexpired ones go too; from which puts are refused (DISK_FULL) until the ratio is
+    # back at or below the forced-clean one.
+    clean_resource_interval: float = 10.0
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: float = 0.85
+    disk_space_warning_level_ratio: float = 0.90
     # HA (read by broker/ha)
     slave_timeout: float = 3.0
     ha_master_address: str | None = None

@@ -70,6 +70,13 @@ class IndexFile:
         self.index_num = index_num
         size = HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
         self.mf = MappedFile(path, 0, size, create=create)
+        try:
+            # the header and slot table are written anywhere at once, so they get their blocks
+            # up front; the entries get theirs as they grow (mapped_file.py, disk space)
+            self.mf.reserve_blocks(HEADER_SIZE + slot_num * SLOT.size)
+        except OSError:
+            self.mf.destroy() if create else self.mf.close()
+            raise
         self.mf.wrote = size
         b = HEADER.unpack_from(self.mf.view, 0)
         self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count = b
@@ -114,6 +121,8 @@ class IndexFile:
         else:
             diff = min(max((store_ts - self.begin_ts) // 1000, 0), 0x7FFFFFFF)
         pos = HEADER_SIZE + self.slot_num * SLOT.size + self.count * ENTRY_SIZE
+        if pos + ENTRY_SIZE > self.mf.allocated:
+            self.mf.reserve_blocks(pos + ENTRY_SIZE)
         ENTRY.pack_into(view, pos, h, phy, diff, prev)
         SLOT.pack_into(view, slot_pos, self.count)
         if self.count <= 1:
@@ -144,6 +153,9 @@ class IndexFile:
         slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         new_slots = 0
         i, n = start, len(entries)
+        end = base + min(count + n - start, limit) * ENTRY_SIZE
+        if end > self.mf.allocated:
+            self.mf.reserve_blocks(end)
         while i < n and count < limit:
             h, phy = entries[i]
             slot_pos = HEADER_SIZE + (h % slot_num) * 4
@@ -257,6 +269,8 @@ class IndexService:
         self.slot_num = slot_num
         self.index_num = index_num
         self.files: list[IndexFile] = []
+        # puts whose entries the filesystem could not take (``_lost``)
+        self.entries_lost = 0
 
     def load(self) -> None:
         if not os.path.isdir(self.dir):
@@ -310,22 +324,38 @@ class IndexService:
     def put_hashes(self, hashes: Iterable[int], phy: int, store_ts: int) -> None:
         """Entries for keys given by their ``key_hash`` (the put path hashes without strings)."""
         files = self.files
-        for h in hashes:
-            f = files[-1] if files else None
-            if f is None or f.count >= f.index_num:
-                f = self._writable()
-            if not f.put_hash(h, phy, store_ts):  # pragma: no cover - fullness checked above
-                log.error("index put failed at %d", phy)
+        try:
+            for h in hashes:
+                f = files[-1] if files else None
+                if f is None or f.count >= f.index_num:
+                    f = self._writable()
+                if not f.put_hash(h, phy, store_ts):  # pragma: no cover - fullness checked
+                    log.error("index put failed at %d", phy)
+        except OSError as exc:
+            self._lost(exc, phy)
 
     def put_entries(self, entries: Sequence[tuple[int, int]], store_ts: int) -> None:
         """Entries ``(key_hash, phy)`` of records stored at ``store_ts``, in CommitLog order."""
         i, n = 0, len(entries)
         files = self.files
-        while i < n:
-            f = files[-1] if files else None
-            if f is None or f.count >= f.index_num:
-                f = self._writable()
-            i = f.put_entries(entries, i, store_ts)
+        try:
+            while i < n:
+                f = files[-1] if files else None
+                if f is None or f.count >= f.index_num:
+                    f = self._writable()
+                i = f.put_entries(entries, i, store_ts)
+        except OSError as exc:
+            self._lost(exc, entries[i][1])
+
+    def _lost(self, exc: OSError, phy: int) -> None:
+        """The filesystem could not back index entries (a full disk).  The index only speeds up
+        queries by key, so the entries are skipped, as RocketMQ does after its retries, rather
+        than holding back the consume queues: a query by key misses those records."""
+        self.entries_lost += 1
+        if self.entries_lost == 1 or self.entries_lost % 10_000 == 0:
+            log.error(
+                "index entries lost (%d times so far), from %d: %s", self.entries_lost, phy, exc
+            )
 
     @property
     def last_update(self) -> tuple[int, int]:

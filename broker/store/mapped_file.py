@@ -20,6 +20,17 @@ cache.  Once a range is flushed, ``release`` drops it from our page tables with
 page cache and on disk) and a later read refaults it cheaply.  We chose this over ``pwrite``
 writes because the put path then stays a memcpy (no syscall per batch) and reads stay zero-copy.
 
+Disk space: the file is sparse, so a store through the map into a hole needs the filesystem to
+find a block right then, and on a full filesystem the kernel answers that page fault with
+SIGBUS, which kills the process.  So no byte is copied into the map above ``allocated``: the
+writer first calls ``reserve_blocks``, which ``posix_fallocate``s the file from ``allocated`` up to
+the next ``ALLOCATION_CHUNK`` boundary and raises ``OSError(ENOSPC)`` if the filesystem cannot
+back it.  A full disk is then an error the put path answers, found one chunk ahead of the
+writes.  Invariant: ``wrote <= allocated`` for every segment this process wrote to (a loaded
+segment starts at ``allocated = 0``; fallocating blocks it already has changes nothing).  Chunks
+rather than the whole segment keep a fresh 1 GiB segment from taking 1 GiB of disk (or of RAM
+on tmpfs) at once.
+
 Kill -9 safety: bytes copied into a shared mapping are in the kernel page cache the moment the
 copy finishes, so a killed process loses at most a record that was mid-copy; recovery detects
 and zeroes such a torn tail (see commitlog.py).
@@ -34,6 +45,8 @@ import os
 from broker.store.results import Buffer
 
 PAGE_SIZE = mmap.PAGESIZE
+# bytes reserved on the filesystem per posix_fallocate (one syscall per MiB written)
+ALLOCATION_CHUNK = 1 << 20
 _ZERO_CHUNK = 1 << 20
 
 
@@ -42,6 +55,7 @@ class MappedFile:
 
     __slots__ = (
         "_fd",
+        "allocated",
         "file_from_offset",
         "file_size",
         "flushed",
@@ -62,6 +76,7 @@ class MappedFile:
             actual = os.fstat(self._fd).st_size
             if actual != file_size:
                 if actual == 0 and create:
+                    # sizing takes no blocks (sparse); reserve_blocks takes them as writes come
                     os.ftruncate(self._fd, file_size)
                 else:
                     raise OSError(f"{path}: size {actual}, expected {file_size}")
@@ -74,6 +89,8 @@ class MappedFile:
         self.flushed = 0
         # release_behind: pages below this are dropped from our page tables (page aligned)
         self.released = 0
+        # bytes [0, allocated) are known to have filesystem blocks (reserve_blocks)
+        self.allocated = 0
 
     # ---------------------------------------------------------------- write / read
 
@@ -93,17 +110,30 @@ class MappedFile:
     def fileno(self) -> int:
         return self._fd
 
+    def reserve_blocks(self, end: int) -> None:
+        """Have the filesystem back bytes [0, end) before anything is stored there (module
+        docstring); raises OSError (ENOSPC on a full filesystem) and then changes nothing."""
+        if end <= self.allocated:
+            return
+        upto = min(self.file_size, -(-end // ALLOCATION_CHUNK) * ALLOCATION_CHUNK)
+        os.posix_fallocate(self._fd, self.allocated, upto - self.allocated)
+        self.allocated = upto
+
     def append(self, data: Buffer) -> int:
         """Copy ``data`` at ``wrote``; returns the file-relative position it went to."""
         pos = self.wrote
         n = len(data)
-        if pos + n > self.file_size:
-            raise ValueError(f"{self.path}: append of {n} bytes at {pos} overflows the file")
+        if pos + n > self.allocated:
+            if pos + n > self.file_size:
+                raise ValueError(f"{self.path}: append of {n} bytes at {pos} overflows the file")
+            self.reserve_blocks(pos + n)
         self.view[pos : pos + n] = data
         self.wrote = pos + n
         return pos
 
     def write_at(self, pos: int, data: Buffer) -> None:
+        if pos + len(data) > self.allocated:
+            self.reserve_blocks(pos + len(data))
         self.view[pos : pos + len(data)] = data
 
     def slice(self, pos: int, size: int) -> memoryview | None:

@@ -41,6 +41,7 @@ queries.StoreQueries' over this store's primitives.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -51,6 +52,7 @@ import trio
 
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.checkpoint import StoreCheckpoint
+from broker.store.clean_service import run_clean_service
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
@@ -96,6 +98,8 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         )
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
         self.reput = ReputService(config, self.commit_log, self.consume_queues, self.index)
+        # why puts are refused right now (disk full, a failed queue write): running_flags.py
+        self.flags = self.reput.flags
         self._stats = StoreStats()
         self.last_store_timestamp = 0
         self.clock: Callable[[], int] = lambda: int(time.time() * 1000)
@@ -222,6 +226,9 @@ class DefaultMessageStore(PutSteps, StoreQueries):
     def _append(self, msgs: list[MessageExtBrokerInner], *, batch: bool) -> PutMessageResult:
         """Synchronous part of a put: checks, encode, copy into the CommitLog."""
         cl = self.commit_log
+        flags = self.flags
+        if flags.disk_full or flags.logics_queue_error:
+            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
         put = self._prepare_put(msgs, cl.topic_queue_table, batch=batch)
         if isinstance(put, PutMessageResult):
             return put
@@ -232,6 +239,11 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         try:
             first = cl.reserve(len(put.buf))
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                # the filesystem cannot back the write (mapped_file.py): nothing was stored
+                log.error("CommitLog write refused, the disk is full: %s", exc)
+                flags.disk_full = True
+                return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
             log.exception("cannot create a CommitLog segment")
             return self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc))
         msg_id = self._stamp_physical_offsets(put, msgs, first)
@@ -409,7 +421,15 @@ class DefaultMessageStore(PutSteps, StoreQueries):
     def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
         if self.shutdown:
             return False
-        ok = self.commit_log.append_raw(start_offset, data)
+        try:
+            ok = self.commit_log.append_raw(start_offset, data)
+        except OSError as exc:
+            # the filesystem cannot back the bytes (a full disk); nothing was appended, and the
+            # caller (HA slave, DLedger applier) offers them again later
+            log.error("cannot append %d bytes at %d: %s", len(data), start_offset, exc)
+            if exc.errno == errno.ENOSPC:
+                self.flags.disk_full = True
+            return False
         if ok:
             reput = self.reput
             if reput.reput_from < self.commit_log.min_offset:
@@ -473,6 +493,7 @@ async def run_message_store(
             nursery.start_soon(store.reput.run)
             nursery.start_soon(flush.run)
             await nursery.start(run_page_warmer, store.commit_log.queue.last)
+            await nursery.start(run_clean_service, store.flags, config, config.commit_log_dir)
             task_status.started(store)
             await trio.sleep_forever()
     finally:

@@ -48,6 +48,7 @@ from broker.store.dispatch import (
     takes_queue_unit,
 )
 from broker.store.index import IndexService, topic_key_hash
+from broker.store.running_flags import RunningFlags
 from common.message import MessageExtBrokerInner, RecordDecodeError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 # it: a slave catching up acknowledges bytes as soon as they are appended (4096 here held the
 # catch-up of a 1 GiB CommitLog to the reput's pace, ~110 MB/s; a yield costs ~0.1 us a record)
 _REPUT_BATCH = 64
+# seconds between tries of a dispatch round that failed on the filesystem
+_RETRY_S = 1.0
 # an arrival listener's arguments: (topic, queueId, offset + 1, tagsCode)
 _Arrival = tuple[str, int, int, int]
 
@@ -84,6 +87,8 @@ class ReputService:
         # replaced after every reput round; waiters re-check reput_from when it fires
         self._progress = trio.Event()
         self.listeners: list[ArrivalListener] = []
+        # shared with the store: a failed queue write refuses puts until a round gets through
+        self.flags = RunningFlags()
 
     @property
     def caught_up(self) -> bool:
@@ -109,9 +114,24 @@ class ReputService:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            while self.do_reput():
+            try:
+                while self.do_reput():
+                    self._wake_progress()
+                    await trio.lowlevel.checkpoint()
+            except OSError as exc:
+                # a queue or index segment the filesystem cannot back (a full disk): reput_from
+                # stays before the record, which is safe in the CommitLog; puts are refused
+                # (running_flags.py) and the round is tried again until it gets through
+                if not self.flags.logics_queue_error:
+                    log.error("dispatch stopped at %d, retrying: %s", self.reput_from, exc)
+                self.flags.logics_queue_error = True
                 self._wake_progress()
-                await trio.lowlevel.checkpoint()
+                await trio.sleep(_RETRY_S)
+                self._wake.set()
+                continue
+            if self.flags.logics_queue_error:
+                log.warning("dispatch resumed at %d", self.reput_from)
+                self.flags.logics_queue_error = False
             self._wake_progress()
 
     def _wake_progress(self) -> None:
@@ -288,6 +308,11 @@ class ReputService:
                 notes.extend(self._put_units(run))
             if entries:
                 self.index.put_entries(entries, store_ts)
+        except OSError as exc:
+            log.error("dispatch failed at %d, the task retries: %s", first, exc)
+            self.flags.logics_queue_error = True
+            self._wake.set()
+            return
         except Exception:
             log.exception("dispatch failed at %d", first)
             self._wake.set()

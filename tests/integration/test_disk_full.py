@@ -1,0 +1,168 @@
+"""A broker whose filesystem fills: clean refusals with a code, never a crash (issue 13).
+
+The broker runs as its own process with its store on a small tmpfs that a ballast file half
+fills.  Producers send until every answer is a refusal; then the test checks that the process is
+alive (a store through a mapped hole on a full filesystem is SIGBUS, exit -7), that every
+acknowledged message reads back intact, and that after the ballast is deleted writes resume by
+themselves.  Two disk guards are checked, each on its own: the ratio check
+(``diskSpaceWarningLevelRatio``, answered before the disk is full) and, with that check turned
+off, the blocks reserved ahead of the writes (ENOSPC at ``posix_fallocate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import trio
+
+from common.errors import RemotingError
+from common.message import decode_records
+from common.remoting.client import open_remoting_client
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.testing import small_tmpfs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TOPIC = "DiskFullTopic"
+QUEUES = 4
+DISK_MIB = 24
+BALLAST_MIB = 6
+
+
+def _send(i: int) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2,
+        {
+            "a": "disk-pg",
+            "b": TOPIC,
+            "c": "TBW102",
+            "d": QUEUES,
+            "e": i % QUEUES,
+            "f": 0,
+            "g": 0,
+            "h": 0,
+            "i": "",
+        },
+        b"disk-body-%06d-" % i + b"x" * 4000,
+    )
+
+
+async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:
+    got: dict[tuple[int, int], bytes] = {}
+    for qid in range(QUEUES):
+        offset = 0
+        while True:
+            r = await client.invoke(
+                addr,
+                RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE,
+                    {
+                        "consumerGroup": "disk-check",
+                        "topic": TOPIC,
+                        "queueId": qid,
+                        "queueOffset": offset,
+                        "maxMsgNums": 32,
+                        "sysFlag": 4,
+                        "commitOffset": 0,
+                        "suspendTimeoutMillis": 0,
+                        "subscription": "*",
+                        "subVersion": 0,
+                    },
+                ),
+                timeout=10,
+            )
+            if r.code != ResponseCode.SUCCESS:
+                assert r.code == ResponseCode.PULL_NOT_FOUND, (r.code, r.remark)
+                break
+            for m in decode_records(bytes(r.body), check_crc=True):
+                got[(qid, m.queue_offset)] = m.body
+            offset = int(r.ext_fields["nextBeginOffset"])
+    return got
+
+
+async def _fill(client, addr: str, broker, acked: dict, start: int) -> tuple[int, set[str]]:
+    """Send (2 in flight) until 40 answers in a row are refusals; the refusal remarks."""
+    refused_in_a_row = 0
+    remarks: set[str] = set()
+    i = start
+
+    async def one(n: int) -> None:
+        nonlocal refused_in_a_row
+        cmd = _send(n)
+        r = await client.invoke(addr, cmd, timeout=10)
+        if r.code == ResponseCode.SUCCESS:
+            acked[(int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))] = cmd.body
+            refused_in_a_row = 0
+        else:
+            assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE, (r.code, r.remark)
+            remarks.add(r.remark or "")
+            refused_in_a_row += 1
+
+    with trio.fail_after(60):
+        while refused_in_a_row < 40:
+            assert broker.proc.poll() is None, f"broker died: {broker.proc.returncode}"
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    i += 1
+                    nursery.start_soon(one, i)
+    return i, remarks
+
+
+@pytest.mark.parametrize("guard", ["ratio", "reserved-blocks"])
+async def test_a_full_disk_is_refused_with_a_code_and_writes_resume(tmp_path, procs, guard):
+    with small_tmpfs(tmp_path / "disk", DISK_MIB) as disk:
+        ballast = disk / "ballast"
+        ballast.write_bytes(b"\1" * (BALLAST_MIB << 20))
+        ns = procs.namesrv()
+        props = dict(
+            namesrvAddr=ns.addr,
+            storePathRootDir=disk / "store",
+            mapedFileSizeCommitLog=2 << 20,
+            mapedFileSizeConsumeQueue=20 * 2000,
+            maxHashSlotNum=500,
+            maxIndexNum=2000,
+            cleanResourceInterval=200,
+        )
+        if guard == "reserved-blocks":
+            props["diskSpaceWarningLevelRatio"] = 1.0  # only ENOSPC stands between us and SIGBUS
+        broker = procs.broker("broker-disk", **props)
+        addr = broker.addr
+        acked: dict[tuple[int, int], bytes] = {}
+        async with open_remoting_client() as client:
+            with trio.fail_after(30):
+                while True:
+                    assert broker.proc.poll() is None, broker.log_tail()
+                    with contextlib.suppress(RemotingError, OSError, trio.TooSlowError):
+                        r = await client.invoke(addr, _send(0), timeout=1.0)
+                        if r.code == ResponseCode.SUCCESS:
+                            break
+                    client.close_channel(addr)
+                    await trio.sleep(0.1)
+            n, remarks = await _fill(client, addr, broker, acked, 1)
+            assert len(acked) > 500, "the disk filled too early for the test to mean anything"
+            assert any("disk is full" in r for r in remarks), remarks
+            # reads go on while writes are refused, and nothing acknowledged is lost
+            got = await _pull_all(client, addr)
+            missing = [k for k in acked if got.get(k) != acked[k]]
+            assert not missing, f"{len(missing)} acknowledged messages lost or changed"
+            assert broker.proc.poll() is None, broker.log_tail()
+
+            ballast.unlink()
+            with trio.fail_after(20):
+                while True:
+                    n += 1
+                    r = await client.invoke(addr, _send(n), timeout=10)
+                    if r.code == ResponseCode.SUCCESS:
+                        break
+                    assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE, (r.code, r.remark)
+                    await trio.sleep(0.1)
+            before = len(acked)
+            await _fill(client, addr, broker, acked, n)
+            assert len(acked) > before, "writes did not resume after space was freed"
+            got = await _pull_all(client, addr)
+            assert all(got.get(k) == v for k, v in acked.items())
+        assert broker.proc.poll() is None
+        assert "Traceback" not in broker.log.read_text(errors="replace"), broker.log_tail(80)
+        broker.stop()
