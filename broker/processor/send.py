@@ -232,7 +232,7 @@ class SendMessageProcessor:
             body=body,
             properties=props,
             sys_flag=header_int(h, "sysFlag", 0),
-            born_timestamp=header_int(h, "bornTimestamp", 0),
+            born_timestamp=header_int(h, "bornTimestamp", 0, long=True),
             born_host=self._born_host(channel),
             store_host=b.store_host,
             reconsume_times=header_int(h, "reconsumeTimes", 0),

@@ -15,19 +15,63 @@ The check alone cannot keep a fast producer from filling a small disk between tw
 store through a mapped hole on a full filesystem is a SIGBUS, so the segments take their blocks
 ahead of the writes (mapped_file.py, ``reserve_blocks``): the put that finds the disk full gets
 ENOSPC, is refused, and sets the same mark (running_flags.py).
+
+Retention (``clean_expired``), in the same round, as RocketMQ's CleanCommitLogService and
+CleanConsumeQueueService do it:
+
+* CommitLog segments go from the oldest on, each once its last write (the file's mtime) is
+  ``fileReservedTime`` hours old, when the hour is one of ``deleteWhen`` ("04", or "04;16") or
+  the disk is over ``diskMaxUsedSpaceRatio`` percent; over ``diskSpaceCleanForciblyRatio`` they
+  go whether expired or not.  The first one that must stay ends the round, and at most
+  ``DELETE_FILES_BATCH_MAX`` go per round.
+* Never deleted: the segment being written, and any segment holding bytes not dispatched yet
+  (at or past ``reput_from``), so every record still in the CommitLog has its queue units.
+* Then each ConsumeQueue drops its head segments whose units all point below the CommitLog's
+  new start and moves its min offset to the first unit that still points into it; a consumer
+  behind it is answered OFFSET_TOO_SMALL (PULL_OFFSET_MOVED) with the new min, as in RocketMQ.
+  Index files whose entries all point below it go too.
+
+A segment leaves its queue in the loop thread, so no new reader can find it, and is unmapped
+there (a reader still holding a view keeps the mapping until it lets go, mapped_file.py); only
+the unlink runs in a worker thread.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import trio
 
+from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
+from broker.store.consumequeue import ConsumeQueue
+from broker.store.index import IndexService
+from broker.store.mapped_file import MappedFile
 from broker.store.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)
+
+# CommitLog segments deleted per round at most (RocketMQ MappedFileQueue.DELETE_FILES_BATCH_MAX)
+DELETE_FILES_BATCH_MAX = 10
+
+
+class CleanableStore(Protocol):
+    """What the clean service needs of the file store (message_store.DefaultMessageStore)."""
+
+    config: MessageStoreConfig
+    flags: RunningFlags
+    commit_log: CommitLog
+    consume_queues: dict[tuple[str, int], ConsumeQueue]
+    index: IndexService
+    # wall clock in ms (tests replace it)
+    clock: Callable[[], int]
+
+    @property
+    def reput_from(self) -> int: ...
 
 
 def disk_used_ratio(path: str) -> float:
@@ -69,16 +113,111 @@ def judge(flags: RunningFlags, ratio: float, config: MessageStoreConfig) -> None
         flags.disk_full = False
 
 
+def is_time_to_delete(delete_when: str, hour: int) -> bool:
+    """``deleteWhen`` lists hours ("04", "04;16"); true during any of them (UtilAll.isItTimeToDo)."""
+    for part in delete_when.split(";"):
+        part = part.strip()
+        if part.isdigit() and int(part) == hour:
+            return True
+    return False
+
+
+def take_expired_segments(
+    store: CleanableStore, ratio: float, cleaned_below: int = -1
+) -> list[MappedFile]:
+    """Remove from the store what retention deletes now (module docstring); the caller
+    destroys the returned files.  The queues and the index are looked at only when the
+    CommitLog's start is past ``cleaned_below`` (where the last round left them).  No I/O but
+    one ``stat`` per CommitLog segment looked at."""
+    config = store.config
+    now_ms = store.clock()
+    hour = time.localtime(now_ms / 1000).tm_hour
+    forced = ratio > config.disk_space_clean_forcibly_ratio
+    due = (
+        forced
+        or ratio > config.disk_max_used_space_ratio / 100
+        or is_time_to_delete(config.delete_when, hour)
+    )
+    taken: list[MappedFile] = []
+    if due:
+        reserved_ms = config.file_reserved_time * 3600 * 1000
+        queue = store.commit_log.queue
+        count = 0
+        for mf in queue.files[:-1][:DELETE_FILES_BATCH_MAX]:
+            if mf.file_from_offset + mf.file_size > store.reput_from:
+                break  # not all dispatched yet
+            if not forced and now_ms < os.stat(mf.path).st_mtime * 1000 + reserved_ms:
+                break
+            count += 1
+        taken = queue.take_head(count)
+        if taken:
+            log.info(
+                "deleting %d CommitLog segments below %d (disk %.2f used%s)",
+                len(taken),
+                queue.min_offset,
+                ratio,
+                ", forced" if forced else "",
+            )
+    cl_min = store.commit_log.min_offset
+    if cl_min > cleaned_below:
+        for cq in store.consume_queues.values():
+            taken.extend(cq.take_expired(cl_min))
+        taken.extend(f.mf for f in store.index.take_expired(cl_min))
+    return taken
+
+
+def _unlink_all(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+async def clean_once(store: CleanableStore, cleaned_below: int = -1) -> int:
+    """One round: measure, judge, delete what retention lets go; the CommitLog's start, which
+    the next round passes back as ``cleaned_below``."""
+    config = store.config
+    ratio = await trio.to_thread.run_sync(disk_used_ratio, config.commit_log_dir)
+    judge(store.flags, ratio, config)
+    taken = take_expired_segments(store, ratio, cleaned_below)
+    for mf in taken:
+        mf.close()
+    if taken:
+        await trio.to_thread.run_sync(_unlink_all, [mf.path for mf in taken])
+    return store.commit_log.min_offset
+
+
 async def run_clean_service(
-    flags: RunningFlags,
-    config: MessageStoreConfig,
-    path: str,
+    store: CleanableStore,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Check the disk of ``path`` now and then every ``clean_resource_interval`` until cancelled."""
-    judge(flags, await trio.to_thread.run_sync(disk_used_ratio, path), config)
+    """A round now, then one every ``clean_resource_interval`` until cancelled."""
+    cleaned_below = await clean_once(store)
     task_status.started()
     while True:
-        await trio.sleep(config.clean_resource_interval)
-        judge(flags, await trio.to_thread.run_sync(disk_used_ratio, path), config)
+        await trio.sleep(store.config.clean_resource_interval)
+        try:
+            cleaned_below = await clean_once(store, cleaned_below)
+        except OSError:
+            log.exception("clean round failed")
+
+
+def disk_runtime_info(path: str, flags: RunningFlags) -> dict[str, str]:
+    """The disk lines of GET_BROKER_RUNTIME_INFO (RocketMQ's names) for the store at ``path``."""
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path)
+        ratio = (st.f_blocks - st.f_bfree) / st.f_blocks if st.f_blocks else 0.0
+        cap = f"Total : {st.f_blocks * st.f_frsize} B, Free : {st.f_bavail * st.f_frsize} B."
+    except OSError:
+        ratio, cap = 0.0, "unknown"
+    return {
+        "commitLogDirCapacity": cap,
+        "commitLogDiskRatio": f"{ratio:.4f}",
+        "consumeQueueDiskRatio": f"{ratio:.4f}",
+        # ours: why puts are refused now, if they are ("" when the store takes writes)
+        "putRefusedReason": "" if flags.writeable else flags.refusal(),
+    }

@@ -210,6 +210,21 @@ class ConsumeQueue:
             self.queue.truncate_dirty(end * CQ_UNIT_SIZE)
         return dropped
 
+    def take_expired(self, commit_log_min: int) -> list[MappedFile]:
+        """Take the head segments whose units all point below the CommitLog's new start (their
+        records were deleted) and move ``min_offset`` to the first unit that still points into
+        the CommitLog (RocketMQ ``deleteExpiredFile`` + ``correctMinOffset``).  A full segment's
+        last unit has the highest offset in it, units being written in CommitLog order."""
+        count = 0
+        for mf in self.queue.files[:-1]:
+            phys, _size, _tags = CQ_UNIT.unpack_from(mf.view, mf.wrote - CQ_UNIT_SIZE)
+            if phys >= commit_log_min:
+                break
+            count += 1
+        taken = self.queue.take_head(count)
+        self._correct_min(commit_log_min)
+        return taken
+
     def flush_jobs(self) -> list[MappedFile]:
         return self.queue.flush_jobs()
 

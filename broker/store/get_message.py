@@ -158,3 +158,13 @@ def select_messages(
         (max_phy_offset - max_phy_pulling) > memory,
         qoffs,
     )
+
+
+def no_units(offset: int, max_bytes: int) -> None:
+    """``read_units`` of a queue that does not exist."""
+    return None
+
+
+def same_offset(offset: int) -> int:
+    """``cq_roll_next_file`` of a queue that does not exist."""
+    return offset

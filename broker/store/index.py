@@ -357,6 +357,17 @@ class IndexService:
                 "index entries lost (%d times so far), from %d: %s", self.entries_lost, phy, exc
             )
 
+    def take_expired(self, commit_log_min: int) -> list[IndexFile]:
+        """Take the index files (never the last) whose every entry points below the CommitLog's
+        new start; their entries could only name deleted records."""
+        count = 0
+        for f in self.files[:-1]:
+            if f.end_phy >= commit_log_min:
+                break
+            count += 1
+        taken, self.files = self.files[:count], self.files[count:]
+        return taken
+
     @property
     def last_update(self) -> tuple[int, int]:
         if not self.files:

@@ -117,6 +117,14 @@ class MappedFileQueue:
                 mf.destroy()
         self.files = keep
 
+    def take_head(self, count: int) -> list[MappedFile]:
+        """Remove the first ``count`` segments (never the last, the one written) from the queue
+        and return them for the caller to destroy: the log then starts at the next one, which
+        ``find`` and ``min_offset`` see at once (retention, clean_service.py)."""
+        count = max(0, min(count, len(self.files) - 1))
+        head, self.files = self.files[:count], self.files[count:]
+        return head
+
     def destroy(self) -> None:
         for mf in self.files:
             mf.destroy()

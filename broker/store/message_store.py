@@ -52,12 +52,12 @@ import trio
 
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.clean_service import run_clean_service
+from broker.store.clean_service import disk_runtime_info, run_clean_service
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
-from broker.store.get_message import select_messages
+from broker.store.get_message import no_units, same_offset, select_messages
 from broker.store.index import IndexService
 from broker.store.page_warmer import run_page_warmer
 from broker.store.put_message import PutSteps
@@ -341,8 +341,8 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             message_filter,
             min_offset=None if cq is None else cq.min_offset,
             max_offset=0 if cq is None else cq.max_offset,
-            read_units=_no_units if cq is None else cq.read_units,
-            cq_roll_next_file=_same_offset if cq is None else cq.roll_next_file,
+            read_units=no_units if cq is None else cq.read_units,
+            cq_roll_next_file=same_offset if cq is None else cq.roll_next_file,
             read_record=cl.read,
             commit_log_roll_next_file=cl.roll_next_file,
             max_phy_offset=cl.max_offset,
@@ -423,9 +423,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             return False
         try:
             ok = self.commit_log.append_raw(start_offset, data)
-        except OSError as exc:
-            # the filesystem cannot back the bytes (a full disk); nothing was appended, and the
-            # caller (HA slave, DLedger applier) offers them again later
+        except OSError as exc:  # nothing appended; the HA slave or DLedger applier retries
             log.error("cannot append %d bytes at %d: %s", len(data), start_offset, exc)
             if exc.errno == errno.ENOSPC:
                 self.flags.disk_full = True
@@ -453,12 +451,6 @@ class DefaultMessageStore(PutSteps, StoreQueries):
     def runtime_info(self) -> dict[str, str]:
         info = self._stats.runtime_info()
         flushed = self.flush.flushed if self.flush else self.commit_log.max_offset
-        try:
-            st = os.statvfs(self.root)
-            ratio = 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
-            cap = f"Total : {st.f_blocks * st.f_frsize} B, Free : {st.f_bavail * st.f_frsize} B."
-        except OSError:
-            ratio, cap = 0.0, "unknown"
         info.update(
             {
                 "commitLogMinOffset": str(self.get_min_phy_offset()),
@@ -466,9 +458,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
                 "dispatchBehindBytes": str(self.dispatch_behind_bytes),
                 "remainHowManyDataToFlush": f"{self.commit_log.max_offset - flushed} B",
                 "remainHowManyDataToCommit": "0 B",
-                "commitLogDirCapacity": cap,
-                "commitLogDiskRatio": f"{ratio:.4f}",
-                "consumeQueueDiskRatio": f"{ratio:.4f}",
+                **disk_runtime_info(self.config.commit_log_dir, self.flags),
             }
         )
         return info
@@ -493,7 +483,7 @@ async def run_message_store(
             nursery.start_soon(store.reput.run)
             nursery.start_soon(flush.run)
             await nursery.start(run_page_warmer, store.commit_log.queue.last)
-            await nursery.start(run_clean_service, store.flags, config, config.commit_log_dir)
+            await nursery.start(run_clean_service, store)
             task_status.started(store)
             await trio.sleep_forever()
     finally:
@@ -506,11 +496,3 @@ async def run_message_store(
                 log.exception("final flush failed")
             else:
                 store.close_files()
-
-
-def _no_units(offset: int, max_bytes: int) -> None:
-    return None
-
-
-def _same_offset(offset: int) -> int:
-    return offset

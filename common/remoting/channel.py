@@ -171,6 +171,18 @@ def _nbytes(piece: Any) -> int:
     return memoryview(piece).nbytes
 
 
+def _unencodable(cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+    """The answer sent instead of one that cannot be encoded (a value the request carried
+    and the answer echoes, say): the request still gets an answer, the connection lives."""
+    log.debug("the answer to code %d cannot be encoded: %r", cmd.code, exc)
+    response = cmd.response(
+        ResponseCode.SYSTEM_ERROR, f"the answer could not be encoded: {type(exc).__name__}"
+    )
+    response.flag |= RESPONSE_FLAG
+    response.opaque = cmd.opaque
+    return response
+
+
 def _error_response(cmd: RemotingCommand, raw: BaseException, addr: str) -> RemotingCommand:
     """The answer to a request whose handler raised ``raw``."""
     exc = unwrap_group(raw)
@@ -628,8 +640,8 @@ class Channel:
         response.opaque = cmd.opaque
         try:
             self._enqueue(response)
-        except Exception:
-            log.exception("could not encode the answer to code %d", cmd.code)
+        except Exception as exc:
+            self._enqueue(_unencodable(cmd, exc))
 
     async def _handle_request(
         self,
@@ -650,6 +662,11 @@ class Channel:
         response.flag |= RESPONSE_FLAG
         response.opaque = cmd.opaque
         try:
-            await self.send(response)
+            try:
+                await self.send(response)
+            except (RemotingSendError, trio.Cancelled):
+                raise
+            except Exception as exc:  # raised by encoding, before anything was queued
+                await self.send(_unencodable(cmd, exc))
         except RemotingSendError:
             log.debug("could not answer %s (code %d)", self.remote_addr, cmd.code)

@@ -73,8 +73,17 @@ def header_dict(cmd: RemotingCommand) -> dict[str, Any]:
     return header
 
 
+_JSON_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode_json_header_generic(cmd: RemotingCommand) -> bytes:
-    return _JSON_ENCODER.encode(header_dict(cmd)).encode("utf-8")
+    header = header_dict(cmd)
+    try:
+        return _JSON_ENCODER.encode(header).encode("utf-8")
+    except UnicodeEncodeError:
+        # a lone surrogate (a request's "\ud800" escape, echoed back) has no UTF-8 form; as a
+        # \u escape it is plain JSON, and a Java client reads it back as the same char
+        return _JSON_ASCII_ENCODER.encode(header).encode("ascii")
 
 
 def _all_str(ext: dict[str, Any]) -> bool:
@@ -243,7 +252,8 @@ def _load_json(data: bytes | memoryview) -> Any:
         try:
             return serde.loads(data)  # fastjson's relaxed syntax
         except ValueError as exc:
-            raise FrameDecodeError(f"bad JSON header: {exc}") from None
+            # the parser's message quotes the input (a 5,000-digit number, say): keep it short
+            raise FrameDecodeError(f"bad JSON header: {str(exc)[:200]}") from None
 
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:

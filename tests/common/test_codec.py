@@ -351,3 +351,15 @@ def test_json_headers_decode_as_the_standard_library_reads_them(header):
     except FrameDecodeError as exc:
         got = f"error: {exc}"
     assert got == _standard_library_decode(data)
+
+
+def test_a_lone_surrogate_is_encoded_as_a_json_escape():
+    """A request's "\\ud800" escape decodes to a lone surrogate, which has no UTF-8 form; an
+    answer echoing it is written with \\u escapes (plain ASCII JSON) and reads back the same."""
+    cmd = RemotingCommand.request(105, {"topic": "a\ud800b"})
+    cmd.remark = "no route for a\ud800b"
+    header = codec.encode_json_header(cmd)
+    assert header.isascii() and b"\\ud800" in header
+    back = json.loads(header)
+    assert back["remark"] == "no route for a\ud800b"
+    assert back["extFields"] == {"topic": "a\ud800b"}
