@@ -298,6 +298,7 @@ _PROPERTIES: dict[str, _Spec] = {
     "fileReservedTime": ("store", "file_reserved_time", _parse_int),
     "cleanResourceInterval": ("store", "clean_resource_interval", _parse_ms),
     "diskMaxUsedSpaceRatio": ("store", "disk_max_used_space_ratio", _parse_int),
+    "cleanFileForciblyEnable": ("store", "clean_file_forcibly_enable", _parse_bool),
     # Java reads these two from system properties (rocketmq.broker.diskSpace*Ratio)
     "diskSpaceCleanForciblyRatio": ("store", "disk_space_clean_forcibly_ratio", _parse_ratio),
     "diskSpaceWarningLevelRatio": ("store", "disk_space_warning_level_ratio", _parse_ratio),

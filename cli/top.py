@@ -147,6 +147,8 @@ NODE_COLUMNS = [
     Column("pull/s", 8, "right"),
     Column("lag ms", 9, "right"),
     Column("cluster", 10),
+    # used share of the store's disk; "full" (red) while it refuses sends for it
+    Column("disk", 7, "right"),
 ]
 # DLedger members only (the columns are there when one of the nodes is a member): which member
 # and its Raft role (the group's current leader marked *), its term, its log's end and
@@ -194,6 +196,11 @@ def nodes_table(snap: TopSnapshot, prev: TopSnapshot | None, *, width: int) -> T
         cells["commitlog max"] = _num(node.max_offset)
         cells["send/s"], cells["pull/s"] = _tps(rate.send_tps), _tps(rate.pull_tps)
         cells["state"] = _state(node)
+        if node.disk_ratio is not None:
+            cells["disk"] = Text(
+                f"{node.disk_ratio:.0%}" + (" full" if node.put_refused else ""),
+                style=DOWN_STYLE if node.put_refused else "",
+            )
         if node.raft is not None:
             cells.update(_raft_cells(node.raft, leaders.get(node.raft.group)))
         rows.append((cells, None if node.listed else UNLISTED_STYLE))

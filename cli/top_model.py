@@ -65,6 +65,8 @@ class NodeView:
     listed: bool = True  # the nameserver lists it right now
     error: str | None = None  # why it did not answer this time (then it is shown red)
     raft: RaftStatus | None = None  # a DLedger member's Raft state (lag not filled in)
+    disk_ratio: float | None = None  # commitLogDiskRatio: used / total of its store's disk
+    put_refused: str = ""  # putRefusedReason: why it refuses sends now ("" it takes them)
 
     @property
     def alive(self) -> bool:
@@ -386,6 +388,7 @@ def node_view(
         )
         put = _int_or_none(got.table.get("msgPutTotalTodayNow"))
         get = _int_or_none(got.table.get("msgGetTotalTodayNow"))
+        disk = _float_or_none(got.table.get("commitLogDiskRatio"))
     except Exception as exc:  # a malformed table is this node's problem only
         return NodeView(cluster, name, bid, addr, listed=listed, error=describe_error(exc))
     return NodeView(
@@ -401,7 +404,16 @@ def node_view(
         ha_reported_offset=status.ha_reported_offset,
         listed=listed,
         raft=status.raft,
+        disk_ratio=disk,
+        put_refused=got.table.get("putRefusedReason", ""),
     )
+
+
+def _float_or_none(value: str | None) -> float | None:
+    try:
+        return None if value in (None, "") else float(value)
+    except ValueError:
+        return None
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -110,7 +110,6 @@ class NamesrvProcessor:
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
@@ -126,6 +125,11 @@ class NamesrvProcessor:
         }
         for code, handler in handlers.items():
             dispatcher.register(code, handler)
+        # the lookup clients make most never waits: answered in the read loop, no task (a
+        # flood of them then costs no scheduling, and its answers are bounded by the outbox)
+        dispatcher.register(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route_info_by_topic, inline=True
+        )
         dispatcher.add_close_listener(self.on_channel_close)
 
     def on_channel_close(self, channel: Channel) -> None:
@@ -247,9 +251,7 @@ class NamesrvProcessor:
 
     # ---------------------------------------------------------------- routes and topics
 
-    async def get_route_info_by_topic(
-        self, cmd: RemotingCommand, channel: Channel
-    ) -> RemotingCommand:
+    def get_route_info_by_topic(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         topic = cmd.get_str("topic")
         route = self.routes.pickup_topic_route_data(topic)
         if route is None:

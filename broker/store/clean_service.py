@@ -22,7 +22,7 @@ CleanConsumeQueueService do it:
 * CommitLog segments go from the oldest on, each once its last write (the file's mtime) is
   ``fileReservedTime`` hours old, when the hour is one of ``deleteWhen`` ("04", or "04;16") or
   the disk is over ``diskMaxUsedSpaceRatio`` percent; over ``diskSpaceCleanForciblyRatio`` they
-  go whether expired or not.  The first one that must stay ends the round, and at most
+  go whether expired or not, unless ``cleanFileForciblyEnable`` is false.  The first one that must stay ends the round, and at most
   ``DELETE_FILES_BATCH_MAX`` go per round.
 * Never deleted: the segment being written, and any segment holding bytes not dispatched yet
   (at or past ``reput_from``), so every record still in the CommitLog has its queue units.
@@ -132,9 +132,10 @@ def take_expired_segments(
     config = store.config
     now_ms = store.clock()
     hour = time.localtime(now_ms / 1000).tm_hour
-    forced = ratio > config.disk_space_clean_forcibly_ratio
+    over = ratio > config.disk_space_clean_forcibly_ratio
+    forced = over and config.clean_file_forcibly_enable
     due = (
-        forced
+        over
         or ratio > config.disk_max_used_space_ratio / 100
         or is_time_to_delete(config.delete_when, hour)
     )

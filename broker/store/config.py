@@ -93,6 +93,8 @@ class MessageStoreConfig:
     # which unexpired ones go too; from which puts are refused (DISK_FULL) until the ratio is
     # back at or below the forced-clean one.
     clean_resource_interval: float = 10.0
+    # False: above the forced-clean ratio only expired segments go (RocketMQ's switch)
+    clean_file_forcibly_enable: bool = True
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: float = 0.85
     disk_space_warning_level_ratio: float = 0.90

@@ -62,6 +62,7 @@ from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode_header_
 from common.remoting.codes import ResponseCode
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 from common.remoting.deferred_answer import DeferredAnswer, flush_batch, flush_soon
+from common.remoting.server_limits import OVERLOAD_REMARK, UNCOUNTED, ServerLoad
 
 log = logging.getLogger(__name__)
 # a response-only chunk (a client's) opens no flush batch
@@ -201,9 +202,16 @@ class Channel:
         remote_addr: str,
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
+        load: ServerLoad = UNCOUNTED,
     ) -> None:
         self.remote_addr = remote_addr
         self.attrs: dict[str, Any] = {}
+        # the server's counts this connection adds to (server_limits.py); UNCOUNTED for ours
+        self._load = load
+        # the peer's requests we hold (a task runs for it, or its answer is deferred)
+        self._held = 0
+        # trio time of the last bytes read (the server's idle sweep)
+        self.last_active = 0.0
         self._stream = stream
         self._max_frame_length = max_frame_length
         # The socket's fd if the stream is a TCP socket stream (then written with os.writev from
@@ -259,6 +267,7 @@ class Channel:
             self._scope.cancel()
         self._fail_waiters(RemotingConnectError(f"channel to {self.remote_addr} closed"))
         self._outbox.clear()
+        self._load.outbox_bytes -= self._out_bytes
         self._out_bytes = 0
         self._wake_progress()
 
@@ -302,6 +311,7 @@ class Channel:
             out.extend(p for p, n in zip(parts, sizes, strict=True) if n)
         size = len(head) + body_len
         self._out_bytes += size
+        self._load.outbox_bytes += size
         self._queued += size
         return self._queued
 
@@ -353,6 +363,7 @@ class Channel:
         """Drop ``n`` written bytes from the front of the outbox."""
         self._sent += n
         self._out_bytes -= n
+        self._load.outbox_bytes -= n
         out = self._outbox
         while n:
             size = _nbytes(out[0])
@@ -378,6 +389,7 @@ class Channel:
                     for _ in pieces:
                         self._outbox.popleft()
                     self._out_bytes -= size
+                    self._load.outbox_bytes -= size
                     self._sent += size
                     self._wake_progress()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -502,7 +514,12 @@ class Channel:
         finally:
             self._closed = True
             self._outbox.clear()
+            self._load.outbox_bytes -= self._out_bytes
             self._out_bytes = 0
+            # the request tasks have ended (the nursery is closed): what is left is deferred
+            # answers nobody will read
+            self._load.requests_held -= self._held
+            self._held = 0
             self._wake_progress()
             self._fail_waiters(RemotingConnectError(f"connection to {self.remote_addr} closed"))
             # Listeners first: once the peer sees EOF, our tables already reflect the close.
@@ -552,6 +569,7 @@ class Channel:
                     if not waited:
                         await trio.lowlevel.checkpoint()
                     waited = False
+            self.last_active = trio.current_time()
             if not data:
                 # EOF: nothing will answer our requests any more; let the peer's requests finish.
                 self._eof = True
@@ -568,33 +586,80 @@ class Channel:
                 log.warning("closing %s: %s", self.remote_addr, exc)
                 self.close()
                 return
-            # one flush batch per chunk of requests: what they ask to flush (answers set at
-            # once, the HA master's transfer of their bytes) happens once, at the end
-            with flush_batch() if inline is not None else _NO_BATCH:
-                for cmd in commands:
-                    if cmd.flag & RESPONSE_FLAG:
-                        waiter = self._waiters.pop(cmd.opaque, None)
-                        if waiter is not None:
-                            waiter.response = cmd
-                            waiter.settle()
+            i, n = 0, len(commands)
+            while True:
+                # one flush batch per run of requests: what they ask to flush (answers set at
+                # once, the HA master's transfer of their bytes) happens once, at the end
+                with flush_batch() if inline is not None else _NO_BATCH:
+                    while i < n:
+                        cmd = commands[i]
+                        i += 1
+                        if cmd.flag & RESPONSE_FLAG:
+                            waiter = self._waiters.pop(cmd.opaque, None)
+                            if waiter is not None:
+                                waiter.response = cmd
+                                waiter.settle()
+                            else:
+                                log.debug("response with unknown opaque %d ignored", cmd.opaque)
+                            continue
+                        if self._held >= self._load.limits.max_requests_held or (
+                            self._load.requests_held >= self._load.limits.max_requests_held_total
+                            and self._held >= self._load.limits.fair_share
+                        ):
+                            self._refuse(cmd)
+                        elif inline is None:
+                            self._start_request(nursery, cmd, handler, None)
                         else:
-                            log.debug("response with unknown opaque %d ignored", cmd.opaque)
-                    elif inline is None:
-                        nursery.start_soon(self._handle_request, cmd, handler, None)
-                    else:
-                        self._serve_inline(nursery, cmd, handler, inline)
-            if self._outbox:
-                self._kick()  # every answer of this chunk in one write
+                            self._serve_inline(nursery, cmd, handler, inline)
+                        if self._out_bytes and self._backed_up():
+                            break  # not one more answer until the peer reads some
+                if self._outbox:
+                    self._kick()  # every answer of this run in one write
+                while self._out_bytes and self._backed_up() and not self._closed:
+                    self._progress_waiters += 1
+                    try:
+                        await self._progress.wait()
+                    finally:
+                        self._progress_waiters -= 1
+                if i >= n or self._closed:
+                    break
             if decoder.error is not None:
                 log.warning("closing %s: %s", self.remote_addr, decoder.error)
                 self.close()
                 return
-            while self._out_bytes > OUTBOX_HIGH_WATER and not self._closed:
-                self._progress_waiters += 1
-                try:
-                    await self._progress.wait()
-                finally:
-                    self._progress_waiters -= 1
+
+    def _backed_up(self) -> bool:
+        """Too many answers unwritten: this connection's, or all connections' together."""
+        load = self._load
+        return (
+            self._out_bytes > OUTBOX_HIGH_WATER
+            or load.outbox_bytes > load.limits.max_outbox_bytes_total
+        )
+
+    def _refuse(self, cmd: RemotingCommand) -> None:
+        """The answer to a request over the held-requests limits (server_limits.py)."""
+        load = self._load
+        load.refused_requests += 1
+        if load.refused_requests % 1000 == 1:
+            log.warning(
+                "refusing requests of %s: it holds %d, the server %d (%d refused so far)",
+                self.remote_addr,
+                self._held,
+                load.requests_held,
+                load.refused_requests,
+            )
+        self._queue_answer(cmd, cmd.response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
+
+    def _start_request(
+        self,
+        nursery: trio.Nursery,
+        cmd: RemotingCommand,
+        handler: Handler | None,
+        pending: Awaitable[RemotingCommand | None] | None,
+    ) -> None:
+        self._held += 1
+        self._load.requests_held += 1
+        nursery.start_soon(self._handle_request, cmd, handler, pending)
 
     def _serve_inline(
         self,
@@ -608,16 +673,21 @@ class Channel:
         except Exception as raw:
             result = _error_response(cmd, raw, self.remote_addr)
         if result is NOT_INLINE:
-            nursery.start_soon(self._handle_request, cmd, handler, None)
+            self._start_request(nursery, cmd, handler, None)
         elif result is None or isinstance(result, RemotingCommand):
             self._queue_answer(cmd, result)
         elif isinstance(result, DeferredAnswer):
+            self._held += 1
+            self._load.requests_held += 1
             result.subscribe(functools.partial(self._answer_deferred, cmd))
         else:
-            nursery.start_soon(self._handle_request, cmd, None, result)
+            self._start_request(nursery, cmd, None, result)
 
     def _answer_deferred(self, cmd: RemotingCommand, response: RemotingCommand) -> None:
         """A DeferredAnswer was set: queue it, and flush once for all set in this wake-up."""
+        if self._held > 0:  # else the channel ended and gave its count back already
+            self._held -= 1
+            self._load.requests_held -= 1
         self._queue_answer(cmd, response)
         if self._outbox and not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True
@@ -651,6 +721,18 @@ class Channel:
     ) -> None:
         """Run ``handler`` (or await what an inline handler left ``pending``), then answer."""
         try:
+            await self._answer_request(cmd, handler, pending)
+        finally:
+            self._held -= 1
+            self._load.requests_held -= 1
+
+    async def _answer_request(
+        self,
+        cmd: RemotingCommand,
+        handler: Handler | None,
+        pending: Awaitable[RemotingCommand | None] | None,
+    ) -> None:
+        try:
             if pending is None:
                 assert handler is not None
                 pending = handler(cmd, self)
@@ -659,14 +741,8 @@ class Channel:
             response = _error_response(cmd, raw, self.remote_addr)
         if response is None or cmd.is_oneway:
             return
-        response.flag |= RESPONSE_FLAG
-        response.opaque = cmd.opaque
-        try:
-            try:
-                await self.send(response)
-            except (RemotingSendError, trio.Cancelled):
-                raise
-            except Exception as exc:  # raised by encoding, before anything was queued
-                await self.send(_unencodable(cmd, exc))
-        except RemotingSendError:
-            log.debug("could not answer %s (code %d)", self.remote_addr, cmd.code)
+        # queued, not awaited: once answered a request is no longer held (a peer that does not
+        # read its answers is bounded by the outbox, server_limits.py)
+        self._queue_answer(cmd, response)
+        if self._outbox:
+            self._kick()

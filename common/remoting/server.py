@@ -18,6 +18,8 @@ Requests are routed by code through a :class:`RequestDispatcher`:
   ``unknown_code_policy = "ignore"`` for the 4.9.7 nameserver's silence).
 
 Close listeners run when a connection ends for any reason; the nameserver uses them to drop brokers.
+What clients can make the server hold is bounded (``limits``, server_limits.py): connections,
+requests held, unread answers, idle connections (closed by a sweep task here).
 ``handle_stream`` never raises (except Cancelled), so one bad connection cannot stop the server.
 """
 
@@ -35,6 +37,7 @@ from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network
+from common.remoting.server_limits import ServerLimits, ServerLoad
 
 __all__ = [
     "Channel",
@@ -114,6 +117,8 @@ class RequestDispatcher:
 class RemotingServerHandle:
     host: str
     port: int
+    # what its clients make it hold now
+    load: ServerLoad = attrs.field(factory=ServerLoad, eq=False)
 
 
 async def handle_stream(
@@ -122,12 +127,47 @@ async def handle_stream(
     *,
     remote_addr: str = "memory",
     max_frame_length: int = MAX_FRAME_LENGTH,
+    load: ServerLoad | None = None,
 ) -> None:
     """Serve one connection until it ends; returns the Channel's lifetime, never raises."""
-    channel = Channel(stream, remote_addr, max_frame_length=max_frame_length)
-    await channel.run(
-        dispatcher.dispatch, on_close=dispatcher.notify_closed, inline=dispatcher.dispatch_inline
-    )
+    if load is None:
+        load = ServerLoad()
+    if load.connections >= load.limits.max_connections:
+        load.refused_connections += 1
+        if load.refused_connections % 1000 == 1:
+            log.warning(
+                "closing the connection from %s: %d connections is the limit (%d refused)",
+                remote_addr,
+                load.limits.max_connections,
+                load.refused_connections,
+            )
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)
+        return
+    channel = Channel(stream, remote_addr, max_frame_length=max_frame_length, load=load)
+    channel.last_active = trio.current_time()
+    load.channels.add(channel)
+    try:
+        await channel.run(
+            dispatcher.dispatch,
+            on_close=dispatcher.notify_closed,
+            inline=dispatcher.dispatch_inline,
+        )
+    finally:
+        load.channels.discard(channel)
+
+
+async def sweep_idle_channels(load: ServerLoad) -> None:
+    """Close connections idle for ``channel_max_idle`` (RocketMQ closes them after 120 s)."""
+    limits = load.limits
+    while True:
+        await trio.sleep(limits.idle_sweep_interval)
+        cutoff = trio.current_time() - limits.channel_max_idle
+        idle = [c for c in load.channels if c.last_active < cutoff and not c.closed]
+        if idle:
+            log.info("closing %d connections idle for %.0f s", len(idle), limits.channel_max_idle)
+        for channel in idle:
+            channel.close()
 
 
 async def serve_remoting(
@@ -137,10 +177,12 @@ async def serve_remoting(
     *,
     max_frame_length: int = MAX_FRAME_LENGTH,
     network: Network = TCP,
+    limits: ServerLimits | None = None,
     task_status: trio.TaskStatus[RemotingServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled."""
     bound = await network.listen(host, port)
+    load = ServerLoad(limits or ServerLimits())
 
     async def on_connection(stream: trio.abc.Stream) -> None:
         await handle_stream(
@@ -148,7 +190,10 @@ async def serve_remoting(
             dispatcher,
             remote_addr=network.peer_addr(stream),
             max_frame_length=max_frame_length,
+            load=load,
         )
 
-    task_status.started(RemotingServerHandle(host=host, port=bound.port))
-    await trio.serve_listeners(on_connection, bound.listeners)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sweep_idle_channels, load)
+        task_status.started(RemotingServerHandle(host=host, port=bound.port, load=load))
+        await trio.serve_listeners(on_connection, bound.listeners)

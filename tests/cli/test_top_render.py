@@ -12,7 +12,15 @@ from rich.segment import Segment
 
 from cli.status import SlaveLag
 from cli.top import DOWN_STYLE, UNLISTED_STYLE, render_top
-from cli.top_model import GroupView, NodeView, QueueView, TopicView, TopSnapshot
+from cli.top_model import (
+    GroupView,
+    NodeInfo,
+    NodeView,
+    QueueView,
+    TopicView,
+    TopSnapshot,
+    node_view,
+)
 
 MASTER_A = "127.0.0.1:10911"
 SLAVE_A = "127.0.0.1:10921"
@@ -197,3 +205,27 @@ def test_nameserver_down_is_said_in_the_header():
         for s in line
     )
     assert "no user topics" not in console.export_text()
+
+
+def test_the_disk_column_shows_use_and_a_refusing_broker_in_red():
+    def node(port: int, table: dict[str, str]):
+        key = ("DefaultCluster", f"broker-{port}", 0)
+        return node_view(f"127.0.0.1:{port}", key, NodeInfo(table, "ASYNC_MASTER"), listed=True)
+
+    ok = node(10911, {"commitLogDiskRatio": "0.4213", "putRefusedReason": ""})
+    full = node(
+        10921,
+        {
+            "commitLogDiskRatio": "0.9312",
+            "putRefusedReason": "the broker's disk is full [CL: 0.93]",
+        },
+    )
+    assert (ok.disk_ratio, ok.put_refused) == (0.4213, "")
+    console = Console(record=True, width=200, color_system=None, highlight=False)
+    console.print(render_top(TopSnapshot("127.0.0.1:9876", 1.0, 1.7e9, (ok, full)), width=200))
+    out = console.export_text()
+    assert any(line.split()[-1:] == ["disk"] or " disk " in line for line in out.splitlines())
+    (ok_line,) = [line for line in out.splitlines() if "broker-10911" in line]
+    (full_line,) = [line for line in out.splitlines() if "broker-10921" in line]
+    assert "42%" in ok_line and "full" not in ok_line
+    assert "93% full" in full_line

@@ -46,7 +46,7 @@ class FakeDispatcher:
     handlers: dict = attrs.Factory(dict)
     close_listeners: list = attrs.Factory(list)
 
-    def register(self, code, handler):
+    def register(self, code, handler, *, inline=False):
         self.handlers[int(code)] = handler
 
     def add_close_listener(self, fn):
@@ -57,7 +57,8 @@ class FakeDispatcher:
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported")
         try:
-            return await handler(cmd, channel)
+            answer = handler(cmd, channel)
+            return answer if isinstance(answer, RemotingCommand) else await answer
         except RequestError as exc:
             return cmd.response(exc.code, exc.remark)
 

@@ -143,3 +143,18 @@ async def test_the_service_cleans_by_itself(tmp_path):
         with trio.fail_after(5):
             while len(store.commit_log.queue.files) > 1:  # noqa: ASYNC110 - it polls too
                 await trio.sleep(0.02)
+
+
+async def test_without_forced_clean_a_full_disk_keeps_unexpired_segments(tmp_path):
+    async with Opened(
+        tmp_path / "s", **SMALL, delete_when=OTHER_HOUR, clean_file_forcibly_enable=False
+    ) as store:
+        store.clock = lambda: NOW_MS
+        await _fill(store)
+        _age_segments(store, 1)
+        assert _commit_log_files(take_expired_segments(store, ratio=0.99)) == []
+        _age_segments(store, 100)  # expired ones still go when the disk is that full
+        taken = take_expired_segments(store, ratio=0.99)
+        assert len(_commit_log_files(taken)) > 0
+        for mf in taken:
+            mf.destroy()
