@@ -116,6 +116,7 @@ class BrokerConfig:
         factory=lambda: MessageStoreConfig(store_path_root_dir="store")
     )
     auto_create_topic_enable: bool = True
+    auto_create_topic_max: int = 1000
     default_topic_queue_nums: int = 8
     auto_create_subscription_group: bool = True
     cluster_topic_enable: bool = True
@@ -265,6 +266,8 @@ _PROPERTIES: dict[str, _Spec] = {
     "listenPort": ("broker", "listen_port", _parse_int),
     "namesrvAddr": ("broker", "namesrv_addr", _parse_str),
     "autoCreateTopicEnable": ("broker", "auto_create_topic_enable", _parse_bool),
+    # ours: the number of topics past which sends no longer auto-create one
+    "autoCreateTopicMax": ("broker", "auto_create_topic_max", _parse_positive_int),
     "defaultTopicQueueNums": ("broker", "default_topic_queue_nums", _parse_int),
     "autoCreateSubscriptionGroup": ("broker", "auto_create_subscription_group", _parse_bool),
     "clusterTopicEnable": ("broker", "cluster_topic_enable", _parse_bool),

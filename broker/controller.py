@@ -130,6 +130,7 @@ class BrokerController:
             broker_name=c.broker_name,
             cluster_name=c.broker_cluster_name,
             auto_create_topic_enable=c.auto_create_topic_enable,
+            auto_create_topic_max=c.auto_create_topic_max,
             default_topic_queue_nums=c.default_topic_queue_nums,
             cluster_topic_enable=c.cluster_topic_enable,
             broker_topic_enable=c.broker_topic_enable,

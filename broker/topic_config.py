@@ -73,6 +73,9 @@ class TopicConfigManager(VersionedConfigManager[TopicConfig, TopicConfigSerializ
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     auto_create_topic_enable: bool = True
+    # ours: auto-creation stops once this many topics exist (each auto-created topic holds its
+    # queue files open; admins can still create topics)
+    auto_create_topic_max: int = 1000
     default_topic_queue_nums: int = 8
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
@@ -85,6 +88,8 @@ class TopicConfigManager(VersionedConfigManager[TopicConfig, TopicConfigSerializ
     data_version: DataVersion = attrs.field(factory=DataVersion.now, init=False)
     # topics that exist only because the broker starts with them (not removable by admins)
     system_topics: set[str] = attrs.field(factory=set, init=False)
+    # sends refused because auto_create_topic_max was reached
+    auto_create_refused: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         def sys(
@@ -156,6 +161,15 @@ class TopicConfigManager(VersionedConfigManager[TopicConfig, TopicConfigSerializ
             log.warning("create topic %s: default topic %s does not exist", topic, default_topic)
             return None
         if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.auto_create_topic_enable:
+            return None
+        if len(self.table) - len(self.system_topics) >= self.auto_create_topic_max:
+            self.auto_create_refused += 1
+            if self.auto_create_refused % 1000 == 1:
+                log.warning(
+                    "not auto-creating topic %s: %d topics is the limit (autoCreateTopicMax)",
+                    topic,
+                    self.auto_create_topic_max,
+                )
             return None
         if not PermName.is_inherited(template.perm):
             log.warning(

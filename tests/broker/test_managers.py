@@ -93,6 +93,18 @@ def test_auto_create_from_default_topic() -> None:
     assert t.create_topic_in_send_message_method("Other", "Missing", 4) is None
 
 
+def test_auto_creation_stops_at_auto_create_topic_max() -> None:
+    t = TopicConfigManager(auto_create_topic_max=3)
+    t.update_topic_config(TopicConfig("ByAdmin", 4, 4, 6))
+    assert t.create_topic_in_send_message_method("A", "TBW102", 4) is not None
+    assert t.create_topic_in_send_message_method("B", "TBW102", 4) is not None
+    assert t.create_topic_in_send_message_method("C", "TBW102", 4) is None  # 3 topics exist
+    assert t.create_topic_in_send_message_method("A", "TBW102", 4) is not None  # existing
+    assert t.auto_create_refused == 1
+    t.update_topic_config(TopicConfig("ByAdmin2", 4, 4, 6))  # admins are not capped
+    assert "ByAdmin2" in t.table
+
+
 def test_topics_persist_roundtrip(tmp_path: Path) -> None:
     t = TopicConfigManager()
     t.update_topic_config(TopicConfig("A", 2, 3, 6))
