@@ -22,6 +22,7 @@ role follows its Raft role at run time (broker/dledger/roles.py).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any  # one use: _FieldValues, whose comment says why
 
@@ -117,6 +118,12 @@ class BrokerConfig:
     )
     auto_create_topic_enable: bool = True
     auto_create_topic_max: int = 1000
+    # plain ACL (broker/acl): off by default, as in RocketMQ; the file is RocketMQ's
+    # $ROCKETMQ_HOME/conf/plain_acl.yml unless aclFile (ours) names another
+    acl_enable: bool = False
+    acl_file: str | None = None
+    # how often the file is checked for changes (RocketMQ: 5 s)
+    acl_watch_interval: float = 5.0
     default_topic_queue_nums: int = 8
     auto_create_subscription_group: bool = True
     cluster_topic_enable: bool = True
@@ -159,6 +166,13 @@ class BrokerConfig:
         if not self.namesrv_addr:
             return []
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def acl_file_path(self) -> str:
+        if self.acl_file:
+            return self.acl_file
+        home = os.environ.get("ROCKETMQ_HOME", ".")
+        return os.path.join(home, "conf", "plain_acl.yml")
 
     @property
     def ha_port(self) -> int:
@@ -266,6 +280,9 @@ _PROPERTIES: dict[str, _Spec] = {
     "listenPort": ("broker", "listen_port", _parse_int),
     "namesrvAddr": ("broker", "namesrv_addr", _parse_str),
     "autoCreateTopicEnable": ("broker", "auto_create_topic_enable", _parse_bool),
+    "aclEnable": ("broker", "acl_enable", _parse_bool),
+    "aclFile": ("broker", "acl_file", _parse_str),
+    "aclFileWatchInterval": ("broker", "acl_watch_interval", _parse_ms),
     # ours: the number of topics past which sends no longer auto-create one
     "autoCreateTopicMax": ("broker", "auto_create_topic_max", _parse_positive_int),
     "defaultTopicQueueNums": ("broker", "default_topic_queue_nums", _parse_int),

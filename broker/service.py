@@ -38,6 +38,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from broker.acl.validator import PlainAccessValidator, run_acl_watch
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.dledger.commitlog import DLedgerMessageStore, run_dledger_store
@@ -143,6 +144,11 @@ async def run_broker(
             async with open_remoting_client(network=network) as client:
                 try:
                     async with trio.open_nursery() as nursery:
+                        if config.acl_enable:
+                            # before the port opens: no request is served unjudged
+                            acl = PlainAccessValidator(config.acl_file_path)
+                            await nursery.start(run_acl_watch, acl, config.acl_watch_interval)
+                            dispatcher.guard = acl.guard
                         serve = partial(serve_remoting, network=network)
                         main = await nursery.start(
                             serve, dispatcher, config.listen_host, config.listen_port

@@ -6,6 +6,7 @@ synchronous code live in `rmq.sync`.
 
 from common.message import MessageExt
 from common.model import MessageQueue
+from common.session_credentials import SessionCredentials
 from rmq.admin import Admin, QueueOffsets
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.lite_pull_consumer import LitePullConsumer
@@ -44,4 +45,5 @@ __all__ = [
     "QueueOffsets",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
 ]

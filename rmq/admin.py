@@ -32,6 +32,7 @@ from common.message_id import decode_offset_msg_id
 from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
+from common.session_credentials import SessionCredentials
 from rmq.admin_api import (
     AdminAPI,
     ConsumerConnection,
@@ -78,9 +79,12 @@ class Admin(ClientBase):
         *,
         remoting: Remoting | None = None,
         network: Network | None = None,
+        credentials: SessionCredentials | None = None,
         timeout: float = 3.0,
     ) -> None:
-        super().__init__(namesrv, remoting=remoting, network=network, timeout=timeout)
+        super().__init__(
+            namesrv, remoting=remoting, network=network, timeout=timeout, credentials=credentials
+        )
         self.timeout = timeout
 
     async def __aenter__(self) -> Admin:

@@ -62,6 +62,7 @@ import trio
 from common.errors import RmqError
 from common.message import MessageExt
 from common.model import MessageQueue
+from common.session_credentials import SessionCredentials
 from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
@@ -355,5 +356,6 @@ __all__ = [
     "QueueOffsets",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "allocate_averagely",
 ]

@@ -55,6 +55,7 @@ from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network, TcpNetwork
+from common.session_credentials import SessionCredentials
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
 from rmq.remoting import Remoting
@@ -346,8 +347,11 @@ class ClientBase:
         route_max_age: float = ROUTE_MAX_AGE,
         instance_name: str | None = None,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self._namesrv_addrs = parse_namesrv(namesrv)
+        # a broker with plain ACL: every request is signed with these (not a lent `remoting`)
+        self._credentials = credentials
         # how brokers are reached when no `remoting` client is lent (TCP; tests: in memory)
         self._network = network
         self._client_id = make_client_id(instance_name)
@@ -363,8 +367,10 @@ class ClientBase:
     def over_tcp(self) -> bool:
         """Brokers are reached over real TCP sockets (no lent client, no test network): a
         blocking socket of rmq.sync can reach them too."""
-        return self._remoting is None and (
-            self._network is None or self._network is TCP or type(self._network) is TcpNetwork
+        return (
+            self._remoting is None
+            and self._credentials is None
+            and (self._network is None or self._network is TCP or type(self._network) is TcpNetwork)
         )
 
     @property
@@ -392,8 +398,11 @@ class ClientBase:
             if remoting is None:
                 from common.remoting.client import open_remoting_client
 
+                sign = None if self._credentials is None else self._credentials.sign
                 remoting = await stack.enter_async_context(
-                    open_remoting_client(connect_timeout=self._timeout, network=self._network)
+                    open_remoting_client(
+                        connect_timeout=self._timeout, network=self._network, sign=sign
+                    )
                 )
             instance = ClientInstance(
                 remoting,

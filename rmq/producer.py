@@ -36,13 +36,11 @@ Theory of operation:
 
 from __future__ import annotations
 
-import enum
 import inspect
 import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-import attrs
 import trio
 
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
@@ -50,6 +48,7 @@ from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
+from common.session_credentials import SessionCredentials
 from common.string_hash import java_string_hash
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
@@ -66,6 +65,7 @@ from rmq.message import (
     stored_record_size,
 )
 from rmq.remoting import Remoting
+from rmq.send_result import SendResult, SendStatus
 from rmq.topic_publish_info import (
     TopicPublishInfo,
     default_publish_info,
@@ -79,13 +79,6 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 _CLUSTER_NAME_ALLOWANCE = 4096
 _MAX_HEADER_TEMPLATES = 4096  # a producer writing to many topics starts over past this
 _BATCH_PROPERTIES = "WAIT\x01true"  # encode_properties({"WAIT": "true"})
-
-
-class SendStatus(enum.Enum):
-    SEND_OK = "SEND_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
 # keyed by int: a response's code is the wire's int, not always a ResponseCode member
@@ -108,17 +101,6 @@ def select_by_hash(mqs: list[MessageQueue], msg: Message, arg: object) -> Messag
     return mqs[abs(value) % len(mqs)]
 
 
-@attrs.frozen
-class SendResult:
-    status: SendStatus
-    msg_id: str  # UNIQ_KEY (comma-joined for a batch)
-    offset_msg_id: str  # broker's offset msgId (comma-joined for a batch)
-    message_queue: MessageQueue
-    queue_offset: int  # logical offset in the queue (first one for a batch)
-    region_id: str = "DefaultRegion"
-    transaction_id: str | None = None
-
-
 class Producer(ClientBase):
     """`async with Producer("pg", "127.0.0.1:9876") as p: await p.send(Message(...))`."""
 
@@ -129,6 +111,7 @@ class Producer(ClientBase):
         *,
         remoting: Remoting | None = None,
         network: Network | None = None,
+        credentials: SessionCredentials | None = None,
         send_timeout: float = 3.0,
         retry_times: int = 2,
         default_topic_queue_nums: int = 4,
@@ -147,6 +130,7 @@ class Producer(ClientBase):
             route_max_age=route_max_age,
             heartbeat_interval=heartbeat_interval,
             instance_name=instance_name,
+            credentials=credentials,
         )
         if not group:
             raise InvalidMessageError("producer group is empty")

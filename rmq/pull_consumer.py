@@ -27,6 +27,7 @@ from common.message import MessageExt
 from common.model import MessageQueue
 from common.remoting.codes import ResponseCode
 from common.remoting.network import Network
+from common.session_credentials import SessionCredentials
 from rmq.client_api import PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
@@ -83,6 +84,7 @@ class PullConsumer(ClientBase):
         network: Network | None = None,
         timeout: float = 3.0,
         route_max_age: float = 30.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         super().__init__(
             namesrv,
@@ -90,6 +92,7 @@ class PullConsumer(ClientBase):
             network=network,
             timeout=timeout,
             route_max_age=route_max_age,
+            credentials=credentials,
         )
         if not group:
             raise ClientError("consumer group is empty")

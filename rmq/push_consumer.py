@@ -57,6 +57,7 @@ from common.model import (
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
+from common.session_credentials import SessionCredentials
 from common.string_hash import java_string_hash
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.client_instance import ClientBase, ClientInstance
@@ -134,6 +135,7 @@ class PushConsumer(ClientBase):
         timeout: float = 3.0,
         remoting: Remoting | None = None,
         network: Network | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         super().__init__(
             namesrv,
@@ -142,6 +144,7 @@ class PushConsumer(ClientBase):
             timeout=timeout,
             instance_name=instance_name,
             heartbeat_interval=heartbeat_interval,
+            credentials=credentials,
         )
         if not group:
             raise ClientError("consumer group is empty")

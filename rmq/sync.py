@@ -47,6 +47,7 @@ import trio
 from common.errors import RmqError
 from common.message import MessageExt
 from common.model import ClusterInfo, MessageQueue, TopicRouteData
+from common.session_credentials import SessionCredentials
 from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
@@ -376,5 +377,6 @@ __all__ = [
     "QueueOffsets",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "allocate_averagely",
 ]

@@ -39,9 +39,16 @@ Connect = Callable[[str], Awaitable[trio.abc.Stream]]
 
 class RemotingClient:
     def __init__(
-        self, nursery: trio.Nursery, *, connect_timeout: float, connect: Connect | None
+        self,
+        nursery: trio.Nursery,
+        *,
+        connect_timeout: float,
+        connect: Connect | None,
+        sign: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self._nursery = nursery
+        # called on every request before it is sent (ACL credentials: SessionCredentials.sign)
+        self._sign = sign
         self._connect_timeout = connect_timeout
         self._connect = connect or TCP.connect
         # addr -> the live channel for it; a closed channel is replaced on the next call.
@@ -101,6 +108,8 @@ class RemotingClient:
 
         Raises RemotingConnectError / RemotingTimeoutError / RemotingSendError.
         """
+        if self._sign is not None:
+            self._sign(cmd)
         try:
             with trio.fail_after(timeout):
                 channel = await self.get_channel(addr)
@@ -111,6 +120,8 @@ class RemotingClient:
             ) from None
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
+        if self._sign is not None:
+            self._sign(cmd)
         try:
             with trio.fail_after(timeout):
                 channel = await self.get_channel(addr)
@@ -135,6 +146,7 @@ async def open_remoting_client(
     connect_timeout: float = 3.0,
     connect: Connect | None = None,
     network: Network | None = None,
+    sign: Callable[[RemotingCommand], None] | None = None,
 ) -> AsyncIterator[RemotingClient]:
     """A client whose connections live in this ``async with``; ``network`` (default TCP) or a
     bare ``connect`` function decides how an address is reached."""
@@ -142,7 +154,9 @@ async def open_remoting_client(
         connect = network.connect
     with unwrapping_groups():
         async with trio.open_nursery() as nursery:
-            client = RemotingClient(nursery, connect_timeout=connect_timeout, connect=connect)
+            client = RemotingClient(
+                nursery, connect_timeout=connect_timeout, connect=connect, sign=sign
+            )
             try:
                 yield client
             finally:

@@ -62,6 +62,9 @@ class RequestDispatcher:
         self._default: Handler | None = None
         self._close_listeners: list[Callable[[Channel], None]] = []
         self.unknown_code_policy: Literal["reply", "ignore"] = "reply"
+        # run before any handler sees a request (RocketMQ's RPCHook.doBeforeRequest, e.g. the
+        # broker's ACL); raising RequestError answers the request with its code instead
+        self.guard: Callable[[RemotingCommand, Channel], None] | None = None
 
     def register(
         self, code: int, handler: Handler | InlineHandler, *, inline: bool = False
@@ -82,7 +85,10 @@ class RequestDispatcher:
         self._close_listeners.append(fn)
 
     def dispatch_inline(self, cmd: RemotingCommand, channel: Channel) -> Any:
-        """The read loop's entry: NOT_INLINE unless ``cmd.code`` has an inline handler."""
+        """The read loop's entry: NOT_INLINE unless ``cmd.code`` has an inline handler; the
+        guard runs here for every request (the task then runs ``dispatch_guarded``)."""
+        if self.guard is not None:
+            self.guard(cmd, channel)
         handler = self._inline.get(cmd.code)
         if handler is None:
             return NOT_INLINE
@@ -90,6 +96,14 @@ class RequestDispatcher:
 
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """Answer ``cmd`` whatever kind its handler is (also used by tests and clients)."""
+        if self.guard is not None:
+            self.guard(cmd, channel)
+        return await self.dispatch_guarded(cmd, channel)
+
+    async def dispatch_guarded(
+        self, cmd: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | None:
+        """:meth:`dispatch` of a request the guard already passed."""
         inline = self._inline.get(cmd.code)
         if inline is not None:
             result = inline(cmd, channel)
@@ -149,7 +163,7 @@ async def handle_stream(
     load.channels.add(channel)
     try:
         await channel.run(
-            dispatcher.dispatch,
+            dispatcher.dispatch_guarded,
             on_close=dispatcher.notify_closed,
             inline=dispatcher.dispatch_inline,
         )

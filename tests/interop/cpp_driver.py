@@ -63,6 +63,8 @@ def produce(args: argparse.Namespace) -> int:
     producer = Producer(args.group, timeout=args.send_timeout_ms)
     _quiet("SetProducerLogLevel", producer._handle)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        producer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     producer.start()
     tags = args.tags_cycle.split(",") if args.tags_cycle else [""]
     lock = threading.Lock()
@@ -157,6 +159,8 @@ def consume(args: argparse.Namespace) -> int:
     consumer = PushConsumer(args.group)
     _quiet("SetPushConsumerLogLevel", consumer._handle)
     consumer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        consumer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     consumer.set_thread_count(2)
     lock = threading.Lock()
     seen: set[str] = set()
@@ -203,6 +207,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("produce")
     p.add_argument("--namesrv", required=True)
+    p.add_argument("--access-key", default="", help="session credentials (plain ACL)")
+    p.add_argument("--secret-key", default="")
     p.add_argument("--topic", required=True)
     p.add_argument("--group", default="interop-producer")
     p.add_argument("--count", type=int, default=1)
@@ -219,6 +225,8 @@ def main() -> int:
     )
     c = sub.add_parser("consume")
     c.add_argument("--namesrv", required=True)
+    c.add_argument("--access-key", default="", help="session credentials (plain ACL)")
+    c.add_argument("--secret-key", default="")
     c.add_argument("--topic", required=True)
     c.add_argument("--group", required=True)
     c.add_argument("--expression", default="*")
