@@ -124,6 +124,9 @@ class BrokerConfig:
     acl_file: str | None = None
     # how often the file is checked for changes (RocketMQ: 5 s)
     acl_watch_interval: float = 5.0
+    # TEST ONLY, never set it: every 5th single send is answered SEND_OK and not stored. The
+    # chaos harness's checker must catch it (tests/chaos); nothing else reads it
+    chaos_ack_before_store: bool = False
     default_topic_queue_nums: int = 8
     auto_create_subscription_group: bool = True
     cluster_topic_enable: bool = True
@@ -283,6 +286,7 @@ _PROPERTIES: dict[str, _Spec] = {
     "aclEnable": ("broker", "acl_enable", _parse_bool),
     "aclFile": ("broker", "acl_file", _parse_str),
     "aclFileWatchInterval": ("broker", "acl_watch_interval", _parse_ms),
+    "chaosAckBeforeStore": ("broker", "chaos_ack_before_store", _parse_bool),
     # ours: the number of topics past which sends no longer auto-create one
     "autoCreateTopicMax": ("broker", "auto_create_topic_max", _parse_positive_int),
     "defaultTopicQueueNums": ("broker", "default_topic_queue_nums", _parse_int),

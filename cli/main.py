@@ -23,6 +23,10 @@ from cli import (  # noqa: F401
     cmd_store,
     cmd_top,
 )
+
+# isort: split
+# after the others: `rmq --help` keeps the order users know, chaos last of the commands
+from cli import cmd_chaos  # noqa: F401
 from cli.app import app
 from cli.cmd_local import up
 from cli.node import (

@@ -143,6 +143,8 @@ class SendMessageProcessor:
         self._valid_topics: set[str] = set()
         # remote_addr -> (ip, port) of the producer (bornHost), parsed once per connection.
         self._born_hosts: dict[str, tuple[str, int]] = {}
+        # single sends seen with chaos_ack_before_store (the test-only broken mode)
+        self._chaos_sends = 0
 
     def register(self, dispatcher: RequestDispatcher) -> None:
         for code in (
@@ -301,6 +303,12 @@ class SendMessageProcessor:
             self._strip_wait(msg)
         else:
             msg.properties_string = stored
+        if b.config.chaos_ack_before_store:
+            self._chaos_sends += 1
+            if self._chaos_sends % 5 == 0:  # broken on purpose: SEND_OK, nothing stored
+                fake = req.response(ResponseCode.SUCCESS)
+                fake.ext_fields = {"queueId": str(queue_id), "queueOffset": "-1", "msgId": ""}
+                return fake
         appended = b.store.append_message(msg)
         # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue the
         # store moved a delayed message to

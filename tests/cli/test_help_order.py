@@ -23,6 +23,7 @@ TOP_LEVEL = [
     "namesrv",
     "broker",
     "top",
+    "chaos",
     "topic",
     "cluster",
     "group",

@@ -14,10 +14,7 @@ Process control is by pid (``tests/conftest.py`` ``ProcessGroup``): ``kill`` is 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -25,6 +22,7 @@ import attrs
 import pytest
 import trio
 
+from cli.link_proxy import LinkProxy
 from common.errors import RemotingConnectError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
@@ -39,63 +37,6 @@ FAST_TIMING = {
     "minVoteIntervalMs": 150,
     "maxVoteIntervalMs": 400,
 }
-
-
-@attrs.define(eq=False)
-class LinkProxy:
-    """Copies bytes between a listening port and one target; ``blocked`` drops every
-    connection and refuses new ones (closes them at once)."""
-
-    target_port: int
-    port: int = 0
-    blocked: bool = False
-    # the streams of live connections, closed on block()
-    _live: set[trio.SocketStream] = attrs.Factory(set)
-
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
-
-    async def _handle(self, client: trio.SocketStream) -> None:
-        if self.blocked:
-            client.socket.close()
-            return
-        try:
-            server = await trio.open_tcp_stream("127.0.0.1", self.target_port)
-        except BaseException:
-            client.socket.close()
-            if isinstance(sys.exc_info()[1], OSError):
-                return
-            raise
-        self._live.update((client, server))
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump, client, server, nursery.cancel_scope)
-                nursery.start_soon(self._pump, server, client, nursery.cancel_scope)
-        finally:
-            for s in (client, server):
-                self._live.discard(s)
-                s.socket.close()  # synchronous: a cancelled aclose() would skip the other one
-
-    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, scope: Any) -> None:
-        try:
-            while data := await src.receive_some(65536):
-                await dst.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        scope.cancel()
-
-    def block(self) -> None:
-        self.blocked = True
-        for s in list(self._live):
-            with contextlib.suppress(Exception):
-                # nothing more crosses; the pumps see it and close both ends
-                s.socket.shutdown(socket.SHUT_RDWR)
-
-    def unblock(self) -> None:
-        self.blocked = False
 
 
 @attrs.define(eq=False)

@@ -1,0 +1,151 @@
+"""The chaos harness's checker: a history of sends and faults, and what the store served.
+
+Pure (no I/O): the harness (chaos_run.py) records every send with a unique id, its queue, its
+place in that queue's send order and its outcome, every fault with its start and end, and at
+the end every message the cluster serves.  :func:`check` then reports, as a Jepsen-style checker
+does for a queue:
+
+* **lost**: acknowledged (SEND_OK) but not served: a broken promise;
+* **duplicates**: an id served more than once;
+* **order violations**: within a queue, a message served after one sent later (by the one
+  producer of that queue, which sends one message at a time);
+* **unacknowledged but delivered**: failed or timed-out sends that were stored anyway (allowed:
+  the answer was lost, not the message; counted);
+* **recovery time** after each fault: from its end to the next acknowledged send.
+
+A failing report carries the seed and, for each broken promise, the excerpt of the history
+around it (the sends of that queue nearby and the faults in force), so it can be replayed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+
+class Outcome(enum.Enum):
+    ACKED = "acked"  # SEND_OK
+    FAILED = "failed"  # a clear refusal (any other code)
+    UNKNOWN = "unknown"  # a timeout or a lost connection: stored or not, nobody knows
+
+
+@attrs.frozen
+class Send:
+    id: int
+    queue: int
+    seq: int  # place in its queue's send order
+    sent_at: float
+    answered_at: float
+    outcome: Outcome
+    detail: str = ""
+
+
+@attrs.frozen
+class Fault:
+    kind: str  # kill, pause, partition
+    node: str
+    start: float
+    end: float
+
+
+@attrs.frozen
+class Served:
+    queue: int
+    offset: int
+    id: int
+
+
+@attrs.frozen
+class Report:
+    seed: int
+    mode: str
+    acked: int
+    lost: tuple[int, ...]
+    duplicates: tuple[int, ...]
+    order_violations: tuple[tuple[int, int, int], ...]  # (queue, earlier id, later id)
+    unacked_delivered: int
+    recovery: tuple[tuple[str, float | None], ...]  # (fault, seconds to the next ack)
+    excerpts: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.order_violations)
+
+    def summary(self) -> str:
+        rec = ", ".join(f"{f} {'never' if s is None else f'{s:.2f}s'}" for f, s in self.recovery)
+        lines = [
+            f"seed {self.seed} mode {self.mode}: {self.acked} acknowledged, "
+            f"{len(self.lost)} lost, {len(self.duplicates)} duplicated, "
+            f"{len(self.order_violations)} out of order, "
+            f"{self.unacked_delivered} delivered though not acknowledged",
+            f"  recovery: {rec or 'no faults'}",
+        ]
+        lines.extend(self.excerpts)
+        return "\n".join(lines)
+
+
+def check(
+    seed: int, mode: str, sends: Iterable[Send], faults: Iterable[Fault], served: Iterable[Served]
+) -> Report:
+    sends = list(sends)
+    faults = sorted(faults, key=lambda f: f.start)
+    by_id = {s.id: s for s in sends}
+    seen: dict[int, int] = {}
+    per_queue: dict[int, list[Served]] = {}
+    for m in served:
+        seen[m.id] = seen.get(m.id, 0) + 1
+        per_queue.setdefault(m.queue, []).append(m)
+    acked = [s for s in sends if s.outcome is Outcome.ACKED]
+    lost = tuple(sorted(s.id for s in acked if s.id not in seen))
+    duplicates = tuple(sorted(i for i, n in seen.items() if n > 1))
+    violations = []
+    for queue, got in sorted(per_queue.items()):
+        last: Send | None = None
+        done: set[int] = set()
+        for m in sorted(got, key=lambda m: m.offset):
+            s = by_id.get(m.id)
+            if s is None or m.id in done:
+                continue
+            done.add(m.id)
+            if last is not None and s.seq < last.seq:
+                violations.append((queue, last.id, s.id))
+            if last is None or s.seq > last.seq:
+                last = s
+    unacked = sum(1 for s in sends if s.outcome is not Outcome.ACKED and s.id in seen)
+    recovery = []
+    for f in faults:
+        after = [s.answered_at for s in acked if s.sent_at >= f.end]
+        recovery.append((f"{f.kind} {f.node}", min(after) - f.end if after else None))
+    excerpts = [_excerpt(by_id[i], sends, faults, "LOST") for i in lost[:5]]
+    excerpts += [
+        _excerpt(by_id[b], sends, faults, f"OUT OF ORDER after id {a}")
+        for _q, a, b in violations[:5]
+    ]
+    return Report(
+        seed,
+        mode,
+        len(acked),
+        lost,
+        duplicates,
+        tuple(violations),
+        unacked,
+        tuple(recovery),
+        tuple(excerpts),
+    )
+
+
+def _excerpt(send: Send, sends: list[Send], faults: list[Fault], what: str) -> str:
+    near = [s for s in sends if s.queue == send.queue and abs(s.seq - send.seq) <= 3]
+    lines = [f"  {what}: id {send.id} (queue {send.queue}, seq {send.seq})"]
+    for s in sorted(near, key=lambda s: s.seq):
+        mark = "->" if s.id == send.id else "  "
+        lines.append(
+            f"    {mark} t={s.sent_at:7.3f}..{s.answered_at:7.3f} id {s.id} seq {s.seq} "
+            f"{s.outcome.value} {s.detail}"
+        )
+    for f in faults:
+        if f.start <= send.answered_at and f.end >= send.sent_at - 1.0:
+            lines.append(f"    fault {f.kind} {f.node} t={f.start:7.3f}..{f.end:7.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,234 @@
+"""The chaos harness's cluster: real server processes, every replication link through a proxy.
+
+Modes: ``sync`` (SYNC_MASTER + slave), ``async`` (ASYNC_MASTER + slave) and ``dledger`` (three
+DLedger members), each with a nameserver.  Every process is ``python -m cli.node`` with its own
+ports, store and log under ``root``, and is controlled by pid: SIGKILL and a restart on the same
+store, SIGSTOP / SIGCONT.  The slave reaches its master's HA port, and each DLedger member
+each other member, through a :class:`~cli.link_proxy.LinkProxy`, so a partition is a blocked
+proxy; clients and the nameserver still reach every node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import trio
+
+from cli.link_proxy import LinkProxy
+from common.remoting.client import RemotingClient
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
+from common.testing import free_port_block
+
+MODES = ("sync", "async", "dledger")
+# failure detection in DLedger mode after 3 x 300 ms (a short run needs fast elections)
+_RAFT_TIMING = {
+    "heartBeatTimeIntervalMs": "300",
+    "maxHeartBeatLeak": "3",
+    "minVoteIntervalMs": "100",
+    "maxVoteIntervalMs": "300",
+}
+
+
+@attrs.define(eq=False)
+class Proc:
+    """One server process, started again with the same arguments after a kill."""
+
+    name: str
+    args: list[str]
+    port: int
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "cli.node", *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.paused = False
+
+    def kill(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+    def pause(self) -> None:
+        if self.alive:
+            assert self.popen is not None
+            self.popen.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.popen is not None and self.paused:
+            self.popen.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.resume()
+        self.popen.send_signal(signal.SIGCONT)
+        self.popen.terminate()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+
+@attrs.define(eq=False)
+class ChaosCluster:
+    root: Path
+    mode: str
+    # extra broker.conf properties for every broker (the checker's own test breaks one)
+    broker_extra: dict[str, str] = attrs.Factory(dict)
+    procs: dict[str, Proc] = attrs.Factory(dict)
+    # node -> the proxies of its replication links (both directions)
+    links: dict[str, list[LinkProxy]] = attrs.Factory(dict)
+
+    @property
+    def brokers(self) -> list[str]:
+        return [n for n in self.procs if n != "namesrv"]
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        ns_port = free_port_block(4) + 1
+        self._add(
+            "namesrv",
+            ["namesrv", "--port", str(ns_port), "--data-dir", str(self.root / "ns")],
+            ns_port,
+        )
+        common = {
+            "brokerName": "broker-a",
+            "brokerClusterName": "ChaosCluster",
+            "namesrvAddr": f"127.0.0.1:{ns_port}",
+            "mapedFileSizeCommitLog": str(4 << 20),
+            **self.broker_extra,
+        }
+        if self.mode == "dledger":
+            await self._dledger(nursery, common)
+        else:
+            await self._pair(nursery, common)
+        for proc in self.procs.values():
+            proc.start()
+
+    async def _pair(self, nursery: trio.Nursery, common: dict[str, str]) -> None:
+        master_port, slave_port = free_port_block(4), free_port_block(4)
+        ha = LinkProxy(master_port + 1)  # the master's HA port is listenPort + 1
+        await nursery.start(ha.serve)
+        self.links = {"master": [ha], "slave": [ha]}
+        role = "SYNC_MASTER" if self.mode == "sync" else "ASYNC_MASTER"
+        self._broker("master", master_port, {**common, "brokerId": "0", "brokerRole": role})
+        self._broker(
+            "slave",
+            slave_port,
+            {
+                **common,
+                "brokerId": "1",
+                "brokerRole": "SLAVE",
+                "haMasterAddress": f"127.0.0.1:{ha.port}",
+            },
+        )
+
+    async def _dledger(self, nursery: trio.Nursery, common: dict[str, str]) -> None:
+        ids = ["n0", "n1", "n2"]
+        broker_ports = {i: free_port_block(4) for i in ids}
+        raft_ports = {i: free_port_block(1) for i in ids}
+        proxies: dict[tuple[str, str], LinkProxy] = {}
+        for a in ids:
+            for b in ids:
+                if a != b:
+                    proxies[(a, b)] = proxy = LinkProxy(raft_ports[b])
+                    await nursery.start(proxy.serve)
+        self.links = {i: [p for (a, b), p in proxies.items() if i in (a, b)] for i in ids}
+        for i in ids:
+            peers = ";".join(
+                f"{j}-127.0.0.1:{raft_ports[j] if j == i else proxies[(i, j)].port}" for j in ids
+            )
+            conf = {
+                **common,
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": "broker-a",
+                "dLegerPeers": peers,
+                "dLegerSelfId": i,
+                **_RAFT_TIMING,
+            }
+            self._broker(i, broker_ports[i], conf)
+
+    def _broker(self, name: str, port: int, conf: dict[str, str]) -> None:
+        data = self.root / name
+        conf = {**conf, "listenPort": str(port), "storePathRootDir": str(data)}
+        path = self.root / f"{name}.conf"
+        path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        self._add(name, ["broker", "-c", str(path)], port)
+
+    def _add(self, name: str, args: list[str], port: int) -> None:
+        self.procs[name] = Proc(name, args, port, self.root / f"{name}.log")
+
+    # --- faults -------------------------------------------------------------------------------
+
+    def partition(self, node: str) -> None:
+        for proxy in self.links.get(node, ()):
+            proxy.block()
+
+    def heal(self) -> None:
+        for proxies in self.links.values():
+            for proxy in proxies:
+                proxy.unblock()
+
+    def restore_all(self) -> None:
+        """Every fault ended: links healed, paused nodes resumed, dead nodes started."""
+        self.heal()
+        for proc in self.procs.values():
+            proc.resume()
+            if not proc.alive:
+                proc.start()
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+    # --- where to send ------------------------------------------------------------------------
+
+    async def writer(self, client: RemotingClient) -> str | None:
+        """The address that takes writes now: the master, or the DLedger leader."""
+        if self.mode != "dledger":
+            return self.procs["master"].addr
+        for name in self.brokers:
+            proc = self.procs[name]
+            if not proc.alive or proc.paused:
+                continue
+            try:
+                r = await client.invoke(
+                    proc.addr,
+                    RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                    timeout=0.5,
+                )
+            except Exception:
+                client.close_channel(proc.addr)
+                continue
+            if r.code == ResponseCode.SUCCESS:
+                table = json.loads(bytes(r.body))["table"]
+                if table.get("dledgerRole") == "LEADER":
+                    return proc.addr
+        return None
