@@ -11,8 +11,8 @@ kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768-60999 by default
 at any moment by an outgoing connection of any process on the machine (seen in CI: a broker's
 port grabbed between the check and the bind), so blocks are drawn only outside that range.
 
-:func:`small_tmpfs` mounts a tmpfs of a few MiB for the tests of a full disk (they run as root,
-as CI does; a mount that fails fails the test, it never skips it).
+:func:`small_tmpfs` mounts a tmpfs of a few MiB for the tests of a full disk (as root, or through
+`sudo -n` as CI's package installs do; a mount that fails fails the test, it never skips it).
 """
 
 from __future__ import annotations
@@ -176,8 +176,11 @@ class MemoryNetwork:
 def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
     """A tmpfs of ``mib`` MiB mounted at ``path`` (made here) until the block ends."""
     path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(path)], check=True)
+    # root mounts itself; anyone else through sudo (as CI installs packages), owning the mount
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    options = f"size={mib}m,uid={os.geteuid()},gid={os.getegid()},mode=0755"
+    subprocess.run([*sudo, "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+        subprocess.run([*sudo, "umount", "-l", str(path)], check=False)
