@@ -144,6 +144,11 @@ async def run_broker(
             async with open_remoting_client(network=network) as client:
                 try:
                     async with trio.open_nursery() as nursery:
+                        if config.chaos_ack_before_store:
+                            log.error(
+                                "chaosAckBeforeStore is on: every 5th send is acknowledged and "
+                                "NOT stored (a switch for the chaos checker's own test only)"
+                            )
                         if config.acl_enable:
                             # before the port opens: no request is served unjudged
                             acl = PlainAccessValidator(config.acl_file_path)

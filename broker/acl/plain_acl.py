@@ -25,6 +25,7 @@ exception's text; clients treat both as a failed request).
 from __future__ import annotations
 
 import enum
+import hmac
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -160,7 +161,9 @@ def parse_plain_acl(text: str) -> AclConfig:
     except yaml.YAMLError as exc:
         raise AclFileError(f"not YAML: {exc}") from None
     if doc is None:
-        doc = {}
+        # an empty file is refused, as RocketMQ does: caught half-written by an editor, it
+        # would otherwise drop every account
+        raise AclFileError("the file holds no data")
     if not isinstance(doc, dict):
         raise AclFileError("the top level must be a mapping")
     try:
@@ -201,7 +204,7 @@ def judge(
     if account.white_remote_address is not None and account.white_remote_address(peer_ip):
         return
     expected = calculate_signature(account.secret_key, combine(fields, body))
-    if fields.get(SIGNATURE) != expected:
+    if not hmac.compare_digest(str(fields.get(SIGNATURE, "")), expected):
         raise AclDenied(f"Check signature failed for accessKey={ak}")
     if code in ADMIN_CODES and not account.admin:
         raise AclDenied(f"Need admin permission for request code={code}, but accessKey={ak} is not")

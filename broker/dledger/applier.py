@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 HINT_FILE = "dledger_applied"
 # entries applied before the apply task lets other tasks run
 _APPLY_BATCH = 1024
+# seconds between tries to apply when the classic store's disk is full
+_STALL_RETRY_S = 1.0
 _BLANK_HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
 _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
@@ -77,6 +79,11 @@ _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
 
 class ApplyError(RuntimeError):
     """The classic store and the DLedger log disagree (or the store refused a record)."""
+
+
+class ApplyStalled(Exception):
+    """The classic store's disk is full: nothing of the refused records was applied, and
+    ``applied_index`` / ``applied_offset`` are back before them; ``run`` tries again later."""
 
 
 class PutHint(NamedTuple):
@@ -111,6 +118,8 @@ class _Run:
     ones (with their messages), ``append_to_commit_log`` for the others."""
 
     start: int
+    # the entry of the run's first record (where applying starts again after a stall)
+    first_index: int
     buf: bytearray
     hinted: bool
     msgs: list[MessageExtBrokerInner]
@@ -325,7 +334,15 @@ class Applier:
         else:
             ok = self.classic.append_to_commit_log(run.start, data)
         if not ok:
+            if self.classic.flags.disk_full:
+                self._stall(run.first_index, run.start)
             raise ApplyError(f"classic store refused the records at {run.start}")
+
+    def _stall(self, index: int, offset: int) -> None:
+        """Go back to just before entry ``index`` (at CommitLog ``offset``) and stop."""
+        self._run = None
+        self.applied_index, self.applied_offset = index - 1, offset
+        raise ApplyStalled(f"the classic store's disk is full at {offset} (entry {index})")
 
     def _write_record(self, index: int, body: bytes, hint: PutHint | None = None) -> None:
         classic = self.classic
@@ -352,11 +369,13 @@ class Applier:
             rest = file_size - used
             blank = _BLANK_HEAD.pack(rest, BLANK_MAGIC_CODE) + bytes(rest - 8)
             if not classic.append_to_commit_log(end, blank):
+                if classic.flags.disk_full:
+                    self._stall(index, end)
                 raise ApplyError(f"classic store refused the BLANK at {end}")
             end += rest
         if run is None:
             store_ts = hint.store_ts if hinted and hint is not None else 0
-            run = self._run = _Run(end, bytearray(), hinted, [], [], [], store_ts)
+            run = self._run = _Run(end, index, bytearray(), hinted, [], [], [], store_ts)
         at = len(run.buf)
         run.buf += body
         _PHYS.pack_into(run.buf, at + PHYSICAL_OFFSET_POSITION, end)
@@ -381,7 +400,14 @@ class Applier:
             await trio.lowlevel.checkpoint_if_cancelled()
             first = self.applied_index + 1
             last = min(node.committed_index, self.applied_index + _APPLY_BATCH)
-            self.apply_entries(self._committed(first, last))
+            try:
+                self.apply_entries(self._committed(first, last))
+            except ApplyStalled as exc:
+                # nothing lost: the entries are in the Raft log and are applied again once the
+                # disk has room (the store refuses puts meanwhile, running_flags.py)
+                log.error("%s; applying again in %.0f s", exc, _STALL_RETRY_S)
+                await trio.sleep(_STALL_RETRY_S)
+                continue
             n = last - first + 1
             if n:
                 ev, self._progress = self._progress, trio.Event()
@@ -416,6 +442,7 @@ def _same_record(stored: memoryview | bytes, body: bytes) -> bool:
 __all__ = [
     "HINT_FILE",
     "ApplyError",
+    "ApplyStalled",
     "Applier",
     "DLedgerNodeView",
     "NodeConfigView",

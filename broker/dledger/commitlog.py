@@ -56,6 +56,7 @@ from broker.store.results import (
     PutMessageStatus,
     QueryMessageResult,
 )
+from broker.store.running_flags import RunningFlags
 from broker.store.stats import StoreStats
 from common.message import MessageExt, MessageExtBrokerInner
 from common.message_id import create_offset_msg_id
@@ -256,6 +257,10 @@ class DLedgerMessageStore(PutSteps):
 
     def get_max_phy_offset(self) -> int:
         return self.classic.get_max_phy_offset()
+
+    @property
+    def flags(self) -> RunningFlags:
+        return self.classic.flags
 
     def get_min_phy_offset(self) -> int:
         return self.classic.get_min_phy_offset()

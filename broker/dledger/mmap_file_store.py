@@ -207,16 +207,36 @@ class FileLog:
         size = entry.size
         data = self.data
         mf = data.last()
+        old = created = new_index = None
         if mf is None or mf.is_full:
-            mf = data.create(entry.pos - entry.pos % data.file_size)
+            mf = created = data.create(entry.pos - entry.pos % data.file_size)
         elif mf.end_offset != entry.pos:
-            # the entry moves to the next file: blank the rest of this one
-            remaining = mf.remaining
-            mf.reserve_blocks(data.file_size)  # the filler is served too (mapped_file.py)
+            # the entry moves to the next file: the rest of this one gets a filler (below)
+            old = mf
+            mf = created = data.create(old.file_from_offset + data.file_size)
+        imf = self.index.last()
+        if imf is None or imf.is_full:
+            imf = new_index = self.index.create(
+                0 if imf is None else imf.file_from_offset + imf.file_size
+            )
+        try:
+            # every block this entry needs is reserved before a byte is written: an ENOSPC
+            # here (a full disk) leaves the log exactly as it was, files included
+            if old is not None:
+                old.reserve_blocks(data.file_size)  # the filler is served too (mapped_file.py)
+            mf.reserve_blocks(mf.wrote + size)
+            imf.reserve_blocks(imf.wrote + INDEX_UNIT_SIZE)
+        except OSError:
+            for queue, fresh in ((data, created), (self.index, new_index)):
+                if fresh is not None and queue.files and queue.files[-1] is fresh:
+                    queue.files.pop()
+                    fresh.destroy()
+            raise
+        if old is not None:
+            remaining = old.remaining
             if remaining >= MIN_BLANK_LEN:
-                mf.append(_BLANK.pack(BLANK_MAGIC_CODE, remaining))
-            mf.wrote = data.file_size  # the rest is zero already (sparse)
-            mf = data.create(mf.file_from_offset + data.file_size)
+                old.append(_BLANK.pack(BLANK_MAGIC_CODE, remaining))
+            old.wrote = data.file_size  # the rest is zero already (sparse)
         header = _HEADER.pack(
             entry.magic,
             size,
@@ -229,14 +249,6 @@ class FileLog:
             len(entry.body),
         )
         pos = mf.wrote
-        imf = self.index.last()
-        if imf is None or imf.is_full:
-            imf = self.index.create(0 if imf is None else imf.file_from_offset + imf.file_size)
-        # both files get their blocks before either is written: an ENOSPC here (a full disk)
-        # leaves the log as it was
-        if pos + size > mf.allocated:
-            mf.reserve_blocks(pos + size)
-        imf.reserve_blocks(imf.wrote + INDEX_UNIT_SIZE)
         view = mf.view
         view[pos : pos + ENTRY_HEADER_SIZE] = header
         view[pos + ENTRY_HEADER_SIZE : pos + size] = entry.body

@@ -31,6 +31,7 @@ from broker.store.results import (
     PutMessageResult,
     QueryMessageResult,
 )
+from broker.store.running_flags import RunningFlags
 from common.message import MessageExt, MessageExtBrokerInner
 
 # called with (topic, queue_id, logic offset, tags code) for each dispatched unit (long polls
@@ -100,6 +101,11 @@ class MessageStore(Protocol):
     ) -> QueryMessageResult: ...
 
     def get_max_phy_offset(self) -> int: ...
+
+    @property
+    def flags(self) -> RunningFlags:
+        """Why puts are refused now (running_flags.py): a full disk, a failed queue write."""
+        ...
 
     def get_min_phy_offset(self) -> int: ...
 

@@ -145,8 +145,8 @@ def take_expired_segments(
         queue = store.commit_log.queue
         count = 0
         for mf in queue.files[:-1][:DELETE_FILES_BATCH_MAX]:
-            if mf.file_from_offset + mf.file_size > store.reput_from:
-                break  # not all dispatched yet
+            if mf.file_from_offset + mf.file_size > store.reput_from or mf.flushed < mf.wrote:
+                break  # not all dispatched yet, or a flush job may still hold its descriptor
             if not forced and now_ms < os.stat(mf.path).st_mtime * 1000 + reserved_ms:
                 break
             count += 1

@@ -97,6 +97,14 @@ class ConsumeQueue:
                 return False
             byte_pos = queue_offset * CQ_UNIT_SIZE
             mf = self.queue.create(byte_pos - byte_pos % self.file_size)
+            try:
+                # the blanks and the unit in one reservation: a full disk fails the put before
+                # any blank is written (else the retry would see a gap and skip the unit)
+                mf.reserve_blocks(byte_pos - mf.file_from_offset + CQ_UNIT_SIZE)
+            except OSError:
+                self.queue.files.pop()
+                mf.destroy()
+                raise
             for _ in range((byte_pos - mf.file_from_offset) // CQ_UNIT_SIZE):
                 mf.append(BLANK_UNIT)
             self._min = queue_offset
@@ -218,7 +226,7 @@ class ConsumeQueue:
         count = 0
         for mf in self.queue.files[:-1]:
             phys, _size, _tags = CQ_UNIT.unpack_from(mf.view, mf.wrote - CQ_UNIT_SIZE)
-            if phys >= commit_log_min:
+            if phys >= commit_log_min or mf.flushed < mf.wrote:  # (a flush job may hold it)
                 break
             count += 1
         taken = self.queue.take_head(count)

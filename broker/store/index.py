@@ -362,7 +362,7 @@ class IndexService:
         new start; their entries could only name deleted records."""
         count = 0
         for f in self.files[:-1]:
-            if f.end_phy >= commit_log_min:
+            if f.end_phy >= commit_log_min or f.dirty:  # (a flush job may hold it)
                 break
             count += 1
         taken, self.files = self.files[:count], self.files[count:]

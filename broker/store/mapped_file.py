@@ -23,13 +23,14 @@ writes because the put path then stays a memcpy (no syscall per batch) and reads
 Disk space: the file is sparse, so a store through the map into a hole needs the filesystem to
 find a block right then, and on a full filesystem the kernel answers that page fault with
 SIGBUS, which kills the process.  So no byte is copied into the map above ``allocated``: the
-writer first calls ``reserve_blocks``, which ``posix_fallocate``s the file from ``allocated`` up to
-the next ``ALLOCATION_CHUNK`` boundary and raises ``OSError(ENOSPC)`` if the filesystem cannot
-back it.  A full disk is then an error the put path answers, found one chunk ahead of the
-writes.  Invariant: ``wrote <= allocated`` for every segment this process wrote to (a loaded
-segment starts at ``allocated = 0``; fallocating blocks it already has changes nothing).  Chunks
-rather than the whole segment keep a fresh 1 GiB segment from taking 1 GiB of disk (or of RAM
-on tmpfs) at once.
+writer first calls ``reserve_blocks``, which ``posix_fallocate``s the file from ``allocated`` up
+to the next ``chunk`` boundary and raises ``OSError(ENOSPC)`` if the filesystem cannot back it.
+A full disk is then an error the put path answers, found one chunk ahead of the writes.
+Invariant: ``wrote <= allocated`` for every segment this process wrote to (a loaded segment
+starts at ``allocated = 0``; fallocating blocks it already has changes nothing).  A chunk is
+1/256 of the file, in whole pages, at most ``ALLOCATION_CHUNK`` (1 MiB): a fresh 1 GiB segment
+does not take 1 GiB of disk (or of RAM on tmpfs) at once, one syscall covers a MiB of
+CommitLog writes, and a consume queue of 6 MB holding a few units takes 24 KiB, not a MiB.
 
 Kill -9 safety: bytes copied into a shared mapping are in the kernel page cache the moment the
 copy finishes, so a killed process loses at most a record that was mid-copy; recovery detects
@@ -45,7 +46,7 @@ import os
 from broker.store.results import Buffer
 
 PAGE_SIZE = mmap.PAGESIZE
-# bytes reserved on the filesystem per posix_fallocate (one syscall per MiB written)
+# bytes reserved on the filesystem per posix_fallocate at most (one syscall per MiB written)
 ALLOCATION_CHUNK = 1 << 20
 _ZERO_CHUNK = 1 << 20
 
@@ -56,6 +57,7 @@ class MappedFile:
     __slots__ = (
         "_fd",
         "allocated",
+        "chunk",
         "file_from_offset",
         "file_size",
         "flushed",
@@ -91,6 +93,10 @@ class MappedFile:
         self.released = 0
         # bytes [0, allocated) are known to have filesystem blocks (reserve_blocks)
         self.allocated = 0
+        # reserved per step: 1/256 of the file in pages, at most ALLOCATION_CHUNK (a consume
+        # queue of 6 MB takes 24 KiB at a time, not a MiB: thousands of queues stay small)
+        pages = -(-file_size // 256 // PAGE_SIZE)
+        self.chunk = min(ALLOCATION_CHUNK, max(1, pages) * PAGE_SIZE)
 
     # ---------------------------------------------------------------- write / read
 
@@ -115,7 +121,8 @@ class MappedFile:
         docstring); raises OSError (ENOSPC on a full filesystem) and then changes nothing."""
         if end <= self.allocated:
             return
-        upto = min(self.file_size, -(-end // ALLOCATION_CHUNK) * ALLOCATION_CHUNK)
+        chunk = self.chunk
+        upto = min(self.file_size, -(-end // chunk) * chunk)
         os.posix_fallocate(self._fd, self.allocated, upto - self.allocated)
         self.allocated = upto
 

@@ -48,6 +48,7 @@ from broker.store.results import (
     MessageFilter,
     PutMessageResult,
 )
+from broker.store.running_flags import RunningFlags
 from broker.store.stats import StoreStats
 from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner, RecordDecodeError
 
@@ -87,6 +88,8 @@ class MemoryMessageStore(PutSteps, StoreQueries):
     # highest store timestamp handed out (store timestamps never go backwards)
     last_store_timestamp: int = attrs.field(default=0, init=False)
     shutdown: bool = False
+    # nothing here fills a disk; the flags stay clear (the MessageStore contract has them)
+    flags: RunningFlags = attrs.Factory(RunningFlags)
     # wall clock in ms for store timestamps; tests replace it
     clock: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
     # Mutable: DLedger/role changes switch it at runtime (the config is frozen).

@@ -239,7 +239,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         try:
             first = cl.reserve(len(put.buf))
         except OSError as exc:
-            if exc.errno == errno.ENOSPC:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 # the filesystem cannot back the write (mapped_file.py): nothing was stored
                 log.error("CommitLog write refused, the disk is full: %s", exc)
                 flags.disk_full = True
@@ -425,7 +425,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             ok = self.commit_log.append_raw(start_offset, data)
         except OSError as exc:  # nothing appended; the HA slave or DLedger applier retries
             log.error("cannot append %d bytes at %d: %s", len(data), start_offset, exc)
-            if exc.errno == errno.ENOSPC:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 self.flags.disk_full = True
             return False
         if ok:

@@ -260,6 +260,11 @@ class Channel:
     def closed(self) -> bool:
         return self._closed or self._eof
 
+    @property
+    def idle(self) -> bool:
+        """No request of the peer held and no answer unwritten (the server's idle sweep)."""
+        return self._held == 0 and self._out_bytes == 0
+
     def close(self) -> None:
         """Close now: in-flight requests on both sides are cancelled/failed."""
         self._closed = True

@@ -177,7 +177,7 @@ async def sweep_idle_channels(load: ServerLoad) -> None:
     while True:
         await trio.sleep(limits.idle_sweep_interval)
         cutoff = trio.current_time() - limits.channel_max_idle
-        idle = [c for c in load.channels if c.last_active < cutoff and not c.closed]
+        idle = [c for c in load.channels if c.last_active < cutoff and c.idle and not c.closed]
         if idle:
             log.info("closing %d connections idle for %.0f s", len(idle), limits.channel_max_idle)
         for channel in idle:

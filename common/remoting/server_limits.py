@@ -47,6 +47,11 @@ class ServedConnection(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in progress: no request held, no answer unwritten."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -26,7 +26,7 @@ def test_lost_duplicated_out_of_order_and_unacknowledged_are_reported():
     faults = [Fault("kill", "master", 0.5, 1.5)]
     report = check(42, "sync", history, faults, served)
     assert not report.ok
-    assert report.lost == (4,)
+    assert report.lost == (4,)  # (and 16 failed: not promised)
     assert report.duplicates == (0,)
     assert report.order_violations == ((0, 8, 0),)
     assert report.unacked_delivered == 1  # id 12, timed out but stored
@@ -40,3 +40,17 @@ def test_no_acknowledgement_after_a_fault_is_never_recovered():
     report = check(1, "dledger", history, [Fault("pause", "n0", 0.2, 0.9)], [Served(0, 0, 0)])
     assert report.recovery == (("pause n0", None),)
     assert "pause n0 never" in report.summary()
+
+
+def test_a_message_in_the_wrong_queue_is_lost_and_unacknowledged_sends_keep_no_order():
+    history = sends((0, 0, 0, A), (4, 0, 1, U), (8, 0, 2, A))
+    # 8 before 4: allowed, 4 timed out; 0 served in queue 1: lost for queue 0
+    served = [Served(1, 0, 0), Served(0, 0, 8), Served(0, 1, 4)]
+    report = check(3, "sync", history, [], served)
+    assert report.lost == (0,) and not report.order_violations
+    assert report.unacked_delivered == 1
+
+
+def test_a_duplicate_fails_the_run():
+    report = check(5, "sync", sends((0, 0, 0, A)), [], [Served(0, 0, 0), Served(0, 1, 0)])
+    assert report.duplicates == (0,) and not report.ok

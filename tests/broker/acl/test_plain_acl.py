@@ -149,6 +149,7 @@ def test_perms_and_addresses_parse_as_rocketmq():
         "accounts: {not: a list}",
         "- just\n- a list",
         "accounts: [: bad yaml",
+        "",  # empty: an editor caught half-way must not drop every account
     ],
 )
 def test_bad_files_are_refused_with_a_reason(text):

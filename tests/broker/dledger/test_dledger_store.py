@@ -397,3 +397,46 @@ async def test_the_leader_dispatches_its_own_puts_as_a_parse_would(
                 assert mine_b == [bytes(b) for b in theirs.buffers] and mine_b
         finally:
             parsed.close_files()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_full_disk_stalls_the_apply_and_it_resumes_exactly(
+    tmp_path, seed, new_node, mk, commit_log_bytes
+):
+    """The classic store refuses records for lack of space: the applier goes back before them
+    (ApplyStalled), and applying again once there is room gives the CommitLog of a store that
+    never ran out."""
+    from broker.dledger.applier import ApplyStalled
+    from common.testing import small_tmpfs
+
+    rng = random.Random(seed)
+    node = new_node()
+    _entries_for(node, mk, rng, 200)
+    reference = _open_file_store(tmp_path / "reference", file_size=4096)
+    ref = Applier(reference, node)
+    for i in range(node.log.end_index + 1):
+        ref.apply_entry(node.log.get(i))
+    expected = commit_log_bytes(reference)
+    reference.close_files()
+
+    with small_tmpfs(tmp_path / "disk", 1) as disk:
+        ballast = disk / "ballast"
+        ballast.write_bytes(b"\1" * ((1 << 20) - 4096 * 6))
+        store = _open_file_store(disk / "store", file_size=4096)
+        applier = Applier(store, node)
+        stalled = False
+        while applier.applied_index < node.log.end_index:
+            first = applier.applied_index + 1
+            try:
+                applier.apply_entries(
+                    [node.log.get(i) for i in range(first, min(first + 7, node.log.end_index + 1))]
+                )
+            except ApplyStalled:
+                stalled = True
+                assert applier.applied_offset == store.get_max_phy_offset()
+                ballast.unlink()  # space comes back
+                store.flags.disk_full = False  # (the disk check would clear it)
+        assert stalled, "the disk never filled: the test proves nothing"
+        got = commit_log_bytes(store)
+        store.close_files()
+    assert got == expected

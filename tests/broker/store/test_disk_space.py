@@ -31,7 +31,7 @@ def test_reserve_blocks_raises_enospc_and_stores_nothing(tmp_path):
                     mf.append(chunk)
             assert info.value.errno == errno.ENOSPC
             assert mf.wrote % len(chunk) == 0 and 0 < mf.wrote <= mf.allocated
-            assert mf.allocated % ALLOCATION_CHUNK == 0
+            assert mf.allocated % mf.chunk == 0 and mf.chunk == 32 * 1024  # 8 MiB / 256
             wrote = mf.wrote
             with pytest.raises(OSError):
                 mf.write_at(mf.allocated, b"b")
@@ -39,6 +39,18 @@ def test_reserve_blocks_raises_enospc_and_stores_nothing(tmp_path):
             assert bytes(mf.slice(0, 4)) == b"aaaa"
         finally:
             mf.close()
+
+
+def test_chunks_scale_with_the_file(tmp_path):
+    sizes = {4096: 4096, 6_000_000: 24 * 1024, 1 << 30: ALLOCATION_CHUNK}
+    for size, chunk in sizes.items():
+        mf = MappedFile(str(tmp_path / f"seg-{size}"), 0, size)
+        try:
+            assert mf.chunk == chunk, size
+            mf.append(b"x")  # one byte takes one chunk, not the file
+            assert mf.allocated == chunk
+        finally:
+            mf.destroy()
 
 
 def test_judge_refuses_above_the_warning_level_and_resumes_at_the_forced_clean_level(tmp_path):

@@ -38,6 +38,7 @@ async def _fill(store, n: int = 60) -> list[int]:
         r = await store.put_message(mk(qid=0, body=b"r%03d-" % i + b"y" * 250, KEYS=f"k{i}"))
         assert r.ok
         offsets.append(r.append.logics_offset)
+    await store.flush.flush_all()  # retention takes flushed segments only
     return offsets
 
 
