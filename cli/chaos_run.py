@@ -19,10 +19,10 @@ import trio
 
 from cli.chaos_checker import Fault, Outcome, Report, Send, Served, check
 from cli.chaos_cluster import ChaosCluster
-from common.message import decode_records
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.testing import pull_queue
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
@@ -99,27 +99,8 @@ async def _faults(
 async def _read_all(client: RemotingClient, addr: str) -> list[Served]:
     served = []
     for queue in range(QUEUES):
-        offset = 0
-        while True:
-            r = await client.invoke(
-                addr,
-                RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE,
-                    {"consumerGroup": "chaos-check", "topic": TOPIC, "queueId": queue}
-                    | {"queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4}
-                    | {"commitOffset": 0, "suspendTimeoutMillis": 0}
-                    | {"subscription": "*", "subVersion": 0},
-                ),
-                timeout=10,
-            )
-            if r.code != ResponseCode.SUCCESS:
-                break
-            for m in decode_records(bytes(r.body), check_crc=True):
-                served.append(Served(queue, m.queue_offset, int(m.body[len(b"chaos-") :])))
-            nxt = int(r.ext_fields["nextBeginOffset"])
-            if nxt <= offset:
-                break
-            offset = nxt
+        for m in await pull_queue(client, addr, TOPIC, queue, group="chaos-check"):
+            served.append(Served(queue, m.queue_offset, int(m.body[len(b"chaos-") :])))
     return served
 
 
@@ -164,7 +145,8 @@ async def run_schedule(
                 for q in range(QUEUES):
                     work.start_soon(_producer, client, cluster, q, sends, t0, stop)
                 await _faults(cluster, rng, faults, fault_log, t0)
-                await trio.sleep(max(0.0, duration - (trio.current_time() - t0)))
+                # load goes on after the last fault, so its recovery time is measured too
+                await trio.sleep(max(1.5, duration - (trio.current_time() - t0)))
                 stop.set()
             cluster.restore_all()
             addr = await _until_writable(client, cluster, 60)

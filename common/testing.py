@@ -32,6 +32,10 @@ import attrs
 import trio
 import trio.testing
 
+from common.message import MessageExt, decode_records
+from common.remoting.client import RemotingClient
+from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.command import RemotingCommand
 from common.remoting.network import Bound, parse_addr
 
 _LOW = 20000  # below: well-known and registered services
@@ -184,3 +188,30 @@ def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run([*sudo, "umount", "-l", str(path)], check=False)
+
+
+async def pull_queue(
+    client: RemotingClient, addr: str, topic: str, queue_id: int, *, group: str = "check"
+) -> list[MessageExt]:
+    """Every record of one queue from offset 0 on, by plain PULLs (no suspend, no commit):
+    how a test or the chaos harness reads back what a broker holds."""
+    out: list[MessageExt] = []
+    offset = 0
+    while True:
+        r = await client.invoke(
+            addr,
+            RemotingCommand.request(
+                RequestCode.PULL_MESSAGE,
+                {"consumerGroup": group, "topic": topic, "queueId": queue_id}
+                | {"queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0}
+                | {"suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0},
+            ),
+            timeout=10,
+        )
+        if r.code != ResponseCode.SUCCESS:
+            return out
+        out.extend(decode_records(bytes(r.body), check_crc=True))
+        nxt = int(r.ext_fields["nextBeginOffset"])
+        if nxt <= offset:
+            return out
+        offset = nxt

@@ -17,11 +17,10 @@ import pytest
 import trio
 
 from common.errors import RemotingError
-from common.message import decode_records
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import small_tmpfs
+from common.testing import pull_queue, small_tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -52,33 +51,8 @@ def _send(i: int) -> RemotingCommand:
 async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:
     got: dict[tuple[int, int], bytes] = {}
     for qid in range(QUEUES):
-        offset = 0
-        while True:
-            r = await client.invoke(
-                addr,
-                RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE,
-                    {
-                        "consumerGroup": "disk-check",
-                        "topic": TOPIC,
-                        "queueId": qid,
-                        "queueOffset": offset,
-                        "maxMsgNums": 32,
-                        "sysFlag": 4,
-                        "commitOffset": 0,
-                        "suspendTimeoutMillis": 0,
-                        "subscription": "*",
-                        "subVersion": 0,
-                    },
-                ),
-                timeout=10,
-            )
-            if r.code != ResponseCode.SUCCESS:
-                assert r.code == ResponseCode.PULL_NOT_FOUND, (r.code, r.remark)
-                break
-            for m in decode_records(bytes(r.body), check_crc=True):
-                got[(qid, m.queue_offset)] = m.body
-            offset = int(r.ext_fields["nextBeginOffset"])
+        for m in await pull_queue(client, addr, TOPIC, qid, group="disk-check"):
+            got[(qid, m.queue_offset)] = m.body
     return got
 
 
