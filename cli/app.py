@@ -12,12 +12,14 @@ line on stderr and exit with status 1; no traceback.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import typer
 
 from cli.node import DEFAULT_NAMESRV, Exit, run_main
+from common.session_credentials import SessionCredentials
 
 
 def _examples(*lines: str) -> str:
@@ -52,6 +54,13 @@ app.add_typer(topic_app, name="topic")
 def _namesrv(ctx: typer.Context) -> str:
     obj = ctx.find_root().obj or {}
     return obj.get("namesrv", DEFAULT_NAMESRV)
+
+
+def credentials_from_env() -> SessionCredentials | None:
+    """Plain ACL credentials for every client the CLI opens: RMQ_ACCESS_KEY and
+    RMQ_SECRET_KEY in the environment (kept out of argv, where `ps` would show them)."""
+    ak, sk = os.environ.get("RMQ_ACCESS_KEY"), os.environ.get("RMQ_SECRET_KEY")
+    return SessionCredentials(ak, sk) if ak and sk else None
 
 
 def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:

@@ -35,6 +35,7 @@ from typing import BinaryIO
 import attrs
 import trio
 
+from cli.app import credentials_from_env
 from common.errors import RmqError
 from common.model import MessageQueue
 from rmq import Message, Producer, SendResult, SendStatus
@@ -297,7 +298,8 @@ async def produce(
     stats = stats if stats is not None else ProduceStats()
     template.message(b"-").validate()  # a bad topic or property is said before connecting
     send, receive = trio.open_memory_channel[list[bytes]](channel_batches)
-    async with Producer(group, namesrv, remoting=remoting) as producer:
+    creds = credentials_from_env() if remoting is None else None
+    async with Producer(group, namesrv, remoting=remoting, credentials=creds) as producer:
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
             watching = trio.CancelScope()

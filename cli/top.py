@@ -30,6 +30,7 @@ from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cli.app import credentials_from_env
 from cli.dledger_status import RaftStatus, raft_cell, with_lag
 from cli.render import rate as _tps
 from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
@@ -359,7 +360,7 @@ async def run_top(
     from rmq import Admin
 
     console = console or Console(highlight=False)
-    async with Admin(namesrv, timeout=timeout) as admin:
+    async with Admin(namesrv, timeout=timeout, credentials=credentials_from_env()) as admin:
         collector = TopCollector(
             AdminSource(admin, timeout), namesrv, timeout=timeout, show_system=show_system
         )

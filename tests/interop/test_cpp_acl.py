@@ -9,6 +9,7 @@ RocketMQ's message; the official C++ client signs the way the broker checks.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,24 @@ async def test_our_client_is_allowed_and_refused_as_the_file_says(acl_cluster):
     await trio.sleep(0.6)
     await _send(ns, "AclTopic", GOOD)
     assert "not loaded" in broker.log.read_text()
+
+
+async def test_the_rmq_cli_signs_with_credentials_from_the_environment(acl_cluster):
+    ns, broker, acl = acl_cluster
+
+    def cli(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, "-m", "cli.main", "-n", ns.addr, "produce", "-t", "AclTopic", "x"]
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+        )
+
+    signed = await trio.to_thread.run_sync(
+        cli, {"RMQ_ACCESS_KEY": "producer-key", "RMQ_SECRET_KEY": "producer-secret"}
+    )
+    assert signed.returncode == 0, signed.stderr
+    unsigned = await trio.to_thread.run_sync(cli, {})
+    assert unsigned.returncode == 1
+    assert "No accessKey is configured" in unsigned.stderr, unsigned.stderr
 
 
 async def test_the_cpp_client_signs_as_the_broker_checks(acl_cluster):
