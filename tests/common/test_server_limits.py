@@ -29,6 +29,8 @@ def dispatcher(release: trio.Event) -> RequestDispatcher:
 async def connect(nursery, d, load, addr="peer"):
     client_side, server_side = trio.testing.memory_stream_pair()
     nursery.start_soon(lambda: handle_stream(server_side, d, remote_addr=addr, load=load))
+    # served before the next connection comes (trio runs new tasks in any order)
+    await trio.testing.wait_all_tasks_blocked()
     return Peer(client_side)
 
 
