@@ -405,7 +405,12 @@ class DLedgerNode:
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
         while True:
             await trio.sleep(interval_ms / 1000)
-            await job()
+            try:
+                await job()
+            except OSError as exc:
+                # a flush or checkpoint the disk refused (full): the next round tries again;
+                # the disk check answers appends with DISK_FULL meanwhile
+                log.error("%s failed, retrying: %s", getattr(job, "__name__", job), exc)
 
     async def _flush(self) -> None:
         await self._storage.flush_log(self.log)

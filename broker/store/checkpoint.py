@@ -19,6 +19,7 @@ The file is rewritten whole with ``pwrite`` + ``fsync`` from the flush task's wo
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import zlib
@@ -28,6 +29,8 @@ import attrs
 _FIELDS = struct.Struct(">qqqqq")
 _CRC = struct.Struct(">I")
 FILE_SIZE = 4096
+
+log = logging.getLogger(__name__)
 
 
 @attrs.define(eq=False)
@@ -48,6 +51,18 @@ class StoreCheckpoint:
             with open(path, "rb") as f:
                 data = f.read(FILE_SIZE)
         except FileNotFoundError:
+            data = b""
+        # the file's block is taken now, while there is room: a checkpoint written later on a
+        # full disk then rewrites that block instead of needing a new one (a zero-filled new
+        # file fails the CRC below, so it reads as missing, as before)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, FILE_SIZE)
+        except OSError as exc:
+            log.warning("cannot reserve the checkpoint file %s: %s", path, exc)
+        finally:
+            os.close(fd)
+        if not data:
             return cp
         if len(data) >= _FIELDS.size + _CRC.size:
             (crc,) = _CRC.unpack_from(data, _FIELDS.size)

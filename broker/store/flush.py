@@ -27,6 +27,7 @@ to serve, not the peak of the burst that just ended.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
@@ -187,5 +188,9 @@ class FlushService:
                     settled = True
                     if self.release:
                         await trio.to_thread.run_sync(trim_heap)
-            except OSError:
-                log.exception("flush failed; retrying")
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # a full disk is the disk check's business (clean_service.py), not a bug
+                    log.error("flush failed, the disk is full; retrying: %s", exc)
+                else:
+                    log.exception("flush failed; retrying")
