@@ -7,8 +7,9 @@ checked for account and signature only (and admin rights, plain_acl.py).
 
 :class:`PlainAccessValidator` holds the current config; ``guard`` is the dispatcher's guard
 (common/remoting/server.py) and answers a refusal with NO_PERMISSION.  ``run_acl_watch`` reloads
-the file when its modification time or size changes (RocketMQ polls every 5 s); a file that
-does not parse is logged and the config in force stays.
+the file when its modification time or size changes (RocketMQ polls every 5 s), reading and
+parsing it in a worker thread; a file that does not parse is logged and the config in force
+stays.
 """
 
 from __future__ import annotations
@@ -109,28 +110,59 @@ class PlainAccessValidator:
                 log.warning("ACL refused code %d from %s: %s", cmd.code, channel.remote_addr, exc)
             raise RequestError(ResponseCode.NO_PERMISSION, str(exc)) from None
 
-    def reload_if_changed(self) -> bool:
-        """Read the file again if it changed; True when a new config is in force."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+    async def reload_if_changed(self) -> bool:
+        """Read the file again if it changed; True when a new config is in force.
+
+        The stat, read and parse run in a worker thread (a slow disk must not stall the
+        requests this loop serves); what they found is applied here, on the loop thread.
+        """
+        read = await trio.to_thread.run_sync(_read_if_changed, self.path, self._seen)
+        if read is None:
+            return False
+        if read.seen is None:
             if self._seen is not None:
                 log.error("ACL file %s is gone; the accounts read before stay", self.path)
                 self._seen = None
             return False
-        seen = (st.st_mtime_ns, st.st_size)
-        if seen == self._seen:
+        self._seen = read.seen
+        if read.config is None:
+            log.error(
+                "ACL file %s not loaded, the accounts read before stay: %s", self.path, read.error
+            )
             return False
-        self._seen = seen
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                config = parse_plain_acl(f.read())
-        except (OSError, UnicodeDecodeError, AclFileError) as exc:
-            log.error("ACL file %s not loaded, the accounts read before stay: %s", self.path, exc)
-            return False
-        self.config = config
-        log.info("ACL file %s loaded: %d accounts", self.path, len(config.accounts))
+        self.config = read.config
+        log.info("ACL file %s loaded: %d accounts", self.path, len(read.config.accounts))
         return True
+
+
+@attrs.frozen
+class _FileRead:
+    """What one look at the ACL file found."""
+
+    # (mtime_ns, size) of the file; None: the file is missing
+    seen: tuple[int, int] | None
+    # the parsed file; None when missing or unusable (then ``error`` says why)
+    config: AclConfig | None = None
+    error: str = ""
+
+
+def _read_if_changed(path: str, seen: tuple[int, int] | None) -> _FileRead | None:
+    """Stat, read and parse ``path`` unless it still matches ``seen`` (then None).
+
+    Blocking: runs in a worker thread, and touches nothing but the file.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _FileRead(None)
+    now = (st.st_mtime_ns, st.st_size)
+    if now == seen:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _FileRead(now, parse_plain_acl(f.read()))
+    except (OSError, UnicodeDecodeError, AclFileError) as exc:
+        return _FileRead(now, error=str(exc))
 
 
 async def run_acl_watch(
@@ -140,8 +172,8 @@ async def run_acl_watch(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Load the file now, then reload it whenever it changes, until cancelled."""
-    validator.reload_if_changed()
+    await validator.reload_if_changed()
     task_status.started()
     while True:
         await trio.sleep(interval)
-        validator.reload_if_changed()
+        await validator.reload_if_changed()
