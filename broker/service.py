@@ -42,6 +42,7 @@ from broker.acl.validator import PlainAccessValidator, run_acl_watch
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.dledger.commitlog import DLedgerMessageStore, run_dledger_store
+from broker.dledger.log_retention import retention_for, run_log_retention
 from broker.dledger.node import run_dledger_node
 from broker.dledger.node_config import DLedgerConfig
 from broker.dledger.roles import DLedgerRoleChangeHandler, RoleNode
@@ -135,6 +136,9 @@ async def run_broker(
                     )
                 )
             dledger = await outer.start(run_dledger_store, store, dledger_node)
+            retention = retention_for(store, dledger.applier, dledger_node)
+            if retention is not None:
+                await outer.start(run_log_retention, retention)
             store = dledger
         controller = BrokerController(config, store, network=network, io_threads=io_threads)
         controller.load()

@@ -30,8 +30,11 @@ only cuts a torn last record), so its recovered end is at or past ``offset``; re
 classic records from ``offset`` to that end, pairing each with the next non-empty entry after
 ``index`` and checking they are the same record (every byte but PHYSICALOFFSET).  The last one
 paired is the applied index: apply goes on at the next entry, with no record applied twice
-and none skipped.  A classic store that ends before the hint (an in-memory store, or a lost
-power-cut tail) is walked from its start instead.  A record that does not match its entry
+and none skipped.  A hint the classic store cannot hold (it ends before the hint: an in-memory
+store, or a tail lost to a power cut, the hint not being fsynced) gives way to the *durable*
+hint, ``dledger_applied.durable``: a pair log retention (log_retention.py) wrote with fsync once
+the classic flush had passed it, and below which it alone deletes Raft log files.  Without
+either, the classic store is walked from its start (which must be 0).  A record that does not match its entry
 stops the broker (``ApplyError``): the two logs diverged, and serving either would be wrong.
 
 Invariants
@@ -49,6 +52,7 @@ import logging
 import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
@@ -57,6 +61,7 @@ import trio
 from broker.dledger.log import RaftLog
 from broker.dledger.messages import Entry, Role
 from broker.store.api import MessageStore
+from common.config_file import atomic_write
 from common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -68,6 +73,8 @@ from common.remoting.codes import DLedgerResponseCode
 log = logging.getLogger(__name__)
 
 HINT_FILE = "dledger_applied"
+# the fsynced hint beside it (write_durable_hint)
+DURABLE_SUFFIX = ".durable"
 # entries applied before the apply task lets other tasks run
 _APPLY_BATCH = 1024
 # seconds between tries to apply when the classic store's disk is full
@@ -220,9 +227,9 @@ class Applier:
         return os.path.join(self.classic.config.store_path_root_dir, HINT_FILE)
 
     # --- restart ----------------------------------------------------------------------------
-    def read_hint(self) -> tuple[int, int] | None:
+    def read_hint(self, suffix: str = "") -> tuple[int, int] | None:
         try:
-            with open(self.hint_path, "rb") as f:
+            with open(self.hint_path + suffix, "rb") as f:
                 obj = json.loads(f.read())
             return int(obj["appliedIndex"]), int(obj["appliedOffset"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -241,12 +248,28 @@ class Applier:
         os.replace(tmp, self.hint_path)
         self._hinted = pair
 
+    def write_durable_hint(self, pair: tuple[int, int]) -> None:
+        """Write ``pair`` (a past (index, offset) whose classic bytes are flushed) to the durable
+        hint, fsynced: after a power cut it is where resume starts when the plain hint points
+        past the recovered classic end.  Log retention (log_retention.py) drops entries only up
+        to it.  Blocking: for a worker thread."""
+        data = json.dumps({"appliedIndex": pair[0], "appliedOffset": pair[1]}).encode()
+        atomic_write(Path(self.hint_path + DURABLE_SUFFIX), data)
+
+    def _usable_hint(self) -> tuple[int, int] | None:
+        classic = self.classic
+        end, start = classic.get_max_phy_offset(), classic.get_min_phy_offset()
+        for hint in (self.read_hint(), self.read_hint(DURABLE_SUFFIX)):
+            if hint is not None and start <= hint[1] <= end:
+                return hint
+        return None
+
     def resume(self) -> ResumeReport:
         """Find ``applied_index`` from the hint and the classic store (module docstring)."""
         classic = self.classic
         end = classic.get_max_phy_offset()
-        hint = self.read_hint()
-        if hint is None or hint[1] > end or hint[1] < classic.get_min_phy_offset():
+        hint = self._usable_hint()
+        if hint is None:
             if classic.get_min_phy_offset() > 0:
                 raise ApplyError(
                     f"no usable {HINT_FILE} and the classic CommitLog does not start at 0"

@@ -288,6 +288,7 @@ class DLedgerMessageStore(PutSteps):
                 "dledgerRole": node.role.name,
                 "dledgerTerm": str(node.term),
                 "dledgerLeaderId": node.leader_id or "",
+                "dledgerLedgerBeginIndex": str(node.log.begin_index),
                 "dledgerLedgerEndIndex": str(node.log.end_index),
                 "dledgerCommittedIndex": str(node.committed_index),
                 "dledgerAppliedIndex": str(self.applier.applied_index),

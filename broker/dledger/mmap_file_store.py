@@ -25,6 +25,12 @@ is zeroed and later files deleted (a torn entry or unit can never come back).  `
 cuts the same way, after the last entry kept, so a truncated log and the same log reopened
 are byte for byte the same files.
 
+Retention (``drop_head``, driven by log_retention.py) removes whole data files from the head,
+never the last one, and the index files wholly below what is left; ``begin_index`` is then the
+first entry of the first data file, which is where ``open_file_log`` finds it again (a data
+file always starts with an entry).  The new first entry must already be on disk, so a power
+cut cannot leave a log whose head is gone and whose first kept entry is torn.
+
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
 ``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
 but zeros after ``write_pos``.
@@ -58,12 +64,14 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 import attrs
 
 from broker.dledger.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
 from broker.dledger.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
 from broker.store.heap import trim_heap
+from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
 
 __all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
@@ -81,6 +89,8 @@ _BLANK = struct.Struct(">ii")
 # follower further behind than that is read from the files as before
 RECENT_ENTRIES = 8192
 RECENT_BYTES = 64 << 20
+# head data files dropped per retention round at most (the classic DELETE_FILES_BATCH_MAX)
+DROP_FILES_MAX = 10
 # how long without writes counts as quiet: flush then releases pages, cache and heap
 QUIET_S = 0.5
 
@@ -96,8 +106,11 @@ class FileLog:
 
     data: MappedFileQueue
     index: MappedFileQueue
-    # entries 0 .. _end; -1 when empty (old-file deletion is not done here, so begin is 0)
+    # entries _begin .. _end; _end == -1 when empty
     _end: int = -1
+    # the first entry held: 0 until retention dropped head files (``drop_head``); once above
+    # 0 the log is never empty again (retention keeps a committed entry at the head)
+    _begin: int = 0
     # term of entry _end
     _end_term: int = -1
     # held by flush for its whole fdatasync, and by whatever deletes, cuts or closes files
@@ -117,7 +130,7 @@ class FileLog:
     # --- RaftLog -------------------------------------------------------------------------
     @property
     def begin_index(self) -> int:
-        return 0 if self._end >= 0 else -1
+        return self._begin if self._end >= 0 else -1
 
     @property
     def end_index(self) -> int:
@@ -132,7 +145,7 @@ class FileLog:
         return self.data.max_offset
 
     def _unit(self, index: int) -> tuple[int, int, int, int, int] | None:
-        if index < 0 or index > self._end:
+        if index < self._begin or index > self._end:
             return None
         offset = index * INDEX_UNIT_SIZE
         mf = self.index.find(offset)
@@ -184,6 +197,10 @@ class FileLog:
         every other member (a leader's smaller entry may fit where the blank was)."""
         if index > self._end:
             return
+        if index <= self._begin and self._begin > 0:
+            # never happens by the core's rules: only entries above the committed index are
+            # cut, and retention keeps the head entry committed
+            raise ValueError(f"cannot truncate at {index}: the log begins at {self._begin}")
         recent = self._recent
         for cut in range(max(index, self._end - RECENT_ENTRIES), self._end + 1):
             entry = recent.pop(cut, None)
@@ -284,6 +301,70 @@ class FileLog:
             if wrote:
                 self._last_write, self._settled = time.monotonic(), False
 
+    # --- retention (log_retention.py decides what may go) -------------------------------------
+    def first_index_of(self, mf: MappedFile) -> int:
+        """The index of the entry a data file starts with (every data file starts with one:
+        an entry never straddles files); -1 when the file holds none yet."""
+        if mf.wrote < ENTRY_HEADER_SIZE:
+            return -1
+        magic, _size, index, *_rest = _HEADER.unpack_from(mf.view, 0)
+        return index if magic == ENTRY_MAGIC else -1
+
+    def drop_head(self, upto: int, expired: Callable[[MappedFile], bool]) -> list[MappedFile]:
+        """Remove head data files (and the index files wholly below them) from the log, oldest
+        first, while the next file's first entry is at most ``upto`` and on disk and
+        ``expired(file)`` says the file may go; returns the removed files, closed, for the
+        caller to unlink.  The last data file is never dropped, so neither is the log's end.
+
+        ``begin_index`` becomes the first entry of the new first data file.  A file is kept if
+        its own bytes are not all flushed: what stays must recover after a power cut without
+        the files that went (recovery cannot walk below ``begin_index``)."""
+        data, index = self.data, self.index
+        count = 0
+        new_begin = self._begin
+        for i in range(min(len(data.files) - 1, DROP_FILES_MAX)):
+            mf, nxt = data.files[i], data.files[i + 1]
+            first = self.first_index_of(nxt)
+            if first < 0 or first > upto or not self._on_disk(first):
+                break
+            if mf.flushed < mf.wrote or not expired(mf):
+                break
+            count, new_begin = i + 1, first
+        if not count:
+            return []
+        with self._files_lock:
+            dropped = data.take_head(count)
+            below = sum(
+                1 for f in index.files[:-1] if f.file_from_offset + f.file_size <= new_begin * 32
+            )
+            dropped += index.take_head(below)
+            self._begin = new_begin
+            for mf in dropped:
+                mf.close()
+        recent = self._recent
+        if recent:
+            oldest = self._end - len(recent) + 1
+            while oldest < new_begin and recent:
+                self._recent_bytes -= len(recent.pop(oldest).body)
+                oldest += 1
+        log.info("dledger log: dropped %d head files, the log begins at %d", count, new_begin)
+        return dropped
+
+    def _on_disk(self, index: int) -> bool:
+        """Entry ``index`` and its index unit are flushed (they survive a power cut)."""
+        unit = self._unit(index)
+        if unit is None:
+            return False
+        _magic, pos, size, _i, _t = unit
+        mf = self.data.find(pos)
+        imf = self.index.find(index * INDEX_UNIT_SIZE)
+        return (
+            mf is not None
+            and imf is not None
+            and mf.flushed >= pos - mf.file_from_offset + size
+            and imf.flushed >= index * INDEX_UNIT_SIZE - imf.file_from_offset + INDEX_UNIT_SIZE
+        )
+
     # --- the quiet release (see the module doc) ----------------------------------------------
     def quiet_release_due(self) -> bool:
         """Nothing was written for QUIET_S and the pages are not released yet (loop thread)."""
@@ -370,9 +451,11 @@ def open_file_log(
     data.load()
     index.load()
     flog = FileLog(data, index)
+    if data.files:
+        flog._begin = max(0, flog.first_index_of(data.files[0]))
     n = _units_written(index)
     end = n - 1
-    while end >= 0:
+    while end >= flog._begin:
         offset = end * INDEX_UNIT_SIZE
         mf = index.find(offset)
         assert mf is not None
@@ -381,6 +464,9 @@ def open_file_log(
             break
         log.warning("dledger log recovery: entry %d is torn, cutting it", end)
         end -= 1
+    if flog._begin > 0 and end < flog._begin:
+        # retention dropped the head only once this entry was on disk: its loss is damage
+        raise OSError(f"{directory}: the log's first entry {flog._begin} is not whole")
     if end >= 0:
         offset = end * INDEX_UNIT_SIZE
         mf = index.find(offset)

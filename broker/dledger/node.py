@@ -228,6 +228,10 @@ class DLedgerNode:
         finally:
             self._transfers.remove(wait)
 
+    def peer_watermarks(self) -> dict[str, int]:
+        """Leader: every member's match index (its own end for itself); else empty."""
+        return self._core.peer_watermarks()
+
     def status(self) -> NodeStatus:
         core = self._core
         return NodeStatus(

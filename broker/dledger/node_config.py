@@ -94,6 +94,8 @@ class DLedgerConfig:
             self_id=store.dleger_self_id,
             peers=store.dleger_peers,
             store_base_dir=store.dledger_store_dir,
+            # RocketMQ's DLedgerCommitLog sizes the entry files as the CommitLog's
+            data_file_size=store.mapped_file_size_commit_log,
             preferred_leader_id=store.preferred_leader_id or None,
             enable_batch_push=store.enable_batch_push,
             heart_beat_time_interval_ms=store.heart_beat_time_interval_ms,

@@ -83,6 +83,8 @@ class _Dispatcher:
     last_push: float = -math.inf
     # highest index the follower acknowledged in this term; never decreases
     watermark: int = -1
+    # the leader's begin index when it last logged that this follower ends before it
+    stranded_at: int = -1
 
 
 @attrs.define(eq=False)
@@ -294,6 +296,11 @@ class EntryPusher:
         cfg = self.state.config
         end = self.state.log.end_index
         batch = cfg.max_batch_push_entries if cfg.enable_batch_push else 1
+        if d.write_index < self.state.log.begin_index:
+            # retention dropped what this follower still needed (a forced clean): COMPARE
+            # finds out where it stands
+            self._to_compare(d, now)
+            return
         while d.write_index <= end and len(d.pending) < cfg.max_in_flight_pushes:
             entries = self._entries(d.write_index, min(batch, end - d.write_index + 1))
             d.pending[d.write_index] = (now, len(entries))
@@ -342,6 +349,7 @@ class EntryPusher:
                 if code is Code.SUCCESS:
                     self._to_append(d, request.entries[0].index)
                 else:
+                    self._stranded(d, response)
                     self._compare_later(d, now)
             else:
                 self._on_compare(d, response, now)
@@ -355,6 +363,22 @@ class EntryPusher:
         ):
             d.outstanding = None
             self._compare_later(d, now)
+
+    def _stranded(self, d: _Dispatcher, response: PushEntryResponse) -> None:
+        """Log (once per begin index) a follower that ends before this log's first entry: it
+        cannot catch up by replication (log_retention.py)."""
+        begin = self.state.log.begin_index
+        if response.code is Code.INCONSISTENT_STATE and response.end_index + 1 < begin:
+            if d.stranded_at != begin:
+                d.stranded_at = begin
+                _log.error(
+                    "member %s ends at entry %d, before this log's first entry %d (the older "
+                    "files were deleted): it cannot catch up by replication; copy a peer's "
+                    "store to it",
+                    d.peer,
+                    response.end_index,
+                    begin,
+                )
 
     def _compare_later(self, d: _Dispatcher, now: float) -> None:
         d.type = PushType.COMPARE

@@ -175,17 +175,24 @@ def _unlink_all(paths: Iterable[str]) -> None:
             pass
 
 
+async def unlink_segments(files: Iterable[MappedFile]) -> None:
+    """Unmap segments already out of their queue (in the loop's thread, so no reader finds a
+    closed one), then unlink them in a worker thread."""
+    paths = []
+    for mf in files:
+        mf.close()
+        paths.append(mf.path)
+    if paths:
+        await trio.to_thread.run_sync(_unlink_all, paths)
+
+
 async def clean_once(store: CleanableStore, cleaned_below: int = -1) -> int:
     """One round: measure, judge, delete what retention lets go; the CommitLog's start, which
     the next round passes back as ``cleaned_below``."""
     config = store.config
     ratio = await trio.to_thread.run_sync(disk_used_ratio, config.commit_log_dir)
     judge(store.flags, ratio, config)
-    taken = take_expired_segments(store, ratio, cleaned_below)
-    for mf in taken:
-        mf.close()
-    if taken:
-        await trio.to_thread.run_sync(_unlink_all, [mf.path for mf in taken])
+    await unlink_segments(take_expired_segments(store, ratio, cleaned_below))
     return store.commit_log.min_offset
 
 

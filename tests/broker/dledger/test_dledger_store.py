@@ -320,6 +320,32 @@ def test_resume_without_a_hint_walks_from_the_start(tmp_path, new_node, mk):
     store.close_files()
 
 
+def test_resume_falls_back_on_the_durable_hint_when_the_hint_is_past_the_end(
+    tmp_path, new_node, mk
+):
+    """A power cut can leave the plain hint (not fsynced) past the classic CommitLog's
+    recovered end; resume then starts from the durable hint, which log retention keeps the
+    entries after, not from the start (whose entries retention may have deleted)."""
+    node = new_node()
+    _entries_for(node, mk, random.Random(4), 20)
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    for i in range(8):
+        applier.apply_entry(node.log.get(i))
+    applier.write_durable_hint((applier.applied_index, applier.applied_offset))
+    for i in range(8, 13):
+        applier.apply_entry(node.log.get(i))
+    end = applier.applied_offset
+    store.close_files(clean=False)
+    with open(applier.hint_path, "w") as f:
+        f.write(f'{{"appliedIndex": 19, "appliedOffset": {end + 4096}}}')
+    store = _open_file_store(tmp_path / "s")
+    report = Applier(store, node).resume()
+    assert (report.hint_index, report.applied_offset) == (7, end)
+    assert report.applied_index == max(i for i in range(13) if node.log.get(i).body)
+    store.close_files()
+
+
 def test_resume_refuses_a_store_that_is_not_the_log(tmp_path, new_node, mk):
     node = new_node()
     _entries_for(node, mk, random.Random(2), 10)

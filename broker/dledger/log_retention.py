@@ -1,0 +1,185 @@
+"""Retention of the DLedger log's own files (DLedger's ``CleanSpaceService``).
+
+Theory of operation
+-------------------
+In DLedger mode a message is stored twice: in the Raft log (``mmap_file_store.FileLog``) and,
+once committed, in the classic CommitLog the applier writes (applier.py).  The classic store's
+own retention (broker/store/clean_service.py) cleans the classic files; this service cleans the
+Raft log's, with DLedger's rules as RocketMQ configures them from the broker's store config
+(``DLedgerCommitLog``): every ``cleanResourceInterval`` the data files go from the oldest on,
+never the last one, when
+
+* the hour is one of ``deleteWhen``, or the disk is over ``diskMaxUsedSpaceRatio`` percent
+  (DLedger's ``diskSpaceRatioToCheckExpired``), and
+* the file's last write is ``fileReservedTime + 1`` hours old, or the disk is over
+  ``diskSpaceCleanForciblyRatio`` and ``cleanFileForciblyEnable`` is on (a forced clean).
+
+What no rule may drop (the bound ``upto`` handed to ``FileLog.drop_head``): an entry the
+log still needs.
+
+* **Restart.** The applier resumes from a hint and pairs the classic records after it with
+  their entries (applier.py), so the entries after the hint must stay.  The bound is the
+  *durable* hint: an (index, offset) pair taken a round earlier whose classic bytes the flush
+  has since put on disk, written with fsync before anything below it goes.  After a power cut
+  resume starts there at the latest.
+* **Committed.** Only committed entries (all of them are at or below the applied index) go,
+  and ``drop_head`` keeps the new head entry itself, flushed: the log is never empty again and
+  no truncation (only above the committed index) can reach its head.
+* **Followers.** A leader drops only what every member holds (its peers' match indexes from
+  replication), except in a forced clean: a member that was down for a while catches up by
+  replication instead of being stranded.  A member whose log ends before the leader's first
+  entry cannot catch up: the leader's TRUNCATE at its begin index is refused (a Raft log with
+  a gap would leave the member's classic store without those messages) and the leader logs it.
+  That member needs its store copied from a peer; DLedger instead restarts its log at the
+  leader's first entry, losing those messages on that member silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from broker.dledger.applier import Applier
+from broker.dledger.messages import Role
+from broker.dledger.mmap_file_store import FileLog
+from broker.store.api import MessageStore
+from broker.store.clean_service import disk_used_ratio, is_time_to_delete, unlink_segments
+from broker.store.config import MessageStoreConfig
+from broker.store.mapped_file import MappedFile
+from broker.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AppliedProgress", "LogRetention", "RetentionNode", "retention_for", "run_log_retention"]
+
+
+@runtime_checkable
+class RetentionNode(Protocol):
+    """What retention reads of a ``DLedgerNode``."""
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def committed_index(self) -> int: ...
+
+    def peer_watermarks(self) -> dict[str, int]: ...
+
+
+class AppliedProgress(Protocol):
+    """What retention reads of the ``Applier``."""
+
+    @property
+    def applied_index(self) -> int: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+    def write_durable_hint(self, pair: tuple[int, int]) -> None: ...
+
+
+@attrs.define(eq=False)
+class LogRetention:
+    flog: FileLog
+    node: RetentionNode
+    applier: AppliedProgress
+    config: MessageStoreConfig
+    # the classic CommitLog's flushed end (the durable hint needs its bytes on disk)
+    classic_flushed: Callable[[], int]
+    # wall clock in ms (tests replace it)
+    clock: Callable[[], int] = attrs.field(factory=lambda: lambda: int(time.time() * 1000))
+    # the (index, offset) taken last round, made durable once the classic flush passes it
+    _candidate: tuple[int, int] = (-1, 0)
+    # the last pair written to the durable hint: entries up to its index may go
+    durable: tuple[int, int] = (-1, 0)
+
+    def bound(self, forced: bool) -> int:
+        """The last entry retention may drop now (module docstring)."""
+        upto = min(self.durable[0], self.node.committed_index)
+        if self.node.role is Role.LEADER and not forced:
+            marks = self.node.peer_watermarks()
+            upto = min(upto, min(marks.values(), default=-1))
+        return upto
+
+    def expired(self, forced: bool) -> Callable[[MappedFile], bool]:
+        reserved_ms = (self.config.file_reserved_time + 1) * 3600 * 1000
+        now_ms = self.clock()
+
+        def expired(mf: MappedFile) -> bool:
+            return forced or now_ms >= os.stat(mf.path).st_mtime * 1000 + reserved_ms
+
+        return expired
+
+    async def once(self) -> int:
+        """One round; the number of data files dropped."""
+        config = self.config
+        await self._advance_durable_hint()
+        ratio = await trio.to_thread.run_sync(disk_used_ratio, self.flog.data.store_dir)
+        hour = time.localtime(self.clock() / 1000).tm_hour
+        due = is_time_to_delete(config.delete_when, hour) or (
+            ratio > config.disk_max_used_space_ratio / 100
+        )
+        if not due:
+            return 0
+        forced = (
+            ratio > config.disk_space_clean_forcibly_ratio and config.clean_file_forcibly_enable
+        )
+        before = len(self.flog.data.files)
+        dropped = self.flog.drop_head(self.bound(forced), self.expired(forced))
+        if dropped:
+            log.info(
+                "dledger retention: %d files deleted (disk %.2f used%s)",
+                len(dropped),
+                ratio,
+                ", forced" if forced else "",
+            )
+            await unlink_segments(dropped)
+        return before - len(self.flog.data.files)
+
+    async def _advance_durable_hint(self) -> None:
+        applier = self.applier
+        candidate = self._candidate
+        if candidate[0] > self.durable[0] and self.classic_flushed() >= candidate[1]:
+            await trio.to_thread.run_sync(applier.write_durable_hint, candidate)
+            self.durable = candidate
+        self._candidate = (applier.applied_index, applier.applied_offset)
+
+
+async def run_log_retention(
+    retention: LogRetention,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A round every ``cleanResourceInterval`` until cancelled; a round the disk refuses (the
+    durable hint's fsync on a full disk) is logged and tried again next time."""
+    task_status.started()
+    while True:
+        await trio.sleep(retention.config.clean_resource_interval)
+        try:
+            await retention.once()
+        except OSError as exc:
+            log.error("dledger retention round failed: %s", exc)
+
+
+def retention_for(classic: MessageStore, applier: Applier, node: object) -> LogRetention | None:
+    """The retention of a member whose log is on files and whose classic store is the file
+    store; None otherwise (the in-memory logs and stores of tests keep everything)."""
+    flog = getattr(node, "log", None)
+    if not (
+        isinstance(flog, FileLog)
+        and isinstance(classic, DefaultMessageStore)
+        and isinstance(node, RetentionNode)
+    ):
+        return None
+
+    def classic_flushed() -> int:
+        flush = classic.flush
+        return flush.flushed if flush is not None else classic.commit_log.max_offset
+
+    return LogRetention(flog, node, applier, classic.config, classic_flushed)

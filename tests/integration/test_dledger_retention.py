@@ -1,0 +1,134 @@
+"""A DLedger group of real processes deletes its old Raft log files (issue 13: "DLedger mode
+cleans its own files too") and stays whole through it.
+
+The group runs with 64 KiB files, a clean round every 300 ms, ``diskMaxUsedSpaceRatio=1`` (so a
+round is always due) and ``fileReservedTime=1`` (Raft files kept 2 h, classic files 1 h).  The
+test ages the Raft data files by their mtime, as three hours passing would.
+
+* With a follower down, the leader deletes only files that follower already holds: restarted,
+  it catches up by replication.
+* Then every member deletes its own old files (its log's first entry moves past 0).
+* A SIGKILL of the whole group and a restart: each member's apply resumes although its log no
+  longer starts at 0, and every member serves every message sent.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from common.testing import pull_queue
+from rmq import Admin, Message, Producer
+from rmq.producer import SendStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+
+TOPIC = "RaftRetention"
+FILE_SIZE = 64 * 1024
+
+
+def raft_data(group, node: str) -> Path:
+    return Path(group.nodes[node].data_dir) / "dledger_commitlog" / f"dledger-{node}" / "data"
+
+
+def age_raft_files(group, node: str, hours: float = 3.0) -> None:
+    old = time.time() - hours * 3600
+    for name in os.listdir(raft_data(group, node)):
+        os.utime(raft_data(group, node) / name, (old, old))
+
+
+async def send_keys(namesrv: str, keys: list[str]) -> None:
+    async with Producer("raft-retention-pg", namesrv) as producer:
+        for key in keys:
+            r = await producer.send(Message(TOPIC, key.encode() * 12, keys=key))
+            assert r.status is SendStatus.SEND_OK
+
+
+async def info(group, client, node: str) -> dict[str, str]:
+    with trio.fail_after(30):
+        while True:
+            got = await group.runtime(client, node)
+            if got:
+                return got
+            await trio.sleep(0.1)
+
+
+async def wait_begin_above(group, client, node: str, floor: int, timeout: float = 30) -> int:
+    with trio.fail_after(timeout):
+        while True:
+            begin = int((await info(group, client, node))["dledgerLedgerBeginIndex"])
+            if begin > floor:
+                return begin
+            await trio.sleep(0.2)
+
+
+async def wait_caught_up(group, client, node: str, end: int) -> None:
+    with trio.fail_after(60):
+        while int((await info(group, client, node))["dledgerAppliedIndex"]) < end:  # noqa: ASYNC110
+            await trio.sleep(0.2)
+
+
+async def served_keys(group, client, node: str) -> list[str]:
+    keys = []
+    for q in range(4):
+        keys += [m.keys or "" for m in await pull_queue(client, group.addr(node), TOPIC, q)]
+    return sorted(keys)
+
+
+async def test_old_raft_files_go_and_the_group_stays_whole(dledger_factory, raft_client):
+    group = await dledger_factory(
+        3,
+        mappedFileSizeCommitLog=FILE_SIZE,
+        cleanResourceInterval=300,
+        fileReservedTime=1,
+        diskMaxUsedSpaceRatio=1,
+    )
+    leader = await group.leader(raft_client, timeout=60)
+    async with Admin(group.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
+    await group.topic_everywhere(raft_client, TOPIC)
+    first = [f"a{n:05d}" for n in range(1200)]
+    await send_keys(group.namesrv_addr, first)
+
+    # a follower goes down; the leader may delete only what that follower holds
+    down = next(i for i in group.ids if i != leader)
+    await wait_caught_up(group, raft_client, down, 1200)
+    down_end = int((await info(group, raft_client, down))["dledgerLedgerEndIndex"])
+    group.kill(down)
+    second = [f"b{n:05d}" for n in range(1200)]
+    await send_keys(group.namesrv_addr, second)
+    files_before = len(os.listdir(raft_data(group, leader)))
+    assert files_before >= 6
+    age_raft_files(group, leader)
+    begin = await wait_begin_above(group, raft_client, leader, 0)
+    await trio.sleep(1.0)  # more rounds: the bound holds, it is not just slow
+    begin = int((await info(group, raft_client, leader))["dledgerLedgerBeginIndex"])
+    assert 0 < begin <= down_end + 1
+    assert len(os.listdir(raft_data(group, leader))) < files_before
+
+    group.restart(down)
+    end = int((await info(group, raft_client, leader))["dledgerLedgerEndIndex"])
+    await wait_caught_up(group, raft_client, down, end)
+
+    # every member cleans its own files
+    for node in group.ids:
+        age_raft_files(group, node)
+    for node in group.ids:
+        await wait_begin_above(group, raft_client, node, 0 if node != leader else begin)
+
+    # the whole group is SIGKILLed: the applies resume on logs that do not start at 0
+    for node in group.ids:
+        group.kill(node)
+    for node in group.ids:
+        group.restart(node)
+    leader = await group.leader(raft_client, timeout=60)
+    end = int((await info(group, raft_client, leader))["dledgerLedgerEndIndex"])
+    want = sorted(first + second)
+    for node in group.ids:
+        await wait_caught_up(group, raft_client, node, end)
+        assert int((await info(group, raft_client, node))["dledgerLedgerBeginIndex"]) > 0
+        assert await served_keys(group, raft_client, node) == want, node
