@@ -25,7 +25,7 @@ import socket
 import subprocess
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import attrs
@@ -190,11 +190,36 @@ def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
         subprocess.run([*sudo, "umount", "-l", str(path)], check=False)
 
 
+def send_v2(
+    topic: str, queue_id: int, body: bytes, *, group: str = "pg", queues: int = 4
+) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 of ``body`` to one queue of ``topic``, with no properties, as a
+    producer of ``group`` sends it (the topic is created with ``queues`` queues if missing)."""
+    return RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2,
+        {"a": group, "b": topic, "c": "TBW102", "d": queues, "e": queue_id}
+        | {"f": 0, "g": 0, "h": 0, "i": ""},
+        body,
+    )
+
+
 async def pull_queue(
-    client: RemotingClient, addr: str, topic: str, queue_id: int, *, group: str = "check"
+    client: RemotingClient,
+    addr: str,
+    topic: str,
+    queue_id: int,
+    *,
+    group: str = "check",
+    ends: Collection[int] | None = None,
+    skip: Collection[int] = (),
 ) -> list[MessageExt]:
     """Every record of one queue from offset 0 on, by plain PULLs (no suspend, no commit):
-    how a test or the chaos harness reads back what a broker holds."""
+    how a test or the chaos harness reads back what a broker holds.
+
+    By default any answer but SUCCESS ends the read quietly.  With ``ends``, the read may end
+    only on one of those codes: any other, or a SUCCESS whose nextBeginOffset does not move on,
+    fails it (AssertionError).  An answer with a code in ``skip`` (PULL_RETRY_IMMEDIATELY: the
+    records there were removed under the read) moves the read on to its nextBeginOffset."""
     out: list[MessageExt] = []
     offset = 0
     while True:
@@ -208,10 +233,15 @@ async def pull_queue(
             ),
             timeout=10,
         )
-        if r.code != ResponseCode.SUCCESS:
+        if r.code == ResponseCode.SUCCESS:
+            out.extend(decode_records(bytes(r.body), check_crc=True))
+        elif r.code not in skip:
+            if ends is not None and r.code not in ends:
+                raise AssertionError(f"pull at {offset} answered {r.code}: {r.remark}")
             return out
-        out.extend(decode_records(bytes(r.body), check_crc=True))
         nxt = int(r.ext_fields["nextBeginOffset"])
         if nxt <= offset:
+            if ends is not None and r.code == ResponseCode.SUCCESS:
+                raise AssertionError(f"pull at {offset} found records but moved on to {nxt}")
             return out
         offset = nxt

@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.message import decode_records
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block
+from common.testing import free_port_block, pull_queue, send_v2
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,60 +68,20 @@ async def _wait_serving(client, addr: str, proc: subprocess.Popen[bytes]) -> Non
 
 
 def _send_cmd(i: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.SEND_MESSAGE_V2,
-        {
-            "a": "crash-pg",
-            "b": TOPIC,
-            "c": "TBW102",
-            "d": QUEUES,
-            "e": i % QUEUES,
-            "f": 0,
-            "g": 0,
-            "h": 0,
-            "i": "",
-        },
-        b"crash-body-%d-" % i + b"x" * (i % 700),
-    )
+    body = b"crash-body-%d-" % i + b"x" * (i % 700)
+    return send_v2(TOPIC, i % QUEUES, body, group="crash-pg", queues=QUEUES)
 
 
 async def _verify(client, addr: str, acked: dict[tuple[int, int], tuple[bytes, int]]) -> None:
+    # the first round has sent nothing yet: the topic is auto-created by the first send
+    ends = {ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED}
+    if not acked:
+        ends.add(ResponseCode.TOPIC_NOT_EXIST)
     for qid in range(QUEUES):
-        offset, seen = 0, {}
-        while True:
-            r = await client.invoke(
-                addr,
-                RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE,
-                    {
-                        "consumerGroup": "crash-check",
-                        "topic": TOPIC,
-                        "queueId": qid,
-                        "queueOffset": offset,
-                        "maxMsgNums": 32,
-                        "sysFlag": 4,
-                        "commitOffset": 0,
-                        "suspendTimeoutMillis": 0,
-                        "subscription": "*",
-                        "subVersion": 0,
-                    },
-                ),
-                timeout=10,
-            )
-            if r.code == ResponseCode.TOPIC_NOT_EXIST and not acked:
-                return  # first round: nothing sent yet, the topic is auto-created by the first send
-            if r.code != ResponseCode.SUCCESS:
-                assert r.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED), (
-                    r.code,
-                    r.remark,
-                )
-                break
-            for m in decode_records(bytes(r.body), check_crc=True):
-                assert m.queue_id == qid
-                seen[m.queue_offset] = (m.body, m.commit_log_offset)
-            new_offset = int(r.ext_fields["nextBeginOffset"])
-            assert new_offset > offset
-            offset = new_offset
+        seen = {}
+        for m in await pull_queue(client, addr, TOPIC, qid, group="crash-check", ends=ends):
+            assert m.queue_id == qid
+            seen[m.queue_offset] = (m.body, m.commit_log_offset)
         assert sorted(seen) == list(range(len(seen))), f"queue {qid} offsets not dense"
         for (q, qoff), (body, phys) in acked.items():
             if q != qid:

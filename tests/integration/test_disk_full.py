@@ -18,9 +18,9 @@ import trio
 
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
-from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import pull_queue, small_tmpfs
+from common.testing import pull_queue, send_v2, small_tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -31,21 +31,8 @@ BALLAST_MIB = 6
 
 
 def _send(i: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.SEND_MESSAGE_V2,
-        {
-            "a": "disk-pg",
-            "b": TOPIC,
-            "c": "TBW102",
-            "d": QUEUES,
-            "e": i % QUEUES,
-            "f": 0,
-            "g": 0,
-            "h": 0,
-            "i": "",
-        },
-        b"disk-body-%06d-" % i + b"x" * 4000,
-    )
+    body = b"disk-body-%06d-" % i + b"x" * 4000
+    return send_v2(TOPIC, i % QUEUES, body, group="disk-pg", queues=QUEUES)
 
 
 async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:

@@ -19,6 +19,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.testing import send_v2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -37,12 +38,7 @@ def rss_mib(pid: int) -> float:
 
 
 def _send(i: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.SEND_MESSAGE_V2,
-        {"a": "flood-pg", "b": TOPIC, "c": "TBW102", "d": 4, "e": i % 4}
-        | {"f": 0, "g": 0, "h": 0, "i": ""},
-        b"flood-%d" % i,
-    )
+    return send_v2(TOPIC, i % 4, b"flood-%d" % i, group="flood-pg")
 
 
 IDLE_TOPIC = "FloodIdle"  # one message per queue, then nothing: pulls at offset 1 park

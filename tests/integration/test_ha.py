@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.message import decode_records
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.testing import pull_queue
 from rmq import Message, Producer
 from rmq.producer import SendStatus
 
@@ -89,48 +89,22 @@ async def wait_caught_up(client, master, slave, *, timeout: float = 60.0) -> int
             await trio.sleep(0.1)
 
 
+# how a read of one queue may end; PULL_RETRY_IMMEDIATELY (records removed under the read)
+# moves it on instead
+PULL_ENDS = (
+    ResponseCode.PULL_NOT_FOUND,
+    ResponseCode.PULL_OFFSET_MOVED,
+    ResponseCode.TOPIC_NOT_EXIST,
+)
+RETRY = (ResponseCode.PULL_RETRY_IMMEDIATELY,)
+
+
 async def pull_all(client, addr: str, topic: str, queue_id: int) -> list[tuple[int, bytes, int]]:
     """(queue offset, body, physical offset) of every message in one queue of one broker."""
-    out: list[tuple[int, bytes, int]] = []
-    offset = 0
-    while True:
-        r = await client.invoke(
-            addr,
-            RemotingCommand.request(
-                RequestCode.PULL_MESSAGE,
-                {
-                    "consumerGroup": "ha-check",
-                    "topic": topic,
-                    "queueId": queue_id,
-                    "queueOffset": offset,
-                    "maxMsgNums": 32,
-                    "sysFlag": 4,
-                    "commitOffset": 0,
-                    "suspendTimeoutMillis": 0,
-                    "subscription": "*",
-                    "subVersion": 0,
-                },
-            ),
-            timeout=10,
-        )
-        if r.code != ResponseCode.SUCCESS:
-            assert r.code in (
-                ResponseCode.PULL_NOT_FOUND,
-                ResponseCode.PULL_OFFSET_MOVED,
-                ResponseCode.PULL_RETRY_IMMEDIATELY,
-                ResponseCode.TOPIC_NOT_EXIST,
-            ), (r.code, r.remark)
-            if r.code != ResponseCode.PULL_RETRY_IMMEDIATELY:
-                return out
-        else:
-            out.extend(
-                (m.queue_offset, m.body, m.commit_log_offset)
-                for m in decode_records(bytes(r.body), check_crc=True)
-            )
-        nxt = int(r.ext_fields["nextBeginOffset"])
-        if nxt <= offset:
-            return out
-        offset = nxt
+    got = await pull_queue(
+        client, addr, topic, queue_id, group="ha-check", ends=PULL_ENDS, skip=RETRY
+    )
+    return [(m.queue_offset, m.body, m.commit_log_offset) for m in got]
 
 
 def start_pair(procs, *, role: str = "SYNC_MASTER", name: str = "broker-a", ns=None):
