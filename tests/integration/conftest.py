@@ -10,18 +10,25 @@ issue asks, without network namespaces.  ``heal()`` restores them.
 
 Process control is by pid (``tests/conftest.py`` ``ProcessGroup``): ``kill`` is SIGKILL,
 ``restart`` starts the same config and store again.
+
+``ns_and_broker`` runs a nameserver and a broker (file store) in the test's own loop on
+127.0.0.1 (ports 0), for tests that write raw frames to both.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
 
+from broker.config import BrokerConfig
+from broker.service import run_broker
+from broker.store import MessageStoreConfig
 from cli.link_proxy import LinkProxy
 from common.errors import RemotingConnectError
 from common.remoting.client import open_remoting_client
@@ -29,6 +36,8 @@ from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import loads
 from common.testing import free_port_block
+from namesrv.config import NamesrvConfig
+from namesrv.service import run_namesrv
 
 # laptop timing (what `rmq up --dledger` uses): failure detected after 3 x 500 ms
 FAST_TIMING = {
@@ -202,3 +211,21 @@ async def dledger_factory(procs: Any, nursery: trio.Nursery) -> AsyncIterator[Ca
 async def raft_client() -> AsyncIterator[Any]:
     async with open_remoting_client() as client:
         yield client
+
+
+@pytest.fixture
+async def ns_and_broker(tmp_path: Path, nursery: trio.Nursery) -> tuple[Any, Any]:
+    """The handles (``.port``) of a nameserver and a broker registered with it, both in
+    ``nursery``."""
+    ns = await nursery.start(
+        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
+    )
+    broker = await nursery.start(
+        run_broker,
+        BrokerConfig(
+            listen_port=0,
+            namesrv_addr=f"127.0.0.1:{ns.port}",
+            store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "store")),
+        ),
+    )
+    return ns, broker

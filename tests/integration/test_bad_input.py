@@ -13,16 +13,11 @@ import struct
 import pytest
 import trio
 
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig
 from common.message import decode_records
 from common.remoting.client import open_remoting_client
 from common.remoting.codec import encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
 
 pytestmark = pytest.mark.integration
 
@@ -109,18 +104,8 @@ async def _check_server(port: int, requests: dict[str, RemotingCommand]) -> None
         assert answer.get("remark"), (name, answer)
 
 
-async def test_both_servers_survive_bad_input(tmp_path, nursery):
-    ns = await nursery.start(
-        run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
-    )
-    broker = await nursery.start(
-        run_broker,
-        BrokerConfig(
-            listen_port=0,
-            namesrv_addr=f"127.0.0.1:{ns.port}",
-            store=MessageStoreConfig(store_path_root_dir=str(tmp_path / "store")),
-        ),
-    )
+async def test_both_servers_survive_bad_input(ns_and_broker, nursery):
+    ns, broker = ns_and_broker
     async with open_remoting_client() as client:
         baddr = f"127.0.0.1:{broker.port}"
         create = RemotingCommand.request(
