@@ -141,65 +141,27 @@ async def test_the_rmq_cli_signs_with_credentials_from_the_environment(acl_clust
     assert "No accessKey is configured" in unsigned.stderr, unsigned.stderr
 
 
+async def _cpp(command: str, ns, flags: str, *, key: str, secret: str) -> list[dict]:
+    """The C++ driver's events for ``command`` on AclTopic with ``flags`` (split at spaces),
+    signed as account ``key``."""
+    argv = [command, "--namesrv", ns.addr, "--topic", "AclTopic", *flags.split()]
+    argv += ["--access-key", key, "--secret-key", secret]
+    return await trio.to_thread.run_sync(lambda: driver(*argv))
+
+
 async def test_the_cpp_client_signs_as_the_broker_checks(acl_cluster):
     ns, broker, acl = acl_cluster
-    ok = await trio.to_thread.run_sync(
-        lambda: driver(
-            "produce",
-            "--namesrv",
-            ns.addr,
-            "--topic",
-            "AclTopic",
-            "--count",
-            "20",
-            "--access-key",
-            "producer-key",
-            "--secret-key",
-            "producer-secret",
-        )
-    )
+    ok = await _cpp("produce", ns, "--count 20", key="producer-key", secret="producer-secret")
     sent = [e for e in ok if e.get("event") == "sent"]
     assert len(sent) == 20 and all(e["status"] == 0 for e in sent), ok[-3:]
 
-    bad = await trio.to_thread.run_sync(
-        lambda: driver(
-            "produce",
-            "--namesrv",
-            ns.addr,
-            "--topic",
-            "AclTopic",
-            "--count",
-            "1",
-            "--send-timeout-ms",
-            "3000",
-            "--access-key",
-            "producer-key",
-            "--secret-key",
-            "not-the-secret",
-        )
-    )
+    flags = "--count 1 --send-timeout-ms 3000"
+    bad = await _cpp("produce", ns, flags, key="producer-key", secret="not-the-secret")
     assert not [e for e in bad if e.get("event") == "sent"], bad
     # the client reports a generic send failure; the broker says why it refused
     assert "Check signature failed for accessKey=producer-key" in broker.log.read_text()
 
-    got = await trio.to_thread.run_sync(
-        lambda: driver(
-            "consume",
-            "--namesrv",
-            ns.addr,
-            "--topic",
-            "AclTopic",
-            "--group",
-            "acl-cg",
-            "--expect",
-            "20",
-            "--timeout",
-            "60",
-            "--access-key",
-            "consumer-key",
-            "--secret-key",
-            "consumer-secret",
-        )
-    )
+    flags = "--group acl-cg --expect 20 --timeout 60"
+    got = await _cpp("consume", ns, flags, key="consumer-key", secret="consumer-secret")
     bodies = {e["body"] for e in got if e.get("event") == "recv"}
     assert len(bodies) == 20, got[-3:]
