@@ -13,6 +13,9 @@ port grabbed between the check and the bind), so blocks are drawn only outside t
 
 :func:`small_tmpfs` mounts a tmpfs of a few MiB for the tests of a full disk (as root, or through
 `sudo -n` as CI's package installs do; a mount that fails fails the test, it never skips it).
+
+For tests and the chaos harness that speak the wire themselves: :func:`send_v2` builds a plain
+SEND_MESSAGE_V2 and :func:`pull_queue` reads one queue back from offset 0.
 """
 
 from __future__ import annotations
