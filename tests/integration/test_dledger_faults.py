@@ -16,6 +16,7 @@ import time
 import pytest
 import trio
 
+from common.testing import pull_queue
 from rmq import Admin, Message, Producer
 from rmq.client_api import ClientAPI
 from rmq.producer import SendStatus
@@ -62,36 +63,10 @@ async def send_keys(namesrv: str, topic: str, keys: list[str]) -> None:
 
 async def stored_keys(group, client, node: str, topic: str) -> list[str]:
     """Every key in ``topic`` as ``node`` serves it (pull straight from that node)."""
-    from common.message import decode_records
-    from common.remoting.codes import RequestCode, ResponseCode
-    from common.remoting.command import RemotingCommand
-
     keys = []
     for q in range(4):
-        offset = 0
-        while True:
-            header = {
-                "consumerGroup": "raft-fault-check",
-                "topic": topic,
-                "queueId": q,
-                "queueOffset": offset,
-                "maxMsgNums": 256,
-                "sysFlag": 4,  # FLAG_SUBSCRIPTION: the subscription is in the request
-                "commitOffset": 0,
-                "suspendTimeoutMillis": 0,
-                "subscription": "*",
-                "subVersion": 0,
-            }
-            r = await client.invoke(
-                group.addr(node), RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
-            )
-            if r.code != ResponseCode.SUCCESS:
-                break
-            msgs = decode_records(bytes(r.body))
-            if not msgs:
-                break
-            keys.extend(m.keys for m in msgs)
-            offset = int(r.ext_fields["nextBeginOffset"])
+        got = await pull_queue(client, group.addr(node), topic, q, group="raft-fault-check")
+        keys += [m.keys for m in got]
     return keys
 
 
