@@ -20,6 +20,7 @@ around it (the sends of that queue nearby and the faults in force), so it can be
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Iterable
 
 import attrs
@@ -44,10 +45,11 @@ class Send:
 
 @attrs.frozen
 class Fault:
-    kind: str  # kill, pause, partition
-    node: str
+    kind: str  # one of chaos_schedule.FAULT_KINDS
+    node: str  # a node, or two joined by "-" for a link
     start: float
     end: float
+    detail: str = ""  # the fault's parameters (a delay, the bytes torn), for the excerpt
 
 
 @attrs.frozen
@@ -68,6 +70,7 @@ class Report:
     unacked_delivered: int
     recovery: tuple[tuple[str, float | None], ...]  # (fault, seconds to the next ack)
     excerpts: tuple[str, ...] = ()
+    faults: tuple[Fault, ...] = ()  # as injected, in order, with their parameters
 
     @property
     def ok(self) -> bool:
@@ -139,6 +142,7 @@ def check(
         unacked,
         tuple(recovery),
         tuple(excerpts),
+        tuple(faults),
     )
 
 
@@ -153,5 +157,26 @@ def _excerpt(send: Send, sends: list[Send], faults: list[Fault], what: str) -> s
         )
     for f in faults:
         if f.start <= send.answered_at and f.end >= send.sent_at - 1.0:
-            lines.append(f"    fault {f.kind} {f.node} t={f.start:7.3f}..{f.end:7.3f}")
+            lines.append(
+                f"    fault {f.kind} {f.node} t={f.start:7.3f}..{f.end:7.3f} {f.detail}".rstrip()
+            )
     return "\n".join(lines)
+
+
+def recovery_by_kind(reports: Iterable[Report]) -> dict[str, dict[str, float | int | None]]:
+    """Per fault kind over many reports: how many faults, how many never recovered, and the
+    median and max of the recovery times of the others."""
+    times: dict[str, list[float | None]] = {}
+    for report in reports:
+        for label, took in report.recovery:
+            times.setdefault(label.split(" ", 1)[0], []).append(took)
+    out: dict[str, dict[str, float | int | None]] = {}
+    for kind, all_secs in sorted(times.items()):
+        secs = sorted(s for s in all_secs if s is not None)
+        out[kind] = {
+            "faults": len(all_secs),
+            "never": len(all_secs) - len(secs),
+            "median": statistics.median(secs) if secs else None,
+            "max": secs[-1] if secs else None,
+        }
+    return out

@@ -20,7 +20,9 @@ from pathlib import Path
 import attrs
 import trio
 
-from cli.link_proxy import LinkProxy
+from cli.chaos_disk import DiskControl, Tear, segment_dirs, tear_tail
+from cli.chaos_schedule import brokers_of
+from cli.link_proxy import LinkFault, LinkProxy
 from common.remoting.client import RemotingClient
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -44,6 +46,8 @@ class Proc:
     args: list[str]
     port: int
     log: Path
+    # environment additions (the disk shim's, for a broker)
+    env: dict[str, str] = attrs.Factory(dict)
     popen: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
@@ -61,14 +65,29 @@ class Proc:
                 [sys.executable, "-m", "cli.node", *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
         self.paused = False
 
-    def kill(self) -> None:
+    async def _wait(self, timeout: float) -> bool:
+        """True once the process has exited, within ``timeout`` seconds (in a worker thread:
+        ``wait`` blocks)."""
+        popen = self.popen
+        assert popen is not None
+
+        def wait() -> bool:
+            try:
+                popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+
+        return await trio.to_thread.run_sync(wait)
+
+    async def kill(self) -> None:
         if self.popen is not None and self.popen.poll() is None:
             self.popen.kill()
-            self.popen.wait(timeout=10)
+            await self._wait(10)
 
     def pause(self) -> None:
         if self.alive:
@@ -81,17 +100,15 @@ class Proc:
             self.popen.send_signal(signal.SIGCONT)
         self.paused = False
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         if self.popen is None or self.popen.poll() is not None:
             return
         self.resume()
         self.popen.send_signal(signal.SIGCONT)
         self.popen.terminate()
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if not await self._wait(10):
             self.popen.kill()
-            self.popen.wait(timeout=10)
+            await self._wait(10)
 
 
 @attrs.define(eq=False)
@@ -101,8 +118,14 @@ class ChaosCluster:
     # extra broker.conf properties for every broker (the checker's own test breaks one)
     broker_extra: dict[str, str] = attrs.Factory(dict)
     procs: dict[str, Proc] = attrs.Factory(dict)
+    # the compiled disk shim every broker runs under (chaos_disk.py); None: no disk faults
+    shim: Path | None = None
     # node -> the proxies of its replication links (both directions)
     links: dict[str, list[LinkProxy]] = attrs.Factory(dict)
+    # two brokers -> the proxies between them (both directions)
+    pairs: dict[frozenset[str], list[LinkProxy]] = attrs.Factory(dict)
+    # broker -> its disk shim's control file
+    disks: dict[str, DiskControl] = attrs.Factory(dict)
 
     @property
     def brokers(self) -> list[str]:
@@ -123,6 +146,9 @@ class ChaosCluster:
             "brokerClusterName": "ChaosCluster",
             "namesrvAddr": f"127.0.0.1:{ns_port}",
             "mapedFileSizeCommitLog": str(4 << 20),
+            # the disk check every 0.5 s, not 10: a full disk's end is noticed at once, so the
+            # recovery measured is the broker's, not the check's period
+            "cleanResourceInterval": "500",
             **self.broker_extra,
         }
         if self.mode == "dledger":
@@ -137,6 +163,7 @@ class ChaosCluster:
         ha = LinkProxy(master_port + 1)  # the master's HA port is listenPort + 1
         await nursery.start(ha.serve)
         self.links = {"master": [ha], "slave": [ha]}
+        self.pairs = {frozenset(("master", "slave")): [ha]}
         role = "SYNC_MASTER" if self.mode == "sync" else "ASYNC_MASTER"
         self._broker("master", master_port, {**common, "brokerId": "0", "brokerRole": role})
         self._broker(
@@ -151,7 +178,7 @@ class ChaosCluster:
         )
 
     async def _dledger(self, nursery: trio.Nursery, common: dict[str, str]) -> None:
-        ids = ["n0", "n1", "n2"]
+        ids = list(brokers_of("dledger"))
         broker_ports = {i: free_port_block(4) for i in ids}
         raft_ports = {i: free_port_block(1) for i in ids}
         proxies: dict[tuple[str, str], LinkProxy] = {}
@@ -161,6 +188,7 @@ class ChaosCluster:
                     proxies[(a, b)] = proxy = LinkProxy(raft_ports[b])
                     await nursery.start(proxy.serve)
         self.links = {i: [p for (a, b), p in proxies.items() if i in (a, b)] for i in ids}
+        self.pairs = {frozenset((a, b)): [proxies[(a, b)], proxies[(b, a)]] for a, b in proxies}
         for i in ids:
             peers = ";".join(
                 f"{j}-127.0.0.1:{raft_ports[j] if j == i else proxies[(i, j)].port}" for j in ids
@@ -180,10 +208,17 @@ class ChaosCluster:
         conf = {**conf, "listenPort": str(port), "storePathRootDir": str(data)}
         path = self.root / f"{name}.conf"
         path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
-        self._add(name, ["broker", "-c", str(path)], port)
+        env = {}
+        if self.shim is not None:
+            disk = self.disks[name] = DiskControl(self.root / f"{name}.disk")
+            disk.ok()
+            env = disk.env(self.shim)
+        self._add(name, ["broker", "-c", str(path)], port, env)
 
-    def _add(self, name: str, args: list[str], port: int) -> None:
-        self.procs[name] = Proc(name, args, port, self.root / f"{name}.log")
+    def _add(
+        self, name: str, args: list[str], port: int, env: dict[str, str] | None = None
+    ) -> None:
+        self.procs[name] = Proc(name, args, port, self.root / f"{name}.log", dict(env or {}))
 
     # --- faults -------------------------------------------------------------------------------
 
@@ -191,22 +226,49 @@ class ChaosCluster:
         for proxy in self.links.get(node, ()):
             proxy.block()
 
+    def degrade(self, a: str, b: str, fault: LinkFault) -> None:
+        """Delay or lose chunks on the links between brokers ``a`` and ``b``."""
+        for proxy in self.pairs[frozenset((a, b))]:
+            proxy.degrade(fault)
+
     def heal(self) -> None:
+        """Every link unblocked and undegraded."""
         for proxies in self.links.values():
             for proxy in proxies:
                 proxy.unblock()
 
+    def disk(self, node: str) -> DiskControl:
+        if node not in self.disks:
+            raise RuntimeError("disk faults need the cluster started with a shim")
+        return self.disks[node]
+
+    async def tear(self, node: str, size: int, fill: str, seed: int) -> list[Tear]:
+        """Tear the newest segments' tails of a stopped broker (chaos_disk.py)."""
+        proc = self.procs[node]
+        if proc.alive:
+            raise RuntimeError(f"{node} is running: tear its store only between kill and start")
+        dirs = segment_dirs(self.root / node, node, self.mode == "dledger")
+        tears = []
+        for d in dirs:
+            tear = await trio.to_thread.run_sync(tear_tail, d, size, fill, seed)
+            if tear is not None:
+                tears.append(tear)
+        return tears
+
     def restore_all(self) -> None:
-        """Every fault ended: links healed, paused nodes resumed, dead nodes started."""
+        """Every fault ended: links healed, disks well, paused nodes resumed, dead nodes
+        started."""
         self.heal()
+        for disk in self.disks.values():
+            disk.ok()
         for proc in self.procs.values():
             proc.resume()
             if not proc.alive:
                 proc.start()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):
-            proc.stop()
+            await proc.stop()
 
     # --- where to send ------------------------------------------------------------------------
 

@@ -3,22 +3,30 @@
 The workload is one producer per queue (4 queues of topic ``ChaosTopic``), each sending one
 message at a time to whichever node takes writes (chaos_cluster.py), with id ``queue + 4 *
 seq`` in the body, and recording the outcome (checker's ``Send``).  Meanwhile the schedule,
-drawn from ``random.Random(seed)``, injects ``faults`` faults one after another: a SIGKILL and
-a restart, a SIGSTOP and a SIGCONT, or a partition of a node's replication links and its heal,
-on any node including the nameserver.  Then every fault is ended, the run waits until a write
-is acknowledged again and the replicas settle, reads every queue from the writer, and hands the
-history to :func:`cli.chaos_checker.check`.
+drawn from the seed (chaos_schedule.py), injects ``faults`` faults one after another, each
+ended before the next: a SIGKILL and a restart, a SIGSTOP and a SIGCONT, a partition of a
+node's replication links, a delayed or lossy link between two brokers (link_proxy.py), a slow
+or full disk, or a SIGKILL with a torn segment tail before the restart (chaos_disk.py).  Each
+fault is recorded as a checker ``Fault`` with its parameters.  Then every fault is ended, the
+run waits until a write is acknowledged again and the replicas settle, reads every queue from
+the writer, and hands the history to :func:`cli.chaos_checker.check`.
+
+The disk shim is compiled (gcc) only when the kinds asked for include a disk fault, so a run
+of kills, pauses and link faults needs no compiler; nothing needs root.
 """
 
 from __future__ import annotations
 
-import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
 
 from cli.chaos_checker import Fault, Outcome, Report, Send, Served, check
 from cli.chaos_cluster import ChaosCluster
+from cli.chaos_disk import build_shim
+from cli.chaos_schedule import DISK_KINDS, FAULT_KINDS, PlannedFault, draw
+from cli.link_proxy import LinkFault
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -26,7 +34,8 @@ from common.testing import pull_queue
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
-FAULT_KINDS = ("kill", "pause", "partition")
+# seconds the load goes on past the usual end while the last fault has not recovered
+RECOVERY_WAIT = 10.0
 
 
 def _send_cmd(msg_id: int, queue: int) -> RemotingCommand:
@@ -70,30 +79,63 @@ async def _producer(
             await trio.sleep(0.05)
 
 
+async def _inject(cluster: ChaosCluster, f: PlannedFault) -> str:
+    """Start fault ``f``; returns its parameters in words, for the checker's excerpts."""
+    if f.kind in ("kill", "torn"):
+        await cluster.procs[f.node].kill()
+        if f.kind == "torn":
+            tears = await cluster.tear(f.node, f.tear_bytes, f.tear_fill, f.seed)
+            return "; ".join(map(str, tears)) or "nothing written yet"
+    elif f.kind == "pause":
+        cluster.procs[f.node].pause()
+    elif f.kind == "partition":
+        cluster.partition(f.node)
+    elif f.kind == "delay":
+        cluster.degrade(f.node, f.peer or "", LinkFault(f.delay, f.jitter, seed=f.seed))
+        return f"{f.delay * 1000:.0f} ms + U(0, {f.jitter * 1000:.0f}) ms per chunk"
+    elif f.kind == "drop":
+        cluster.degrade(f.node, f.peer or "", LinkFault(loss=f.loss, reset=f.reset, seed=f.seed))
+        return f"loss {f.loss:.2f} per chunk, {f.reset:.2f} of losses reset"
+    elif f.kind == "slow_disk":
+        cluster.disk(f.node).slow(f.delay)
+        return f"{f.delay * 1000:.0f} ms per sync call"
+    elif f.kind == "full_disk":
+        cluster.disk(f.node).full()
+    return ""
+
+
+def _end(cluster: ChaosCluster, f: PlannedFault) -> None:
+    if f.kind in ("kill", "torn"):
+        cluster.procs[f.node].start()
+    elif f.kind == "pause":
+        cluster.procs[f.node].resume()
+    elif f.kind in ("partition", "delay", "drop"):
+        cluster.heal()
+    else:
+        cluster.disk(f.node).ok()
+
+
 async def _faults(
-    cluster: ChaosCluster, rng: random.Random, count: int, faults: list[Fault], t0: float
+    cluster: ChaosCluster, plan: list[PlannedFault], faults: list[Fault], t0: float
 ) -> None:
-    for _ in range(count):
-        await trio.sleep(rng.uniform(0.5, 1.5))
-        kind = rng.choice(FAULT_KINDS)
-        nodes = cluster.brokers if kind == "partition" else list(cluster.procs)
-        node = rng.choice(nodes)
-        proc = cluster.procs[node]
+    for f in plan:
+        await trio.sleep(f.wait)
         start = trio.current_time() - t0
-        if kind == "kill":
-            proc.kill()
-        elif kind == "pause":
-            proc.pause()
-        else:
-            cluster.partition(node)
-        await trio.sleep(rng.uniform(1.0, 2.5))
-        if kind == "kill":
-            proc.start()
-        elif kind == "pause":
-            proc.resume()
-        else:
-            cluster.heal()
-        faults.append(Fault(kind, node, start, trio.current_time() - t0))
+        detail = await _inject(cluster, f)
+        await trio.sleep(f.hold)
+        _end(cluster, f)
+        faults.append(Fault(f.kind, f.label, start, trio.current_time() - t0, detail))
+
+
+def _acked_since(sends: list[Send], t: float) -> bool:
+    """Whether a send made at or after ``t`` was acknowledged.  ``sends`` is in answer order,
+    so only its tail, answered after ``t``, is looked at."""
+    for s in reversed(sends):
+        if s.answered_at < t:
+            return False
+        if s.outcome is Outcome.ACKED and s.sent_at >= t:
+            return True
+    return False
 
 
 async def _read_all(client: RemotingClient, addr: str) -> list[Served]:
@@ -128,11 +170,18 @@ async def run_schedule(
     *,
     faults: int = 2,
     duration: float = 8.0,
+    kinds: Sequence[str] = FAULT_KINDS,
     broker_extra: dict[str, str] | None = None,
+    shim_cache: Path | None = None,
 ) -> Report:
-    """Start a cluster in ``root``, run the workload under ``faults`` faults, check, stop."""
-    rng = random.Random(seed)
-    cluster = ChaosCluster(root, mode, broker_extra=dict(broker_extra or {}))
+    """Start a cluster in ``root``, run the workload under ``faults`` faults of ``kinds``,
+    check, stop.  The disk shim is built in ``shim_cache`` (default ``root/disk-shim``)."""
+    plan = draw(seed, mode, faults, kinds)
+    shim = None
+    if any(f.kind in DISK_KINDS for f in plan):
+        cache = shim_cache or root / "disk-shim"
+        shim = await trio.to_thread.run_sync(build_shim, cache)
+    cluster = ChaosCluster(root, mode, broker_extra=dict(broker_extra or {}), shim=shim)
     sends: list[Send] = []
     fault_log: list[Fault] = []
     try:
@@ -144,9 +193,15 @@ async def run_schedule(
             async with trio.open_nursery() as work:
                 for q in range(QUEUES):
                     work.start_soon(_producer, client, cluster, q, sends, t0, stop)
-                await _faults(cluster, rng, faults, fault_log, t0)
-                # load goes on after the last fault, so its recovery time is measured too
+                await _faults(cluster, plan, fault_log, t0)
+                # load goes on after the last fault, so its recovery time is measured too: at
+                # least 1.5 s, and until a send made after it is acknowledged (a DLedger
+                # leader's full disk clears at its disk check, every 5 s), RECOVERY_WAIT more at most
                 await trio.sleep(max(1.5, duration - (trio.current_time() - t0)))
+                for _ in range(int(RECOVERY_WAIT / 0.1)):
+                    if not fault_log or _acked_since(sends, fault_log[-1].end):
+                        break
+                    await trio.sleep(0.1)
                 stop.set()
             cluster.restore_all()
             addr = await _until_writable(client, cluster, 60)
@@ -154,5 +209,7 @@ async def run_schedule(
             served = [s for s in await _read_all(client, addr) if s.id >= 0]
             nursery.cancel_scope.cancel()
     finally:
-        cluster.stop()
+        # shielded and bounded: the processes go even when the run was cancelled
+        with trio.CancelScope(shield=True), trio.move_on_after(60):
+            await cluster.stop()
     return check(seed, mode, sends, fault_log, served)
