@@ -11,7 +11,7 @@ fault is recorded as a checker ``Fault`` with its parameters.  Then every fault 
 run waits until a write is acknowledged again and the replicas settle, reads every queue from
 the writer, and hands the history to :func:`cli.chaos_checker.check`.
 
-The disk shim is compiled (gcc) only when the kinds asked for include a disk fault, so a run
+The disk shim is compiled (gcc) only when the schedule draws a disk fault, so a run
 of kills, pauses and link faults needs no compiler; nothing needs root.
 """
 
