@@ -43,6 +43,8 @@ static struct timespec seen_mtime;
 static enum mode cur_mode = MODE_OK;
 static double cur_delay;
 
+/* libc's own function of that name.  Each wrapper looks it up on its first call; two threads
+ * racing there store the same pointer, so no lock is needed. */
 static void *next(const char *name) {
     void *fn = dlsym(RTLD_NEXT, name);
     if (fn == NULL) {
