@@ -22,46 +22,48 @@ replaced by a new leader's) is dropped.
 Every member applies the same record sequence into files of the same size, so a record lands
 at the same physical offset on every member: msgIds and queue units agree across the group.
 
-Restart (:meth:`Applier.resume`), exact after any crash: the hint file ``dledger_applied`` in the
-classic store's root holds a pair (index, offset) that was true when written: the classic
-CommitLog ended at ``offset`` holding exactly the records of the entries ``<= index``.  A
-process crash loses nothing of the classic CommitLog (its files are memory-mapped; recovery
-only cuts a torn last record), so its recovered end is at or past ``offset``; resume walks the
-classic records from ``offset`` to that end, pairing each with the next non-empty entry after
-``index`` and checking they are the same record (every byte but PHYSICALOFFSET).  The last one
-paired is the applied index: apply goes on at the next entry, with no record applied twice
-and none skipped.  A hint the classic store cannot hold (it ends before the hint: an in-memory
-store, or a tail lost to a power cut, the hint not being fsynced) gives way to the *durable*
-hint, ``dledger_applied.durable``: a pair log retention (log_retention.py) wrote with fsync once
-the classic flush had passed it, and below which it alone deletes Raft log files.  Without
-either, the classic store is walked from its start (which must be 0).  A record that does not match its entry
-stops the broker (``ApplyError``): the two logs diverged, and serving either would be wrong.
+Restart (:meth:`Applier.resume`, apply_resume.py): the apply goes on exactly after the last
+entry the classic store holds, found from a hint file and a walk of the classic tail; entries
+applied before a restart that no leader has confirmed since stay revocable (a whole-group power
+cut can take them from the other members' logs): if the new leader's log replaces them, the
+classic store is cut back to the last entry the log still holds, and apply goes on from there.
 
 Invariants
 * ``applied_offset == classic.get_max_phy_offset()`` between two calls of ``apply_entry``;
 * the classic CommitLog holds exactly the records of the non-empty entries ``<= applied_index``,
   in index order, and ``applied_index <= node.committed_index`` as seen when they were applied
   (only committed entries ever reach the classic store);
-* ``applied_index`` never decreases.
+* ``applied_index`` never decreases, except when the log replaced entries applied before a
+  restart that no leader had confirmed (the unconfirmed prefix, apply_resume.py): only a
+  whole-group power cut can bring that about, and the store then follows the leader's log.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 import trio
 
+from broker.dledger.apply_resume import (
+    DURABLE_SUFFIX,
+    HINT_FILE,
+    ApplyError,
+    ResumeReport,
+    UnconfirmedPrefix,
+    find_resume_point,
+    write_durable_hint,
+    write_hint,
+)
 from broker.dledger.log import RaftLog
 from broker.dledger.messages import Entry, Role
 from broker.store.api import MessageStore
-from common.config_file import atomic_write
+from broker.store.dirty_files import truncate_dirty_files
+from broker.store.message_store import DefaultMessageStore
 from common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -72,9 +74,6 @@ from common.remoting.codes import DLedgerResponseCode
 
 log = logging.getLogger(__name__)
 
-HINT_FILE = "dledger_applied"
-# the fsynced hint beside it (write_durable_hint)
-DURABLE_SUFFIX = ".durable"
 # entries applied before the apply task lets other tasks run
 _APPLY_BATCH = 1024
 # seconds between tries to apply when the classic store's disk is full
@@ -82,10 +81,6 @@ _STALL_RETRY_S = 1.0
 _BLANK_HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
 _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
-
-
-class ApplyError(RuntimeError):
-    """The classic store and the DLedger log disagree (or the store refused a record)."""
 
 
 class ApplyStalled(Exception):
@@ -184,16 +179,6 @@ class DLedgerNodeView(Protocol):
     async def wait_committed(self, index: int) -> None: ...
 
 
-@attrs.frozen
-class ResumeReport:
-    hint_index: int
-    hint_offset: int
-    # records found after the hint's offset (applied before the restart, paired with entries)
-    records_after_hint: int
-    applied_index: int
-    applied_offset: int
-
-
 @attrs.define(eq=False)
 class Applier:
     classic: MessageStore
@@ -217,6 +202,8 @@ class Applier:
     _progress: trio.Event = attrs.field(factory=trio.Event)
     # the (index, offset) pair last written to the hint file
     _hinted: tuple[int, int] = (-2, -1)
+    # entries applied before the restart and not yet confirmed by a leader (apply_resume.py)
+    _unconfirmed: UnconfirmedPrefix = attrs.field(factory=lambda: UnconfirmedPrefix({}))
 
     def __attrs_post_init__(self) -> None:
         classic = self.classic
@@ -226,96 +213,52 @@ class Applier:
     def hint_path(self) -> str:
         return os.path.join(self.classic.config.store_path_root_dir, HINT_FILE)
 
-    # --- restart ----------------------------------------------------------------------------
-    def read_hint(self, suffix: str = "") -> tuple[int, int] | None:
-        try:
-            with open(self.hint_path + suffix, "rb") as f:
-                obj = json.loads(f.read())
-            return int(obj["appliedIndex"]), int(obj["appliedOffset"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
+    # --- restart (apply_resume.py) -----------------------------------------------------------
     def write_hint(self) -> None:
         """Atomically replace the hint with the current (index, offset) pair (no fsync: the
         pair only has to survive a process crash, like the mapped CommitLog it describes)."""
         pair = (self.applied_index, self.applied_offset)
-        if pair == self._hinted:
-            return
-        os.makedirs(os.path.dirname(self.hint_path), exist_ok=True)
-        tmp = self.hint_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"appliedIndex": pair[0], "appliedOffset": pair[1]}, f)
-        os.replace(tmp, self.hint_path)
-        self._hinted = pair
+        if pair != self._hinted:
+            write_hint(self.hint_path, pair)
+            self._hinted = pair
 
     def write_durable_hint(self, pair: tuple[int, int]) -> None:
-        """Write ``pair`` (a past (index, offset) whose classic bytes are flushed) to the durable
-        hint, fsynced: after a power cut it is where resume starts when the plain hint points
-        past the recovered classic end.  Log retention (log_retention.py) drops entries only up
-        to it.  Blocking: for a worker thread."""
-        data = json.dumps({"appliedIndex": pair[0], "appliedOffset": pair[1]}).encode()
-        atomic_write(Path(self.hint_path + DURABLE_SUFFIX), data)
-
-    def _usable_hint(self) -> tuple[int, int] | None:
-        classic = self.classic
-        end, start = classic.get_max_phy_offset(), classic.get_min_phy_offset()
-        for hint in (self.read_hint(), self.read_hint(DURABLE_SUFFIX)):
-            if hint is not None and start <= hint[1] <= end:
-                return hint
-        return None
+        """Write ``pair`` (a past (index, offset) whose classic bytes and Raft entry are on
+        disk) to the durable hint, fsynced: log retention drops entries only up to it.
+        Blocking: for a worker thread."""
+        write_durable_hint(self.hint_path, pair)
 
     def resume(self) -> ResumeReport:
-        """Find ``applied_index`` from the hint and the classic store (module docstring)."""
-        classic = self.classic
-        end = classic.get_max_phy_offset()
-        hint = self._usable_hint()
-        if hint is None:
-            if classic.get_min_phy_offset() > 0:
-                raise ApplyError(
-                    f"no usable {HINT_FILE} and the classic CommitLog does not start at 0"
-                )
-            hint = (-1, classic.get_min_phy_offset())
-        index, offset = hint
-        file_size = classic.config.mapped_file_size_commit_log
-        paired = 0
-        while offset < end:
-            data = classic.get_commit_log_data(offset)
-            if data is None or len(data) < 8:
-                raise ApplyError(f"classic CommitLog unreadable at {offset} (end {end})")
-            size, magic = _BLANK_HEAD.unpack_from(data, 0)
-            if magic == BLANK_MAGIC_CODE:
-                offset += file_size - offset % file_size
-                continue
-            if magic != MESSAGE_MAGIC_CODE or size > len(data):
-                raise ApplyError(f"classic CommitLog has no record at {offset}")
-            index = self._next_record_entry(index, offset)
-            body = self.node.log.get(index)
-            assert body is not None
-            if not _same_record(data[:size], body.body):
-                raise ApplyError(
-                    f"classic record at {offset} is not the record of DLedger entry {index}"
-                )
-            offset += size
-            paired += 1
-        self.applied_index, self.applied_offset = index, end
-        report = ResumeReport(hint[0], hint[1], paired, index, end)
-        log.info("dledger apply resumes after entry %d (classic end %d): %s", index, end, report)
+        """Find where to apply from (apply_resume.py); records past the log are the caller's to
+        cut (``report.cut_from``)."""
+        report = find_resume_point(self.classic, self.node.log, self.hint_path)
+        self.applied_index, self.applied_offset = report.applied_index, report.applied_offset
+        self._unconfirmed = UnconfirmedPrefix(dict(report.points))
         return report
 
-    def _next_record_entry(self, index: int, offset: int) -> int:
-        """The first non-empty entry after ``index``."""
-        log_ = self.node.log
-        i = index + 1
-        while True:
-            entry = log_.get(i)
-            if entry is None:
-                raise ApplyError(
-                    f"classic record at {offset} has no DLedger entry (log ends at "
-                    f"{log_.end_index})"
-                )
-            if entry.body:
-                return i
-            i += 1
+    async def _settle_unconfirmed(self) -> None:
+        """Cut the classic store back if the log no longer holds entries applied before the
+        restart (apply_resume.py); forget them once a leader confirmed them."""
+        prefix = self._unconfirmed
+        cut = prefix.cut_point(self.node.log)
+        if cut is None:
+            # the log still holds them; confirmed once a leader's commit index passed them
+            prefix.confirmed_by(self.node.committed_index)
+            return
+        index, offset = cut
+        log.warning(
+            "the log replaced entries %d..%d applied before the restart: the classic store goes "
+            "back to %d",
+            index + 1,
+            self.applied_index,
+            offset,
+        )
+        classic = self.classic
+        if not isinstance(classic, DefaultMessageStore):
+            raise ApplyError(f"the classic store cannot be cut back to {offset}")
+        await truncate_dirty_files(classic, offset)
+        self.applied_index, self.applied_offset = index, offset
+        prefix.drop_above(index)
 
     # --- apply ------------------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> None:
@@ -415,12 +358,21 @@ class Applier:
         node = self.node
         next_hint = trio.current_time() + hint_interval
         while True:
+            if self._unconfirmed.points:
+                # before waiting: the log may have replaced them while the commit index stays
+                # below what this member applied before its restart
+                await self._settle_unconfirmed()
             if node.committed_index <= self.applied_index:
-                with trio.move_on_at(next_hint):
+                # while some are unconfirmed, look at the log often: a leader can replace them
+                # without moving the commit index past what was applied
+                wake = next_hint if not self._unconfirmed.points else trio.current_time() + 0.05
+                with trio.move_on_at(min(next_hint, wake)):
                     await node.wait_committed(self.applied_index + 1)
             # a task woken just as its scope was cancelled must not apply any more: the classic
             # store may already be shutting down (and would refuse the record)
             await trio.lowlevel.checkpoint_if_cancelled()
+            if self._unconfirmed.points:
+                await self._settle_unconfirmed()
             first = self.applied_index + 1
             last = min(node.committed_index, self.applied_index + _APPLY_BATCH)
             try:
@@ -453,16 +405,8 @@ class Applier:
             await self._progress.wait()
 
 
-def _same_record(stored: memoryview | bytes, body: bytes) -> bool:
-    """The classic record is the entry's record: every byte equal but PHYSICALOFFSET."""
-    return (
-        len(stored) == len(body)
-        and stored[:PHYSICAL_OFFSET_POSITION] == body[:PHYSICAL_OFFSET_POSITION]
-        and stored[_PHYS_END:] == body[_PHYS_END:]
-    )
-
-
 __all__ = [
+    "DURABLE_SUFFIX",
     "HINT_FILE",
     "ApplyError",
     "ApplyStalled",

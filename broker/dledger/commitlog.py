@@ -43,10 +43,12 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from broker.dledger.applier import Applier, DLedgerNodeView, ProposalView, PutHint
+from broker.dledger.applier import Applier, ApplyError, DLedgerNodeView, ProposalView, PutHint
 from broker.dledger.messages import Role
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.config import MessageStoreConfig
+from broker.store.dirty_files import truncate_dirty_files
+from broker.store.message_store import DefaultMessageStore
 from broker.store.put_message import PreparedPut, PutSteps, QueueOffsetTable
 from broker.store.results import (
     AppendMessageResult,
@@ -361,7 +363,11 @@ async def run_dledger_store(
     """Resume the apply (applier.py) and run it until cancelled; the classic store and the
     node are started (and stopped) by the caller, around this."""
     store = DLedgerMessageStore(classic, node)
-    store.applier.resume()
+    report = store.applier.resume()
+    if report.cut_from is not None:
+        if not isinstance(classic, DefaultMessageStore):
+            raise ApplyError(f"the classic store holds records past the log at {report.cut_from}")
+        await truncate_dirty_files(classic, report.cut_from)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.applier.run, hint_interval)

@@ -19,9 +19,9 @@ log still needs.
 
 * **Restart.** The applier resumes from a hint and pairs the classic records after it with
   their entries (applier.py), so the entries after the hint must stay.  The bound is the
-  *durable* hint: an (index, offset) pair taken a round earlier whose classic bytes the flush
-  has since put on disk, written with fsync before anything below it goes.  After a power cut
-  resume starts there at the latest.
+  *durable* hint: an (index, offset) pair taken a round earlier whose classic bytes and whose
+  Raft entry the flushes have since put on disk, written with fsync before anything below it
+  goes.  After a power cut resume starts there at the latest.
 * **Committed.** Only committed entries (all of them are at or below the applied index) go,
   and ``drop_head`` keeps the new head entry itself, flushed: the log is never empty again and
   no truncation (only above the committed index) can reach its head.
@@ -145,7 +145,11 @@ class LogRetention:
     async def _advance_durable_hint(self) -> None:
         applier = self.applier
         candidate = self._candidate
-        if candidate[0] > self.durable[0] and self.classic_flushed() >= candidate[1]:
+        if (
+            candidate[0] > self.durable[0]
+            and self.classic_flushed() >= candidate[1]
+            and self.flog.on_disk(candidate[0])
+        ):
             await trio.to_thread.run_sync(applier.write_durable_hint, candidate)
             self.durable = candidate
         self._candidate = (applier.applied_index, applier.applied_offset)

@@ -325,7 +325,7 @@ class FileLog:
         for i in range(min(len(data.files) - 1, DROP_FILES_MAX)):
             mf, nxt = data.files[i], data.files[i + 1]
             first = self.first_index_of(nxt)
-            if first < 0 or first > upto or not self._on_disk(first):
+            if first < 0 or first > upto or not self.on_disk(first):
                 break
             if mf.flushed < mf.wrote or not expired(mf):
                 break
@@ -350,7 +350,7 @@ class FileLog:
         log.info("dledger log: dropped %d head files, the log begins at %d", count, new_begin)
         return dropped
 
-    def _on_disk(self, index: int) -> bool:
+    def on_disk(self, index: int) -> bool:
         """Entry ``index`` and its index unit are flushed (they survive a power cut)."""
         unit = self._unit(index)
         if unit is None:
@@ -462,8 +462,11 @@ def open_file_log(
         unit = _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
         if _header_matches(data, unit, end):
             break
-        log.warning("dledger log recovery: entry %d is torn, cutting it", end)
         end -= 1
+    if end < n - 1:
+        # an index unit is synced apart from its entry's bytes: a power cut can keep units of
+        # entries whose data it lost, as many as one flush interval wrote
+        log.warning("dledger log recovery: entries %d..%d are torn, cutting them", end + 1, n - 1)
     if flog._begin > 0 and end < flog._begin:
         # retention dropped the head only once this entry was on disk: its loss is damage
         raise OSError(f"{directory}: the log's first entry {flog._begin} is not whole")

@@ -446,8 +446,12 @@ async def run_dledger_node(
     raft_log = log if log is not None else await open_log(config)
     node: DLedgerNode | None = None
     try:
-        hard_state, checkpoint_committed = await store.load()
-        committed = min(checkpoint_committed, raft_log.end_index)
+        hard_state, _checkpoint_committed = await store.load()
+        # Raft's commit index is volatile: it is learned again from a leader.  The checkpoint's
+        # could name entries a whole-group power cut took from the other members' logs; a member
+        # trusting it would refuse the new leader's truncation of them forever (entry_handler.py
+        # never cuts what it holds committed).  What was applied before is the applier's.
+        committed = -1
         core = RaftCore(
             config.core_config(),
             raft_log,

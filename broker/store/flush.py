@@ -108,6 +108,11 @@ class FlushService:
         # serializes flushes (the periodic task and shutdown)
         self._lock = trio.Lock()
 
+    @property
+    def lock(self) -> trio.Lock:
+        """Held by every flush; whoever cuts or deletes files takes it (dirty_files.py)."""
+        return self._lock
+
     def request(self) -> None:
         self._request.set()
 

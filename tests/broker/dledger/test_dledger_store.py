@@ -26,6 +26,7 @@ from broker.store import (
     run_memory_store,
     run_message_store,
 )
+from broker.store.dirty_files import truncate_dirty_files
 from common.message import PHYSICAL_OFFSET_POSITION, decode_record
 from common.message_id import decode_offset_msg_id
 from common.remoting.codes import DLedgerResponseCode
@@ -344,6 +345,101 @@ def test_resume_falls_back_on_the_durable_hint_when_the_hint_is_past_the_end(
     assert (report.hint_index, report.applied_offset) == (7, end)
     assert report.applied_index == max(i for i in range(13) if node.log.get(i).body)
     store.close_files()
+
+
+async def test_records_past_a_log_that_lost_its_tail_are_cut(
+    tmp_path, new_node, mk, commit_log_bytes
+):
+    """A power cut can take the Raft log's unflushed tail while the classic store, flushed by
+    another task, kept records of those entries: resume reports where they start and
+    ``truncate_dirty_files`` cuts the store back, queues and all, to exactly what a store that
+    applied only the surviving log holds; the cut store reopens the same."""
+    node = new_node()
+    _entries_for(node, mk, random.Random(5), 24)
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    for i in range(20):
+        applier.apply_entry(node.log.get(i))
+    applier.write_hint()  # (19, ...): past the log's end once it loses its tail
+    store.reput.do_reput(limit=None)
+    store.close_files(clean=False)
+    node.log.truncate(11)  # the power cut took entries 11.. from the log
+    node.committed_index = 10
+
+    reference = _open_file_store(tmp_path / "reference")
+    ref = Applier(reference, node)
+    for i in range(11):
+        ref.apply_entry(node.log.get(i))
+    reference.reput.do_reput(limit=None)
+
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    report = applier.resume()
+    assert report.hint_index == -1  # the hint names an entry the log lost: walked from 0
+    assert report.cut_from == ref.applied_offset == applier.applied_offset
+    assert applier.applied_index == max(i for i in range(11) if node.log.get(i).body)
+    await truncate_dirty_files(store, report.cut_from)
+    want = [reference.get_max_offset_in_queue("T", qid) for qid in range(3)]
+    for reopen in (False, True):
+        if reopen:
+            store.close_files(clean=False)
+            store = _open_file_store(tmp_path / "s")
+        assert commit_log_bytes(store) == commit_log_bytes(reference)
+        assert [store.get_max_offset_in_queue("T", qid) for qid in range(3)] == want
+    store.close_files()
+    reference.close_files()
+
+
+async def test_entries_applied_before_a_restart_that_a_new_leader_replaced_are_cut(
+    tmp_path, new_node, mk, commit_log_bytes
+):
+    """After a whole-group power cut a new leader can be elected without the member that
+    applied the last entries: its log replaces them.  Until a leader confirmed them, the
+    applier watches them and cuts the classic store back to the last one the log still holds,
+    then applies the leader's entries: the member ends with the leader's log in its store."""
+    node = new_node(role=Role.FOLLOWER)
+    _entries_for(node, mk, random.Random(6), 24)
+    store = _open_file_store(tmp_path / "s")
+    applier = Applier(store, node)
+    for i in range(16):
+        applier.apply_entry(node.log.get(i))
+    applier.write_hint()
+    for i in range(16, 24):
+        applier.apply_entry(node.log.get(i))
+    store.reput.do_reput(limit=None)
+    store.close_files(clean=False)
+    store = _open_file_store(tmp_path / "s")
+    node.committed_index = -1  # a restarted member learns it again from a leader
+    applier = Applier(store, node)
+    assert applier.resume().applied_index == max(i for i in range(24) if node.log.get(i).body)
+
+    # the new leader (term 2) never had entries 18..; its no-op replaces them (real clock: the
+    # cut writes the checkpoint in a thread, which an autojump clock would not wait for)
+    node.log.truncate(18)
+    node.term = 2
+    node.log.append(2, b"")
+    reference = _open_file_store(tmp_path / "reference")
+    ref = Applier(reference, node)
+    for i in range(node.log.end_index + 1):
+        ref.apply_entry(node.log.get(i))
+    reference.reput.do_reput(limit=None)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(applier.run)
+        node.commit(node.log.end_index)
+        with trio.fail_after(10):
+            while applier.applied_index != node.log.end_index:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+            await applier.wait_applied(node.log.end_index)
+        nursery.cancel_scope.cancel()
+    store.reput.do_reput(limit=None)
+    assert commit_log_bytes(store) == commit_log_bytes(reference)
+    for qid in range(3):
+        assert store.get_max_offset_in_queue("T", qid) == reference.get_max_offset_in_queue(
+            "T", qid
+        )
+    store.close_files()
+    reference.close_files()
 
 
 def test_resume_refuses_a_store_that_is_not_the_log(tmp_path, new_node, mk):

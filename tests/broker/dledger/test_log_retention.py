@@ -136,7 +136,7 @@ class FakeNode:
 
 @attrs.define
 class FakeApplier:
-    applied_index: int = 1000
+    applied_index: int = 39
     applied_offset: int = 5000
     durable: list[tuple[int, int]] = attrs.Factory(list)
 

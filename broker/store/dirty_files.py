@@ -1,0 +1,58 @@
+"""Cutting a running store back to a CommitLog offset (RocketMQ 5's ``truncateDirtyFiles``).
+
+Theory of operation
+-------------------
+A store's own recovery only ever cuts a torn tail.  Something outside the store can know better:
+in DLedger mode the Raft log is the truth and the classic store is its state machine, and after
+a power cut the classic CommitLog can hold records of entries the Raft log no longer has (the
+two files are synced by different tasks; the applier finds this on resume, applier.py).  Those
+records must go before the store serves again, queue units and index entries with them.
+
+``truncate_dirty_files(store, offset)`` holds the flush service's lock (no flush thread is
+syncing a file while it is cut or deleted) and then, in the loop's thread:
+
+* zeroes the CommitLog from ``offset`` (a record boundary) and deletes later segments;
+* drops every ConsumeQueue unit of a record that ends after it, and the index entries at or
+  past it;
+* moves the dispatch point, the flushed point and the checkpoint back to it (the checkpoint is
+  written again at once, so a crash right after does not trust the old one).
+
+Invariant after the call: the store looks as if nothing at or past ``offset`` was ever put.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from broker.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["truncate_dirty_files"]
+
+
+async def truncate_dirty_files(store: DefaultMessageStore, offset: int) -> None:
+    """Cut ``store`` back to CommitLog ``offset`` (module docstring)."""
+    flush = store.flush
+    async with flush.lock if flush is not None else contextlib.nullcontext():
+        cl = store.commit_log
+        if offset >= cl.max_offset:
+            return
+        log.warning(
+            "store %s: cutting the CommitLog back from %d to %d", store.root, cl.max_offset, offset
+        )
+        cl.queue.truncate_dirty(offset)
+        for cq in store.consume_queues.values():
+            cq.truncate_dirty(offset)
+        cl.topic_queue_table = {k: cq.max_offset for k, cq in store.consume_queues.items()}
+        store.index.recover(offset)
+        store.reput.reput_from = min(store.reput.reput_from, offset)
+        cp = store.checkpoint
+        if flush is not None:
+            flush.flushed = min(flush.flushed, offset)
+        cp.commit_log_flushed = min(cp.commit_log_flushed, offset)
+        cp.dispatched = min(cp.dispatched, offset)
+        await trio.to_thread.run_sync(cp.write, cp.encode())
