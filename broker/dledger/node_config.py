@@ -73,7 +73,9 @@ class DLedgerConfig:
     check_point_interval_ms: int = 3000
     # min(0.95, diskSpaceRatioToForceClean + 0.05): appends fail with DISK_FULL at or above it
     disk_full_ratio: float = 0.90
-    disk_check_interval_ms: int = 5000
+    # DLedger's CleanSpaceService judges the disk every 100 ms: a member that met ENOSPC takes
+    # appends again that soon after space returns
+    disk_check_interval_ms: int = 100
     # DLedgerRpcNettyService waits 3 s for every answer
     rpc_timeout_ms: int = 3000
 
