@@ -53,8 +53,10 @@ from broker.dledger.apply_resume import (
     DURABLE_SUFFIX,
     HINT_FILE,
     ApplyError,
+    Hint,
     ResumeReport,
     UnconfirmedPrefix,
+    drop_durable_hint,
     find_resume_point,
     write_durable_hint,
     write_hint,
@@ -202,6 +204,8 @@ class Applier:
     _progress: trio.Event = attrs.field(factory=trio.Event)
     # the (index, offset) pair last written to the hint file
     _hinted: tuple[int, int] = (-2, -1)
+    # how many times the classic store was cut back after a restart (retention watches it)
+    cuts: int = 0
     # entries applied before the restart and not yet confirmed by a leader (apply_resume.py)
     _unconfirmed: UnconfirmedPrefix = attrs.field(factory=lambda: UnconfirmedPrefix({}))
 
@@ -215,18 +219,18 @@ class Applier:
 
     # --- restart (apply_resume.py) -----------------------------------------------------------
     def write_hint(self) -> None:
-        """Atomically replace the hint with the current (index, offset) pair (no fsync: the
-        pair only has to survive a process crash, like the mapped CommitLog it describes)."""
+        """Atomically replace the hint with the current (index, offset, term) (no fsync: it
+        only has to survive a process crash, like the mapped CommitLog it describes)."""
         pair = (self.applied_index, self.applied_offset)
         if pair != self._hinted:
-            write_hint(self.hint_path, pair)
+            write_hint(self.hint_path, Hint(*pair, self.node.log.term_at(pair[0])))
             self._hinted = pair
 
-    def write_durable_hint(self, pair: tuple[int, int]) -> None:
-        """Write ``pair`` (a past (index, offset) whose classic bytes and Raft entry are on
-        disk) to the durable hint, fsynced: log retention drops entries only up to it.
-        Blocking: for a worker thread."""
-        write_durable_hint(self.hint_path, pair)
+    def write_durable_hint(self, hint: Hint) -> None:
+        """Write ``hint`` (a past point whose classic bytes and Raft entry are on disk) to the
+        durable hint, fsynced: log retention drops entries only up to it.  Blocking: for a
+        worker thread."""
+        write_durable_hint(self.hint_path, hint)
 
     def resume(self) -> ResumeReport:
         """Find where to apply from (apply_resume.py); records past the log are the caller's to
@@ -259,6 +263,12 @@ class Applier:
         await truncate_dirty_files(classic, offset)
         self.applied_index, self.applied_offset = index, offset
         prefix.drop_above(index)
+        # the hints may name records that are gone: the plain one is rewritten now, the durable
+        # one removed (retention writes a new one), and retention drops what it took before
+        self.cuts += 1
+        self._hinted = (-2, -1)
+        self.write_hint()
+        await trio.to_thread.run_sync(drop_durable_hint, self.hint_path)
 
     # --- apply ------------------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> None:

@@ -30,16 +30,22 @@ whole-group power cut the other members' logs can lack them, a new leader electe
 member replaces them, and the member's log takes the replacement.  The applier keeps the points
 the resume walk passed (index, term, classic end after it); when the log no longer holds the
 newest one (its term there changed), the classic store goes back to the newest point the log
-still holds, and apply goes on from there: every member then serves the leader's log.
+still holds, and apply goes on from there: every member then serves the leader's log.  The
+hints carry the term of the entry they name, so one whose entry a leader replaced is not used.
+Not covered: a crash in the moment between the log taking the replacement and the applier
+cutting the classic store (it looks at the log every 50 ms while points remain); the next
+resume then meets a classic record that is not its entry's and stops (``ApplyError``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import attrs
 
@@ -54,8 +60,10 @@ __all__ = [
     "DURABLE_SUFFIX",
     "HINT_FILE",
     "ApplyError",
+    "Hint",
     "ResumeReport",
     "UnconfirmedPrefix",
+    "drop_durable_hint",
     "find_resume_point",
     "read_hint",
     "write_durable_hint",
@@ -92,53 +100,83 @@ class ResumeReport:
     points: tuple[tuple[int, tuple[int, int]], ...] = ()
 
 
-def read_hint(path: str) -> tuple[int, int] | None:
+class Hint(NamedTuple):
+    """A pair the classic store held: its CommitLog ended at ``offset`` with the records of the
+    entries ``<= entry``; ``term`` is that entry's (None in a hint written without it)."""
+
+    entry: int
+    offset: int
+    term: int | None = None
+
+
+def read_hint(path: str) -> Hint | None:
     try:
         with open(path, "rb") as f:
             obj = json.loads(f.read())
-        return int(obj["appliedIndex"]), int(obj["appliedOffset"])
-    except (OSError, ValueError, KeyError, TypeError):
+        term = obj.get("appliedTerm")
+        return Hint(
+            int(obj["appliedIndex"]), int(obj["appliedOffset"]), None if term is None else int(term)
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def write_hint(path: str, pair: tuple[int, int]) -> None:
+def _hint_json(hint: Hint) -> bytes:
+    return json.dumps(
+        {"appliedIndex": hint.entry, "appliedOffset": hint.offset, "appliedTerm": hint.term}
+    ).encode()
+
+
+def write_hint(path: str, hint: Hint) -> None:
     """Atomically replace the hint (no fsync: see the module doc)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"appliedIndex": pair[0], "appliedOffset": pair[1]}, f)
+    with open(tmp, "wb") as f:
+        f.write(_hint_json(hint))
     os.replace(tmp, path)
 
 
-def write_durable_hint(path: str, pair: tuple[int, int]) -> None:
+def write_durable_hint(path: str, hint: Hint) -> None:
     """The durable hint beside ``path``, fsynced (blocking: for a worker thread)."""
-    data = json.dumps({"appliedIndex": pair[0], "appliedOffset": pair[1]}).encode()
-    atomic_write(Path(path + DURABLE_SUFFIX), data)
+    atomic_write(Path(path + DURABLE_SUFFIX), _hint_json(hint))
 
 
-def _usable_hint(classic: MessageStore, log_: RaftLog, path: str) -> tuple[int, int] | None:
-    """The first hint the classic store and the log can both hold."""
-    end, start = classic.get_max_phy_offset(), classic.get_min_phy_offset()
-    for hint in (read_hint(path), read_hint(path + DURABLE_SUFFIX)):
-        if (
-            hint is not None
-            and start <= hint[1] <= end
-            and (hint[0] < 0 or log_.begin_index <= hint[0] <= log_.end_index)
-        ):
-            return hint
-    return None
+def drop_durable_hint(path: str) -> None:
+    """Remove the durable hint (after a cut it may name records that are gone); blocking."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path + DURABLE_SUFFIX)
+
+
+def _holds(classic: MessageStore, log_: RaftLog, hint: Hint | None) -> bool:
+    """The classic store and the log can both hold ``hint``: its offset within the store, its
+    index within the log, and the entry there the one it named (a new leader may have replaced
+    it after a whole-group power cut)."""
+    if hint is None:
+        return False
+    if not classic.get_min_phy_offset() <= hint.offset <= classic.get_max_phy_offset():
+        return False
+    if hint.entry < 0:
+        return True
+    if not log_.begin_index <= hint.entry <= log_.end_index:
+        return False
+    return hint.term is None or log_.term_at(hint.entry) == hint.term
 
 
 def find_resume_point(classic: MessageStore, log_: RaftLog, hint_path: str) -> ResumeReport:
     """Where the apply resumes (module docstring)."""
     end = classic.get_max_phy_offset()
-    hint = _usable_hint(classic, log_, hint_path)
-    if hint is None:
-        if classic.get_min_phy_offset() > 0:
-            raise ApplyError(f"no usable {HINT_FILE} and the classic CommitLog does not start at 0")
-        hint = (-1, classic.get_min_phy_offset())
-    index, offset = hint
-    points: dict[int, tuple[int, int]] = {index: (log_.term_at(index), offset)}
+    plain, durable = read_hint(hint_path), read_hint(hint_path + DURABLE_SUFFIX)
+    usable = [h for h in (plain, durable) if h is not None and _holds(classic, log_, h)]
+    if classic.get_min_phy_offset() == 0:
+        usable.append(Hint(-1, 0, -1))
+    if not usable:
+        raise ApplyError(f"no usable {HINT_FILE} and the classic CommitLog does not start at 0")
+    hint = usable[0]
+    index, offset = hint.entry, hint.offset
+    # every usable hint below the one the walk starts from is a place to go back to as well
+    points: dict[int, tuple[int, int]] = {
+        h.entry: (log_.term_at(h.entry), h.offset) for h in usable if h.entry <= index
+    }
     file_size = classic.config.mapped_file_size_commit_log
     paired = 0
     cut_from: int | None = None
@@ -174,7 +212,7 @@ def find_resume_point(classic: MessageStore, log_: RaftLog, hint_path: str) -> R
         paired += 1
         points[index] = (entry.term, offset)
     report = ResumeReport(
-        hint[0], hint[1], paired, index, end, cut_from, tuple(sorted(points.items()))
+        hint.entry, hint.offset, paired, index, end, cut_from, tuple(sorted(points.items()))
     )
     log.info(
         "dledger apply resumes after entry %d (classic end %d): hint %s, %d records after it",

@@ -30,6 +30,9 @@ log still needs.
   replication instead of being stranded.  A member whose log ends before the leader's first
   entry cannot catch up: the leader's TRUNCATE at its begin index is refused (a Raft log with
   a gap would leave the member's classic store without those messages) and the leader logs it.
+  Followers delete by their own clock and bounds, so if one of them leads later, a member that
+  was down longer than the retention time can also find itself behind that leader's first
+  entry.
   That member needs its store copied from a peer; DLedger instead restarts its log at the
   leader's first entry, losing those messages on that member silently.
 """
@@ -46,6 +49,7 @@ import attrs
 import trio
 
 from broker.dledger.applier import Applier
+from broker.dledger.apply_resume import Hint
 from broker.dledger.messages import Role
 from broker.dledger.mmap_file_store import FileLog
 from broker.store.api import MessageStore
@@ -81,7 +85,10 @@ class AppliedProgress(Protocol):
     @property
     def applied_offset(self) -> int: ...
 
-    def write_durable_hint(self, pair: tuple[int, int]) -> None: ...
+    @property
+    def cuts(self) -> int: ...
+
+    def write_durable_hint(self, hint: Hint) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -94,14 +101,16 @@ class LogRetention:
     classic_flushed: Callable[[], int]
     # wall clock in ms (tests replace it)
     clock: Callable[[], int] = attrs.field(factory=lambda: lambda: int(time.time() * 1000))
-    # the (index, offset) taken last round, made durable once the classic flush passes it
-    _candidate: tuple[int, int] = (-1, 0)
-    # the last pair written to the durable hint: entries up to its index may go
-    durable: tuple[int, int] = (-1, 0)
+    # the point taken last round, made durable once the classic flush passes it
+    _candidate: Hint = Hint(-1, 0, -1)
+    # the last point written to the durable hint: entries up to its index may go
+    durable: Hint = Hint(-1, 0, -1)
+    # the applier's cut count the two above belong to
+    _cuts: int = 0
 
     def bound(self, forced: bool) -> int:
         """The last entry retention may drop now (module docstring)."""
-        upto = min(self.durable[0], self.node.committed_index)
+        upto = min(self.durable.entry, self.node.committed_index)
         if self.node.role is Role.LEADER and not forced:
             marks = self.node.peer_watermarks()
             upto = min(upto, min(marks.values(), default=-1))
@@ -144,15 +153,22 @@ class LogRetention:
 
     async def _advance_durable_hint(self) -> None:
         applier = self.applier
+        if applier.cuts != self._cuts:
+            # the classic store was cut back (apply_resume.py): what was taken before may
+            # name records that are gone, and the applier removed the durable hint
+            self._cuts = applier.cuts
+            self._candidate = self.durable = Hint(-1, 0, -1)
         candidate = self._candidate
         if (
-            candidate[0] > self.durable[0]
-            and self.classic_flushed() >= candidate[1]
-            and self.flog.on_disk(candidate[0])
+            candidate.entry > self.durable.entry
+            and self.classic_flushed() >= candidate.offset
+            and self.flog.on_disk(candidate.entry)
+            and self.flog.term_at(candidate.entry) == candidate.term
         ):
             await trio.to_thread.run_sync(applier.write_durable_hint, candidate)
             self.durable = candidate
-        self._candidate = (applier.applied_index, applier.applied_offset)
+        index = applier.applied_index
+        self._candidate = Hint(index, applier.applied_offset, self.flog.term_at(index))
 
 
 async def run_log_retention(

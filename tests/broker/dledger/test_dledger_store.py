@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from broker.dledger.applier import Applier, ApplyError, PutDispatchingStore
+from broker.dledger.apply_resume import Hint, read_hint, write_hint
 from broker.dledger.commitlog import DLedgerMessageStore, DLedgerPut, put_status, run_dledger_store
 from broker.dledger.messages import Role
 from broker.store import (
@@ -252,6 +253,19 @@ def _open_file_store(root, file_size=2048) -> DefaultMessageStore:
     return store
 
 
+def _applied(root, node, end: int) -> tuple[DefaultMessageStore, Applier]:
+    """A file store at ``root`` with the node's entries ``0 .. end - 1`` applied."""
+    store = _open_file_store(root)
+    applier = Applier(store, node)
+    _apply(applier, node, 0, end)
+    return store, applier
+
+
+def _apply(applier: Applier, node, first: int, end: int) -> None:
+    for i in range(first, end):
+        applier.apply_entry(node.log.get(i))
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk, commit_log_bytes):
     """Apply, write the hint at random moments, crash (maybe mid-record), restart, resume,
@@ -260,10 +274,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk, commit_log_
     node = new_node()
     _entries_for(node, mk, rng, 60)
 
-    reference = _open_file_store(tmp_path / "reference")
-    ref = Applier(reference, node)
-    for i in range(node.log.end_index + 1):
-        ref.apply_entry(node.log.get(i))
+    reference, ref = _applied(tmp_path / "reference", node, node.log.end_index + 1)
     expected = commit_log_bytes(reference)
     reference.close_files()
 
@@ -309,10 +320,7 @@ def test_resume_after_a_crash_is_exact(tmp_path, seed, new_node, mk, commit_log_
 def test_resume_without_a_hint_walks_from_the_start(tmp_path, new_node, mk):
     node = new_node()
     _entries_for(node, mk, random.Random(1), 20)
-    store = _open_file_store(tmp_path / "s")
-    applier = Applier(store, node)
-    for i in range(13):
-        applier.apply_entry(node.log.get(i))
+    store, applier = _applied(tmp_path / "s", node, 13)
     store.close_files(clean=False)
     store = _open_file_store(tmp_path / "s")
     report = Applier(store, node).resume()
@@ -329,13 +337,11 @@ def test_resume_falls_back_on_the_durable_hint_when_the_hint_is_past_the_end(
     entries after, not from the start (whose entries retention may have deleted)."""
     node = new_node()
     _entries_for(node, mk, random.Random(4), 20)
-    store = _open_file_store(tmp_path / "s")
-    applier = Applier(store, node)
-    for i in range(8):
-        applier.apply_entry(node.log.get(i))
-    applier.write_durable_hint((applier.applied_index, applier.applied_offset))
-    for i in range(8, 13):
-        applier.apply_entry(node.log.get(i))
+    store, applier = _applied(tmp_path / "s", node, 8)
+    applier.write_durable_hint(
+        Hint(applier.applied_index, applier.applied_offset, node.log.term_at(applier.applied_index))
+    )
+    _apply(applier, node, 8, 13)
     end = applier.applied_offset
     store.close_files(clean=False)
     with open(applier.hint_path, "w") as f:
@@ -344,6 +350,27 @@ def test_resume_falls_back_on_the_durable_hint_when_the_hint_is_past_the_end(
     report = Applier(store, node).resume()
     assert (report.hint_index, report.applied_offset) == (7, end)
     assert report.applied_index == max(i for i in range(13) if node.log.get(i).body)
+    store.close_files()
+
+
+def test_a_hint_naming_an_entry_of_another_term_is_not_used(tmp_path, new_node, mk):
+    """The plain hint is not fsynced and names (index, offset, term): one whose entry the log
+    now holds in another term (a new leader replaced it) gives way to the durable hint."""
+    node = new_node()
+    _entries_for(node, mk, random.Random(7), 20)
+    store, applier = _applied(tmp_path / "s", node, 8)
+    durable = applier.applied_index
+    applier.write_durable_hint(Hint(durable, applier.applied_offset, 1))
+    _apply(applier, node, 8, 13)
+    applier.write_hint()
+    store.close_files(clean=False)
+    plain = read_hint(applier.hint_path)
+    assert plain is not None and plain.term == 1 and plain.entry > durable
+    write_hint(applier.hint_path, plain._replace(term=7))
+    store = _open_file_store(tmp_path / "s")
+    report = Applier(store, node).resume()
+    assert report.hint_index == durable  # not the plain hint: its entry is of another term
+    assert report.applied_index == applier.applied_index
     store.close_files()
 
 
@@ -356,20 +383,14 @@ async def test_records_past_a_log_that_lost_its_tail_are_cut(
     applied only the surviving log holds; the cut store reopens the same."""
     node = new_node()
     _entries_for(node, mk, random.Random(5), 24)
-    store = _open_file_store(tmp_path / "s")
-    applier = Applier(store, node)
-    for i in range(20):
-        applier.apply_entry(node.log.get(i))
+    store, applier = _applied(tmp_path / "s", node, 20)
     applier.write_hint()  # (19, ...): past the log's end once it loses its tail
     store.reput.do_reput(limit=None)
     store.close_files(clean=False)
     node.log.truncate(11)  # the power cut took entries 11.. from the log
     node.committed_index = 10
 
-    reference = _open_file_store(tmp_path / "reference")
-    ref = Applier(reference, node)
-    for i in range(11):
-        ref.apply_entry(node.log.get(i))
+    reference, ref = _applied(tmp_path / "reference", node, 11)
     reference.reput.do_reput(limit=None)
 
     store = _open_file_store(tmp_path / "s")
@@ -399,13 +420,9 @@ async def test_entries_applied_before_a_restart_that_a_new_leader_replaced_are_c
     then applies the leader's entries: the member ends with the leader's log in its store."""
     node = new_node(role=Role.FOLLOWER)
     _entries_for(node, mk, random.Random(6), 24)
-    store = _open_file_store(tmp_path / "s")
-    applier = Applier(store, node)
-    for i in range(16):
-        applier.apply_entry(node.log.get(i))
+    store, applier = _applied(tmp_path / "s", node, 16)
     applier.write_hint()
-    for i in range(16, 24):
-        applier.apply_entry(node.log.get(i))
+    _apply(applier, node, 16, 24)
     store.reput.do_reput(limit=None)
     store.close_files(clean=False)
     store = _open_file_store(tmp_path / "s")
@@ -418,10 +435,7 @@ async def test_entries_applied_before_a_restart_that_a_new_leader_replaced_are_c
     node.log.truncate(18)
     node.term = 2
     node.log.append(2, b"")
-    reference = _open_file_store(tmp_path / "reference")
-    ref = Applier(reference, node)
-    for i in range(node.log.end_index + 1):
-        ref.apply_entry(node.log.get(i))
+    reference, ref = _applied(tmp_path / "reference", node, node.log.end_index + 1)
     reference.reput.do_reput(limit=None)
 
     async with trio.open_nursery() as nursery:
@@ -445,10 +459,7 @@ async def test_entries_applied_before_a_restart_that_a_new_leader_replaced_are_c
 def test_resume_refuses_a_store_that_is_not_the_log(tmp_path, new_node, mk):
     node = new_node()
     _entries_for(node, mk, random.Random(2), 10)
-    store = _open_file_store(tmp_path / "s")
-    applier = Applier(store, node)
-    for i in range(10):
-        applier.apply_entry(node.log.get(i))
+    store, applier = _applied(tmp_path / "s", node, 10)
     store.close_files()
     other = new_node()
     _entries_for(other, mk, random.Random(3), 10)
@@ -535,9 +546,7 @@ def test_a_full_disk_stalls_the_apply_and_it_resumes_exactly(
     node = new_node()
     _entries_for(node, mk, rng, 200)
     reference = _open_file_store(tmp_path / "reference", file_size=4096)
-    ref = Applier(reference, node)
-    for i in range(node.log.end_index + 1):
-        ref.apply_entry(node.log.get(i))
+    _apply(Applier(reference, node), node, 0, node.log.end_index + 1)
     expected = commit_log_bytes(reference)
     reference.close_files()
 

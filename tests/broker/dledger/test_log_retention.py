@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from broker.dledger import log_retention
+from broker.dledger.apply_resume import Hint
 from broker.dledger.log import MemoryLog
 from broker.dledger.log_retention import LogRetention
 from broker.dledger.messages import PushEntryRequest, PushType, Role
@@ -138,10 +139,11 @@ class FakeNode:
 class FakeApplier:
     applied_index: int = 39
     applied_offset: int = 5000
-    durable: list[tuple[int, int]] = attrs.Factory(list)
+    durable: list[Hint] = attrs.Factory(list)
+    cuts: int = 0
 
-    def write_durable_hint(self, pair: tuple[int, int]) -> None:
-        self.durable.append(pair)
+    def write_durable_hint(self, hint: Hint) -> None:
+        self.durable.append(hint)
 
 
 def service(tmp_path: Path, ratio: float, monkeypatch, **config) -> LogRetention:
@@ -167,8 +169,25 @@ async def test_nothing_goes_before_the_durable_hint_and_then_only_up_to_it(
     assert ret.applier.durable == []
     ret.applier.applied_index = 30
     assert await ret.once() == 3  # the candidate is flushed: made durable; files of 0-11 go
-    assert ret.applier.durable == [(13, 5000)]
+    assert ret.applier.durable == [Hint(13, 5000, 2)]  # entry 13 is of term 2
     assert ret.flog.begin_index == 12
+
+
+async def test_a_cut_of_the_classic_store_voids_what_retention_took_before(
+    tmp_path, monkeypatch
+) -> None:
+    ret = service(tmp_path, 0.80, monkeypatch)
+    ret.applier.applied_index = 30
+    ret.node.committed_index = 20  # what a leader confirmed: the bound of what goes
+    await ret.once()
+    await ret.once()
+    assert ret.durable.entry == 30 and ret.flog.begin_index == 20
+    # the applier cut the store back (apply_resume.py) and removed the durable hint
+    ret.applier.cuts += 1
+    ret.applier.applied_index = 25
+    assert await ret.once() == 0 and ret.durable.entry == -1
+    await ret.once()
+    assert ret.durable.entry == 25 and ret.applier.durable[-1] == Hint(25, 5000, 3)
 
 
 async def test_the_classic_flush_gates_the_durable_hint(tmp_path, monkeypatch) -> None:
