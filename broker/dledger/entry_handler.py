@@ -162,6 +162,11 @@ class EntryHandler:
             return Code.SUCCESS
         if index <= trusted or index > log.end_index + 1:
             return Code.INCONSISTENT_STATE  # never rewrite an agreed entry, never leave a gap
+        if 0 < log.begin_index and index <= log.begin_index:
+            # the entries before it are gone here (retention): nothing proves they agree, and
+            # the log cannot be cut at its own head; the leader logs the member as stranded
+            _log.debug("TRUNCATE at %d refused: this log begins at %d", index, log.begin_index)
+            return Code.INCONSISTENT_STATE
         if index > log.begin_index and index - 1 > trusted:
             return Code.INCONSISTENT_STATE  # the entries before it are not known to agree
         log.truncate(index)

@@ -365,10 +365,11 @@ class EntryPusher:
             self._compare_later(d, now)
 
     def _stranded(self, d: _Dispatcher, response: PushEntryResponse) -> None:
-        """Log (once per begin index) a follower that ends before this log's first entry: it
-        cannot catch up by replication (log_retention.py)."""
+        """Log (once per begin index) a follower whose TRUNCATE at this log's first entry was
+        refused while it ends before that entry: it cannot catch up by replication, since
+        nothing here can show its older entries agree (log_retention.py)."""
         begin = self.state.log.begin_index
-        if response.code is Code.INCONSISTENT_STATE and response.end_index + 1 < begin:
+        if response.code is Code.INCONSISTENT_STATE and response.end_index < begin:
             if d.stranded_at != begin:
                 d.stranded_at = begin
                 _log.error(
