@@ -330,9 +330,11 @@ class FileLog:
             if mf.flushed < mf.wrote or not expired(mf):
                 break
             count, new_begin = i + 1, first
-        if not count:
+        if not count or not self._files_lock.acquire(blocking=False):
+            # the flush thread holds the lock for a whole fdatasync, and this runs on the
+            # loop's thread: a slow disk must not stall the loop; the next round tries again
             return []
-        with self._files_lock:
+        try:
             dropped = data.take_head(count)
             below = sum(
                 1 for f in index.files[:-1] if f.file_from_offset + f.file_size <= new_begin * 32
@@ -341,6 +343,8 @@ class FileLog:
             self._begin = new_begin
             for mf in dropped:
                 mf.close()
+        finally:
+            self._files_lock.release()
         recent = self._recent
         if recent:
             oldest = self._end - len(recent) + 1
