@@ -14,8 +14,9 @@ syncing a file while it is cut or deleted) and then, in the loop's thread:
 * zeroes the CommitLog from ``offset`` (a record boundary) and deletes later segments;
 * drops every ConsumeQueue unit of a record that ends after it, and the index entries at or
   past it;
-* moves the dispatch point, the flushed point and the checkpoint back to it (the checkpoint is
-  written again at once, so a crash right after does not trust the old one).
+* moves the dispatch point (and drops what the put path left for the dispatch past it), the
+  flushed point and the checkpoint back to it, after syncing the zeroed tail (the checkpoint
+  is written again at once, so a crash right after does not trust the old one).
 
 Invariant after the call: the store looks as if nothing at or past ``offset`` was ever put.
 """
@@ -49,7 +50,11 @@ async def truncate_dirty_files(store: DefaultMessageStore, offset: int) -> None:
             cq.truncate_dirty(offset)
         cl.topic_queue_table = {k: cq.max_offset for k, cq in store.consume_queues.items()}
         store.index.recover(offset)
-        store.reput.reput_from = min(store.reput.reput_from, offset)
+        store.reput.cut(offset)
+        cut = cl.queue.find(offset - 1) if offset > 0 else None
+        if cut is not None:
+            # the zeroed tail must be on disk before a checkpoint that no longer covers it
+            await trio.to_thread.run_sync(cut.sync)
         cp = store.checkpoint
         if flush is not None:
             flush.flushed = min(flush.flushed, offset)

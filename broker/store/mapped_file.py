@@ -161,6 +161,11 @@ class MappedFile:
             self.flushed = end
         return self.flushed
 
+    def sync(self) -> None:
+        """Blocking fdatasync of whatever the map holds (after a cut zeroed bytes that were on
+        disk: ``flushed`` does not cover those); for a worker thread."""
+        os.fdatasync(self._fd)
+
     def release(self, upto: int | None = None) -> None:
         """Drop flushed pages below ``upto`` from our page tables (they stay in page cache)."""
         end = self.flushed if upto is None else min(upto, self.flushed)

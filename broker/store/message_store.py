@@ -47,6 +47,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import trio
 
@@ -73,6 +74,7 @@ from broker.store.results import (
     Record,
 )
 from broker.store.stats import StoreStats
+from common.config_file import atomic_write
 from common.message import MessageExtBrokerInner
 from common.message_properties import MessageConst
 
@@ -146,8 +148,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
 
         self.recovery = self._recover(cp)
         log.info("store %s: %s", self.root, self.recovery.summary())
-        with open(self._abort_path(), "wb"):
-            pass
+        atomic_write(Path(self._abort_path()), b"")  # durable: a power cut must find it too
 
     def _recover(self, cp: StoreCheckpoint) -> RecoveryReport:
         """The rules of recovery.py: validate the CommitLog's tail from the checkpoint, cut the

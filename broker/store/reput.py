@@ -98,6 +98,14 @@ class ReputService:
     def wake(self) -> None:
         self._wake.set()
 
+    def cut(self, offset: int) -> None:
+        """The CommitLog was cut back to ``offset`` (dirty_files.py): dispatch from there, and
+        forget what the put path left for records at or past it."""
+        self.reput_from = min(self.reput_from, offset)
+        pending = self._pending
+        while pending and pending[-1].commit_log_offset >= offset:
+            pending.pop()
+
     async def wait_dispatched(self, end: int | None = None) -> None:
         """Until every record below ``end`` (default: the CommitLog end) is dispatched."""
         if end is None:
