@@ -20,7 +20,8 @@ does):
   statvfs, so it refuses puts (SERVICE_NOT_AVAILABLE, counted as failed sends, not lost
   ones) and takes them again once statvfs reads <= 0.85 at its next disk check.  The harness
   passes a short ``cleanResourceInterval`` (chaos_cluster.py) so that check comes within
-  half a second; DLedger's own disk check runs every 5 s (not configurable from broker.conf).
+  half a second; DLedger's own disk check runs every 100 ms.  A forced clean (95% is over
+  ``diskSpaceCleanForciblyRatio``) is turned off for the chaos brokers (chaos_cluster.py).
 
 This CPython (3.11) calls ``posix_fallocate64`` and ``statvfs64``, not the unsuffixed names,
 which is why the shim interposes both forms of each; ``tests/chaos/test_disk_faults.py``

@@ -195,8 +195,8 @@ async def run_schedule(
                     work.start_soon(_producer, client, cluster, q, sends, t0, stop)
                 await _faults(cluster, plan, fault_log, t0)
                 # load goes on after the last fault, so its recovery time is measured too: at
-                # least 1.5 s, and until a send made after it is acknowledged (a DLedger
-                # leader's full disk clears at its disk check, every 5 s), at most
+                # least 1.5 s, and until a send made after it is acknowledged (a full disk
+                # clears at the next disk check), at most
                 # RECOVERY_WAIT more
                 await trio.sleep(max(1.5, duration - (trio.current_time() - t0)))
                 for _ in range(int(RECOVERY_WAIT / 0.1)):
