@@ -15,7 +15,8 @@ port grabbed between the check and the bind), so blocks are drawn only outside t
 `sudo -n` as CI's package installs do; a mount that fails fails the test, it never skips it).
 
 For tests and the chaos harness that speak the wire themselves: :func:`send_v2` builds a plain
-SEND_MESSAGE_V2 and :func:`pull_queue` reads one queue back from offset 0.
+SEND_MESSAGE_V2, :func:`pull_queue` reads one queue back from offset 0 and :func:`wait_serving`
+waits for a broker process to serve.
 """
 
 from __future__ import annotations
@@ -248,3 +249,28 @@ async def pull_queue(
                 raise AssertionError(f"pull at {offset} found records but moved on to {nxt}")
             return out
         offset = nxt
+
+
+async def wait_serving(
+    client: RemotingClient,
+    addr: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    *,
+    timeout: float = 30.0,
+) -> None:
+    """Until the broker at ``addr`` answers (GET_BROKER_RUNTIME_INFO: it serves once its store
+    recovered); a ``proc`` that exits meanwhile fails the wait at once."""
+    with trio.fail_after(timeout):
+        while True:
+            assert proc is None or proc.poll() is None, "the broker exited while starting"
+            try:
+                r = await client.invoke(
+                    addr,
+                    RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                    timeout=1.0,
+                )
+                if r.code == ResponseCode.SUCCESS:
+                    return
+            except Exception:
+                client.close_channel(addr)
+            await trio.sleep(0.05)

@@ -22,9 +22,9 @@ import trio
 
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import open_remoting_client
-from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block, pull_queue, send_v2
+from common.testing import free_port_block, pull_queue, send_v2, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,25 +46,6 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-
-
-async def _wait_serving(client, addr: str, proc: subprocess.Popen[bytes]) -> None:
-    with trio.fail_after(30):
-        while True:
-            assert proc.poll() is None, "broker exited during start"
-            try:
-                r = await client.invoke(
-                    addr,
-                    RemotingCommand.request(
-                        RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0}
-                    ),
-                    timeout=1.0,
-                )
-                if r.code == ResponseCode.SUCCESS:
-                    return
-            except Exception:
-                client.close_channel(addr)
-            await trio.sleep(0.05)
 
 
 def _send_cmd(i: int) -> RemotingCommand:
@@ -119,7 +100,7 @@ async def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path):
             broker = _start(["broker", "-c", str(conf)], tmp_path / "broker.log")
             try:
                 async with open_remoting_client() as client:
-                    await _wait_serving(client, addr, broker)
+                    await wait_serving(client, addr, broker)
                     await _verify(client, addr, acked)
                     if round_no == ROUNDS:
                         break

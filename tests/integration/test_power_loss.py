@@ -35,9 +35,9 @@ import trio
 
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import RemotingClient, open_remoting_client
-from common.remoting.codes import RequestCode, ResponseCode
+from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block, pull_queue, send_v2
+from common.testing import free_port_block, pull_queue, send_v2, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -72,23 +72,6 @@ def start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subp
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
-
-
-async def wait_serving(client: RemotingClient, addr: str, proc: subprocess.Popen) -> None:
-    with trio.fail_after(30):
-        while True:
-            assert proc.poll() is None, "the broker exited while starting"
-            try:
-                r = await client.invoke(
-                    addr,
-                    RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
-                    timeout=1.0,
-                )
-                if r.code == ResponseCode.SUCCESS:
-                    return
-            except Exception:
-                client.close_channel(addr)
-            await trio.sleep(0.05)
 
 
 def send_cmd(i: int) -> RemotingCommand:
