@@ -8,6 +8,9 @@ from common.message_properties import MessageConst, decode_properties, encode_pr
 
 names = st.sampled_from(["WAIT", "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER", "a", "b"])
 values = st.text(alphabet=st.sampled_from("xyz\x01\x02 é"), min_size=0, max_size=4)
+# what a client's canonical encoding can hold: non-empty, no separators (drawn, not filtered:
+# a filter rejecting most draws failed Hypothesis's health check in one CI run)
+clean_values = st.text(alphabet=st.sampled_from("xyz é"), min_size=1, max_size=4)
 
 
 def generic(raw: str, cluster: str) -> str:
@@ -16,7 +19,7 @@ def generic(raw: str, cluster: str) -> str:
     return encode_properties({k: v for k, v in props.items() if k != MessageConst.WAIT})
 
 
-@given(st.dictionaries(names, values.filter(lambda v: v and "\x01" not in v and "\x02" not in v)))
+@given(st.dictionaries(names, clean_values))
 def test_canonical_strings_take_the_splice(props):
     raw = encode_properties(props)
     fast = _stored_properties(raw, decode_properties(raw), "DefaultCluster")
