@@ -201,13 +201,26 @@ def find_resume_point(classic: MessageStore, log_: RaftLog, hint_path: str) -> R
             )
             cut_from = end = offset
             break
-        index = nxt
-        entry = log_.get(index)
+        entry = log_.get(nxt)
         assert entry is not None
         if not _same_record(data[:size], entry.body):
-            raise ApplyError(
-                f"classic record at {offset} is not the record of DLedger entry {index}"
+            if not paired and (hint.entry < 0 or hint.term is None):
+                # nothing vouches for the store against this log: another log's store?
+                raise ApplyError(
+                    f"classic record at {offset} is not the record of DLedger entry {nxt}"
+                )
+            # what came before matched (or a hint of the right term vouches for it): the log
+            # holds another entry here than the store applied, as after a power cut that kept
+            # the store's record of a replacement the log lost; the store follows the log
+            log.warning(
+                "classic record at %d is not the record of DLedger entry %d: the classic "
+                "records from there go",
+                offset,
+                nxt,
             )
+            cut_from = end = offset
+            break
+        index = nxt
         offset += size
         paired += 1
         points[index] = (entry.term, offset)

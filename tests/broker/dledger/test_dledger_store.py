@@ -456,6 +456,30 @@ async def test_entries_applied_before_a_restart_that_a_new_leader_replaced_are_c
     reference.close_files()
 
 
+async def test_records_of_entries_the_log_holds_others_of_are_cut(tmp_path, new_node, mk):
+    """After a second power cut the classic store can hold the record of a new leader's entry
+    whose replacement the log lost (the log went back to the old entry there): past a hint of
+    the right term, the first record that is not its entry's is where the store is cut."""
+    node = new_node()
+    _entries_for(node, mk, random.Random(8), 20)
+    store, applier = _applied(tmp_path / "s", node, 8)
+    applier.write_hint()
+    _apply(applier, node, 8, 20)
+    store.close_files(clean=False)
+    other = new_node()
+    _entries_for(other, mk, random.Random(9), 20)
+    node.log.truncate(14)
+    for i in range(14, 20):
+        node.log.append(2, other.log.get(i).body or b"x")
+    store = _open_file_store(tmp_path / "s")
+    report = Applier(store, node).resume()
+    assert report.cut_from is not None and report.hint_index == 7
+    assert report.applied_index == max(i for i in range(14) if node.log.get(i).body)
+    await truncate_dirty_files(store, report.cut_from)
+    assert store.get_max_phy_offset() == report.cut_from
+    store.close_files()
+
+
 def test_resume_refuses_a_store_that_is_not_the_log(tmp_path, new_node, mk):
     node = new_node()
     _entries_for(node, mk, random.Random(2), 10)
