@@ -19,8 +19,11 @@ below which alone it deletes log files.  Without either, the classic store is wa
 start (which must be 0).  The two files are synced by different tasks, so after a power cut the
 classic store can also hold records of entries the log lost: the walk stops at the first one
 (``cut_from``) and the caller cuts the store back there (broker/store/dirty_files.py) before
-anything is applied.  A record that does not match its entry stops the broker (``ApplyError``):
-the two diverged, and serving either would be wrong.
+anything is applied.  So is the first record that is not the record of the log's entry there,
+once the walk matched records before it or started from a hint whose term the log confirms:
+after a second power cut the store can keep a new leader's record whose replacement the log
+lost.  A store that nothing vouches for and whose first record does not match stops the broker
+(``ApplyError``): it is likely another log's store.
 
 **The unconfirmed prefix** (:class:`UnconfirmedPrefix`).  A restarted member's commit index is
 learned again from a leader (node.py).  Until a leader confirms them (the member's commit index
@@ -32,9 +35,9 @@ the resume walk passed (index, term, classic end after it); when the log no long
 newest one (its term there changed), the classic store goes back to the newest point the log
 still holds, and apply goes on from there: every member then serves the leader's log.  The
 hints carry the term of the entry they name, so one whose entry a leader replaced is not used.
-Not covered: a crash in the moment between the log taking the replacement and the applier
-cutting the classic store (it looks at the log every 50 ms while points remain); the next
-resume then meets a classic record that is not its entry's and stops (``ApplyError``).
+A crash in the moment between the log taking the replacement and the applier cutting the
+classic store (it looks at the log every 50 ms while points remain) is met by the next resume
+as a record that is not its entry's, past a vouched prefix, and cut then.
 """
 
 from __future__ import annotations
