@@ -126,19 +126,6 @@ class ChaosCluster:
     pairs: dict[frozenset[str], list[LinkProxy]] = attrs.Factory(dict)
     # broker -> its disk shim's control file
     disks: dict[str, DiskControl] = attrs.Factory(dict)
-    # every port of the blocks drawn for this cluster (_port_block)
-    _ports_taken: set[int] = attrs.Factory(set)
-
-    def _port_block(self, width: int) -> int:
-        """A free port block that no other block of this cluster overlaps: the blocks are drawn
-        before any process binds, so a second draw can return the first (a master once got
-        the nameserver's port as its HA port)."""
-        while True:
-            base = free_port_block(width)
-            span = set(range(base - 2, base + width + 1))
-            if not span & self._ports_taken:
-                self._ports_taken |= span
-                return base
 
     @property
     def brokers(self) -> list[str]:
@@ -148,7 +135,7 @@ class ChaosCluster:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: expected one of {', '.join(MODES)}")
         self.root.mkdir(parents=True, exist_ok=True)
-        ns_port = self._port_block(4) + 1
+        ns_port = free_port_block(4) + 1
         self._add(
             "namesrv",
             ["namesrv", "--port", str(ns_port), "--data-dir", str(self.root / "ns")],
@@ -177,7 +164,7 @@ class ChaosCluster:
             proc.start()
 
     async def _pair(self, nursery: trio.Nursery, common: dict[str, str]) -> None:
-        master_port, slave_port = self._port_block(4), self._port_block(4)
+        master_port, slave_port = free_port_block(4), free_port_block(4)
         ha = LinkProxy(master_port + 1)  # the master's HA port is listenPort + 1
         await nursery.start(ha.serve)
         self.links = {"master": [ha], "slave": [ha]}
@@ -197,8 +184,8 @@ class ChaosCluster:
 
     async def _dledger(self, nursery: trio.Nursery, common: dict[str, str]) -> None:
         ids = list(brokers_of("dledger"))
-        broker_ports = {i: self._port_block(4) for i in ids}
-        raft_ports = {i: self._port_block(1) for i in ids}
+        broker_ports = {i: free_port_block(4) for i in ids}
+        raft_ports = {i: free_port_block(1) for i in ids}
         proxies: dict[tuple[str, str], LinkProxy] = {}
         for a in ids:
             for b in ids:

@@ -64,17 +64,29 @@ def _bindable(port: int) -> bool:
     return True
 
 
+# port -> monotonic time until which this process will not hand it out again. A block is drawn
+# before anything binds it, so without this two draws made back to back (a master's and its
+# slave's) could return overlapping blocks; the loser then dies of EADDRINUSE.
+_issued: dict[int, float] = {}
+_ISSUED_FOR = 600.0
+
+
 def free_port_block(width: int = 10) -> int:
-    """A base port B such that B-2 .. B+width are all free now and outside the ephemeral range
-    (a broker needs B-2 for its VIP channel and B+1 for HA). Drawn at random so concurrent test
-    runs rarely collide."""
+    """A base port B such that B-2 .. B+width are all free now, outside the ephemeral range
+    (a broker needs B-2 for its VIP channel and B+1 for HA), and overlap no block this process
+    handed out in the last ten minutes. Drawn at random so concurrent test runs rarely collide."""
     low, high = ephemeral_range()
     spans = [(lo, hi) for lo, hi in ((_LOW, low - 1), (high + 1, 65535)) if hi - lo > width + 12]
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    now = time.monotonic()
+    for port in [p for p, until in _issued.items() if until <= now]:
+        del _issued[port]
     for _ in range(500):
         lo, hi = rng.choice(spans)
         base = rng.randrange(lo + 2, hi - width, 10)
-        if all(_bindable(p) for p in range(base - 2, base + width + 1)):
+        span = range(base - 2, base + width + 1)
+        if not any(p in _issued for p in span) and all(_bindable(p) for p in span):
+            _issued.update(dict.fromkeys(span, now + _ISSUED_FOR))
             return base
     raise RuntimeError("no free block of loopback ports outside the ephemeral range")
 
