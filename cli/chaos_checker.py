@@ -71,11 +71,13 @@ class Report:
     recovery: tuple[tuple[str, float | None], ...]  # (fault, seconds to the next ack)
     excerpts: tuple[str, ...] = ()
     faults: tuple[Fault, ...] = ()  # as injected, in order, with their parameters
+    # why the schedule ended without a check (the cluster never took a write); "" when checked
+    failure: str = ""
 
     @property
     def ok(self) -> bool:
         # the harness never sends an id twice: a duplicate is the broker's doing
-        return not (self.lost or self.order_violations or self.duplicates)
+        return not (self.failure or self.lost or self.order_violations or self.duplicates)
 
     def summary(self) -> str:
         rec = ", ".join(f"{f} {'never' if s is None else f'{s:.2f}s'}" for f, s in self.recovery)
@@ -86,8 +88,20 @@ class Report:
             f"{self.unacked_delivered} delivered though not acknowledged",
             f"  recovery: {rec or 'no faults'}",
         ]
+        if self.failure:
+            lines.insert(1, f"  FAILED, not checked: {self.failure}")
         lines.extend(self.excerpts)
         return "\n".join(lines)
+
+
+def failed(
+    seed: int, mode: str, why: str, sends: Iterable[Send], faults: Iterable[Fault]
+) -> Report:
+    """A schedule that could not be checked: what was acknowledged and injected, and why."""
+    acked = sum(1 for s in sends if s.outcome is Outcome.ACKED)
+    faults = tuple(sorted(faults, key=lambda f: f.start))
+    recovery = tuple((f"{f.kind} {f.node}", None) for f in faults)
+    return Report(seed, mode, acked, (), (), (), 0, recovery, failure=why, faults=faults)
 
 
 def check(

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -276,6 +277,19 @@ class ChaosCluster:
         async with trio.open_nursery() as nursery:
             for proc in self.procs.values():
                 nursery.start_soon(proc.stop)
+
+    def log_tails(self, lines: int) -> Iterator[str]:
+        """The last ``lines`` lines of every node's log, for a report (read after stop)."""
+        for name, proc in self.procs.items():
+            rc = None if proc.popen is None else proc.popen.poll()
+            yield f"  {name} ({'running' if rc is None else f'exit {rc}'}), {proc.log}:"
+            try:
+                with open(proc.log, "rb") as f:
+                    f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+                    tail = f.read().decode(errors="replace").splitlines()[-lines:]
+            except OSError as exc:
+                tail = [f"(no log: {exc.strerror})"]
+            yield from (f"    {line}" for line in tail)
 
     # --- where to send ------------------------------------------------------------------------
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import trio
 
-from cli.chaos_checker import Fault, Outcome, Report, Send, Served, check
+from cli.chaos_checker import Fault, Outcome, Report, Send, Served, check, failed
 from cli.chaos_cluster import ChaosCluster
 from cli.chaos_disk import build_shim
 from cli.chaos_schedule import DISK_KINDS, FAULT_KINDS, PlannedFault, draw
@@ -36,6 +37,8 @@ TOPIC = "ChaosTopic"
 QUEUES = 4
 # seconds the load goes on past the usual end while the last fault has not recovered
 RECOVERY_WAIT = 10.0
+# how long a cluster may take to accept a write: after its start, and after the last fault
+WRITABLE_WAIT = 60.0
 
 
 def _send_cmd(msg_id: int, queue: int) -> RemotingCommand:
@@ -146,9 +149,13 @@ async def _read_all(client: RemotingClient, addr: str) -> list[Served]:
     return served
 
 
-async def _until_writable(client: RemotingClient, cluster: ChaosCluster, timeout: float) -> str:
-    """The writer's address once it acknowledges a probe send (queue 0, id -1 is not counted)."""
-    with trio.fail_after(timeout):
+async def _until_writable(
+    client: RemotingClient, cluster: ChaosCluster, timeout: float
+) -> tuple[str | None, str]:
+    """The writer's address once it acknowledges a probe send (queue 0, id -1 is not counted),
+    or None when none does within ``timeout``; with the last refusal seen, for a report."""
+    last = "no writer found"
+    with trio.move_on_after(timeout):
         while True:
             addr = await cluster.writer(client)
             if addr is not None:
@@ -157,10 +164,49 @@ async def _until_writable(client: RemotingClient, cluster: ChaosCluster, timeout
                     probe.body = b"chaos--1"
                     r = await client.invoke(addr, probe, timeout=2.0)
                     if r.code == ResponseCode.SUCCESS:
-                        return addr
-                except Exception:
+                        return addr, ""
+                    last = f"{addr} answered {r.code}: {r.remark}"
+                except Exception as exc:
+                    last = f"{addr}: {exc}"
                     client.close_channel(addr)
             await trio.sleep(0.1)
+    return None, last
+
+
+async def _workload(
+    client: RemotingClient,
+    cluster: ChaosCluster,
+    plan: list[PlannedFault],
+    sends: list[Send],
+    fault_log: list[Fault],
+    duration: float,
+    writable_wait: float,
+) -> list[Served] | str:
+    """Load under the planned faults, then everything the writer serves; or why not."""
+    addr, last = await _until_writable(client, cluster, writable_wait)
+    if addr is None:
+        return f"the fresh cluster took no write within {writable_wait:g} s ({last})"
+    t0 = trio.current_time()
+    stop = trio.Event()
+    async with trio.open_nursery() as work:
+        for q in range(QUEUES):
+            work.start_soon(_producer, client, cluster, q, sends, t0, stop)
+        await _faults(cluster, plan, fault_log, t0)
+        # load goes on after the last fault, so its recovery time is measured too: at least
+        # 1.5 s, and until a send made after it is acknowledged (a full disk clears at the next
+        # disk check), at most RECOVERY_WAIT more
+        await trio.sleep(max(1.5, duration - (trio.current_time() - t0)))
+        for _ in range(int(RECOVERY_WAIT / 0.1)):
+            if not fault_log or _acked_since(sends, fault_log[-1].end):
+                break
+            await trio.sleep(0.1)
+        stop.set()
+    cluster.restore_all()
+    addr, last = await _until_writable(client, cluster, writable_wait)
+    if addr is None:
+        return f"no writer took a write within {writable_wait:g} s after the faults ({last})"
+    await trio.sleep(1.0)  # replicas settle; the reads below go to the writer
+    return [s for s in await _read_all(client, addr) if s.id >= 0]
 
 
 async def run_schedule(
@@ -173,9 +219,12 @@ async def run_schedule(
     kinds: Sequence[str] = FAULT_KINDS,
     broker_extra: dict[str, str] | None = None,
     shim_cache: Path | None = None,
+    writable_wait: float = WRITABLE_WAIT,
 ) -> Report:
     """Start a cluster in ``root``, run the workload under ``faults`` faults of ``kinds``,
-    check, stop.  The disk shim is built in ``shim_cache`` (default ``root/disk-shim``)."""
+    check, stop.  The disk shim is built in ``shim_cache`` (default ``root/disk-shim``).  A
+    cluster that takes no write, at the start or after the faults, ends the schedule as a
+    failed report (with the tail of every node's log), not an exception."""
     plan = draw(seed, mode, faults, kinds)
     shim = None
     if any(f.kind in DISK_KINDS for f in plan):
@@ -187,30 +236,17 @@ async def run_schedule(
     try:
         async with trio.open_nursery() as nursery, open_remoting_client() as client:
             await cluster.start(nursery)
-            await _until_writable(client, cluster, 60)
-            t0 = trio.current_time()
-            stop = trio.Event()
-            async with trio.open_nursery() as work:
-                for q in range(QUEUES):
-                    work.start_soon(_producer, client, cluster, q, sends, t0, stop)
-                await _faults(cluster, plan, fault_log, t0)
-                # load goes on after the last fault, so its recovery time is measured too: at
-                # least 1.5 s, and until a send made after it is acknowledged (a full disk
-                # clears at the next disk check), at most
-                # RECOVERY_WAIT more
-                await trio.sleep(max(1.5, duration - (trio.current_time() - t0)))
-                for _ in range(int(RECOVERY_WAIT / 0.1)):
-                    if not fault_log or _acked_since(sends, fault_log[-1].end):
-                        break
-                    await trio.sleep(0.1)
-                stop.set()
-            cluster.restore_all()
-            addr = await _until_writable(client, cluster, 60)
-            await trio.sleep(1.0)  # replicas settle; the reads below go to the writer
-            served = [s for s in await _read_all(client, addr) if s.id >= 0]
+            outcome = await _workload(
+                client, cluster, plan, sends, fault_log, duration, writable_wait
+            )
+            # while the nodes still run: a report says which were up
+            tails = tuple(cluster.log_tails(5)) if isinstance(outcome, str) else ()
             nursery.cancel_scope.cancel()
     finally:
         # shielded and bounded: the processes go even when the run was cancelled
         with trio.CancelScope(shield=True), trio.move_on_after(60):
             await cluster.stop()
-    return check(seed, mode, sends, fault_log, served)
+    if isinstance(outcome, str):
+        report = failed(seed, mode, outcome, sends, fault_log)
+        return attrs.evolve(report, excerpts=tails)
+    return check(seed, mode, sends, fault_log, outcome)

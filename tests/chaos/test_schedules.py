@@ -91,3 +91,22 @@ async def test_the_checker_catches_a_broker_that_acknowledges_before_storing(tmp
     assert len(report.lost) >= report.acked // 10, report.summary()
     text = report.summary()
     assert "seed 99" in text and "LOST: id" in text
+
+
+async def test_a_cluster_that_takes_no_write_ends_as_a_failed_schedule(tmp_path):
+    # a read-only broker (brokerPermission 4) refuses every send: the harness must say so in
+    # its report, with the nodes' logs, instead of dying of a timeout
+    report = await run_schedule(
+        tmp_path / "readonly",
+        "async",
+        98,
+        faults=0,
+        duration=1.0,
+        broker_extra={"brokerPermission": "4"},
+        writable_wait=3.0,
+    )
+    assert report.failure.startswith("the fresh cluster took no write within 3 s ("), report.failure
+    assert "answered 16" in report.failure, report.failure  # NO_PERMISSION
+    assert not report.ok and report.acked == 0
+    text = report.summary()
+    assert "FAILED, not checked" in text and "master (running)" in text, text
