@@ -220,7 +220,12 @@ class Applier:
     # --- restart (apply_resume.py) -----------------------------------------------------------
     def write_hint(self) -> None:
         """Atomically replace the hint with the current (index, offset, term) (no fsync: it
-        only has to survive a process crash, like the mapped CommitLog it describes)."""
+        only has to survive a process crash, like the mapped CommitLog it describes).
+
+        On the loop's thread on purpose: once a second, a 60-byte write and a rename that wait
+        for no writeback.  In a worker thread the applier's progress would hang on a thread's
+        timing, which the deterministic tests (autojump clock) cannot follow: one that promotes
+        a leader after its apply caught up failed that way."""
         pair = (self.applied_index, self.applied_offset)
         if pair != self._hinted:
             write_hint(self.hint_path, Hint(*pair, self.node.log.term_at(pair[0])))

@@ -40,9 +40,8 @@ log still needs.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -51,9 +50,14 @@ import trio
 from broker.dledger.applier import Applier
 from broker.dledger.apply_resume import Hint
 from broker.dledger.messages import Role
-from broker.dledger.mmap_file_store import FileLog
+from broker.dledger.mmap_file_store import DROP_FILES_MAX, FileLog
 from broker.store.api import MessageStore
-from broker.store.clean_service import disk_used_ratio, is_time_to_delete, unlink_segments
+from broker.store.clean_service import (
+    disk_used_ratio,
+    is_time_to_delete,
+    mtimes_ms,
+    unlink_segments,
+)
 from broker.store.config import MessageStoreConfig
 from broker.store.mapped_file import MappedFile
 from broker.store.message_store import DefaultMessageStore
@@ -116,12 +120,15 @@ class LogRetention:
             upto = min(upto, min(marks.values(), default=-1))
         return upto
 
-    def expired(self, forced: bool) -> Callable[[MappedFile], bool]:
+    def expired(self, forced: bool, mtimes: Mapping[str, float]) -> Callable[[MappedFile], bool]:
+        """Whether a data file may go; ``mtimes``: the head files' last writes in ms (a file
+        without one is kept)."""
         reserved_ms = (self.config.file_reserved_time + 1) * 3600 * 1000
         now_ms = self.clock()
 
         def expired(mf: MappedFile) -> bool:
-            return forced or now_ms >= os.stat(mf.path).st_mtime * 1000 + reserved_ms
+            mtime = mtimes.get(mf.path)
+            return forced or (mtime is not None and now_ms >= mtime + reserved_ms)
 
         return expired
 
@@ -140,7 +147,9 @@ class LogRetention:
             ratio > config.disk_space_clean_forcibly_ratio and config.clean_file_forcibly_enable
         )
         before = len(self.flog.data.files)
-        dropped = self.flog.drop_head(self.bound(forced), self.expired(forced))
+        heads = [mf.path for mf in self.flog.data.files[:DROP_FILES_MAX]]
+        mtimes = await trio.to_thread.run_sync(mtimes_ms, heads)
+        dropped = self.flog.drop_head(self.bound(forced), self.expired(forced, mtimes))
         if dropped:
             log.info(
                 "dledger retention: %d files deleted (disk %.2f used%s)",

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import trio
@@ -122,13 +122,30 @@ def is_time_to_delete(delete_when: str, hour: int) -> bool:
     return False
 
 
+def mtimes_ms(paths: Iterable[str]) -> dict[str, float]:
+    """Each file's last write (mtime) in ms; a file already gone is left out.  Blocking: a
+    ``stat`` can wait on a slow or busy disk, so the services call it in a worker thread."""
+    out = {}
+    for path in paths:
+        try:
+            out[path] = os.stat(path).st_mtime * 1000
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def take_expired_segments(
-    store: CleanableStore, ratio: float, cleaned_below: int = -1
+    store: CleanableStore,
+    ratio: float,
+    cleaned_below: int = -1,
+    *,
+    mtimes: Mapping[str, float],
 ) -> list[MappedFile]:
     """Remove from the store what retention deletes now (module docstring); the caller
     destroys the returned files.  The queues and the index are looked at only when the
-    CommitLog's start is past ``cleaned_below`` (where the last round left them).  No I/O but
-    one ``stat`` per CommitLog segment looked at."""
+    CommitLog's start is past ``cleaned_below`` (where the last round left them).  No I/O:
+    ``mtimes`` holds the head segments' last writes (``mtimes_ms`` of ``head_paths``), and a
+    segment without one is not expired."""
     config = store.config
     now_ms = store.clock()
     hour = time.localtime(now_ms / 1000).tm_hour
@@ -147,7 +164,8 @@ def take_expired_segments(
         for mf in queue.files[:-1][:DELETE_FILES_BATCH_MAX]:
             if mf.file_from_offset + mf.file_size > store.reput_from or mf.flushed < mf.wrote:
                 break  # not all dispatched yet, or a flush job may still hold its descriptor
-            if not forced and now_ms < os.stat(mf.path).st_mtime * 1000 + reserved_ms:
+            mtime = mtimes.get(mf.path)
+            if not forced and (mtime is None or now_ms < mtime + reserved_ms):
                 break
             count += 1
         taken = queue.take_head(count)
@@ -165,6 +183,11 @@ def take_expired_segments(
             taken.extend(cq.take_expired(cl_min))
         taken.extend(f.mf for f in store.index.take_expired(cl_min))
     return taken
+
+
+def head_paths(store: CleanableStore) -> list[str]:
+    """The CommitLog segments one round may look at, oldest first."""
+    return [mf.path for mf in store.commit_log.queue.files[:-1][:DELETE_FILES_BATCH_MAX]]
 
 
 def _unlink_all(paths: Iterable[str]) -> None:
@@ -192,7 +215,8 @@ async def clean_once(store: CleanableStore, cleaned_below: int = -1) -> int:
     config = store.config
     ratio = await trio.to_thread.run_sync(disk_used_ratio, config.commit_log_dir)
     judge(store.flags, ratio, config)
-    await unlink_segments(take_expired_segments(store, ratio, cleaned_below))
+    mtimes = await trio.to_thread.run_sync(mtimes_ms, head_paths(store))
+    await unlink_segments(take_expired_segments(store, ratio, cleaned_below, mtimes=mtimes))
     return store.commit_log.min_offset
 
 

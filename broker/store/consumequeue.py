@@ -203,8 +203,9 @@ class ConsumeQueue:
                 hi = mid
         self._min = lo
 
-    def truncate_dirty(self, phy_end: int) -> int:
-        """Drop trailing units whose record ends after ``phy_end``; returns how many."""
+    def truncate_dirty(self, phy_end: int, dropped: list[MappedFile] | None = None) -> int:
+        """Drop trailing units whose record ends after ``phy_end``; returns how many.  Segments
+        left empty are destroyed, or appended to ``dropped`` for the caller to unlink."""
         end = self.max_offset
         start = self.min_offset
         while end > start:
@@ -212,11 +213,13 @@ class ConsumeQueue:
             if u is not None and u[0] + u[1] <= phy_end:
                 break
             end -= 1
-        dropped = self.max_offset - end
-        if dropped:
+        count = self.max_offset - end
+        if count:
             log.warning("consume queue %s-%d truncated to %d", self.topic, self.queue_id, end)
-            self.queue.truncate_dirty(end * CQ_UNIT_SIZE)
-        return dropped
+            gone = self.queue.truncate_dirty(end * CQ_UNIT_SIZE, destroy=dropped is None)
+            if dropped is not None:
+                dropped.extend(gone)
+        return count
 
     def take_expired(self, commit_log_min: int) -> list[MappedFile]:
         """Take the head segments whose units all point below the CommitLog's new start (their

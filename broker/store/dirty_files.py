@@ -11,7 +11,8 @@ records must go before the store serves again, queue units and index entries wit
 ``truncate_dirty_files(store, offset)`` holds the flush service's lock (no flush thread is
 syncing a file while it is cut or deleted) and then, in the loop's thread:
 
-* zeroes the CommitLog from ``offset`` (a record boundary) and deletes later segments;
+* zeroes the CommitLog from ``offset`` (a record boundary) and deletes later segments (out of
+  the queue at once, unlinked in a worker thread last);
 * drops every ConsumeQueue unit of a record that ends after it, and the index entries at or
   past it;
 * moves the dispatch point (and drops what the put path left for the dispatch past it), the
@@ -28,6 +29,7 @@ import logging
 
 import trio
 
+from broker.store.clean_service import unlink_segments
 from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,11 @@ async def truncate_dirty_files(store: DefaultMessageStore, offset: int) -> None:
         log.warning(
             "store %s: cutting the CommitLog back from %d to %d", store.root, cl.max_offset, offset
         )
-        cl.queue.truncate_dirty(offset)
+        # out of the queues here, unlinked in a worker thread below (a big file's unlink can
+        # take a while): no reader finds them after this step
+        gone = cl.queue.truncate_dirty(offset, destroy=False)
         for cq in store.consume_queues.values():
-            cq.truncate_dirty(offset)
+            cq.truncate_dirty(offset, gone)
         cl.topic_queue_table = {k: cq.max_offset for k, cq in store.consume_queues.items()}
         store.index.recover(offset)
         store.reput.cut(offset)
@@ -61,3 +65,4 @@ async def truncate_dirty_files(store: DefaultMessageStore, offset: int) -> None:
         cp.commit_log_flushed = min(cp.commit_log_flushed, offset)
         cp.dispatched = min(cp.dispatched, offset)
         await trio.to_thread.run_sync(cp.write, cp.encode())
+        await unlink_segments(gone)

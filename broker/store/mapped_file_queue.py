@@ -98,9 +98,11 @@ class MappedFileQueue:
 
     # ---------------------------------------------------------------- maintenance
 
-    def truncate_dirty(self, offset: int) -> None:
-        """Make ``offset`` the end of the log: zero the tail of its segment, drop later ones."""
-        keep = []
+    def truncate_dirty(self, offset: int, *, destroy: bool = True) -> list[MappedFile]:
+        """Make ``offset`` the end of the log: zero the tail of its segment, drop later ones.
+        The dropped segments are destroyed here, or with ``destroy=False`` returned, still
+        mapped, for a running store to unlink off the loop (``clean_service.unlink_segments``)."""
+        keep, dropped = [], []
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= offset:
                 keep.append(mf)
@@ -114,8 +116,13 @@ class MappedFileQueue:
                 keep.append(mf)
             else:
                 log.warning("deleting segment %s beyond the valid end %d", mf.path, offset)
-                mf.destroy()
+                dropped.append(mf)
         self.files = keep
+        if destroy:
+            for mf in dropped:
+                mf.destroy()
+            return []
+        return dropped
 
     def take_head(self, count: int) -> list[MappedFile]:
         """Remove the first ``count`` segments (never the last, the one written) from the queue

@@ -8,6 +8,7 @@ the files matter (restart after a crash).
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 
 import pytest
@@ -399,7 +400,11 @@ async def test_records_past_a_log_that_lost_its_tail_are_cut(
     assert report.hint_index == -1  # the hint names an entry the log lost: walked from 0
     assert report.cut_from == ref.applied_offset == applier.applied_offset
     assert applier.applied_index == max(i for i in range(11) if node.log.get(i).body)
+    segments = len(store.commit_log.queue.files)
     await truncate_dirty_files(store, report.cut_from)
+    # the segments past the cut are gone from the disk too (unlinked off the loop)
+    names = [sorted(os.listdir(s.config.commit_log_dir)) for s in (store, reference)]
+    assert names[0] == names[1] and len(names[0]) < segments, (names, segments)
     want = [reference.get_max_offset_in_queue("T", qid) for qid in range(3)]
     for reopen in (False, True):
         if reopen:

@@ -12,7 +12,13 @@ import time
 import trio
 
 from broker.store import GetMessageStatus
-from broker.store.clean_service import clean_once, is_time_to_delete, take_expired_segments
+from broker.store.clean_service import (
+    clean_once,
+    head_paths,
+    is_time_to_delete,
+    mtimes_ms,
+    take_expired_segments,
+)
 from common.message import decode_record
 
 from .test_file_store import SMALL, Opened, mk
@@ -42,6 +48,10 @@ async def _fill(store, n: int = 60) -> list[int]:
     return offsets
 
 
+def _take(store, ratio):
+    return take_expired_segments(store, ratio, mtimes=mtimes_ms(head_paths(store)))
+
+
 def test_delete_when_lists_hours():
     assert is_time_to_delete("04", 4)
     assert not is_time_to_delete("04", 5)
@@ -56,8 +66,8 @@ async def test_expired_segments_wait_for_the_hour_or_a_full_disk(tmp_path):
         segments = len(store.commit_log.queue.files)
         assert segments > 4
         _age_segments(store, 100)
-        assert take_expired_segments(store, ratio=0.5) == []  # expired, but not the hour
-        taken = take_expired_segments(store, ratio=0.76)  # over diskMaxUsedSpaceRatio 75
+        assert _take(store, 0.5) == []  # expired, but not the hour
+        taken = _take(store, 0.76)  # over diskMaxUsedSpaceRatio 75
         assert len(_commit_log_files(taken)) == segments - 1  # never the one being written
         for mf in taken:
             mf.destroy()
@@ -102,7 +112,7 @@ async def test_forced_clean_deletes_unexpired_segments_but_nothing_undispatched(
         files = store.commit_log.queue.files
         keep_from = files[2].file_from_offset
         store.reput.reput_from = keep_from + 1  # pretend the third segment is not dispatched
-        taken = take_expired_segments(store, ratio=0.86)  # over diskSpaceCleanForciblyRatio
+        taken = _take(store, 0.86)  # over diskSpaceCleanForciblyRatio
         taken_cl = _commit_log_files(taken)
         assert [mf.file_from_offset for mf in taken_cl] == [0, files[0].file_size]
         assert store.commit_log.min_offset == keep_from
@@ -153,9 +163,9 @@ async def test_without_forced_clean_a_full_disk_keeps_unexpired_segments(tmp_pat
         store.clock = lambda: NOW_MS
         await _fill(store)
         _age_segments(store, 1)
-        assert _commit_log_files(take_expired_segments(store, ratio=0.99)) == []
+        assert _commit_log_files(_take(store, 0.99)) == []
         _age_segments(store, 100)  # expired ones still go when the disk is that full
-        taken = take_expired_segments(store, ratio=0.99)
+        taken = _take(store, 0.99)
         assert len(_commit_log_files(taken)) > 0
         for mf in taken:
             mf.destroy()
