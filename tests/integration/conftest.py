@@ -38,6 +38,7 @@ from common.serde import loads
 from common.testing import free_port_block
 from namesrv.config import NamesrvConfig
 from namesrv.service import run_namesrv
+from rmq import Admin
 
 # laptop timing (what `rmq up --dledger` uses): failure detected after 3 x 500 ms
 FAST_TIMING = {
@@ -140,24 +141,46 @@ class DLedgerGroupProcs:
         table: dict[str, str] = json.loads(bytes(r.body))["table"]
         return table
 
-    async def topic_everywhere(self, client: Any, topic: str, *, timeout: float = 30.0) -> None:
-        """Followers learn topics from the master's metadata sync: wait until every node has
-        ``topic``, so a failover never lands on a node that does not know it."""
+    async def create_topic(
+        self, client: Any, topic: str, *, queues: int = 4, timeout: float = 30.0
+    ) -> None:
+        """Create ``topic`` on the group's master and wait until every member has it, so a
+        failover never lands on a member that does not know it.  Followers copy topics from
+        the master every 5 s: a change of leader before that loses the topic with the old
+        leader's table (RocketMQ's behaviour too), and then it is created again on the new
+        master.  A master that has it while a follower never learns it fails the wait."""
         with trio.fail_after(timeout):
-            for i in self.ids:
-                while True:
-                    try:
-                        r = await client.invoke(
-                            self.addr(i),
-                            RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}),
-                        )
-                    except RemotingConnectError:
-                        # a member elects over its Raft port before its broker port listens
-                        # (a CI run saw "connection refused" right after the leader was known)
-                        r = None
-                    if r is not None and topic in loads(bytes(r.body)).get("topicConfigTable", {}):
-                        break
-                    await trio.sleep(0.2)
+            while True:
+                async with Admin(self.namesrv_addr) as admin:
+                    await admin.create_topic(topic, queues=queues, cluster="RaftCluster")
+                if await self._topic_spreads(client, topic):
+                    return
+                await trio.sleep(0.2)
+
+    async def _has_topic(self, client: Any, node: str, topic: str) -> bool | None:
+        try:
+            r = await client.invoke(
+                self.addr(node), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+            )
+        except RemotingConnectError:
+            # a member elects over its Raft port before its broker port listens (a CI run saw
+            # "connection refused" right after the leader was known)
+            return None
+        return topic in loads(bytes(r.body)).get("topicConfigTable", {})
+
+    async def _topic_spreads(self, client: Any, topic: str) -> bool:
+        """True once every member has ``topic``; False when the master does not (lost with a
+        change of leader: create it again)."""
+        while True:
+            master = await self.master_addr(client)
+            have = {i: await self._has_topic(client, i, topic) for i in self.ids}
+            if all(have.values()):
+                return True
+            if master is not None and any(
+                self.addr(i) == master and have[i] is False for i in self.ids
+            ):
+                return False
+            await trio.sleep(0.2)
 
     async def master_addr(self, client: Any) -> str | None:
         """The nameserver's brokerId-0 address of broker-a, None when it has none."""

@@ -16,7 +16,7 @@ import threading
 import pytest
 import trio
 
-from rmq import Admin, Message, Producer
+from rmq import Message, Producer
 from rmq.consume_service import ConsumeStatus
 from rmq.producer import SendStatus
 from rmq.push_consumer import ConsumeFromWhere, PushConsumer
@@ -34,9 +34,7 @@ async def test_push_consumer_and_spark_stream_read_through_leader_kills(
 ) -> None:
     group = await dledger_factory(3)
     leader = await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, TOPIC)
+    await group.create_topic(raft_client, TOPIC, queues=4)
 
     acked: set[str] = set()
     pushed: set[str] = set()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq import Admin, PullConsumer
+from rmq import PullConsumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.slow]
 
@@ -59,9 +59,7 @@ async def test_cpp_producer_keeps_producing_through_leader_kills(
 ) -> None:
     group = await dledger_factory(3)
     leader = await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, TOPIC)
+    await group.create_topic(raft_client, TOPIC, queues=4)
     home = tmp_path / "home"
     home.mkdir()
     proc = spawn_producer(group.namesrv_addr, home)

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from common.testing import pull_queue
-from rmq import Admin, Message, Producer
+from rmq import Message, Producer
 from rmq.client_api import ClientAPI
 from rmq.producer import SendStatus
 
@@ -76,9 +76,7 @@ async def test_partitioned_leader_stops_acking_and_its_tail_is_truncated(
     topic = "RaftPartition"
     group = await dledger_factory(3)
     old = await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(topic, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, topic)
+    await group.create_topic(raft_client, topic, queues=4)
     await send_keys(group.namesrv_addr, topic, [f"before-{n}" for n in range(20)])
 
     group.isolate(old)
@@ -123,9 +121,7 @@ async def test_whole_group_sigkill_restarts_with_the_same_log_and_queues(
     topic = "RaftCrash"
     group = await dledger_factory(3)
     await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(topic, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, topic)
+    await group.create_topic(raft_client, topic, queues=4)
     sent = [f"crash-{n}" for n in range(200)]
     await send_keys(group.namesrv_addr, topic, sent)
     end, committed = await converged(group, raft_client)

@@ -20,7 +20,7 @@ import statistics
 import pytest
 import trio
 
-from rmq import Admin, Message, Producer, PullConsumer
+from rmq import Message, Producer, PullConsumer
 from rmq.producer import SendStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -57,9 +57,7 @@ async def test_leader_kills_lose_no_acknowledged_message(dledger_factory, raft_c
     timing = ROCKETMQ_TIMING if os.environ.get("RMQ_KILL_TIMING") == "rocketmq" else {}
     group = await dledger_factory(3, **timing)
     leader = await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, TOPIC)
+    await group.create_topic(raft_client, TOPIC, queues=4)
 
     acked: list[tuple[str, int, int]] = []  # (key, queue id, queue offset)
     ack_times: list[float] = []

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from common.testing import pull_queue
-from rmq import Admin, Message, Producer
+from rmq import Message, Producer
 from rmq.producer import SendStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -88,9 +88,7 @@ async def test_old_raft_files_go_and_the_group_stays_whole(dledger_factory, raft
         diskMaxUsedSpaceRatio=1,
     )
     leader = await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(TOPIC, queues=4, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, TOPIC)
+    await group.create_topic(raft_client, TOPIC, queues=4)
     first = [f"a{n:05d}" for n in range(1200)]
     await send_keys(group.namesrv_addr, first)
 

@@ -241,7 +241,7 @@ def snapshot_durable(group, shadow: Path) -> None:
 async def test_a_dledger_group_losing_power_together_keeps_all_but_the_last_flush(
     tmp_path, shadow_lib, dledger_factory, raft_client, monkeypatch
 ):
-    from rmq import Admin, Message, Producer
+    from rmq import Message, Producer
     from rmq.producer import SendStatus
 
     shadow = tmp_path / "shadow"
@@ -258,9 +258,7 @@ async def test_a_dledger_group_losing_power_together_keeps_all_but_the_last_flus
         flushIntervalCommitLog=10,
     )
     await group.leader(raft_client, timeout=60)
-    async with Admin(group.namesrv_addr) as admin:
-        await admin.create_topic(TOPIC, queues=QUEUES, cluster="RaftCluster")
-    await group.topic_everywhere(raft_client, TOPIC)
+    await group.create_topic(raft_client, TOPIC, queues=QUEUES)
     acked: dict[str, float] = {}
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     for cut in range(2):
