@@ -279,7 +279,8 @@ class ChaosCluster:
                 nursery.start_soon(proc.stop)
 
     def log_tails(self, lines: int) -> Iterator[str]:
-        """The last ``lines`` lines of every node's log, for a report (read after stop)."""
+        """The last ``lines`` lines of every node's log, for a report; called while the nodes
+        still run, so it says which were up."""
         for name, proc in self.procs.items():
             rc = None if proc.popen is None else proc.popen.poll()
             yield f"  {name} ({'running' if rc is None else f'exit {rc}'}), {proc.log}:"
