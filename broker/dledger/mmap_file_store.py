@@ -101,8 +101,8 @@ class FileLog:
 
     Every call runs on the owner's thread (the node's event loop) except :meth:`flush`, which
     may run in a worker thread at the same time as ``append``/``append_entry``/``get``.
-    ``truncate`` and ``close`` wait for a flush in progress (they delete and unmap files the
-    flush may be syncing); appends never wait."""
+    ``truncate`` and ``close`` wait only for a flush's bookkeeping, never for its syncs (see
+    :meth:`flush`); appends never wait."""
 
     data: MappedFileQueue
     index: MappedFileQueue
@@ -113,8 +113,10 @@ class FileLog:
     _begin: int = 0
     # term of entry _end
     _end_term: int = -1
-    # held by flush for its whole fdatasync, and by whatever deletes, cuts or closes files
+    # held to take or record a flush's jobs, and to delete, cut or close files
     _files_lock: threading.Lock = attrs.field(factory=threading.Lock)
+    # truncations so far: a flush records its syncs only if none came in between
+    _cuts: int = 0
     # set by close: a later flush has nothing left to sync
     _closed: bool = False
     # index -> Entry for the newest entries written, in index order (see the module doc)
@@ -207,6 +209,7 @@ class FileLog:
             if entry is not None:
                 self._recent_bytes -= len(entry.body)
         with self._files_lock:
+            self._cuts += 1
             if index <= 0:
                 self.data.truncate_dirty(0)
                 self.index.truncate_dirty(0)
@@ -288,18 +291,30 @@ class FileLog:
 
     # --- durability -------------------------------------------------------------------------
     def flush(self) -> None:
-        """fdatasync what was written since the last flush; a scan of the open files and no
-        system call when nothing was.  Safe in a worker thread while the loop appends."""
+        """fdatasync what was written since the last flush; no system call when nothing was.
+        Safe in a worker thread while the loop appends.  The lock is held to take and to record
+        the jobs, not through the syncs (each syncs a duplicate descriptor), so a ``truncate``
+        on the loop never waits for the disk; a flush that a cut overlapped records nothing
+        (what it synced may be gone or zeroed), and the next one syncs what is left."""
         with self._files_lock:
             if self._closed:
                 return
-            wrote = False
-            for queue in (self.data, self.index):
-                for mf in queue.flush_jobs():
-                    mf.flush_range()
-                    wrote = True
-            if wrote:
-                self._last_write, self._settled = time.monotonic(), False
+            todo = self.data.flush_jobs() + self.index.flush_jobs()
+            jobs = [(mf, mf.wrote, os.dup(mf.fileno())) for mf in todo]
+            cuts = self._cuts
+        if not jobs:
+            return
+        try:
+            for _mf, _end, fd in jobs:
+                os.fdatasync(fd)
+        finally:
+            for _mf, _end, fd in jobs:
+                os.close(fd)
+        with self._files_lock:
+            if self._cuts == cuts and not self._closed:
+                for mf, end, _fd in jobs:
+                    mf.flushed = max(mf.flushed, end)
+            self._last_write, self._settled = time.monotonic(), False
 
     # --- retention (log_retention.py decides what may go) -------------------------------------
     def first_index_of(self, mf: MappedFile) -> int:
@@ -331,8 +346,8 @@ class FileLog:
                 break
             count, new_begin = i + 1, first
         if not count or not self._files_lock.acquire(blocking=False):
-            # the flush thread holds the lock for a whole fdatasync, and this runs on the
-            # loop's thread: a slow disk must not stall the loop; the next round tries again
+            # held by a flush's bookkeeping or the quiet release's walk (worker threads):
+            # on the loop's thread this does not wait; the next round tries again
             return []
         try:
             dropped = data.take_head(count)
@@ -413,15 +428,8 @@ def _header_matches(data: MappedFileQueue, unit: tuple[int, int, int, int, int],
     at = pos - mf.file_from_offset
     if at + size > data.file_size:
         return False
-    h = _HEADER.unpack_from(mf.view, at)
-    return (
-        h[0] == ENTRY_MAGIC
-        and h[1] == size
-        and h[2] == i
-        and h[3] == term
-        and h[4] == pos
-        and h[8] == size - ENTRY_HEADER_SIZE
-    )
+    h = _HEADER.unpack_from(mf.view, at)  # magic size index term pos ... bodyLength
+    return h[:5] == (ENTRY_MAGIC, size, i, term, pos) and h[8] == size - ENTRY_HEADER_SIZE
 
 
 def _units_written(index: MappedFileQueue) -> int:

@@ -161,6 +161,51 @@ def test_flush_in_a_thread_while_appending_and_truncating(tmp_path: Path) -> Non
     again.close()
 
 
+def test_a_truncate_does_not_wait_for_a_flush_stuck_in_its_sync(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A follower meeting a new leader truncates on the loop's thread: a flush whose fdatasync
+    hangs on a slow disk must not hold it up, and must not then claim the cut bytes flushed."""
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    for n in range(12):
+        flog.append(1, body(n, 200))  # several data files
+    in_sync, go_on = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def stuck(fd: int) -> None:
+        in_sync.set()
+        go_on.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", stuck)
+    t = threading.Thread(target=flog.flush)
+    t.start()
+    # a truncate that waited for the sync would return only once this timer let it go on
+    timer = threading.Timer(5.0, go_on.set)
+    timer.start()
+    try:
+        assert in_sync.wait(10)
+        flog.truncate(5)
+        assert not go_on.is_set(), "the truncate waited for the flush's fdatasync"
+    finally:
+        go_on.set()
+        timer.cancel()
+        t.join()
+    monkeypatch.setattr(os, "fdatasync", real)
+    # the flush that the cut overlapped recorded nothing: entry 4 is not yet known on disk
+    assert not flog.on_disk(4)
+    flog.flush()
+    assert flog.on_disk(4) and flog.end_index == 4
+    for queue in (flog.data, flog.index):
+        assert all(mf.flushed == mf.wrote for mf in queue.files)
+    flog.close()
+    again = open_log(d)
+    got = again.get(4)
+    assert again.end_index == 4 and got is not None and got.body == body(4, 200)
+    again.close()
+
+
 @pytest.mark.parametrize("damage", ["half_unit", "no_unit", "header", "body_length", "data_file"])
 def test_recovery_cuts_a_torn_last_entry(tmp_path: Path, damage: str) -> None:
     d = tmp_path / "dl"
