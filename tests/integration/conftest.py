@@ -30,7 +30,7 @@ from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig
 from cli.link_proxy import LinkProxy
-from common.errors import RemotingConnectError
+from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -162,9 +162,10 @@ class DLedgerGroupProcs:
             r = await client.invoke(
                 self.addr(node), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
             )
-        except RemotingConnectError:
+        except RemotingError:
             # a member elects over its Raft port before its broker port listens (a CI run saw
-            # "connection refused" right after the leader was known)
+            # "connection refused" right after the leader was known), or is busy starting
+            client.close_channel(self.addr(node))
             return None
         return topic in loads(bytes(r.body)).get("topicConfigTable", {})
 

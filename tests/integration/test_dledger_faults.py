@@ -24,30 +24,35 @@ from rmq.producer import SendStatus
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-async def raft_state(group, client) -> dict[str, tuple[int, int, int]]:
-    """node -> (term, ledger end index, committed index) of every live node."""
+async def raft_state(group, client) -> dict[str, tuple[int, int, int, bool]]:
+    """node -> (term, ledger end index, committed index, whether its queues hold all it
+    committed: applied to the store and dispatched) of every live node."""
     out = {}
     for i in group.ids:
         if group.nodes[i].proc.poll() is not None:
             continue
         info = await group.runtime(client, i)
         if info:
+            committed = int(info["dledgerCommittedIndex"])
             out[i] = (
                 int(info["dledgerTerm"]),
                 int(info["dledgerLedgerEndIndex"]),
-                int(info["dledgerCommittedIndex"]),
+                committed,
+                int(info["dledgerAppliedIndex"]) >= committed
+                and info.get("dispatchBehindBytes") == "0",
             )
     return out
 
 
 async def converged(group, client, *, timeout: float = 30.0) -> tuple[int, int]:
-    """Wait until every node has the same ledger end and committed index (and they are equal);
-    returns (end index, committed index)."""
+    """Wait until every node has the same ledger end and committed index (and they are equal),
+    and serves all of it from its queues; returns (end index, committed index)."""
     with trio.fail_after(timeout):
         while True:
             state = await raft_state(group, client)
-            ends = {(end, committed) for _, end, committed in state.values()}
-            if len(state) == len(group.ids) and len(ends) == 1:
+            ends = {(end, committed) for _, end, committed, _ in state.values()}
+            served = all(caught_up for *_, caught_up in state.values())
+            if len(state) == len(group.ids) and len(ends) == 1 and served:
                 (end, committed) = ends.pop()
                 if end == committed:
                     return end, committed

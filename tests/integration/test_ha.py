@@ -214,10 +214,21 @@ async def _kill_round(procs, ns, rng, round_no: int, role: str) -> tuple[int, in
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
                     nursery.start_soon(sender)
-                await trio.sleep(rng.uniform(0.2, 3.0))
+                # the kill lands once some load was acknowledged (a busy host can take more
+                # than a fixed delay for the first batch), then anywhere in the next 2.8 s
+                with trio.fail_after(30):
+                    while len(acked) <= 16:  # noqa: ASYNC110 (filled by the senders)
+                        await trio.sleep(0.01)
+                await trio.sleep(rng.uniform(0.0, 2.8))
                 master.kill()
                 nursery.cancel_scope.deadline = trio.current_time() + 8
-        # what the slave holds now is all there is
+
+        # what the slave holds now is all there is, once its queues were built from it (the
+        # replicated bytes reach the consume queues in a later step of the slave's)
+        async def dispatched() -> bool:
+            return (await runtime_info(client, slave.addr)).get("dispatchBehindBytes") == "0"
+
+        await poll_until(dispatched)
         got: dict[tuple[int, int], bytes] = {}
         for qid in range(4):
             for qoff, body, _phys in await pull_all(client, slave.addr, topic, qid):
@@ -271,7 +282,9 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
             finally:
                 slave.signal(signal.SIGCONT)
             assert r.status == SendStatus.FLUSH_SLAVE_TIMEOUT
-            assert 2.5 <= took <= 5.0, took
+            # the master waited its 3 s for the slave, and answered well before the client's
+            # 10 s timeout (the upper bound is loose: a busy host stretches the answer)
+            assert 2.5 <= took <= 9.0, took
             paused_at = (r.message_queue.queueId, r.queue_offset)
 
             slave.stop()
@@ -284,7 +297,7 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
             r = await producer.send(Message(topic, b"alone"))
             took = trio.current_time() - t0
             assert r.status == SendStatus.SLAVE_NOT_AVAILABLE
-            assert took < 1.0, took
+            assert took < 2.5, took  # no 3 s wait for a slave that is gone
             alone_at = (r.message_queue.queueId, r.queue_offset)
         # both were stored on the master
         for (qid, qoff), body in ((paused_at, b"paused"), (alone_at, b"alone")):

@@ -162,7 +162,12 @@ async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path)
                 task_status=task_status,
             )
         )
-        await trio.sleep(0.5)  # let the script install its handler
+        # the script has installed its handler once it says so (a fixed wait lost the race
+        # to a slow interpreter start)
+        log = tmp_path / "logs" / "broker-a.log"
+        with trio.fail_after(30):
+            while not (log.exists() and "ignoring SIGTERM" in log.read_text()):  # noqa: ASYNC110
+                await trio.sleep(0.05)
         start = trio.current_time()
         nursery.cancel_scope.cancel()
     codes = {e.node.name: e.returncode for e in events if e.kind == "stopped"}
