@@ -168,6 +168,17 @@ class Producer(ClientBase):
             return old
         return None
 
+    def _forget_route(self, topic: str) -> None:
+        """After a retriable failure: the next send asks the nameserver again, for the default
+        (auto-create) route too when `topic`'s publish info came from it.  Otherwise that
+        route, fresh for 30 s, keeps the info and the failed broker address in use: a DLedger
+        kill test saw sends fail for 27 s after a new leader served."""
+        client = self.client
+        client.invalidate(topic)
+        old = self._publish.get(topic)
+        if old is not None and old.from_default:
+            client.invalidate(self.create_topic_key)
+
     async def publish_info(self, topic: str) -> TopicPublishInfo:
         """Writable queues of `topic`, falling back to the auto-create topic's route."""
         client = self.client
@@ -420,7 +431,7 @@ class Producer(ClientBase):
                 return self._result(resp, cmd, queue, uniq)
             except RmqError as exc:
                 if exc.retriable:  # not retried here (order), but the next send re-routes
-                    client.invalidate(topic)
+                    self._forget_route(topic)
                 raise
         info = self._cached_publish_info(topic) or await self.publish_info(topic)
         attempts = 1 + max(0, self.retry_times)
@@ -443,7 +454,7 @@ class Producer(ClientBase):
                 if not exc.retriable:
                     raise
                 last_error, last_broker = exc, mq.brokerName
-                client.invalidate(topic)
+                self._forget_route(topic)
                 continue
             if (
                 result.status is SendStatus.SEND_OK

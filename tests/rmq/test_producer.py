@@ -12,6 +12,7 @@ from common.errors import (
     MessageIllegalError,
     RemotingConnectError,
     RemotingTimeoutError,
+    ServiceNotAvailableError,
     TopicNotExistError,
 )
 from common.message_properties import decode_properties
@@ -181,6 +182,26 @@ async def test_unknown_topic_goes_through_tbw102_and_is_auto_created(cluster, ta
     # min(defaultTopicQueueNums=4, TBW102's 8)
     assert topics.select_topic_config("NewTopic").writeQueueNums == 4
     assert result.message_queue.queueId < 4
+
+
+async def test_a_failure_drops_the_auto_create_route_its_publish_info_came_from(cluster, tap):
+    # The info of a topic the nameserver did not know came from TBW102's route: after a
+    # retriable failure the next send must ask the nameserver again, or that route, fresh for
+    # 30 s, keeps the failed broker in use (a DLedger kill test saw 27 s of failed sends
+    # after a new leader served)
+    async with producer(cluster, tap, retry_times=1) as p:
+        assert (await p.send(Message("NewTopic", b"x"))).status is SendStatus.SEND_OK
+        assert [r.ext_fields["topic"] for r in namesrv_requests(cluster, tap)] == [
+            "NewTopic",
+            "TBW102",
+        ]
+        for node in ("broker-a", "broker-b"):  # both attempts of the next send fail
+            tap.fail(cluster.addr(node), ResponseCode.SERVICE_NOT_AVAILABLE)
+        with pytest.raises(ServiceNotAvailableError):
+            await p.send(Message("NewTopic", b"y"))
+        asked = len(namesrv_requests(cluster, tap))
+        assert (await p.send(Message("NewTopic", b"z"))).status is SendStatus.SEND_OK
+        assert len(namesrv_requests(cluster, tap)) > asked  # the routes were asked for again
 
 
 async def test_no_route_and_no_auto_create_raises_no_route_info(memory_cluster):
