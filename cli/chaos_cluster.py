@@ -24,10 +24,10 @@ import trio
 from cli.chaos_disk import DiskControl, Tear, segment_dirs, tear_tail
 from cli.chaos_schedule import brokers_of
 from cli.link_proxy import LinkFault, LinkProxy
+from cli.port_blocks import free_port_block
 from common.remoting.client import RemotingClient
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block
 
 MODES = ("sync", "async", "dledger")
 # failure detection in DLedger mode after 3 x 300 ms (a short run needs fast elections)

@@ -28,10 +28,10 @@ from cli.chaos_cluster import ChaosCluster
 from cli.chaos_disk import build_shim
 from cli.chaos_schedule import DISK_KINDS, FAULT_KINDS, PlannedFault, draw
 from cli.link_proxy import LinkFault
+from cli.queue_readback import pull_queue
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import pull_queue
 
 TOPIC = "ChaosTopic"
 QUEUES = 4

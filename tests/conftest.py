@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 
-from common.testing import free_port_block as _free_port_block
+from cli.port_blocks import free_port_block as _free_port_block
 
 
 def free_port_block(width: int = 10) -> int:
@@ -260,7 +260,7 @@ class InProcessCluster:
     slave, a second master).
     """
 
-    network: Any  # common.testing.MemoryNetwork, or common.remoting.network.TCP
+    network: Any  # tests.support.memory_network.MemoryNetwork, or common.remoting.network.TCP
     nursery: Any  # trio.Nursery
     root: Path
     # False: a broker's config and offset writes stay on the loop (autojump_clock cannot see
@@ -342,8 +342,8 @@ class InProcessCluster:
 
     def tap(self) -> Any:
         """A network for one client whose requests are recorded and may be failed
-        (``rmq.testing.Tap``)."""
-        from rmq.testing import Tap
+        (``tests.support.tap.Tap``)."""
+        from tests.support.tap import Tap
 
         return Tap(self.network, self.nursery)
 
@@ -410,7 +410,7 @@ async def memory_cluster(
     tmp_path: Path, nursery: Any, broker_fields: dict[str, Any]
 ) -> InProcessCluster:
     """A nameserver and one ASYNC_MASTER broker-a, in process, on an in-memory network."""
-    from common.testing import MemoryNetwork
+    from tests.support.memory_network import MemoryNetwork
 
     return await _start(InProcessCluster(MemoryNetwork(), nursery, tmp_path), broker_fields)
 
@@ -453,7 +453,7 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
     works only inside one loop: so the servers run on the portal too (held open like a sync
     client, ``rmq.portal.Portal.enter``) and the test reaches them through ``cluster.call``.
     """
-    from common.testing import MemoryNetwork
+    from tests.support.memory_network import MemoryNetwork
 
     async def make(nursery: Any) -> InProcessCluster:
         return await _start(InProcessCluster(MemoryNetwork(), nursery, tmp_path), broker_fields)

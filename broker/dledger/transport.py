@@ -22,7 +22,7 @@ A :class:`DLedgerNetwork` does two things for a member:
 ``code`` = the DLedgerRequestCode, no extFields, and the JSON body of wire.py; the answer is a
 command with code 200 (DLedger writes ``DLedgerResponseCode.SUCCESS`` there; the DLedger result
 is the body's ``code``) and the JSON response as body.  It runs over any
-``common.remoting.network.Network``: TCP in production, ``common.testing.MemoryNetwork`` in tests.
+``common.remoting.network.Network``: TCP in production, ``tests.support.memory_network.MemoryNetwork`` in tests.
 Connections come from one ``RemotingClient`` per member, which reconnects on the next call after
 a connection failed.  Requests are served inline by the connection's read loop (arrival order);
 an undecodable body is answered SYSTEM_ERROR, as a handler exception is.

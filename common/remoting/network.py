@@ -2,7 +2,7 @@
 
 Every listening socket and every outgoing connection of the nameserver, the broker (remoting,
 VIP and HA ports) and the clients goes through a :class:`Network`.  Production code uses
-:data:`TCP`; tests hand ``common.testing.MemoryNetwork`` to ``run_namesrv``, ``run_broker`` and
+:data:`TCP`; tests hand ``tests.support.memory_network.MemoryNetwork`` to ``run_namesrv``, ``run_broker`` and
 ``open_remoting_client`` so that the real servers and the real client run in one process under
 ``autojump_clock``, with faults (refused connects, partitions) injected by the network.
 

@@ -1,5 +1,5 @@
 """`rmq bench`: statistics, the produce/consume loops against the real servers in process
-(memory_cluster; a failing broker through rmq.testing.Tap), and the command's error paths
+(memory_cluster; a failing broker through tests.support.tap.Tap), and the command's error paths
 through typer's runner."""
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import pytest
 import trio
 
 from common.remoting.client import open_remoting_client
-from common.testing import MemoryNetwork
 from rmq import Admin, Message, Producer, PullConsumer
 from rmq.pull_consumer import PullStatus
+from tests.support.memory_network import MemoryNetwork
 
 
 async def test_produce_and_pull_through_real_servers_without_sockets(

@@ -30,12 +30,12 @@ from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig
 from cli.link_proxy import LinkProxy
+from cli.port_blocks import free_port_block
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import loads
-from common.testing import free_port_block
 from namesrv.config import NamesrvConfig
 from namesrv.service import run_namesrv
 from rmq import Admin

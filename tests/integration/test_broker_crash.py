@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 import trio
 
+from cli.port_blocks import free_port_block
+from cli.queue_readback import pull_queue
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block, pull_queue, send_v2, wait_serving
+from tests.support.wire import send_v2, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,7 +36,7 @@ ROUNDS = 20
 
 
 def _free_port_block() -> int:
-    """A free port block outside the ephemeral range (common.testing)."""
+    """A free port block outside the ephemeral range (cli.port_blocks)."""
     return free_port_block()
 
 

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
+from cli.port_blocks import free_port_block
 from common.model import MessageQueue
-from common.testing import free_port_block
 from rmq import Message, PullStatus, SendStatus, sync
 
 pytestmark = pytest.mark.integration
@@ -292,7 +292,7 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
 
 
 def free_block(width: int) -> int:
-    """A free port block outside the ephemeral range (common.testing)."""
+    """A free port block outside the ephemeral range (cli.port_blocks)."""
     return free_port_block(width)
 
 

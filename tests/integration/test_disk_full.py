@@ -16,11 +16,13 @@ import contextlib
 import pytest
 import trio
 
+from cli.queue_readback import pull_queue
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import pull_queue, send_v2, small_tmpfs
+from tests.support.tmpfs import small_tmpfs
+from tests.support.wire import send_v2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -19,7 +19,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import send_v2
+from tests.support.wire import send_v2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

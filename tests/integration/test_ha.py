@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from cli.queue_readback import pull_queue
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import pull_queue
 from rmq import Message, Producer
 from rmq.producer import SendStatus
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from cli.local_state import read_state
-from common.testing import free_port_block
+from cli.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration
 
 
 def free_block(width: int = 40) -> int:
-    """A free port block outside the ephemeral range (common.testing)."""
+    """A free port block outside the ephemeral range (cli.port_blocks)."""
     return free_port_block(width)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cli.local_state import read_state
-from common.testing import free_port_block
+from cli.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ import trio
 
 from cli import local_render
 from cli.local_state import request
+from cli.port_blocks import free_port_block
 from cli.supervisor import Supervisor, run_up
 from cli.up import UpEvent, plan_cluster
-from common.testing import free_port_block
 
 pytestmark = pytest.mark.integration
 

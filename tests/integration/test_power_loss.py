@@ -33,11 +33,13 @@ import attrs
 import pytest
 import trio
 
+from cli.port_blocks import free_port_block
+from cli.queue_readback import pull_queue
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import free_port_block, pull_queue, send_v2, wait_serving
+from tests.support.wire import send_v2, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -1,5 +1,5 @@
 """LitePullConsumer (assign mode) against the real servers (memory_cluster) with the autojump
-clock; a broker down or without SEARCH_OFFSET is made by rmq.testing.Tap."""
+clock; a broker down or without SEARCH_OFFSET is made by tests.support.tap.Tap."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Producer against the real nameserver and two brokers in process (memory_cluster): routes,
-retries, batches; broker faults injected by rmq.testing.Tap."""
+retries, batches; broker faults injected by tests.support.tap.Tap."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from common.remoting.codes import RequestCode, ResponseCode
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError, NoRouteInfoError
 from rmq.message import parse_unique_id
-from rmq.testing import SENDS
+from tests.support.tap import SENDS
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Producer issue-4 additions: selectors and send_orderly, send_async callbacks, delay/props,
 retry-when-not-stored, route refresh after a failed selected send; against the real servers
-(memory_cluster), broker answers injected by rmq.testing.Tap."""
+(memory_cluster), broker answers injected by tests.support.tap.Tap."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from common.string_hash import java_string_hash
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError
 from rmq.producer import select_by_hash
-from rmq.testing import SENDS
+from tests.support.tap import SENDS
 
 BROKERS = ("broker-a", "broker-b")
 

@@ -1,5 +1,5 @@
 """PullConsumer and Admin against the real nameserver, a master/slave broker-a and broker-b in
-process (memory_cluster): pull outcomes, decoding, offsets; odd answers made by rmq.testing.Tap."""
+process (memory_cluster): pull outcomes, decoding, offsets; odd answers made by tests.support.tap.Tap."""
 
 from __future__ import annotations
 

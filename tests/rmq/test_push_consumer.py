@@ -1,6 +1,6 @@
 """PushConsumer against the real nameserver and brokers in process (memory_cluster, autojump):
 delivery, tags, retry/DLQ through the broker's schedule service, orderly locks, flow control,
-broadcasting offsets, shutdown, broker->client requests; odd answers injected by rmq.testing.Tap."""
+broadcasting offsets, shutdown, broker->client requests; odd answers injected by tests.support.tap.Tap."""
 
 from __future__ import annotations
 

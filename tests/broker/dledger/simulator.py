@@ -4,7 +4,7 @@ One seed fixes everything: the group size's timings, the network profile (delays
 reordering, duplication), the client's proposals, crashes (between calls or between two
 actions of one call), restarts, partitions, leadership transfers and disk-full spells.  The
 event loop plays the driver: it calls the cores, executes their actions in order, carries
-messages over broker.dledger.sim_network, and after every step runs the checks of
+messages over tests.broker.dledger.sim_network, and after every step runs the checks of
 sim_checker.py.  After the faulty phase everything heals and the group must converge.
 
 A crash drops the member's core; its log is kept (mmap writes survive a process crash) and its
@@ -48,9 +48,9 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.sim_network import Channel, NetworkProfile, SimNetwork
 from broker.dledger.state import HardState
 from tests.broker.dledger.sim_checker import CheckedLog, Checker, SimulationFailure
+from tests.broker.dledger.sim_network import Channel, NetworkProfile, SimNetwork
 from tests.broker.dledger.sim_trace import describe
 
 __all__ = [

@@ -18,10 +18,10 @@ from broker.service import dledger_broker_config, dledger_node_config, run_broke
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common.errors import RmqError
 from common.message import decode_record
-from common.testing import MemoryNetwork
 from namesrv.config import NamesrvConfig
 from namesrv.service import run_namesrv
 from rmq import Admin, Message, Producer, SendStatus
+from tests.support.memory_network import MemoryNetwork
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 

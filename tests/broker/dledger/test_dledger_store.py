@@ -569,7 +569,7 @@ def test_a_full_disk_stalls_the_apply_and_it_resumes_exactly(
     (ApplyStalled), and applying again once there is room gives the CommitLog of a store that
     never ran out."""
     from broker.dledger.applier import ApplyStalled
-    from common.testing import small_tmpfs
+    from tests.support.tmpfs import small_tmpfs
 
     rng = random.Random(seed)
     node = new_node()

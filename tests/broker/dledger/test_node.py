@@ -25,8 +25,8 @@ from broker.dledger.proposal import PendingProposals, Proposal
 from broker.dledger.state import HardState
 from broker.dledger.storage import MemoryStorage
 from broker.dledger.transport import RESPONSE_TYPES, RemotingDLedgerNetwork
+from cli.port_blocks import free_port_block
 from common.remoting.codes import DLedgerResponseCode as RC
-from common.testing import free_port_block
 
 OK = RC.SUCCESS
 

@@ -16,7 +16,7 @@ import trio.testing
 from broker.dledger.memory_transport import MemoryDLedgerNetwork
 from broker.dledger.replicator import PeerReplicator
 from broker.dledger.transport import RemotingDLedgerNetwork
-from common.testing import MemoryNetwork
+from tests.support.memory_network import MemoryNetwork
 
 from .test_transport import answer, heartbeat, push
 

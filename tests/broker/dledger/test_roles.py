@@ -23,9 +23,9 @@ from common.model import KVTable
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from common.testing import MemoryNetwork
 from namesrv.config import NamesrvConfig
 from namesrv.service import run_namesrv
+from tests.support.memory_network import MemoryNetwork
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from broker.dledger.sim_network import NetworkProfile, SimNetwork
+from tests.broker.dledger.sim_network import NetworkProfile, SimNetwork
 
 REQ = ("n0", "n1", "req")
 

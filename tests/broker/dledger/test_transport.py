@@ -1,7 +1,7 @@
 """One conformance suite for the DLedger networks, then the in-memory network's faults.
 
 Kinds: ``memory`` (MemoryDLedgerNetwork), ``remoting`` (the remoting wire over the in-memory
-stream network of common.testing) and ``tcp`` (the remoting wire on loopback).  The first two run
+stream network of tests.support.memory_network) and ``tcp`` (the remoting wire on loopback).  The first two run
 under the autojump clock, the last one in real time.
 """
 
@@ -33,7 +33,7 @@ from broker.dledger.transport import (
     RpcUnreachable,
 )
 from common.remoting.codes import DLedgerResponseCode as RC
-from common.testing import MemoryNetwork
+from tests.support.memory_network import MemoryNetwork
 
 KINDS = ["memory", "remoting", "tcp"]
 

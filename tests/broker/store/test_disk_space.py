@@ -1,6 +1,6 @@
 """A full disk is an answer, not a SIGBUS: blocks reserved ahead of writes, the disk check.
 
-The stores here live on a tmpfs of a few MiB (``common.testing.small_tmpfs``).  Without the
+The stores here live on a tmpfs of a few MiB (``tests.support.tmpfs.small_tmpfs``).  Without the
 reservation the first store into a hole past the end of the space kills this very process.
 """
 
@@ -16,7 +16,7 @@ from broker.store.clean_service import disk_used_ratio, judge
 from broker.store.mapped_file import ALLOCATION_CHUNK, MappedFile
 from broker.store.running_flags import RunningFlags
 from common.message import decode_record
-from common.testing import small_tmpfs
+from tests.support.tmpfs import small_tmpfs
 
 from .test_file_store import Opened, mk
 
