@@ -9,6 +9,7 @@ import pytest
 
 from cli.dledger_plan import LAPTOP_TIMING, peers_of
 from cli.local_render import spec_json
+from cli.port_blocks import free_port_block
 from cli.topology import TopologyError, resolve
 from cli.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
 
@@ -135,8 +136,11 @@ def test_a_dledger_port_that_collides_is_refused_and_busy_ones_are_found():
         resolve(None, dledger=3, ports={"broker-a-n1": 10915}).plan()
     import socket
 
+    # a block outside the ephemeral range: there no outgoing connection of another process can
+    # take one of the plan's other ports and show up as busy too
+    base = free_port_block(30)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("127.0.0.1", base + 2))
         s.listen()
         port = s.getsockname()[1]
         plan = resolve(None, dledger=1, broker_port=port - 2, namesrv_port=port + 20).plan()
