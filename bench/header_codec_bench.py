@@ -1,4 +1,4 @@
-"""Remoting header codec micro-benchmark (issue 12 item 1): ours against orjson and msgspec.
+"""Remoting header codec micro-benchmark: ours against orjson and msgspec.
 
     .venv/bin/python bench/header_codec_bench.py
 

@@ -61,7 +61,7 @@ BODY = bytes(range(256)) * 4  # 1 KiB
 assert len(BODY) == 1024
 
 SCENARIOS = ("batch", "batch-pipelined", "pipelined", "sync", "pull")
-# The issue-2 scenarios measure one broker alone (`rmq up` now defaults to SYNC_MASTER + slave;
+# These scenarios measure one broker alone (`rmq up` defaults to SYNC_MASTER + slave;
 # bench/run_ha_bench.py measures that).
 SINGLE_BROKER = ("--slaves", "0", "--role", "ASYNC_MASTER")
 

@@ -1,4 +1,4 @@
-"""DLedger benchmark (issue 11): a 3-member group against SYNC_MASTER + slave, in the same run.
+"""DLedger benchmark: a 3-member group against SYNC_MASTER + slave, in the same run.
 
     .venv/bin/python bench/run_dledger_bench.py [--runs 3] [--duration 8]
 

@@ -1,4 +1,4 @@
-"""HA benchmark (issue 3): SYNC_MASTER vs ASYNC_MASTER with one slave, lag, and 1 GiB catch-up.
+"""HA benchmark: SYNC_MASTER vs ASYNC_MASTER with one slave, lag, and 1 GiB catch-up.
 
     .venv/bin/python bench/run_ha_bench.py [--runs 3] [--quick] [--no-write]
 

@@ -1,4 +1,4 @@
-"""`seq N | rmq produce --topic Orders` against `rmq up`'s default cluster (issue 9, item 5).
+"""`seq N | rmq produce --topic Orders` against `rmq up`'s default cluster.
 
     .venv/bin/python bench/run_produce_stdin_bench.py [--lines 100000] [--runs 3] [--json]
 

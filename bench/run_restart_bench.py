@@ -1,4 +1,4 @@
-"""Restart benchmark (issue 9, item 6): start-to-ready of a broker with a 1 GiB store.
+"""Restart benchmark: start-to-ready of a broker with a 1 GiB store.
 
     .venv/bin/python bench/run_restart_bench.py [--size-mib 1024] [--runs 3]
 

@@ -1,6 +1,6 @@
 """Single sends against `rmq up`'s default cluster (SYNC_MASTER + slave): one at a time and 32
-in flight, with the brokers' CPU per message; the before/after measure of issue 12's request
-path changes.
+in flight, with the brokers' CPU per message: run before and after a change to the request path
+to compare the two.
 
     .venv/bin/python bench/run_send_ab.py [--rounds 2]
 

@@ -1,5 +1,5 @@
 """One-at-a-time sends from plain (non-Trio) code: rmq.sync's direct path against its portal path,
-and the Trio Producer, against `rmq up --slaves 1 --role SYNC_MASTER` (issue 12 item 2).
+and the Trio Producer, against `rmq up --slaves 1 --role SYNC_MASTER`.
 
     .venv/bin/python bench/run_sync_send_bench.py [--rounds 3] [--count 3000]
 

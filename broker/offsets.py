@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 The broker keeps, per ``topic@group`` key, the next logical queue offset each consumer group
-committed for each queue (facts §3.6).  Commits come from UPDATE_CONSUMER_OFFSET and from the
-COMMIT_OFFSET flag of PULL_MESSAGE; reads from QUERY_CONSUMER_OFFSET.  The table lives in memory
-and is written to ``<storeRoot>/config/consumerOffset.json`` every few seconds and at shutdown
-by the broker service; a crash loses at most that interval, exactly as in RocketMQ (clients
-re-commit on their own 5 s cadence).
+committed for each queue (``broker/offset/ConsumerOffsetManager.java``).  Commits come from
+UPDATE_CONSUMER_OFFSET and from the COMMIT_OFFSET flag of PULL_MESSAGE; reads from
+QUERY_CONSUMER_OFFSET.  The table lives in memory and is written to
+``<storeRoot>/config/consumerOffset.json`` every few seconds and at shutdown by the broker service;
+a crash loses at most that interval, exactly as in RocketMQ (clients re-commit on their own 5 s
+cadence).
 
 Reading and atomically writing the file is :class:`broker.config_manager.DirtyConfigManager`'s
 job (``atomic_write``, ``read_json_file`` and ``config_dir`` are re-exported here for callers).

@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 A message with property DELAY=n (1..18) is not stored under its topic: the store puts it in
 ``SCHEDULE_TOPIC_XXXX`` queue ``n-1`` with REAL_TOPIC / REAL_QID remembering where it belongs
-(facts §4.5; ``broker/store/store_util.apply_delay``).  Every level has one fixed delay
-(``messageDelayLevel``, "1s 5s 10s ... 2h"), so within one queue the deliver times are in
-store order and one cursor per level suffices: the *delay offset*, the next logical offset of
-that queue still to deliver, persisted as ``config/delayOffset.json`` (``{"offsetTable":{1:0}}``).
+(``CommitLog.asyncPutMessage`` in ``store/CommitLog.java``; here
+``broker/store/put_message.apply_delay``).  Every level has one fixed delay (``messageDelayLevel``,
+"1s 5s 10s ... 2h"), so within one queue the deliver times are in store order and one cursor per
+level suffices: the *delay offset*, the next logical offset of that queue still to deliver,
+persisted as ``config/delayOffset.json`` (``{"offsetTable":{1:0}}``).
 
 One task per level walks its queue: for the message at the cursor it computes the deliver time
 (store timestamp + the level's delay, clamped like Java's ``correctDeliverTimestamp`` so a clock

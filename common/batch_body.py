@@ -1,9 +1,10 @@
-"""Batch bodies: the messages of one SEND_BATCH_MESSAGE request (facts §4.6).
+"""Batch bodies: the messages of one SEND_BATCH_MESSAGE request.
 
 A batch body is a concatenation of small per-message structs, Java's
-``MessageDecoder.encodeMessages``: TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN (ints), the body,
-then the properties string (``common.message_properties``) with a short length.  The producer
-encodes it (``rmq``), the broker's SEND processor decodes it and stores each message as its own
+``MessageDecoder.encodeMessages`` (``common/message/MessageDecoder.java``): TOTALSIZE, MAGIC,
+BODYCRC, FLAG, BODYLEN (ints), the body, then the properties string
+(``common.message_properties``) with a short length.  The producer encodes it (``rmq``), the
+broker's SEND processor decodes it and stores each message as its own
 CommitLog record (``common.message``).
 """
 

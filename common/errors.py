@@ -10,7 +10,8 @@ Theory of operation: a caller decides what to do from the *cause* of a failure, 
   response code and remark (the server turns it into the response; nothing is logged as a crash).
 * :class:`BrokerResponseError` - a *client* received a non-success response code. One subclass per
   code that callers treat specially, each with ``retriable`` as in the Java producer's retry list
-  (facts §1.7: 17, 14, 1, 16, 204, 205).
+  (``DefaultMQProducer.retryResponseCodes`` in ``client/producer/DefaultMQProducer.java``:
+  17, 14, 1, 16, 204, 205).
 
 Trio nurseries raise exception groups; :func:`unwrap_group` is the one place that unwraps them at
 API boundaries.

@@ -2,14 +2,30 @@
 
 Theory of operation
 -------------------
-A RocketMQ message lives on the wire and on disk as one *record* (facts §4.1): a big-endian,
-length-prefixed struct whose fixed part is 88 bytes with IPv4 hosts (112 with two IPv6 hosts),
-followed by the body (int length), the topic (byte length) and the properties string (short
-length).  The same bytes are written to the CommitLog, served raw in PULL bodies, replicated to
-slaves and decoded by clients, so this module is the single definition of that layout: the
-magic codes, the field positions, :func:`record_size` (Java's ``calMsgLength``) and the two
-message types, :class:`MessageExtBrokerInner` (a message ready to store) and
-:class:`MessageExt` (every field of a decoded record).
+A RocketMQ message lives on the wire and on disk as one *record* (``CommitLog.calMsgLength`` and
+``MessageExtEncoder`` in ``store/CommitLog.java``): a big-endian, length-prefixed struct whose fixed
+part is 88 bytes with IPv4 hosts (112 with two IPv6 hosts), followed by the body (int length), the
+topic (byte length) and the properties string (short length).  The same bytes are written to the
+CommitLog, served raw in PULL bodies, replicated to slaves and decoded by clients, so this module is
+the single definition of that layout: the magic codes, the field positions, :func:`record_size`
+(Java's ``calMsgLength``) and the two message types, :class:`MessageExtBrokerInner` (a message ready
+to store) and :class:`MessageExt` (every field of a decoded record).
+
+The fields, in order (sizes in bytes)::
+
+    TOTALSIZE 4        the whole record         BORNHOST 8 or 20        ip + port
+    MAGICCODE 4        MESSAGE_MAGIC_CODE       STORETIMESTAMP 8
+    BODYCRC 4                                   STOREHOSTADDRESS 8 or 20
+    QUEUEID 4                                   RECONSUMETIMES 4
+    FLAG 4             the user's flag          PREPAREDTRANSACTIONOFFSET 8
+    QUEUEOFFSET 8      logical (CQ) offset      BODYLEN 4, BODY
+    PHYSICALOFFSET 8   absolute CommitLog pos   TOPICLEN 1, TOPIC (UTF-8, <= 127 bytes)
+    SYSFLAG 4                                   PROPERTIESLEN 2, PROPERTIES (<= 32767 bytes)
+    BORNTIMESTAMP 8
+
+A host is a 4-byte IPv4 address and a 4-byte port, or 16 + 4 bytes when SYSFLAG has 0x10
+(BORNHOST) or 0x20 (STOREHOSTADDRESS).  Prepared and rolled-back transaction messages carry
+QUEUEOFFSET 0.
 
 Everything here is a pure function over bytes (no I/O, no Trio):
 
@@ -25,11 +41,11 @@ Everything here is a pure function over bytes (no I/O, no Trio):
 
 The rest of the format has modules of its own, each named for the RocketMQ part it is:
 ``common.message_encoder`` (the store's put path, Java's ``MessageExtEncoder``),
-``common.message_properties`` (``MessageConst`` and the ``k\\x01v\\x02`` codec, facts §4.5),
-``common.message_id`` (the offset msgId, facts §4.4), ``common.batch_body`` (SEND_BATCH_MESSAGE
-bodies, facts §4.6), ``common.socket_address`` (a host as records store it) and
-``common.string_hash`` (Java's ``String.hashCode``, for tags codes).  Callers import each name
-from its home; nothing is re-exported here.
+``common.message_properties`` (``MessageConst`` and the ``k\\x01v\\x02`` codec),
+``common.message_id`` (the offset msgId), ``common.batch_body`` (SEND_BATCH_MESSAGE bodies),
+``common.socket_address`` (a host as records store it) and ``common.string_hash`` (Java's
+``String.hashCode``, for tags codes).  Callers import each name from its home; nothing is
+re-exported here.
 """
 
 from __future__ import annotations

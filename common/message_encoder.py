@@ -3,7 +3,8 @@
 ``encode_record`` builds the record of one :class:`~common.message.MessageExtBrokerInner` given
 the three values only the store knows (queue offset, physical offset, store timestamp);
 ``encode_records`` encodes a whole put into one buffer.  The layout is ``common.message``'s
-(facts §4.1), and ``common.message.decode_record`` reads back exactly what is written here.
+(``store/CommitLog.java``), and ``common.message.decode_record`` reads back exactly what is
+written here.
 The host IPv6 bits of SYSFLAG are derived from the host addresses, so a record is always
 self-consistent.
 
@@ -55,7 +56,10 @@ def _host_bytes(host: tuple[str, int]) -> bytes:
 def encode_record(
     msg: MessageExtBrokerInner, queue_offset: int, phys_offset: int, store_timestamp: int
 ) -> bytes:
-    """One CommitLog record (facts §4.1). Raises ValueError for a topic/properties too long."""
+    """One CommitLog record (Java's ``MessageExtEncoder.encode``).
+
+    Raises ValueError for a topic or properties string too long.
+    """
     topic_part = _topic_part(msg.topic)
     props = msg.properties_string
     if props is None:

@@ -1,10 +1,11 @@
 """The offset msgId: where a message is stored, as 32 (IPv4) or 56 (IPv6) uppercase hex digits.
 
-Java's ``MessageDecoder.createMessageId`` / ``decodeMessageId`` (facts §4.4): the store host
-(``common.socket_address``: ip bytes + port) followed by the record's PHYSICALOFFSET (a long),
-in hex.  The broker answers a SEND with it, ``MessageExt.msg_id`` derives it, and a
-VIEW_MESSAGE_BY_ID request is routed and served by decoding it.  (The client's *unique* id,
-UNIQ_KEY, is a different thing: a property the producer sets, see ``rmq``.)
+Java's ``MessageDecoder.createMessageId`` / ``decodeMessageId``
+(``common/message/MessageDecoder.java``): the store host (``common.socket_address``: ip bytes +
+port) followed by the record's PHYSICALOFFSET (a long), in hex.  The broker answers a SEND with it,
+``MessageExt.msg_id`` derives it, and a VIEW_MESSAGE_BY_ID request is routed and served by decoding
+it.  (The client's *unique* id, UNIQ_KEY, is a different thing: a property the producer sets, see
+``rmq``.)
 """
 
 from __future__ import annotations

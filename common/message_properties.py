@@ -1,10 +1,10 @@
 """Message properties (RocketMQ's ``MessageConst`` names and the ``k\\x01v\\x02k\\x01v`` codec).
 
-A message's properties travel as one string (facts §4.5): pairs ``name\\x01value`` joined by
-``\\x02``.  It is stored in the CommitLog record (``common.message``), sent in the
-``properties`` field of a SEND request header and embedded per message in batch bodies
-(``common.batch_body``), so this module is the one definition of the format and of the
-reserved names (:class:`MessageConst`).
+A message's properties travel as one string (``MessageDecoder.messageProperties2String`` in
+``common/message/MessageDecoder.java``): pairs ``name\\x01value`` joined by ``\\x02``.  It is stored
+in the CommitLog record (``common.message``), sent in the ``properties`` field of a SEND request
+header and embedded per message in batch bodies (``common.batch_body``), so this module is the one
+definition of the format and of the reserved names (:class:`MessageConst`).
 
 The parser mirrors Java's ``MessageDecoder.string2messageProperties`` tolerance: a segment
 shorter than 3 characters, or with an empty name or value, is skipped; a repeated name keeps

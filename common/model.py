@@ -1,10 +1,11 @@
 """attrs value types for RocketMQ's JSON bodies, with RocketMQ's own (camelCase) field names.
 
-Theory of operation: each class mirrors one Java body class (facts §3), and its attribute names are
-the JSON names, so ``serde.converter`` maps them 1:1 and there is no renaming table to get wrong.
-Input is lenient the way fastjson is: unknown keys are ignored, missing fields take Java's defaults,
-numbers may arrive as strings (the C++ client sends ``"subVersion":"1795313758651"``), integer map
-keys arrive quoted or bare. Output is strict JSON with null fields omitted (fastjson skips nulls).
+Theory of operation: each class mirrors one Java body class (``common/protocol/body/`` and
+``common/protocol/route/`` in apache/rocketmq 4.9), and its attribute names are the JSON names, so
+``serde.converter`` maps them 1:1 and there is no renaming table to get wrong. Input is lenient the
+way fastjson is: unknown keys are ignored, missing fields take Java's defaults, numbers may arrive
+as strings (the C++ client sends ``"subVersion":"1795313758651"``), integer map keys arrive quoted
+or bare. Output is strict JSON with null fields omitted (fastjson skips nulls).
 
 Special cases registered on the converter here:
 
@@ -92,7 +93,7 @@ class TopicConfig:
     order: bool = False
 
     def encode(self) -> str:
-        """The space-separated form of the compressed REGISTER_BROKER body (facts §3.2)."""
+        """The space-separated form of the compressed REGISTER_BROKER body (Java's ``encode``)."""
         return (
             f"{self.topicName} {self.readQueueNums} {self.writeQueueNums} "
             f"{self.perm} {self.topicFilterType}"
@@ -268,14 +269,14 @@ class SubscriptionGroupWrapper:
 
 @attrs.define
 class ConsumerOffsetSerializeWrapper:
-    """``{"offsetTable":{"topic@group":{queueId:offset}}}`` (facts §3.6)."""
+    """``{"offsetTable":{"topic@group":{queueId:offset}}}`` (``ConsumerOffsetManager.java``)."""
 
     offsetTable: dict[str, dict[int, int]] = attrs.field(factory=dict)
 
 
 @attrs.define
 class DelayOffsetSerializeWrapper:
-    """``{"offsetTable":{delayLevel:offset}}`` (facts §3.6)."""
+    """``{"offsetTable":{delayLevel:offset}}`` (``store/schedule/ScheduleMessageService.java``)."""
 
     offsetTable: dict[int, int] = attrs.field(factory=dict)
 

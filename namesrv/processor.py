@@ -1,4 +1,6 @@
-"""DefaultRequestProcessor: the nameserver's request handlers (facts §2.1).
+"""DefaultRequestProcessor: the nameserver's request handlers.
+
+Java's `namesrv/processor/DefaultRequestProcessor.java` in RocketMQ 4.9.
 
 Theory of operation
 -------------------

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-A broker announces its topics in one of three shapes (facts §2.1, §3.2):
+A broker announces its topics in one of three shapes (`registerBrokerWithFilterServer` in
+`namesrv/processor/DefaultRequestProcessor.java`, `common/protocol/body/RegisterBrokerBody.java`):
 
 * `RegisterBrokerBody` JSON (the default): `{"filterServerList":[...],
   "topicConfigSerializeWrapper":{"dataVersion":{...},"topicConfigTable":{name: TopicConfig}}}`.

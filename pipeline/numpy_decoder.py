@@ -217,7 +217,7 @@ def _fail_utf8(parts: pa.Array, s: np.ndarray, n: int, exc: Exception) -> NoRetu
 
 
 # ------------------------------------------------------------------------------- fast paths
-# IPv4 hosts: every field up to BODYLEN sits at a fixed position (facts §4.1)
+# IPv4 hosts: every field up to BODYLEN sits at a fixed position (the table in common/message.py)
 _FIXED = np.dtype(
     {
         "names": [

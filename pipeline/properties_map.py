@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-Properties are ``k\\x01v\\x02k\\x01v`` (facts §4.5, ``common.message_properties``).  A batch's
-properties strings arrive as one Arrow string array; :func:`parse_properties` turns it into a
-MapArray and the TAGS, KEYS and UNIQ_KEY columns (looked up in it) with Java's tolerance: a
-segment needs a non-empty key and value, and a repeated name keeps its last value (a
-``HashMap.put`` per pair).  There is no Python per row on the usual paths:
+Properties are ``k\\x01v\\x02k\\x01v`` (``common.message_properties``).  A batch's properties
+strings arrive as one Arrow string array; :func:`parse_properties` turns it into a MapArray and the
+TAGS, KEYS and UNIQ_KEY columns (looked up in it) with Java's tolerance: a segment needs a non-empty
+key and value, and a repeated name keeps its last value (a ``HashMap.put`` per pair).  There is no
+Python per row on the usual paths:
 
 * ``_properties_fast``: one scan finds every separator, and each pair is cut out of the
   string array's data buffer by a zero-copy binary array of the interleaved key/value bounds

@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-A PULL response body and a CommitLog segment hold the same records (facts §4.1), and Spark wants
-Arrow batches, so a batch is decoded column-wise, never one Python object per message.  Record
-starts come from the caller (``starts``: a segment scan, ``broker.store.commitlog_scan``) or
-from one tight walk over the 4-byte TOTALSIZEs (:func:`walk_records`; BLANK filler is stepped
-over).  Then one of two decoders runs:
+A PULL response body and a CommitLog segment hold the same records (``common.message``), and Spark
+wants Arrow batches, so a batch is decoded column-wise, never one Python object per message.  Record
+starts come from the caller (``starts``: a segment scan, ``broker.store.commitlog_scan``) or from
+one tight walk over the 4-byte TOTALSIZEs (:func:`walk_records`; BLANK filler is stepped over).
+Then one of two decoders runs:
 
 * With numba installed (the "spark" extra) the compiled kernels of ``pipeline._kernels`` do the
   work (:func:`_decode_compiled`: two passes, ~2x the numpy path per core), and this module

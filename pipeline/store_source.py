@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 ``spark.read.format("rocketmq-store").load(path)`` with ``path`` a broker's storePathRootDir
 (holding ``commitlog/``) or the ``commitlog/`` directory itself.  Segment files are named after
-their first physical offset (20 digits, facts §4.2).  Offline: no broker is contacted, so this
-serves audits and backfills, and reads a stopped broker's (or a copy's) files.
+their first physical offset (20 digits, ``UtilAll.offset2FileName`` in RocketMQ 4.9).  Offline: no
+broker is contacted, so this serves audits and backfills, and reads a stopped broker's (or a copy's)
+files.
 
 * ``partitions()`` on the driver only lists the files and their sizes: one partition per segment,
   or per byte range of ``maxBytesPerPartition`` (default 128 MiB) for big segments.  No file is

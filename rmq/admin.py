@@ -182,7 +182,7 @@ class Admin(ClientBase):
             out.append(QueueOffsets(mq, await self.min_offset(mq), await self.max_offset(mq)))
         return out
 
-    # --- issue 4: runtime, groups, stats, deletion, messages ----------------------------------
+    # --- runtime, groups, stats, deletion, messages -------------------------------------------
 
     @property
     def _admin_api(self) -> AdminAPI:

@@ -32,7 +32,7 @@ from common.remoting.command import RemotingCommand
 from common.serde import from_json, to_json
 from rmq.remoting import Remoting, RequestHelpers
 
-# Response codes whose send still stored the message (facts §1.7).
+# Response codes whose send still stored the message (MQClientAPIImpl.processSendResponse).
 SEND_OK_CODES = frozenset(
     {
         ResponseCode.SUCCESS,
@@ -148,7 +148,7 @@ class ClientAPI(RequestHelpers):
         batch: bool = False,
         broker_name: str | None = None,
     ) -> dict[str, object]:
-        """SendMessageRequestHeaderV2 with its one-letter names (facts §2.2)."""
+        """SendMessageRequestHeaderV2 (the Java class of that name) with its one-letter names."""
         header: dict[str, object] = {
             "a": group,
             "b": topic,

@@ -13,7 +13,7 @@ Theory of operation (MQClientInstance in the Java client, minus its thread zoo):
   a queue of any known topic can be mapped to its master (publish) or to the node the broker
   suggested (subscribe).
 
-Background work (issue 4): once a consumer or producer group registers with the instance
+Background work: once a consumer or producer group registers with the instance
 (`register_consumer` / `register_producer`), `run` (a task in the client's nursery) sends
 HEART_BEAT every 30 s to the brokers of the topics in use (consumers: every node; producer-only
 clients: masters, as MQClientInstance.sendHeartbeatToAllBroker) and re-fetches the route of

@@ -1,15 +1,15 @@
 """What a producer sends: `Message`, and the client-side unique id (`UNIQ_KEY`).
 
-Theory of operation: a `Message` is a plain user value (topic, body, tags, keys, user
-properties, delay level). Nothing about it is wire-specific until `wire_properties` turns it
-into the property map RocketMQ stores (facts §4.5): TAGS, KEYS (space-joined), DELAY, WAIT and
+Theory of operation: a `Message` is a plain user value (topic, body, tags, keys, user properties,
+delay level). Nothing about it is wire-specific until `wire_properties` turns it into the property
+map RocketMQ stores (`common/message/MessageConst.java`): TAGS, KEYS (space-joined), DELAY, WAIT and
 the user's own keys. The producer adds UNIQ_KEY right before sending, so a re-sent or retried
 message keeps the id it got on its first attempt only if the caller put one there.
 
-`UniqueIdGenerator` is MessageClientIDSetter (facts §4.4): 32 upper-case hex characters =
-a 10-byte fixed prefix (IPv4 address, 2-byte pid, 4-byte per-process "class loader hash") and a
-6-byte suffix (milliseconds since the start of the current month as a signed int, and a 2-byte
-wrapping counter). Brokers only store and index it; real clients show it as `msgId`.
+`UniqueIdGenerator` is `common/message/MessageClientIDSetter.java`: 32 upper-case hex characters = a
+10-byte fixed prefix (IPv4 address, 2-byte pid, 4-byte per-process "class loader hash") and a 6-byte
+suffix (milliseconds since the start of the current month as a signed int, and a 2-byte wrapping
+counter). Brokers only store and index it; real clients show it as `msgId`.
 
 The send path runs once per message, so it is kept cheap: `Message` converts its fields when
 it is made (not on every later assignment: the producer normalises body and keys again when it
@@ -34,7 +34,7 @@ import attrs
 
 from rmq.errors import InvalidMessageError
 
-# Property keys (facts §4.5). Kept local so `rmq` stays importable without the store codec.
+# Property keys (MessageConst.java). Kept local so `rmq` stays importable without the store codec.
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
@@ -145,7 +145,11 @@ class Message:
     wait_store_ok: bool = True
 
     def validate(self) -> None:
-        """Raise InvalidMessageError for what no broker would accept (facts §2.2 msgCheck)."""
+        """Raise InvalidMessageError for what no broker would accept.
+
+        The broker's checks are ``AbstractSendMessageProcessor.msgCheck`` and
+        ``DefaultMessageStore.checkMessage`` in RocketMQ 4.9.
+        """
         problem = _topic_problem(self.topic)
         if problem is not None:
             raise InvalidMessageError(problem)
@@ -267,7 +271,8 @@ def check_record_size(size: int, limit: int, what: str = "message") -> None:
         )
 
 
-# TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN of one message of a batch body (facts §4.6)
+# TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN of one message of a batch body
+# (MessageDecoder.encodeMessage)
 _BATCH_HEAD = struct.Struct(">iiiii")
 _PROPS_LEN = struct.Struct(">h")
 

@@ -16,8 +16,9 @@ Theory of operation:
 * The message id users see is the client-made UNIQ_KEY (`msg_id`); the broker's offset
   msgId is `offset_msg_id`. A UNIQ_KEY already in `msg.properties` is kept, so a caller can
   re-send a message under the same id.
-* Batches go in one SEND_BATCH_MESSAGE (header m=true) with the body of facts §4.6; every
-  message gets its own UNIQ_KEY and the result's `msg_id` joins them with commas, like Java.
+* Batches go in one SEND_BATCH_MESSAGE (header m=true) with the body of
+  `MessageDecoder.encodeMessages` (`common.batch_body`); every message gets its own UNIQ_KEY and
+  the result's `msg_id` joins them with commas, like Java.
 * Oneway: one attempt, no answer; only local errors (no route, refused connection) surface.
 * Ordered sends: `send(msg, selector=fn, arg=x)` asks `fn(queues, msg, x)` for the queue
   (MessageQueueSelector); `send_orderly(msg, key)` is the hash selector
@@ -171,8 +172,8 @@ class Producer(ClientBase):
     def _forget_route(self, topic: str) -> None:
         """After a retriable failure: the next send asks the nameserver again, for the default
         (auto-create) route too when `topic`'s publish info came from it.  Otherwise that
-        route, fresh for 30 s, keeps the info and the failed broker address in use: a DLedger
-        kill test saw sends fail for 27 s after a new leader served."""
+        route, fresh for 30 s, keeps the info and the failed broker address in use, and sends
+        fail for up to 30 s while a new leader (a DLedger failover) already serves."""
         client = self.client
         client.invalidate(topic)
         old = self._publish.get(topic)

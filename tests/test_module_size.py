@@ -1,6 +1,6 @@
 """No package module over 500 lines, except a few that say at their top why they are one piece.
 
-A module that long usually holds several things a reader has to tell apart (issue 10); the
+A module that long usually holds several things a reader has to tell apart; the
 exceptions are named here and each carries a one-line reason as the first comment after its
 docstring, starting with ``# Over 500 lines on purpose:``.  Modules still waiting to be split by
 other work are in ``_PENDING``; that list may only shrink (a test fails once an entry is short

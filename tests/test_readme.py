@@ -138,7 +138,7 @@ def _command_steps() -> list[dict]:
                 }
             )
         else:
-            # 100,000 lines through `rmq produce` is the slow one (issue 9, item 5)
+            # 100,000 lines through `rmq produce` is the slow one
             steps.append({"op": "run", "cmd": line, "timeout": 240})
     return steps
 

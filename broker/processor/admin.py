@@ -5,8 +5,10 @@ Theory of operation
 These are what ``mqadmin``-style tools and slaves (syncing metadata from their master) send.
 Writes (topic and group create/update/delete) are refused on a slave - its tables are copies of
 the master's - and change the tables through their managers, which bump the DataVersion,
-persist the file and (for topics) trigger an immediate re-registration.  Reads serialize the
-tables in the wrapper shapes of facts §3.6 so a Java slave or tool can parse them.
+persist the file and (for topics) trigger an immediate re-registration.  Reads serialize the tables
+in Java's wrapper shapes (``common/protocol/body/ConsumerOffsetSerializeWrapper.java``,
+``SubscriptionGroupWrapper.java``, ``TopicConfigSerializeWrapper.java``; ``common.model``) so a Java
+slave or tool can parse them.
 
 Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 """

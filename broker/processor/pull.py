@@ -7,9 +7,10 @@ COMMIT_OFFSET 0x1 (also store ``commitOffset`` for the group), SUSPEND 0x2 (may 
 SUBSCRIPTION 0x4 (the expression is in the request; otherwise the broker uses the one from the
 group's heartbeat), CLASS_FILTER 0x8, LITE_PULL 0x10.
 
-Checks run in Java's order and answer with Java's codes (facts §2.2): broker not readable 16,
-unknown group 26 (auto-created by default), group may not consume 16, topic missing 17, topic
-not readable 16, queue id out of range 1, no subscription 24, stale subscription 25.
+Checks run in Java's order and answer with Java's codes (``PullMessageProcessor.processRequest`` in
+``broker/processor/PullMessageProcessor.java``): broker not readable 16, unknown group 26
+(auto-created by default), group may not consume 16, topic missing 17, topic not readable 16, queue
+id out of range 1, no subscription 24, stale subscription 25.
 
 The store answers with raw records and a status that maps to 0 / 19 / 20 / 21; the header
 fields ``nextBeginOffset``, ``minOffset``, ``maxOffset`` and ``suggestWhichBrokerId`` are

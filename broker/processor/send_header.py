@@ -1,9 +1,10 @@
 """The SEND header (RocketMQ ``SendMessageRequestHeader`` / ``SendMessageRequestHeaderV2``).
 
-SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and
-SEND_BATCH_MESSAGE carry the one-letter names ``a``..``n`` (facts §2.2).  :func:`send_header`
-gives both under the long names, and :func:`header_int` / :func:`header_bool` read a field with
-the errors Java's header decoding answers (SYSTEM_ERROR, "the custom field <x> is null").
+SEND_MESSAGE carries long names (``topic``, ``queueId``...); SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
+carry the one-letter names ``a``..``n``
+(``common/protocol/header/SendMessageRequestHeaderV2.java``).  :func:`send_header` gives both under
+the long names, and :func:`header_int` / :func:`header_bool` read a field with the errors Java's
+header decoding answers (SYSTEM_ERROR, "the custom field <x> is null").
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 Records (common/message.py) are appended at the log's end; a record or batch never straddles a
 segment: if ``length + 8 > remaining`` the rest of the segment gets a BLANK filler (TOTALSIZE =
-remaining, MAGIC = BLANK) and the write moves to a new segment (facts §4.2).  A record's
-PHYSICALOFFSET is its absolute offset; the put path patches it into the encoded bytes before
-the single copy into the map, so what lands on disk is complete in one memcpy.
+remaining, MAGIC = BLANK) and the write moves to a new segment (``END_FILE_MIN_BLANK_LENGTH`` in
+``store/CommitLog.java``).  A record's PHYSICALOFFSET is its absolute offset; the put path patches
+it into the encoded bytes before the single copy into the map, so what lands on disk is complete in
+one memcpy.
 
 ``topic_queue_table`` hands out the next logical (ConsumeQueue) offset per (topic, queueId) at
 append time; prepared/rollback transaction records get 0 and do not advance it.  On start it is

@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-A CommitLog segment (facts §4.1, §4.2) is a run of length-prefixed records; the first 8 bytes of
-each are TOTALSIZE and MAGIC.  The writer never lets a record cross a segment end: when the next
-put does not fit (``length + 8 > remaining``) it writes an 8-byte BLANK filler (TOTALSIZE =
-remaining, MAGIC = BLANK_MAGIC_CODE) and moves on to the next file, so a segment ends in one of
-four ways, reported as :class:`ScanEnd`:
+A CommitLog segment (``store/CommitLog.java``; the record layout is ``common.message``'s) is a run
+of length-prefixed records; the first 8 bytes of each are TOTALSIZE and MAGIC.  The writer never
+lets a record cross a segment end: when the next put does not fit (``length + 8 > remaining``) it
+writes an 8-byte BLANK filler (TOTALSIZE = remaining, MAGIC = BLANK_MAGIC_CODE) and moves on to the
+next file, so a segment ends in one of four ways, reported as :class:`ScanEnd`:
 
 * ``BLANK``: the filler; the rest of the file is not data (a full segment that rolled over).
 * ``END_OF_FILE``: the last record ends exactly at the end of the buffer.

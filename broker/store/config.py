@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-A frozen attrs value handed to ``run_message_store`` / ``run_memory_store``.  Sizes are bytes,
-times are seconds (floats, read on Trio's clock); the broker's ``broker.conf`` parser converts
-RocketMQ's millisecond properties.  Defaults are RocketMQ 4.9's (facts §4.3, §5.1).  The HA
-fields live here, as in RocketMQ, so the HA service reads them from the same object.
+A frozen attrs value handed to ``run_message_store`` / ``run_memory_store``.  Sizes are bytes, times
+are seconds (floats, read on Trio's clock); the broker's ``broker.conf`` parser converts RocketMQ's
+millisecond properties.  Defaults are RocketMQ 4.9's (``store/config/MessageStoreConfig.java``).
+The HA fields live here, as in RocketMQ, so the HA service reads them from the same object.
 
 ``delay_level_millis`` parses ``message_delay_level`` ("1s 5s ... 2h") into milliseconds per
 level (level 1 is index 0), the table ScheduleMessageService uses to compute deliver times.
@@ -105,7 +105,7 @@ class MessageStoreConfig:
     ha_housekeeping_interval: float = 20.0
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
-    # DLedger mode (read by broker/dledger; RocketMQ's MessageStoreConfig names, facts §6.6)
+    # DLedger mode (read by broker/dledger; the names of RocketMQ's MessageStoreConfig.java)
     enable_dleger_commit_log: bool = False
     # "" -> the broker's name (run_broker fills it in)
     dleger_group: str = ""
@@ -116,7 +116,7 @@ class MessageStoreConfig:
     # None -> <root>/dledger_commitlog (the DLedger files go in dledger-<selfId>/ below it)
     store_path_dledger_commit_log: str | None = None
     enable_batch_push: bool = False
-    # DLedgerConfig timings in ms, by DLedger's names, with its defaults (facts §6.2)
+    # DLedgerConfig.java timings (openmessaging/dledger) in ms, by its names, with its defaults
     heart_beat_time_interval_ms: int = 2000
     max_heart_beat_leak: int = 3
     min_vote_interval_ms: int = 300

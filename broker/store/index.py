@@ -2,14 +2,14 @@
 
 Theory of operation
 -------------------
-An index file (facts §4.3) is a 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset,
-endPhyOffset, hashSlotCount, indexCount), ``max_hash_slot_num`` 4-byte slots and
+An index file (``store/index/IndexFile.java``) is a 40-byte header (beginTimestamp, endTimestamp,
+beginPhyOffset, endPhyOffset, hashSlotCount, indexCount), ``max_hash_slot_num`` 4-byte slots and
 ``max_index_num`` 20-byte entries ``(int keyHash, long phyOffset, int timeDiffSeconds, int
-prevIndex)``.  A key ``topic#key`` hashes (``abs(String.hashCode)``) to a slot holding the
-number of the newest entry with that hash; each entry links to the previous one, so a lookup
-walks one chain from newest to oldest.  Entry 0 is never used (0 = "no entry"), so
-``indexCount`` starts at 1.  When a file is full a new one is started; files are named by their
-creation time (``yyyyMMddHHmmssSSS``) and queried newest first.
+prevIndex)``.  A key ``topic#key`` hashes (``abs(String.hashCode)``) to a slot holding the number of
+the newest entry with that hash; each entry links to the previous one, so a lookup walks one chain
+from newest to oldest.  Entry 0 is never used (0 = "no entry"), so ``indexCount`` starts at 1.  When
+a file is full a new one is started; files are named by their creation time (``yyyyMMddHHmmssSSS``)
+and queried newest first.
 
 Only the hash is stored, so the store verifies every candidate against the record's topic and
 keys before returning it (this also drops entries that point past a CommitLog truncated by

@@ -1,9 +1,9 @@
 """Outcomes of store operations: status enums and result values (RocketMQ store results).
 
-Expected outcomes (an offset out of range, a flush that timed out) are statuses, not exceptions;
-the broker maps them to response codes (facts §2.2).  ``GetMessageResult.buffers`` hold raw
-CommitLog records (memoryviews into the mapped files for the file store), ready to be
-concatenated into a PULL body.
+Expected outcomes (an offset out of range, a flush that timed out) are statuses, not exceptions; the
+broker maps them to response codes as ``broker/processor/SendMessageProcessor.java`` and
+``PullMessageProcessor.java`` do.  ``GetMessageResult.buffers`` hold raw CommitLog records
+(memoryviews into the mapped files for the file store), ready to be concatenated into a PULL body.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Sans-I/O codec of remoting frames (facts §1.1-1.4). No Trio, no sockets: bytes in, commands out.
+"""Sans-I/O codec of remoting frames. No Trio, no sockets: bytes in, commands out.
+
+The format is ``remoting/protocol/RemotingCommand.java`` (``encode``, ``decode``) and
+``RocketMQSerializable.java`` (the binary header) in apache/rocketmq 4.9.
 
 Theory of operation. A frame is::
 

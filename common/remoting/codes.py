@@ -1,10 +1,11 @@
 """Numeric codes of the RocketMQ 4.x remoting protocol.
 
 Every request code a 4.9.x client, broker, nameserver or admin tool can send is listed by number
-(facts §2, ``common/protocol/RequestCode.java``), together with the response codes (facts §1.6),
-the language byte of the binary header and the header serialization type. DLedger's Raft RPCs travel
-on the same frames but use their own code space (50000+), kept apart in :class:`DLedgerRequestCode`
-so that a dispatcher table for a broker cannot mix them up by accident.
+(``common/protocol/RequestCode.java``), together with the response codes
+(``remoting/protocol/RemotingSysResponseCode.java``, ``common/protocol/ResponseCode.java``), the
+language byte of the binary header and the header serialization type. DLedger's Raft RPCs travel on
+the same frames but use their own code space (50000+), kept apart in :class:`DLedgerRequestCode` so
+that a dispatcher table for a broker cannot mix them up by accident.
 
 Servers dispatch on plain ``int`` codes (an unknown code must still be answerable), so these enums are
 ``IntEnum``: they compare equal to the raw numbers read off the wire.
@@ -117,7 +118,7 @@ class RequestCode(enum.IntEnum):
 
 
 class ControllerRequestCode(enum.IntEnum):
-    """5.x control-plane codes (facts §2.2, "beyond" features only)."""
+    """5.x control-plane codes, "beyond" features only (RequestCode.java in 5.3)."""
 
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -133,7 +134,10 @@ class ControllerRequestCode(enum.IntEnum):
 
 
 class DLedgerRequestCode(enum.IntEnum):
-    """DLedger RPCs (facts §6.4). Too large for the 2-byte binary header: always JSON frames."""
+    """DLedger RPCs (``protocol/DLedgerRequestCode.java`` in openmessaging/dledger 0.3.1.2).
+
+    Too large for the 2-byte binary header: always JSON frames.
+    """
 
     METADATA = 50000
     APPEND = 50001
@@ -186,7 +190,7 @@ class ResponseCode(enum.IntEnum):
 
 
 class DLedgerResponseCode(enum.IntEnum):
-    """Carried in the DLedger response *body*'s ``code`` field (facts §6.4)."""
+    """Carried in the DLedger response *body*'s ``code`` field (``DLedgerResponseCode.java``)."""
 
     UNKNOWN = -1
     SUCCESS = 200
@@ -245,7 +249,7 @@ class LanguageCode(enum.IntEnum):
 
 
 class SerializeType(enum.IntEnum):
-    """High byte of the frame's second int (facts §1.1)."""
+    """High byte of the frame's second int (``remoting/protocol/SerializeType.java``)."""
 
     JSON = 0
     ROCKETMQ = 1

@@ -6,10 +6,11 @@ of every send and pull, so the class is a slotted attrs class **without validato
 the place where untrusted input is checked.
 
 extFields are always ``str -> str`` once decoded: Java clients send strings only, the C++ client
-mixes JSON numbers and booleans (cpp-client-notes §1), and the codec stringifies them. Handlers read
-them through :meth:`RemotingCommand.get_str` / ``get_int`` / ``get_bool``, which raise
-:class:`common.errors.BadRequestHeader` (answered as SYSTEM_ERROR "the custom field <x> is null") for
-a missing or ill-typed field, like Java's ``decodeCommandCustomHeader``.
+mixes JSON numbers and booleans (``src/protocol/CommandHeader.cpp`` in apache/rocketmq-client-cpp
+2.0), and the codec stringifies them. Handlers read them through :meth:`RemotingCommand.get_str` /
+``get_int`` / ``get_bool``, which raise :class:`common.errors.BadRequestHeader` (answered as
+SYSTEM_ERROR "the custom field <x> is null") for a missing or ill-typed field, like Java's
+``decodeCommandCustomHeader``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The remoting server's bounds on what clients can make it hold (issue 13's floods).
+"""The remoting server's bounds on what clients can make it hold (connections, requests, answers).
 
 Theory of operation
 -------------------

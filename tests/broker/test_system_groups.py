@@ -1,10 +1,9 @@
 """The system groups: what a broker creates at start, and what listings for people hide.
 
-The broker, `rmq top` and `rmq group list` each used to keep their own list and none agreed
-with RocketMQ 4.9's SubscriptionGroupManager.init (the broker made __MONITOR_CONSUMER, which
-RocketMQ does not, and not SELF_TEST_C_GROUP, which it does; `group list` hid a group named
-"CID_SYS_RMQ_TRANS", the Java constant's name rather than its value). The lists are spelled
-out here, from RocketMQ's source, not imported: they are the specification.
+The broker, `rmq top` and `rmq group list` all follow RocketMQ 4.9's
+SubscriptionGroupManager.init: the broker makes SELF_TEST_C_GROUP but not __MONITOR_CONSUMER, and
+listings hide "CID_RMQ_SYS_TRANS" (the value of CID_SYS_RMQ_TRANS, not the Java constant's name).
+The lists are spelled out here, from RocketMQ's source, not imported: they are the specification.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def test_the_shim_slows_and_fills_the_calls_the_broker_makes_and_switches_off(tm
     assert build_shim(tmp_path / "cache") == shim  # built once per source
     disk = DiskControl(tmp_path / "node.disk")
     disk.ok()
-    # the probed file on tmpfs when there is one: a real disk's fsync under a busy CI run can
+    # the probed file on tmpfs when there is one: a real disk's fsync on a busy host can
     # itself take longer than the bounds below (the shim does not look at paths)
     shm = Path("/dev/shm")
     probed = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() else tmp_path

@@ -142,7 +142,7 @@ def _frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
 
 
 def test_cpp_client_header_with_mixed_ext_types():
-    # what the C++ client sends for SEND_MESSAGE (cpp-client-notes §1, §2)
+    # what the C++ client sends for SEND_MESSAGE (rocketmq-client-cpp 2.0, CommandHeader.cpp)
     header = (
         b'{"code":10,"language":"CPP","version":63,"opaque":0,"flag":0,"remark":"",'
         b'"extFields":{"producerGroup":"pg","topic":"T","defaultTopic":"TBW102",'

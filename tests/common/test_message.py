@@ -220,7 +220,7 @@ def test_encode_records_limits():
 
 
 def test_known_layout_ipv4():
-    """Build the record by hand from the facts §4.1 table and compare byte for byte."""
+    """Build the record by hand from the field table in common/message.py, compare byte for byte."""
     body = b"hello"
     props = "TAGS\x01TagA\x02KEYS\x01k1 k2"
     msg = MessageExtBrokerInner(

@@ -163,8 +163,8 @@ class DLedgerGroupProcs:
                 self.addr(node), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
             )
         except RemotingError:
-            # a member elects over its Raft port before its broker port listens (a CI run saw
-            # "connection refused" right after the leader was known), or is busy starting
+            # a member elects over its Raft port before its broker port listens ("connection
+            # refused" can come right after the leader is known), or is busy starting
             client.close_channel(self.addr(node))
             return None
         return topic in loads(bytes(r.body)).get("topicConfigTable", {})

@@ -227,7 +227,7 @@ def test_consume_follow_waits_for_new_messages_until_idle(ns):
         ns, "consume", "-t", "CliFollow", "-g", "cg-follow", "-f", "--idle-timeout", "0.8"
     )
     assert time.monotonic() - t0 >= 0.8  # it kept waiting
-    # a new group starts at the queue's end, though the broker answers offset 0 (issue 9)
+    # a new group starts at the queue's end, though the broker answers offset 0
     assert got["messages"] == []
     text = rmq(
         ns, "consume", "-t", "CliFollow", "-g", "cg-f2", "--from-beginning", "-f", "--count", "1"

@@ -67,7 +67,8 @@ async def test_batch_pull_tags_offsets_and_admin(tcp_cluster):
         r = await c.pull(mq, 4)
         assert r.status is PullStatus.NO_NEW_MSG and r.next_begin_offset == 4
         assert await c.max_offset(mq) == 4
-        # no committed offset: 22 (-> -1), or 0 while the queue still starts at 0 (facts §2.2)
+        # no committed offset: 22 (-> -1), or 0 while the queue still starts at 0
+        # (ConsumerManageProcessor.queryConsumerOffset)
         assert await c.query_offset(mq) in (-1, 0)
         await c.commit_offset(mq, 3)
         assert await c.query_offset(mq) == 3

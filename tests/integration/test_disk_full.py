@@ -1,4 +1,4 @@
-"""A broker whose filesystem fills: clean refusals with a code, never a crash (issue 13).
+"""A broker whose filesystem fills: clean refusals with a code, never a crash.
 
 The broker runs as its own process with its store on a small tmpfs that a ballast file half
 fills.  Producers send until every answer is a refusal; then the test checks that the process is

@@ -1,5 +1,5 @@
 """A push consumer and a Spark stream read a DLedger group's topic through three leader kills and
-get every acknowledged message, at least once (issue 11 acceptance: "Consumers").
+get every acknowledged message, at least once.
 
 The group runs as real processes; the push consumer runs in this Trio loop, the Spark query in a
 worker thread (Spark's own micro-batch loop).  A producer keeps sending while the leader is

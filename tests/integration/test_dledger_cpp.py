@@ -1,5 +1,5 @@
 """The official C++ client (PyPI rocketmq==0.4.4) keeps producing to a DLedger group while its
-leader is SIGKILLed twice (issue 11 acceptance, "Real processes, kill").
+leader is SIGKILLed twice.
 
 The client learns a new master only from its own route refresh (every 30 s in librocketmq), so
 sends fail between a kill and that refresh; the driver (tests/interop/cpp_driver.py) retries a

@@ -1,4 +1,4 @@
-"""A DLedger group of real processes under a partition and a whole-group crash (issue 11).
+"""A DLedger group of real processes under a partition and a whole-group crash.
 
 * Partition: every Raft link to and from the leader goes through a proxy that the test cuts
   (tests/integration/conftest.py).  The old leader keeps its client port, so sends still reach

@@ -1,5 +1,5 @@
-"""A DLedger group of real processes deletes its old Raft log files (issue 13: "DLedger mode
-cleans its own files too") and stays whole through it.
+"""A DLedger group of real processes deletes its old Raft log files (DLedger mode cleans its own
+files too) and stays whole through it.
 
 The group runs with 64 KiB files, a clean round every 300 ms, ``diskMaxUsedSpaceRatio=1`` (so a
 round is always due) and ``fileReservedTime=1`` (Raft files kept 2 h, classic files 1 h).  The

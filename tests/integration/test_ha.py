@@ -1,4 +1,4 @@
-"""Master -> slave HA with real processes on loopback (issue 3 acceptance).
+"""Master -> slave HA with real processes on loopback.
 
 Every broker is its own process (`python -m cli.node broker -c <conf>`), found by the slave
 through the nameserver (no haMasterAddress), so these tests exercise the byte-level HA

@@ -1,8 +1,8 @@
-"""The client refuses exactly what the broker would refuse for size (issue 9, item 11).
+"""The client refuses exactly what the broker would refuse for size.
 
 maxMessageSize (4 MiB) limits the CommitLog record the broker writes (fixed fields, body,
-topic, stored properties with the broker's CLUSTER added), not the body. A body of exactly
-4 MiB used to pass the client's body-only check and come back as MESSAGE_ILLEGAL (13). Here,
+topic, stored properties with the broker's CLUSTER added), not the body: a client checking the
+body alone would pass a 4 MiB body that the broker refuses as MESSAGE_ILLEGAL (13). Here,
 against a real in-process nameserver and broker (tcp_cluster, with a cluster name of unusual
 length): the largest message the client lets through is stored, one byte more is refused by
 the client before sending, and that same message sent by a client with the check lifted is

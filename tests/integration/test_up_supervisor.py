@@ -162,8 +162,8 @@ async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path)
                 task_status=task_status,
             )
         )
-        # the script has installed its handler once it says so (a fixed wait lost the race
-        # to a slow interpreter start)
+        # the script has installed its handler once it says so (a fixed wait can lose the
+        # race to a slow interpreter start)
         log = tmp_path / "logs" / "broker-a.log"
         with trio.fail_after(30):
             while not (log.exists() and "ignoring SIGTERM" in log.read_text()):  # noqa: ASYNC110

@@ -98,7 +98,7 @@ def produce(args: argparse.Namespace) -> int:
                         counts["route_retries"] += 1
                     emit(event="route_retry", i=i, attempt=attempt, error=repr(exc))
                     # the lock times out while the other threads hold it: back off rather than
-                    # contend again at once (seen: 8 threads starting together failed one
+                    # contend again at once (8 threads starting together can fail one
                     # send 6 times in a row with immediate retries)
                     time.sleep(0.02 * 2**attempt)
                     attempt += 1

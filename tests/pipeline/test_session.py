@@ -1,7 +1,8 @@
 """Spark's Python workers run an interpreter that has the project, venv activated or not.
 
 A driver started as `.venv/bin/python job.py` from a shell where `python3` is the system one
-used to get workers that failed on `No module named 'cattrs'` (issue 9, item 3).
+must get workers on the driver's interpreter: on the system one they fail on
+`No module named 'cattrs'`.
 """
 
 from __future__ import annotations

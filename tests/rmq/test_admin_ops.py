@@ -1,4 +1,4 @@
-"""rmq.Admin's issue-4 calls against a real in-process nameserver + broker (tcp_cluster).
+"""rmq.Admin's calls against a real in-process nameserver + broker (tcp_cluster).
 
 Runtime info, group list, consume stats (lag), connections, topic stats, delete topic, and the
 three ways to find a message (key, msgId / UNIQ_KEY, queue offset), checked against what was

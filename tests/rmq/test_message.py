@@ -1,4 +1,4 @@
-"""Message validation, wire properties and the UNIQ_KEY format (facts §4.4, §4.5)."""
+"""Message validation, wire properties and the UNIQ_KEY format (MessageClientIDSetter.java)."""
 
 from __future__ import annotations
 

@@ -187,8 +187,8 @@ async def test_unknown_topic_goes_through_tbw102_and_is_auto_created(cluster, ta
 async def test_a_failure_drops_the_auto_create_route_its_publish_info_came_from(cluster, tap):
     # The info of a topic the nameserver did not know came from TBW102's route: after a
     # retriable failure the next send must ask the nameserver again, or that route, fresh for
-    # 30 s, keeps the failed broker in use (a DLedger kill test saw 27 s of failed sends
-    # after a new leader served)
+    # 30 s, keeps the failed broker in use (sends would fail for up to 30 s
+    # while a new DLedger leader already serves)
     async with producer(cluster, tap, retry_times=1) as p:
         assert (await p.send(Message("NewTopic", b"x"))).status is SendStatus.SEND_OK
         assert [r.ext_fields["topic"] for r in namesrv_requests(cluster, tap)] == [

@@ -1,4 +1,4 @@
-"""Producer issue-4 additions: selectors and send_orderly, send_async callbacks, delay/props,
+"""Producer: selectors and send_orderly, send_async callbacks, delay/props,
 retry-when-not-stored, route refresh after a failed selected send; against the real servers
 (memory_cluster), broker answers injected by tests.support.tap.Tap."""
 

@@ -1,4 +1,4 @@
-"""rmq.sync issue-4 additions: LitePullConsumer, ordered sends, send_async with callbacks in
+"""rmq.sync: LitePullConsumer, ordered sends, send_async with callbacks in
 worker threads, and coroutine methods mirrored through __getattr__; against the real servers on
 the portal thread (portal_cluster)."""
 

@@ -1,7 +1,8 @@
 """One conformance suite for every MessageStore implementation (memory and file).
 
-Expected values come from RocketMQ's DefaultMessageStore rules (facts §2.2, §4), written out by
-hand here, so both implementations are held to the same answers.
+Expected values come from RocketMQ's store rules (``store/DefaultMessageStore.java``,
+``CommitLog.java``, ``ConsumeQueue.java`` in 4.9), written out by hand here, so both
+implementations are held to the same answers.
 """
 
 from __future__ import annotations
