@@ -36,7 +36,6 @@ still take effect), then are cancelled. An undecodable or oversized frame, a fai
 is closed under a shielded, bounded scope (so when the peer sees EOF, listeners have already run).
 """
 
-# Over 500 lines on purpose: the read loop, the writev fast path and close are one state machine.
 from __future__ import annotations
 
 import contextlib

@@ -1,11 +1,14 @@
 """Numeric codes of the RocketMQ 4.x remoting protocol.
 
-Every request code a 4.9.x client, broker, nameserver or admin tool can send is listed by number
-(``common/protocol/RequestCode.java``), together with the response codes
-(``remoting/protocol/RemotingSysResponseCode.java``, ``common/protocol/ResponseCode.java``), the
-language byte of the binary header and the header serialization type. DLedger's Raft RPCs travel on
-the same frames but use their own code space (50000+), kept apart in :class:`DLedgerRequestCode` so
-that a dispatcher table for a broker cannot mix them up by accident.
+:class:`RequestCode` lists every request code of RocketMQ 4.9.7 by number (apache/rocketmq,
+tag rocketmq-all-4.9.7, ``common/protocol/RequestCode.java``): what a 4.9.x client, broker,
+nameserver or admin tool can send. It includes GET_BROKER_CLUSTER_ACL_CONFIG (54), which 4.9.8
+removed. :class:`ResponseCode` lists every code of 4.9.7's ``common/protocol/ResponseCode.java``
+and of ``remoting/protocol/RemotingSysResponseCode.java`` (0-4, which ResponseCode extends). Beside them:
+the language byte of the binary header and the header serialization type. DLedger's Raft RPCs
+travel on the same frames but use their own code space (50000+), kept apart in
+:class:`DLedgerRequestCode` so that a dispatcher table for a broker cannot mix them up by
+accident.
 
 Servers dispatch on plain ``int`` codes (an unknown code must still be answerable), so these enums are
 ``IntEnum``: they compare equal to the raw numbers read off the wire.
@@ -115,10 +118,12 @@ class RequestCode(enum.IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_ALL_PRODUCER_INFO = 328
+    DELETE_EXPIRED_COMMITLOG = 329
 
 
 class ControllerRequestCode(enum.IntEnum):
-    """5.x control-plane codes, "beyond" features only (RequestCode.java in 5.3)."""
+    """5.x control-plane codes (``remoting/protocol/RequestCode.java`` in apache/rocketmq 5.3.3)."""
 
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -190,7 +195,7 @@ class ResponseCode(enum.IntEnum):
 
 
 class DLedgerResponseCode(enum.IntEnum):
-    """Carried in the DLedger response *body*'s ``code`` field (``DLedgerResponseCode.java``)."""
+    """Carried in the DLedger response *body*'s ``code`` field (``protocol/DLedgerResponseCode.java``)."""
 
     UNKNOWN = -1
     SUCCESS = 200
