@@ -742,7 +742,7 @@ def markdown(
 DOC_HEADER = """# Benchmarks
 
 Numbers measured on the project's benchmark machine; every table says the command that made
-it. Targets come from the project brief (issue 2): batch/pipelined send >= 50,000 msg/s, one
+it. The targets: batch/pipelined send >= 50,000 msg/s, one
 at a time sync send >= 5,000 msg/s with p99 < 2 ms, pull >= 100,000 msg/s, `rmq up` ready in
 < 1.5 s, broker RSS < 80 MB after the benchmark; the numbers are reported even where they
 fall short.

@@ -85,7 +85,7 @@ def one(setup: str, duration: float) -> dict:
 def markdown(results: dict[str, list[dict]], command: str, runs: int) -> str:
     lines = [
         BEGIN,
-        "## DLedger (issue 11): a 3-member group against SYNC_MASTER + slave",
+        "## DLedger: a 3-member group against SYNC_MASTER + slave",
         "",
         f"Command: `{command}` ({runs} runs, each setup once per run, order alternating).",
         "Load: `rmq bench produce --batch 64 --inflight 4 --size 1024` (64 x 1 KiB per request,",

@@ -181,7 +181,7 @@ def append_doc(args: argparse.Namespace, results: dict[str, str]) -> None:
     )
     lines = [
         "",
-        f"## Restart: start-to-ready with a {args.size_mib} MiB store (issue 9)",
+        f"### Restart: start-to-ready with a {args.size_mib} MiB store",
         "",
         f"`{cmd}` on {datetime.date.today().isoformat()}, {os.cpu_count()} cores shared with "
         "other work. Median of the runs, each run in parentheses; `rmq restart` times include "
