@@ -26,8 +26,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Test files run on parallel workers, each file whole on one worker (its module fixtures start
+# once); the 25 slowest tests are printed at the end of every run.
+WORKERS ?= 3
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .rmq .pytest_cache

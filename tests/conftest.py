@@ -523,3 +523,23 @@ def all_commit_log_bytes(store, start=None):
 @pytest.fixture
 def commit_log_bytes():
     return all_commit_log_bytes
+
+
+# --- parallel runs (pytest-xdist, `--dist loadfile`) -----------------------------------------
+#
+# `make test` hands whole files to its workers (a module's fixtures, such as its `rmq up` or its
+# Spark session, are then set up once), in the order collected. Files that run real processes
+# take most of the run, so they are handed out first and the fast in-process files fill the
+# gaps at the end instead of a long file starting last.
+
+_SLOW_FIRST = ("tests/chaos/", "tests/integration/", "tests/interop/", "tests/pipeline/")
+
+
+def _slow_file(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    return path.startswith(_SLOW_FIRST) or item.get_closest_marker("slow") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow_files = {item.nodeid.split("::", 1)[0] for item in items if _slow_file(item)}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
