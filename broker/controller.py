@@ -115,7 +115,7 @@ class BrokerController:
     io_threads: bool = True
     # The brokerId this broker registers with and the role it serves as ("ASYNC_MASTER",
     # "SYNC_MASTER", "SLAVE"): the config's, except in DLedger mode, where they start as -1 /
-    # SLAVE (not registered, no writes) and follow the Raft role (broker/dledger/roles.py).
+    # SLAVE (not registered, no writes) and follow the Raft role (broker/dledger/broker/roles.py).
     # Set only through set_role, which keeps the store's role equal to broker_role.
     broker_id: int = attrs.field(init=False)
     broker_role: str = attrs.field(init=False)

@@ -1,4 +1,5 @@
-"""DLedger's JSON bodies (facts §6.4) to and from the message values of messages.py.
+"""DLedger's JSON bodies (the ``protocol/`` classes of openmessaging/dledger 0.3.1.2) to and from
+the message values of broker/dledger/raft/messages.py.
 
 Theory of operation
 -------------------
@@ -46,8 +47,8 @@ from typing import TypedDict
 import orjson
 import pybase64
 
-from broker.dledger.entry_json import entry_json
-from broker.dledger.messages import (
+from broker.dledger.driver.entry_json import entry_json
+from broker.dledger.raft.messages import (
     ENTRY_HEADER_SIZE,
     Entry,
     HeartBeatRequest,

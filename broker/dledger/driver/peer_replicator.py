@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The core decides what to send to whom (its per-follower dispatcher of facts §6.5 lives there);
-a :class:`PeerReplicator` only carries it.  ``send`` (synchronous, called while the node runs
+The core decides what to send to whom (its per-follower dispatchers, DLedger's
+``DLedgerEntryPusher``, are in broker/dledger/raft/entry_pusher.py); a :class:`PeerReplicator`
+only carries it.  ``send`` (synchronous, called while the node runs
 the core's actions in order) appends the request to a queue; ``run`` posts queued requests in
 queue order (``DLedgerClient.post`` fixes each one's place on the connection without a
 checkpoint while connected, transport.py), so many wait at once while the writes keep the
@@ -41,15 +42,15 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from broker.dledger.messages import MetadataResponse, Request, Response
-from broker.dledger.transport import (
+from broker.dledger.driver.transport import (
     DLedgerClient,
     PendingCall,
     RpcError,
     RpcTimeout,
     RpcUnreachable,
 )
-from broker.dledger.wire import AnyResponse
+from broker.dledger.driver.wire import AnyResponse
+from broker.dledger.raft.messages import MetadataResponse, Request, Response
 
 __all__ = ["UNREACHABLE_BACKOFF", "PeerReplicator"]
 
