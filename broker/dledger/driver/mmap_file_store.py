@@ -38,7 +38,7 @@ but zeros after ``write_pos``.
 The newest entries (at most ``RECENT_ENTRIES`` of them and ``RECENT_BYTES`` of bodies) are
 also kept as the Entry values they were written from, so the readers of a fresh entry (one
 replicator per follower on the leader, the applier on every member) get it without a header
-parse and a body copy out of the map: on a 3-member group that was a third of a leader's log
+parse and a body copy out of the map: on a 3-member group that is a third of a leader's log
 cost.  The cache holds only entries that are in the files; ``truncate`` drops those it cuts.
 The byte bound keeps a member's heap bounded under large messages (an entry is one record,
 up to the 4 MiB message limit: 8192 of them could be 32 GiB); 64 MiB is generous because a
@@ -50,9 +50,8 @@ nothing was written for ``QUIET_S`` (``quiet_release_due``), the flush caller em
 cache on the loop's thread (nobody reads a fresh entry any more), then ``release_quiet`` drops
 every flushed page (``MappedFile.release_behind``) and trims the heap (broker/store/heap.py)
 in a worker thread: an idle member holds no log pages.  While entries keep coming the pages
-stay mapped: two earlier tries at releasing them in steps during load measured a throughput
-cost, and a third measured one too but carried a cache eviction bug (docs/benchmarks.md), so
-whether stepwise release costs anything is open.
+stay mapped: releasing them in steps during load has not been shown to be free of a throughput
+cost (docs/benchmarks.md).
 
 Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
 (see :class:`FileLog`).

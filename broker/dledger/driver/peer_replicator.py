@@ -18,8 +18,8 @@ from its read loop, and the replicator keeps the posted calls in post order with
 deadlines; one *sweep* task sleeps until the oldest deadline and fails (and cancels) every call
 still unanswered by then.  Post order is deadline order (one timeout for all), so the sweep
 only ever looks at the head.  A transport that cannot (the in-memory network, whose answers
-have a flight time) gets one small task per call awaiting ``answer()``, as before.  A task and
-a cancel scope per call were a quarter of a leader's CPU with 32 single sends in flight.
+have a flight time) gets one small task per call awaiting ``answer()``.  Remoting avoids that: a
+task and a cancel scope per call cost a quarter of a leader's CPU with 32 single sends in flight.
 
 The queue is bounded (the core's in-flight limit plus slack): a request that finds it full is
 not sent and comes back through ``on_failure``, from the replicator's task, never from inside
@@ -161,8 +161,8 @@ class PeerReplicator:
             return
         watched.settled = True
         # drop the settled front now rather than at the sweep's next wake, which is the head's
-        # deadline: each request holds its entries, and under load that was `timeout` seconds
-        # of pushes kept alive per follower (50 MiB at 16k msg/s of 1 KiB)
+        # deadline: each request holds its entries, and under load that would keep `timeout`
+        # seconds of pushes alive per follower (50 MiB at 16k msg/s of 1 KiB)
         queue = self._watched
         while queue and queue[0].settled:
             queue.popleft()

@@ -1,4 +1,4 @@
-"""Deterministic simulation of DLedger groups of RaftCore (issue 11's acceptance).
+"""Deterministic simulation of DLedger groups of RaftCore.
 
 One seed fixes everything: the group size's timings, the network profile (delays, loss,
 reordering, duplication), the client's proposals, crashes (between calls or between two
