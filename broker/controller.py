@@ -32,8 +32,8 @@ from broker.broker_stats_manager import GroupGetNums
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
 from broker.ha.service import HABroker, HAService
-from broker.offsets import ConsumerOffsetManager, config_dir
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels

@@ -5,7 +5,7 @@ from __future__ import annotations
 from broker.controller import BrokerController
 from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
-from broker.processor.offsets import ConsumerManageProcessor
+from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.pull import PullMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from common.remoting.server import RequestDispatcher
