@@ -16,7 +16,7 @@ turns into a default.
 
 Like ``BrokerStartup``: a master always has brokerId 0 and a SLAVE must have brokerId > 0.  In
 DLedger mode (``enableDLegerCommitLog=true``) brokerRole and brokerId are ignored: the broker's
-role follows its Raft role at run time (broker/dledger/roles.py).
+role follows its Raft role at run time (broker/dledger/broker/roles.py).
 """
 
 from __future__ import annotations
@@ -223,7 +223,8 @@ class BrokerConfig:
 
     @property
     def dledger(self) -> bool:
-        """DLedger mode: the role and brokerId follow the Raft role (broker/dledger/roles.py)."""
+        """DLedger mode: the role and brokerId follow the Raft role
+        (broker/dledger/broker/roles.py)."""
         return self.store.enable_dleger_commit_log
 
     def validated(self) -> BrokerConfig:

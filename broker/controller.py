@@ -32,8 +32,8 @@ from broker.broker_stats_manager import GroupGetNums
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
 from broker.ha.service import HABroker, HAService
-from broker.offsets import ConsumerOffsetManager, config_dir
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels
@@ -115,7 +115,7 @@ class BrokerController:
     io_threads: bool = True
     # The brokerId this broker registers with and the role it serves as ("ASYNC_MASTER",
     # "SYNC_MASTER", "SLAVE"): the config's, except in DLedger mode, where they start as -1 /
-    # SLAVE (not registered, no writes) and follow the Raft role (broker/dledger/roles.py).
+    # SLAVE (not registered, no writes) and follow the Raft role (broker/dledger/broker/roles.py).
     # Set only through set_role, which keeps the store's role equal to broker_role.
     broker_id: int = attrs.field(init=False)
     broker_role: str = attrs.field(init=False)

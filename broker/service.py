@@ -7,7 +7,7 @@ Theory of operation
 1. the store starts first (file store by default; tests inject a store or a store factory) and
    is the last thing to stop.  In DLedger mode (``enableDLegerCommitLog``) that store is the
    state machine: the DLedger node starts next (its own port, from ``dLegerPeers``), then the
-   DLedger store (``broker/dledger/commitlog.py``) over both, which the broker uses;
+   DLedger store (``broker/dledger/broker/message_store.py``) over both, which the broker uses;
 2. ``BrokerController`` loads ``config/topics.json``, ``subscriptionGroup.json``,
    ``consumerOffset.json`` and ``delayOffset.json`` from the store root;
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
@@ -18,8 +18,8 @@ Theory of operation
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and on
    slaves the metadata sync from the master (``broker/slave_sync.py``); in DLedger mode the
-   role handler (``broker/dledger/roles.py``) instead, which switches brokerId, role and those
-   two services as the Raft role changes (brokerId -1, no registration, until it is known);
+   role handler (``broker/dledger/broker/roles.py``) instead, which switches brokerId, role and
+   those two services as the Raft role changes (brokerId -1, no registration, until it is known);
 5. ``task_status.started(BrokerHandle(...))``; serve until cancelled;
 6. on cancellation: UNREGISTER_BROKER to every nameserver and a final persist of every config
    file, both shielded and bounded, then the store shuts down.
@@ -41,12 +41,12 @@ import trio
 from broker.acl.validator import PlainAccessValidator, run_acl_watch
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from broker.dledger.commitlog import DLedgerMessageStore, run_dledger_store
-from broker.dledger.log_retention import retention_for, run_log_retention
-from broker.dledger.node import run_dledger_node
-from broker.dledger.node_config import DLedgerConfig
-from broker.dledger.roles import DLedgerRoleChangeHandler, RoleNode
-from broker.dledger.transport import RemotingDLedgerNetwork
+from broker.dledger.broker.log_retention import retention_for, run_log_retention
+from broker.dledger.broker.message_store import DLedgerMessageStore, run_dledger_store
+from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
+from broker.dledger.driver.node import run_dledger_node
+from broker.dledger.driver.node_config import DLedgerConfig
+from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from broker.ha.service import run_ha_service
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar

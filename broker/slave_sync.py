@@ -73,8 +73,8 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.config_manager import Versioned, VersionedConfigManager
+from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.ha.service import HAService
-from broker.offsets import ConsumerOffsetManager
 from broker.registrar import Invoker
 from broker.schedule import ScheduleMessageService
 from broker.subscription import SubscriptionGroupManager

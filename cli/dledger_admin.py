@@ -35,7 +35,7 @@ from cli.dledger_status import RaftStatus, group_leaders, parse_raft
 from cli.errors import CliError
 
 if TYPE_CHECKING:
-    from broker.dledger.transport import DLedgerClient
+    from broker.dledger.driver.transport import DLedgerClient
     from rmq.remoting import Invoker
 
 LOCAL_ID = "rmq-cli"  # who asks, in the request's localId
@@ -195,8 +195,8 @@ async def find_leader(
     dledger: DLedgerClient, info: GroupInfo, timeout: float
 ) -> tuple[str, int | None]:
     """(leader id, its term): METADATA to the members, else their runtime info."""
-    from broker.dledger.messages import MetadataRequest, MetadataResponse
-    from broker.dledger.transport import RpcError
+    from broker.dledger.driver.transport import RpcError
+    from broker.dledger.raft.messages import MetadataRequest, MetadataResponse
 
     _, term = leader_from_runtime(info)
     for member in sorted(info.peers, key=_member_order):
@@ -227,7 +227,7 @@ async def leadership_transfer(
     """Move the leadership of `group` (or the only group) to member `to` (see module doc)."""
     import contextlib
 
-    from broker.dledger.transport import RemotingDLedgerNetwork
+    from broker.dledger.driver.transport import RemotingDLedgerNetwork
     from common.remoting.client import open_remoting_client
 
     async with contextlib.AsyncExitStack() as stack:
@@ -253,8 +253,8 @@ async def _transfer(
     group: str | None,
     timeout: float,
 ) -> TransferOutcome:
-    from broker.dledger.messages import LeadershipTransferRequest
-    from broker.dledger.transport import RpcError
+    from broker.dledger.driver.transport import RpcError
+    from broker.dledger.raft.messages import LeadershipTransferRequest
     from common.remoting.codes import DLedgerResponseCode
 
     named_group, target = parse_target(to, group)

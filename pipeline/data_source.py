@@ -6,7 +6,7 @@
 Theory of operation. Options are checked on the driver (`pipeline.options`). Planning asks the
 cluster (`pipeline.live_cluster.LiveCluster`) for every readable queue of the topics and its
 min/max offsets, turns the start/end options into one [start, end) range per queue
-(`pipeline.offsets`) and gives Spark one InputPartition per queue with data, split above
+(`pipeline.source_offsets`) and gives Spark one InputPartition per queue with data, split above
 maxOffsetsPerPartition offsets. A partition carries only a frozen `PullTask` of plain values;
 `read()` runs on the executor and opens its own sockets there.
 
@@ -50,7 +50,9 @@ from common.errors import RemotingConnectError
 from pipeline.errors import DataLossError
 from pipeline.live_cluster import LiveCluster, QueueState
 from pipeline.live_reader import PullTask, read_task
-from pipeline.offsets import (
+from pipeline.options import OptionError, ReaderOptions, parse_reader_options
+from pipeline.schema import SPARK_SCHEMA_DDL
+from pipeline.source_offsets import (
     QueueKey,
     QueueRange,
     data_loss,
@@ -61,8 +63,6 @@ from pipeline.offsets import (
     resolve_offset,
     split_range,
 )
-from pipeline.options import OptionError, ReaderOptions, parse_reader_options
-from pipeline.schema import SPARK_SCHEMA_DDL
 
 if TYPE_CHECKING:  # the sink (and the producer under it) loads only when a query writes
     from pipeline.sink import RocketMQStreamWriter, RocketMQWriter

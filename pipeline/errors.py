@@ -1,8 +1,8 @@
 """The pipeline's own errors, in a leaf module so every pipeline module can raise them.
 
 `OptionError` is raised while options are parsed (`pipeline/options.py`) and while offsets in
-them are read (`pipeline/offsets.py`), which options itself imports. `DataLossError` is raised
-by the live source's driver (`pipeline/live_cluster.py`) when it plans a query and by its
+them are read (`pipeline/source_offsets.py`), which options itself imports. `DataLossError` is
+raised by the live source's driver (`pipeline/live_cluster.py`) when it plans a query and by its
 executors (`pipeline/live_reader.py`) when they read.
 """
 

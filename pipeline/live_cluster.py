@@ -25,8 +25,8 @@ from common.serde import from_json
 from common.topics import is_system_topic
 from pipeline.blocking_client import BlockingClient
 from pipeline.errors import DataLossError, OptionError
-from pipeline.offsets import QueueKey
 from pipeline.options import ReaderOptions
+from pipeline.source_offsets import QueueKey
 from rmq.client_api import PULL_SUBSCRIPTION
 from rmq.topic_publish_info import subscribe_queues
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import attrs
 
 from pipeline.errors import OptionError
-from pipeline.offsets import OffsetSpec, parse_offset_spec
+from pipeline.source_offsets import OffsetSpec, parse_offset_spec
 from rmq.errors import ClientError
 from rmq.pull_consumer import parse_tag_expression
 

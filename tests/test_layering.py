@@ -196,3 +196,60 @@ def test_no_import_circles(package: str) -> None:
     graph = _import_graph()
     circles = [c for c in _circles(graph) if package in {m.split(".")[0] for m in c}]
     assert not circles, "\n".join(_describe(c, graph) for c in circles)
+
+
+# --- the layers of broker/dledger (its __init__.py) ----------------------------------------
+#
+# raft/ is the sans-I/O Raft core: it may import itself, common.remoting.codes, attrs and the
+# pure modules of the standard library listed here (no trio, os, socket, time or files), so the
+# simulator can run it with no clock and no I/O. driver/ (the Trio node) may import raft/ but not
+# broker/ (the broker on DLedger), which sits on top of both.
+
+DLEDGER = ROOT / "broker" / "dledger"
+RAFT_FIRST_PARTY = ("broker.dledger.raft", "common.remoting.codes")
+RAFT_OTHERS = {
+    "__future__",
+    "abc",
+    "attrs",
+    "bisect",
+    "collections",
+    "dataclasses",
+    "enum",
+    "functools",
+    "heapq",
+    "itertools",
+    "logging",
+    "math",
+    "random",
+    "typing",
+}
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((DLEDGER / "raft").glob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_dledger_raft_core_does_no_io(path: Path) -> None:
+    bad = []
+    for lineno, module, _level in _imports(path):
+        name = module or ""
+        top = name.split(".")[0]
+        allowed = _within(name, RAFT_FIRST_PARTY) if top in FIRST_PARTY else top in RAFT_OTHERS
+        if not allowed:
+            bad.append(f"line {lineno}: the sans-I/O Raft core must not import {name}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((DLEDGER / "driver").glob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_dledger_driver_does_not_import_the_broker_layer(path: Path) -> None:
+    bad = [
+        f"line {lineno}: the driver must not import {module}"
+        for lineno, module, _level in _imports(path)
+        if module == "broker.dledger" or _within(module or "", ("broker.dledger.broker",))
+    ]
+    assert not bad, "\n".join(bad)

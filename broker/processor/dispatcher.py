@@ -5,8 +5,9 @@ from __future__ import annotations
 from broker.controller import BrokerController
 from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
-from broker.processor.offsets import ConsumerManageProcessor
+from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.pull import PullMessageProcessor
+from broker.processor.query_message import QueryMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from common.remoting.server import RequestDispatcher
 
@@ -19,6 +20,7 @@ def build_dispatcher(controller: BrokerController) -> RequestDispatcher:
         PullMessageProcessor(controller),
         ClientManageProcessor(controller),
         ConsumerManageProcessor(controller),
+        QueryMessageProcessor(controller),
         AdminBrokerProcessor(controller),
     ):
         proc.register(d)

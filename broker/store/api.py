@@ -4,7 +4,8 @@ Processors, the HA service, the schedule service, the slave sync and the pull ho
 on :class:`MessageStore`, never on a concrete store.  Two implementations keep it today, judged by
 one conformance suite (``tests/broker/store/``): the file store (``DefaultMessageStore``, RocketMQ's
 on-disk format) and the in-memory store of tests (``MemoryMessageStore``).  DLedger mode adds a
-third (``broker/dledger/commitlog.py``) whose writes go through a Raft log; it keeps this surface.
+third (``broker/dledger/broker/message_store.py``) whose writes go through a Raft log; it keeps
+this surface.
 
 Contract, in words the type checker cannot hold:
 

@@ -70,7 +70,7 @@ class AwaitablePut(Protocol):
 
     What ``append_message(s)`` returns when it cannot answer at once: the file store's
     :class:`PendingPut` (flush, dispatch), the DLedger store's put waiting for the quorum
-    commit and the apply (``broker/dledger/commitlog.py``).  Callers tell it from a final
+    commit and the apply (``broker/dledger/broker/message_store.py``).  Callers tell it from a final
     answer with ``isinstance(x, PutMessageResult)`` (a cheap class check on the send path)."""
 
     async def wait(self) -> PutMessageResult: ...

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.config_manager import read_json_file
-from broker.offsets import ConsumerOffsetManager
+from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.schedule import ScheduleMessageService
 from broker.subscription import SubscriptionGroupManager

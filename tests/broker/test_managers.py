@@ -14,7 +14,7 @@ from broker.consumer_manager import (
     ProducerManager,
     RebalanceLockManager,
 )
-from broker.offsets import ConsumerOffsetManager
+from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.subscription import SubscriptionGroupManager, TagMessageFilter, build_subscription_data
 from broker.topic_config import TopicConfigManager, validate_topic
 from common.model import (

@@ -11,13 +11,13 @@ import pytest
 import trio
 import trio.lowlevel
 
-from broker.dledger.messages import (
+from broker.dledger.driver.transport import RpcTimeout, RpcUnreachable
+from broker.dledger.raft.messages import (
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     MetadataRequest,
     MetadataResponse,
 )
-from broker.dledger.transport import RpcTimeout, RpcUnreachable
 from cli import render
 from cli.dledger_admin import (
     TransferError,

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import atheris
 
 with atheris.instrument_imports():
-    from broker.dledger import wire
+    from broker.dledger.driver import wire
     from broker.ha.protocol import HAProtocolError, TransferDecoder
     from common.errors import ProtocolError
     from common.message import RecordDecodeError, decode_records

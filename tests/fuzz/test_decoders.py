@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.dledger import wire
-from broker.dledger.messages import DLedgerRequestCode
+from broker.dledger.driver import wire
+from broker.dledger.raft.messages import DLedgerRequestCode
 from broker.ha.protocol import HAProtocolError, ReportDecoder, TransferDecoder
 from common import model
 from common.errors import ProtocolError

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from pipeline.offsets import QueueKey
 from pipeline.options import OptionError, ReaderOptions, parse_reader_options
+from pipeline.source_offsets import QueueKey
 
 NS = {"namesrv": "127.0.0.1:9876"}
 

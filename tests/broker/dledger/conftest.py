@@ -1,9 +1,10 @@
 """Fixtures for the DLedger tests.
 
-``FakeNode`` stands in for ``broker.dledger.node.DLedgerNode`` where a test is about the broker
-on top of it (the store, the role handler), not about Raft: one member on a ``MemoryLog``, whose
-proposals commit at once unless ``auto_commit`` is off (then ``commit(i)`` does it), whose role
-changes when the test says so, and which can be told to refuse or fail proposals.
+``FakeNode`` stands in for ``broker.dledger.driver.node.DLedgerNode`` where a test is about the
+broker on top of it (the store, the role handler), not about Raft: one member on a
+``MemoryLog``, whose proposals commit at once unless ``auto_commit`` is off (then ``commit(i)``
+does it), whose role changes when the test says so, and which can be told to refuse or fail
+proposals.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import attrs
 import pytest
 import trio
 
-from broker.dledger.log import MemoryLog
-from broker.dledger.messages import Entry, Role
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.messages import Entry, Role
 from common.message import MessageExtBrokerInner
 from common.remoting.codes import DLedgerResponseCode
 

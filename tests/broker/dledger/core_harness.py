@@ -8,7 +8,7 @@ import random
 
 import attrs
 
-from broker.dledger.core import (
+from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
@@ -19,9 +19,9 @@ from broker.dledger.core import (
     Send,
     TransferDone,
 )
-from broker.dledger.log import MemoryLog
-from broker.dledger.messages import PushEntryRequest, PushType, Request, Role
-from broker.dledger.state import HardState
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import PushEntryRequest, PushType, Request, Role
 
 FAST = {
     "heart_beat_time_interval_ms": 200,

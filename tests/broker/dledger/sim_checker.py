@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import attrs
 
-from broker.dledger.core import AppendDone
-from broker.dledger.log import MemoryLog
-from broker.dledger.messages import DLedgerResponseCode, Entry
-from broker.dledger.state import HardState
+from broker.dledger.raft.core import AppendDone
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import DLedgerResponseCode, Entry
 
 
 class SimulationFailure(AssertionError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.dledger.core import (
+from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
@@ -11,7 +11,7 @@ from broker.dledger.core import (
     Send,
     TransferDone,
 )
-from broker.dledger.messages import (
+from broker.dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
     LeadershipTransferRequest,

@@ -1,4 +1,4 @@
-"""Deterministic simulation of DLedger groups of RaftCore (issue 11's acceptance).
+"""Deterministic simulation of DLedger groups of RaftCore.
 
 One seed fixes everything: the group size's timings, the network profile (delays, loss,
 reordering, duplication), the client's proposals, crashes (between calls or between two
@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from broker.dledger.core import (
+from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
@@ -38,8 +38,9 @@ from broker.dledger.core import (
     Send,
     TransferDone,
 )
-from broker.dledger.log import RaftLog
-from broker.dledger.messages import (
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Request,
     Response,
@@ -48,7 +49,6 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.state import HardState
 from tests.broker.dledger.sim_checker import CheckedLog, Checker, SimulationFailure
 from tests.broker.dledger.sim_network import Channel, NetworkProfile, SimNetwork
 from tests.broker.dledger.sim_trace import describe

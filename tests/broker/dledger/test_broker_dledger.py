@@ -10,10 +10,10 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.dledger.log import MemoryLog
-from broker.dledger.memory_transport import MemoryDLedgerNetwork
-from broker.dledger.node import run_dledger_node
-from broker.dledger.storage import MemoryStorage
+from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.driver.node import run_dledger_node
+from broker.dledger.driver.node_storage import MemoryStorage
+from broker.dledger.raft.log import MemoryLog
 from broker.service import dledger_broker_config, dledger_node_config, run_broker
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common.errors import RmqError

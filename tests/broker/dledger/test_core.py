@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.dledger.core import PersistState, Send
-from broker.dledger.messages import (
+from broker.dledger.raft.core import PersistState, Send
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     HeartBeatRequest,
     HeartBeatResponse,
@@ -16,8 +17,7 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.rounds import VoteDecision, Voter, VoteRound, judge_vote
-from broker.dledger.state import HardState
+from broker.dledger.raft.rounds import VoteDecision, Voter, VoteRound, judge_vote
 from tests.broker.dledger.core_harness import Cluster, TransferDone, core, log_of
 
 Code = DLedgerResponseCode
@@ -42,7 +42,7 @@ def beat(term: int, leader: str = "n0", to: str = "n1") -> HeartBeatRequest:
     return HeartBeatRequest(group="g", remote_id=to, local_id=leader, leader_id=leader, term=term)
 
 
-# --- the vote handling order (facts §6.3), case by case -------------------------------------
+# --- the vote handling order (DLedgerLeaderElector.handleVote), case by case ----------------
 
 # the voter n1: term 5, log ends at index 2 in term 4
 VOTER = {"state": HardState(term=5), "log_terms": (1, 4, 4)}

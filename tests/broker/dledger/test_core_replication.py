@@ -3,9 +3,10 @@ commit (current-term rule), and pending appends (full, timeout, term change)."""
 
 from __future__ import annotations
 
-from broker.dledger.core import Action, AppendDone, Committed, PersistState, RaftCore, Send
-from broker.dledger.log import MemoryLog
-from broker.dledger.messages import (
+from broker.dledger.raft.core import Action, AppendDone, Committed, PersistState, RaftCore, Send
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Entry,
     HeartBeatRequest,
@@ -17,7 +18,6 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.state import HardState
 from tests.broker.dledger.core_harness import Cluster, core, log_of
 
 Code = DLedgerResponseCode

@@ -1,4 +1,5 @@
-"""The DLedger store (broker/dledger/commitlog.py) and its apply (applier.py) on a fake node.
+"""The DLedger store (broker/dledger/broker/message_store.py) and its apply (applier.py) on a
+fake node.
 
 The fake (conftest.FakeNode) is a one-member group: a proposal commits at once unless the test
 holds commits back.  The classic store underneath is the in-memory one, or the file store where
@@ -14,10 +15,15 @@ import random
 import pytest
 import trio
 
-from broker.dledger.applier import Applier, ApplyError, PutDispatchingStore
-from broker.dledger.apply_resume import Hint, read_hint, write_hint
-from broker.dledger.commitlog import DLedgerMessageStore, DLedgerPut, put_status, run_dledger_store
-from broker.dledger.messages import Role
+from broker.dledger.broker.applier import Applier, ApplyError, PutDispatchingStore
+from broker.dledger.broker.apply_resume import Hint, read_hint, write_hint
+from broker.dledger.broker.message_store import (
+    DLedgerMessageStore,
+    DLedgerPut,
+    put_status,
+    run_dledger_store,
+)
+from broker.dledger.raft.messages import Role
 from broker.store import (
     DefaultMessageStore,
     GetMessageStatus,
@@ -568,7 +574,7 @@ def test_a_full_disk_stalls_the_apply_and_it_resumes_exactly(
     """The classic store refuses records for lack of space: the applier goes back before them
     (ApplyStalled), and applying again once there is room gives the CommitLog of a store that
     never ran out."""
-    from broker.dledger.applier import ApplyStalled
+    from broker.dledger.broker.applier import ApplyStalled
     from tests.support.tmpfs import small_tmpfs
 
     rng = random.Random(seed)

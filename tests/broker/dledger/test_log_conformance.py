@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.dledger.log import MemoryLog, RaftLog, place_entry
-from broker.dledger.messages import Entry
-from broker.dledger.mmap_file_store import open_file_log
+from broker.dledger.driver.mmap_file_store import open_file_log
+from broker.dledger.raft.log import MemoryLog, RaftLog, place_entry
+from broker.dledger.raft.messages import Entry
 
 DATA = 1024  # small data files: entries cross file ends often
 INDEX = 32 * 8  # eight units a file

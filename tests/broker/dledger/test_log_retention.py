@@ -12,13 +12,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from broker.dledger import log_retention
-from broker.dledger.apply_resume import Hint
-from broker.dledger.log import MemoryLog
-from broker.dledger.log_retention import LogRetention
-from broker.dledger.messages import PushEntryRequest, PushType, Role
-from broker.dledger.mmap_file_store import FileLog, open_file_log
-from broker.dledger.state import HardState
+from broker.dledger.broker import log_retention
+from broker.dledger.broker.apply_resume import Hint
+from broker.dledger.broker.log_retention import LogRetention
+from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import PushEntryRequest, PushType, Role
 from broker.store.config import MessageStoreConfig
 from tests.broker.dledger.core_harness import Cluster, core
 

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.dledger.log import MemoryLog
-from broker.dledger.mmap_file_store import FileLog, open_file_log
+from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
+from broker.dledger.raft.log import MemoryLog
 
 DATA = 1024
 INDEX = 32 * 8
@@ -268,7 +268,7 @@ def test_recovery_of_a_log_whose_only_entry_is_torn(tmp_path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import sys
-    from broker.dledger.mmap_file_store import open_file_log
+    from broker.dledger.driver.mmap_file_store import open_file_log
     flog = open_file_log(sys.argv[1], data_file_size=4096, index_file_size=32 * 64)
     i = flog.end_index + 1
     while True:
@@ -360,7 +360,7 @@ def test_file_log_behaves_as_the_memory_log(
 def test_recent_entries_cache_agrees_with_the_files(tmp_path: Path, monkeypatch) -> None:
     """Entries still in the in-memory cache and entries only in the files read back the same,
     across a truncate (the cut entries leave the cache) and a reopen (an empty cache)."""
-    from broker.dledger import mmap_file_store
+    from broker.dledger.driver import mmap_file_store
 
     monkeypatch.setattr(mmap_file_store, "RECENT_ENTRIES", 8)
     flog = open_log(tmp_path)

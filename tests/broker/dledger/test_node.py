@@ -10,9 +10,14 @@ import attrs
 import pytest
 import trio
 
-from broker.dledger.log import MemoryLog
-from broker.dledger.memory_transport import MemoryDLedgerNetwork
-from broker.dledger.messages import (
+from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.driver.node import DLedgerConfig, DLedgerNode, run_dledger_node
+from broker.dledger.driver.node_storage import MemoryStorage
+from broker.dledger.driver.proposal import PendingProposals, Proposal
+from broker.dledger.driver.transport import RESPONSE_TYPES, RemotingDLedgerNetwork
+from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import (
     Entry,
     LeadershipTransferRequest,
     MetadataRequest,
@@ -20,11 +25,6 @@ from broker.dledger.messages import (
     VoteRequest,
     VoteResult,
 )
-from broker.dledger.node import DLedgerConfig, DLedgerNode, run_dledger_node
-from broker.dledger.proposal import PendingProposals, Proposal
-from broker.dledger.state import HardState
-from broker.dledger.storage import MemoryStorage
-from broker.dledger.transport import RESPONSE_TYPES, RemotingDLedgerNetwork
 from cli.port_blocks import free_port_block
 from common.remoting.codes import DLedgerResponseCode as RC
 

@@ -1,4 +1,4 @@
-"""The broker's role follows the DLedger role (broker/dledger/roles.py), on a fake node.
+"""The broker's role follows the DLedger role (broker/dledger/broker/roles.py), on a fake node.
 
 A real broker (``run_broker`` in DLedger mode, in-memory classic store) and a real nameserver
 run on an in-memory network; the test moves the fake node between roles and checks what the
@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.dledger.messages import Role
-from broker.dledger.roles import slave_broker_id
+from broker.dledger.broker.roles import slave_broker_id
+from broker.dledger.raft.messages import Role
 from broker.service import run_broker
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common import serde

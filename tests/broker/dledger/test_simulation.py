@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
-from broker.dledger.core import Action, CoreConfig, RaftCore
-from broker.dledger.log import RaftLog
-from broker.dledger.messages import (
+from broker.dledger.raft.core import Action, CoreConfig, RaftCore
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Entry,
     Request,
@@ -23,7 +24,6 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.state import HardState
 from tests.broker.dledger.simulator import (
     CoreFactory,
     SimulationFailure,

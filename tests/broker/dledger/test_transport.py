@@ -13,8 +13,15 @@ import pytest
 import trio
 import trio.testing
 
-from broker.dledger.memory_transport import MemoryDLedgerNetwork
-from broker.dledger.messages import (
+from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.driver.transport import (
+    RemotingDLedgerNetwork,
+    RpcBadAnswer,
+    RpcError,
+    RpcTimeout,
+    RpcUnreachable,
+)
+from broker.dledger.raft.messages import (
     Entry,
     HeartBeatRequest,
     HeartBeatResponse,
@@ -24,13 +31,6 @@ from broker.dledger.messages import (
     PushEntryResponse,
     PushType,
     VoteRequest,
-)
-from broker.dledger.transport import (
-    RemotingDLedgerNetwork,
-    RpcBadAnswer,
-    RpcError,
-    RpcTimeout,
-    RpcUnreachable,
 )
 from common.remoting.codes import DLedgerResponseCode as RC
 from tests.support.memory_network import MemoryNetwork

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.dledger.messages import (
+from broker.dledger.driver.wire import (
+    WireError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_code,
+)
+from broker.dledger.raft.messages import (
     Entry,
     HeartBeatRequest,
     HeartBeatResponse,
@@ -23,14 +31,6 @@ from broker.dledger.messages import (
     VoteRequest,
     VoteResponse,
     VoteResult,
-)
-from broker.dledger.wire import (
-    WireError,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-    request_code,
 )
 from common.errors import ProtocolError
 from common.remoting.codes import DLedgerRequestCode as Code

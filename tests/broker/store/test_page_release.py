@@ -10,10 +10,10 @@ from pathlib import Path
 
 import trio
 
-from broker.dledger import entry_json as entry_json_module
-from broker.dledger import mmap_file_store
-from broker.dledger.entry_json import entry_json
-from broker.dledger.mmap_file_store import open_file_log
+from broker.dledger.driver import entry_json as entry_json_module
+from broker.dledger.driver import mmap_file_store
+from broker.dledger.driver.entry_json import entry_json
+from broker.dledger.driver.mmap_file_store import open_file_log
 from broker.store import MessageStoreConfig, run_message_store
 from broker.store.mapped_file import PAGE_SIZE, MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -102,7 +102,7 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
     """Through the node's flush (FileStorage.flush_log): nothing is released while entries
     come; the first flush after QUIET_S without writes drops the log's pages, the fresh-entry
     cache and freed heap, once."""
-    from broker.dledger.storage import FileStorage
+    from broker.dledger.driver.node_storage import FileStorage
 
     trims: list[bool] = []
     monkeypatch.setattr(mmap_file_store, "trim_heap", lambda: trims.append(True) or True)
@@ -133,7 +133,7 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
 
 
 def test_push_renderings_are_bounded_in_bytes(monkeypatch) -> None:
-    from broker.dledger.messages import Entry
+    from broker.dledger.raft.messages import Entry
 
     monkeypatch.setattr(entry_json_module, "_RENDERED", type(entry_json_module._RENDERED)())
     monkeypatch.setattr(entry_json_module, "_held", 0)

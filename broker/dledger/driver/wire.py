@@ -1,4 +1,5 @@
-"""DLedger's JSON bodies (facts §6.4) to and from the message values of messages.py.
+"""DLedger's JSON bodies (the ``protocol/`` classes of openmessaging/dledger 0.3.1.2) to and from
+the message values of broker/dledger/raft/messages.py.
 
 Theory of operation
 -------------------
@@ -28,7 +29,7 @@ does not match its body) raises :class:`WireError`, never anything else.
 
 Speed: the leader encodes one push per entry and follower, so the hot messages (push request and
 response) are formatted straight into bytes.  Base64 is pybase64's (SIMD): about 7 times
-faster than binascii both ways on a 1 KiB entry, and base64 was most of a push's cost.  A body
+faster than binascii both ways on a 1 KiB entry, where base64 is most of a push's cost.  A body
 is parsed by orjson (a 64-entry push: 0.9 us an entry against 2.2 for the standard parser),
 then each entry's body string goes through pybase64 with validation, so a body that is not
 base64 is a WireError.  What orjson refuses (fastjson's unquoted keys or single quotes, a
@@ -46,8 +47,8 @@ from typing import TypedDict
 import orjson
 import pybase64
 
-from broker.dledger.entry_json import entry_json
-from broker.dledger.messages import (
+from broker.dledger.driver.entry_json import entry_json
+from broker.dledger.raft.messages import (
     ENTRY_HEADER_SIZE,
     Entry,
     HeartBeatRequest,

@@ -5,7 +5,7 @@ Theory of operation
 When this node becomes leader of a term it appends one empty-bodied entry (Raft §8's no-op: the
 term's first entry, so entries of older terms can commit through it) and starts one
 :class:`_Dispatcher` per follower, in state COMPARE.  A dispatcher is a small state machine
-(facts §6.5):
+(``DLedgerEntryPusher.EntryDispatcher`` in openmessaging/dledger 0.3.1.2):
 
 * COMPARE: send the leader's entry at ``compare_index`` (first the leader's end).  SUCCESS with
   the follower ending right there -> APPEND; SUCCESS with a longer follower -> TRUNCATE there.
@@ -45,8 +45,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from broker.dledger.member_state import AppendDone, MemberState, Send
-from broker.dledger.messages import (
+from broker.dledger.raft.member_state import AppendDone, MemberState, Send
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Entry,
     PushEntryRequest,
@@ -367,7 +367,7 @@ class EntryPusher:
     def _stranded(self, d: _Dispatcher, response: PushEntryResponse) -> None:
         """Log (once per begin index) a follower whose TRUNCATE at this log's first entry was
         refused while it ends before that entry: it cannot catch up by replication, since
-        nothing here can show its older entries agree (log_retention.py)."""
+        nothing here can show its older entries agree (broker/dledger/broker/log_retention.py)."""
         begin = self.state.log.begin_index
         if response.code is Code.INCONSISTENT_STATE and response.end_index < begin:
             if d.stranded_at != begin:

@@ -5,7 +5,7 @@ Theory of operation
 The store keeps the :class:`broker.store.api.MessageStore` surface the processors, the schedule
 service and the slave sync already use.  Everything read-side (pulls, queue offsets, lookups,
 queries, arrival listeners, runtime numbers) is the wrapped classic store's, which the
-:class:`broker.dledger.applier.Applier` fills with committed entries only.  The put path is
+:class:`broker.dledger.broker.applier.Applier` fills with committed entries only.  The put path is
 replaced:
 
 1. ``append_message(s)`` runs synchronously, like the classic one, so the order of calls is the
@@ -23,7 +23,8 @@ replaced:
    the apply of the last entry, then the classic dispatch, and answers PUT_OK with the
    physical offsets the records landed at (offset msgIds) and the leader's queue offsets.
 
-DLedger outcome -> PutMessageStatus (facts §6.6): SUCCESS -> PUT_OK; WAIT_QUORUM_ACK_TIMEOUT and
+DLedger outcome -> PutMessageStatus (as ``store/.../dledger/DLedgerCommitLog.java`` in
+apache/rocketmq 4.9 maps it): SUCCESS -> PUT_OK; WAIT_QUORUM_ACK_TIMEOUT and
 LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY (the client sees code 1 "[PC_SYNCHRONIZED]..." and backs
 off); everything else (NOT_LEADER, INCONSISTENT_LEADER, LEADER_NOT_READY, DISK_FULL,
 TERM_CHANGED, LEADER_TRANSFERRING) -> SERVICE_NOT_AVAILABLE (14).  FLUSH_SLAVE_TIMEOUT is never
@@ -43,8 +44,14 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from broker.dledger.applier import Applier, ApplyError, DLedgerNodeView, ProposalView, PutHint
-from broker.dledger.messages import Role
+from broker.dledger.broker.applier import (
+    Applier,
+    ApplyError,
+    DLedgerNodeView,
+    ProposalView,
+    PutHint,
+)
+from broker.dledger.raft.messages import Role
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.config import MessageStoreConfig
 from broker.store.dirty_files import truncate_dirty_files
@@ -70,7 +77,7 @@ _BUSY = (DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT, DLedgerResponseCode.LEADER
 
 
 def put_status(code: DLedgerResponseCode) -> PutMessageStatus:
-    """The PutMessageStatus of a DLedger append outcome (facts §6.6)."""
+    """The PutMessageStatus of a DLedger append outcome (``DLedgerCommitLog.putMessage``)."""
     if code is DLedgerResponseCode.SUCCESS:
         return PutMessageStatus.PUT_OK
     if code in _BUSY:

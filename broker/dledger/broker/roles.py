@@ -1,5 +1,5 @@
 """DLedgerRoleChangeHandler: the broker's role follows the member's Raft role (RocketMQ's class
-of the same name, facts §6.6).
+of the same name, ``broker/.../dledger/DLedgerRoleChangeHandler.java`` in apache/rocketmq 4.9).
 
 Theory of operation
 -------------------
@@ -47,9 +47,9 @@ import attrs
 import trio
 
 from broker.controller import BrokerController
-from broker.dledger.applier import DLedgerNodeView
-from broker.dledger.commitlog import DLedgerMessageStore
-from broker.dledger.messages import Role
+from broker.dledger.broker.applier import DLedgerNodeView
+from broker.dledger.broker.message_store import DLedgerMessageStore
+from broker.dledger.raft.messages import Role
 from broker.registrar import Invoker
 from broker.slave_sync import SyncReport, run_slave_sync
 from common.mixall import MASTER_ID
@@ -61,7 +61,7 @@ SLAVE_ROLE = "SLAVE"
 
 
 class RoleEvent(Protocol):
-    """A role change as the node reports it (``broker.dledger.core.RoleChanged``)."""
+    """A role change as the node reports it (``broker.dledger.raft.core.RoleChanged``)."""
 
     @property
     def role(self) -> Role: ...

@@ -3,20 +3,21 @@
 Theory of operation
 -------------------
 Entries are numbered from 0 without gaps.  Each entry also has a ``pos``: the absolute position
-of its 48-byte header in DLedger's data files (facts §6.1).  Positions are a pure function of
-the entry sizes and the data file size (:func:`place_entry`): an entry never straddles a data
-file; when it does not fit in what is left of the current file, the rest of that file is a blank
-(``int -1, int remaining``) and the entry starts the next file.  So every member computes the
-same ``pos`` for the same sequence of entries, which is what lets a follower check
-``pos == its write position`` (DLedger's ``appendAsFollower``) and lets the leader's TRUNCATE
-name a position.
+of its 48-byte header in DLedger's data files (``entry/DLedgerEntryCoder.java`` in
+openmessaging/dledger 0.3.1.2).  Positions are a pure function of the entry sizes and the data file
+size (:func:`place_entry`): an entry never straddles a data file; when it does not fit in what is
+left of the current file, the rest of that file is a blank (``int -1, int remaining``) and the entry
+starts the next file.  So every member computes the same ``pos`` for the same sequence of entries,
+which is what lets a follower check ``pos == its write position`` (DLedger's ``appendAsFollower``)
+and lets the leader's TRUNCATE name a position.
 
 The core mutates the log synchronously (the file log is memory-mapped, as DLedger's is: a write
 is in the page cache, and so survives a process crash, when the call returns; the node's flush
 task makes it durable against power loss every ``flushFileInterval``).
 
-:class:`MemoryLog` keeps the same rules in lists; the file log (mmap_file_store.py) and this one
-pass one conformance suite (tests/broker/dledger/test_log_conformance.py).
+:class:`MemoryLog` keeps the same rules in lists; the file log
+(broker/dledger/driver/mmap_file_store.py) and this one pass one conformance suite
+(tests/broker/dledger/test_log_conformance.py).
 
 Invariants (both implementations)
 * indexes are ``begin_index .. end_index`` with no gap; ``end_index == -1`` when empty;
@@ -33,7 +34,7 @@ from typing import Protocol
 
 import attrs
 
-from broker.dledger.messages import ENTRY_HEADER_SIZE, Entry
+from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, Entry
 
 __all__ = ["MIN_BLANK_LEN", "MemoryLog", "RaftLog", "place_entry"]
 

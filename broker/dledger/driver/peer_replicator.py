@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-The core decides what to send to whom (its per-follower dispatcher of facts §6.5 lives there);
-a :class:`PeerReplicator` only carries it.  ``send`` (synchronous, called while the node runs
+The core decides what to send to whom (its per-follower dispatchers, DLedger's
+``DLedgerEntryPusher``, are in broker/dledger/raft/entry_pusher.py); a :class:`PeerReplicator`
+only carries it.  ``send`` (synchronous, called while the node runs
 the core's actions in order) appends the request to a queue; ``run`` posts queued requests in
 queue order (``DLedgerClient.post`` fixes each one's place on the connection without a
 checkpoint while connected, transport.py), so many wait at once while the writes keep the
@@ -17,8 +18,8 @@ from its read loop, and the replicator keeps the posted calls in post order with
 deadlines; one *sweep* task sleeps until the oldest deadline and fails (and cancels) every call
 still unanswered by then.  Post order is deadline order (one timeout for all), so the sweep
 only ever looks at the head.  A transport that cannot (the in-memory network, whose answers
-have a flight time) gets one small task per call awaiting ``answer()``, as before.  A task and
-a cancel scope per call were a quarter of a leader's CPU with 32 single sends in flight.
+have a flight time) gets one small task per call awaiting ``answer()``.  Remoting avoids that: a
+task and a cancel scope per call cost a quarter of a leader's CPU with 32 single sends in flight.
 
 The queue is bounded (the core's in-flight limit plus slack): a request that finds it full is
 not sent and comes back through ``on_failure``, from the replicator's task, never from inside
@@ -41,15 +42,15 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from broker.dledger.messages import MetadataResponse, Request, Response
-from broker.dledger.transport import (
+from broker.dledger.driver.transport import (
     DLedgerClient,
     PendingCall,
     RpcError,
     RpcTimeout,
     RpcUnreachable,
 )
-from broker.dledger.wire import AnyResponse
+from broker.dledger.driver.wire import AnyResponse
+from broker.dledger.raft.messages import MetadataResponse, Request, Response
 
 __all__ = ["UNREACHABLE_BACKOFF", "PeerReplicator"]
 
@@ -160,8 +161,8 @@ class PeerReplicator:
             return
         watched.settled = True
         # drop the settled front now rather than at the sweep's next wake, which is the head's
-        # deadline: each request holds its entries, and under load that was `timeout` seconds
-        # of pushes kept alive per follower (50 MiB at 16k msg/s of 1 KiB)
+        # deadline: each request holds its entries, and under load that would keep `timeout`
+        # seconds of pushes alive per follower (50 MiB at 16k msg/s of 1 KiB)
         queue = self._watched
         while queue and queue[0].settled:
             queue.popleft()

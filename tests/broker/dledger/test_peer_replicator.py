@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from broker.dledger.memory_transport import MemoryDLedgerNetwork
-from broker.dledger.replicator import PeerReplicator
-from broker.dledger.transport import RemotingDLedgerNetwork
+from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
+from broker.dledger.driver.peer_replicator import PeerReplicator
+from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from tests.support.memory_network import MemoryNetwork
 
 from .test_transport import answer, heartbeat, push

@@ -49,7 +49,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import attrs
 import trio
 
-from broker.dledger.apply_resume import (
+from broker.dledger.broker.apply_resume import (
     DURABLE_SUFFIX,
     HINT_FILE,
     ApplyError,
@@ -61,8 +61,8 @@ from broker.dledger.apply_resume import (
     write_durable_hint,
     write_hint,
 )
-from broker.dledger.log import RaftLog
-from broker.dledger.messages import Entry, Role
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.messages import Entry, Role
 from broker.store.api import MessageStore
 from broker.store.dirty_files import truncate_dirty_files
 from broker.store.message_store import DefaultMessageStore
@@ -156,7 +156,8 @@ class NodeConfigView(Protocol):
 
 
 class DLedgerNodeView(Protocol):
-    """What the broker uses of a ``broker.dledger.node.DLedgerNode`` (tests hand in fakes)."""
+    """What the broker uses of a ``broker.dledger.driver.node.DLedgerNode`` (tests hand in
+    fakes)."""
 
     @property
     def config(self) -> NodeConfigView: ...

@@ -47,10 +47,10 @@ from typing import Protocol, runtime_checkable
 import attrs
 import trio
 
-from broker.dledger.applier import Applier
-from broker.dledger.apply_resume import Hint
-from broker.dledger.messages import Role
-from broker.dledger.mmap_file_store import DROP_FILES_MAX, FileLog
+from broker.dledger.broker.applier import Applier
+from broker.dledger.broker.apply_resume import Hint
+from broker.dledger.driver.mmap_file_store import DROP_FILES_MAX, FileLog
+from broker.dledger.raft.messages import Role
 from broker.store.api import MessageStore
 from broker.store.clean_service import (
     disk_used_ratio,

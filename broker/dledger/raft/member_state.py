@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The core is sans-I/O: every entry point of :class:`broker.dledger.core.RaftCore` mutates
+The core is sans-I/O: every entry point of :class:`broker.dledger.raft.core.RaftCore` mutates
 :class:`MemberState` (and the injected log) and appends *actions* to ``MemberState.out``; the
 core hands that list to the driver, which executes it strictly in order.  So the order in which
 code appends actions is the order in which effects happen:
@@ -29,15 +29,15 @@ from collections.abc import Callable
 
 import attrs
 
-from broker.dledger.log import RaftLog
-from broker.dledger.messages import DLedgerResponseCode, Request, Role
-from broker.dledger.state import HardState
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.messages import DLedgerResponseCode, Request, Role
 
 __all__ = [
     "Action",
     "AppendDone",
     "Committed",
     "CoreConfig",
+    "HardState",
     "MemberState",
     "PersistState",
     "RoleChanged",
@@ -48,7 +48,8 @@ __all__ = [
 
 @attrs.frozen
 class CoreConfig:
-    """DLedgerConfig's protocol knobs (facts §6.2); times in milliseconds."""
+    """DLedgerConfig's protocol knobs (``DLedgerConfig.java`` in openmessaging/dledger 0.3.1.2);
+    times in milliseconds."""
 
     group: str
     self_id: str
@@ -77,6 +78,15 @@ class CoreConfig:
     @property
     def others(self) -> tuple[str, ...]:
         return tuple(p for p in self.peers if p != self.self_id)
+
+
+@attrs.frozen
+class HardState:
+    """The term and vote a member must not forget: what DLedger's ``currterm`` file holds
+    (``currTerm``, ``voteLeader``; the driver's state_files.py writes it)."""
+
+    term: int = 0
+    voted_for: str | None = None
 
 
 # --- actions, executed by the driver strictly in list order ---------------------------------

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.dledger.state import (
+from broker.dledger.driver.state_files import (
     Checkpoint,
-    HardState,
     StateFileError,
     load_checkpoint,
     load_hard_state,
     save_checkpoint,
     save_hard_state,
 )
+from broker.dledger.raft.member_state import HardState
 
 
 def test_missing_files_are_a_fresh_member(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from collections import deque
 import attrs
 import trio
 
-from broker.dledger.messages import Entry
+from broker.dledger.raft.messages import Entry
 from common.remoting.codes import DLedgerResponseCode
 
 __all__ = ["PendingProposals", "Proposal"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.offsets import (
+from pipeline.source_offsets import (
     QueueKey,
     QueueRange,
     data_loss,

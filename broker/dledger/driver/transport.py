@@ -18,14 +18,15 @@ A :class:`DLedgerNetwork` does two things for a member:
   tasks in no particular order: spawning a task per request would not keep it).  ``call`` is
   ``post`` then ``answer``.
 
-:class:`RemotingDLedgerNetwork` is DLedger's own wire (facts §6.4): a remoting command with
-``code`` = the DLedgerRequestCode, no extFields, and the JSON body of wire.py; the answer is a
-command with code 200 (DLedger writes ``DLedgerResponseCode.SUCCESS`` there; the DLedger result
-is the body's ``code``) and the JSON response as body.  It runs over any
-``common.remoting.network.Network``: TCP in production, ``tests.support.memory_network.MemoryNetwork`` in tests.
-Connections come from one ``RemotingClient`` per member, which reconnects on the next call after
-a connection failed.  Requests are served inline by the connection's read loop (arrival order);
-an undecodable body is answered SYSTEM_ERROR, as a handler exception is.
+:class:`RemotingDLedgerNetwork` is DLedger's own wire (``DLedgerRpcNettyService.java`` in
+openmessaging/dledger 0.3.1.2): a remoting command with ``code`` = the DLedgerRequestCode, no
+extFields, and the JSON body of wire.py; the answer is a command with code 200 (DLedger writes
+``DLedgerResponseCode.SUCCESS`` there; the DLedger result is the body's ``code``) and the JSON
+response as body.  It runs over any ``common.remoting.network.Network``: TCP in production,
+``tests.support.memory_network.MemoryNetwork`` in tests. Connections come from one
+``RemotingClient`` per member, which reconnects on the next call after a connection failed.
+Requests are served inline by the connection's read loop (arrival order); an undecodable body is
+answered SYSTEM_ERROR, as a handler exception is.
 
 Ordering rests on ``Channel.request_nowait``, which queues the frame before it returns; the
 conformance test ``test_posted_calls_arrive_in_post_order`` holds every network to it.
@@ -44,14 +45,7 @@ from typing import Protocol
 import attrs
 import trio
 
-from broker.dledger.messages import (
-    HeartBeatResponse,
-    LeadershipTransferResponse,
-    MetadataResponse,
-    PushEntryResponse,
-    VoteResponse,
-)
-from broker.dledger.wire import (
+from broker.dledger.driver.wire import (
     AnyRequest,
     AnyResponse,
     WireError,
@@ -60,6 +54,13 @@ from broker.dledger.wire import (
     encode_request,
     encode_response,
     request_code,
+)
+from broker.dledger.raft.messages import (
+    HeartBeatResponse,
+    LeadershipTransferResponse,
+    MetadataResponse,
+    PushEntryResponse,
+    VoteResponse,
 )
 from common.errors import RemotingError, RequestError
 from common.remoting.channel import Channel, PendingResponse

@@ -26,9 +26,9 @@ lost.  A store that nothing vouches for and whose first record does not match st
 (``ApplyError``): it is likely another log's store.
 
 **The unconfirmed prefix** (:class:`UnconfirmedPrefix`).  A restarted member's commit index is
-learned again from a leader (node.py).  Until a leader confirms them (the member's commit index
-passes them while its log still holds them: an index can be committed again with another entry
-in it), the entries applied before the restart are the member's own word: after a
+learned again from a leader (broker/dledger/driver/node.py).  Until a leader confirms them (the
+member's commit index passes them while its log still holds them: an index can be committed again
+with another entry in it), the entries applied before the restart are the member's own word: after a
 whole-group power cut the other members' logs can lack them, a new leader elected without this
 member replaces them, and the member's log takes the replacement.  The applier keeps the points
 the resume walk passed (index, term, classic end after it); when the log no longer holds the
@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import attrs
 
-from broker.dledger.log import RaftLog
+from broker.dledger.raft.log import RaftLog
 from broker.store.api import MessageStore
 from common.config_file import atomic_write
 from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION

@@ -6,7 +6,7 @@ same bytes several times; the log hands out one Entry object per fresh entry (it
 newest entries), so a small table keyed by the object's identity serves the second follower.
 The table holds the entry too, so an id is never reused while its key is present; it is
 bounded in entries and in bytes (oldest out first: an entry is one record, up to 4 MiB), and
-``forget_renderings`` empties it when the log goes quiet (storage.py), so an idle leader holds
+``forget_renderings`` empties it when the log goes quiet (node_storage.py), so an idle leader holds
 none of it.  Only the event loop's thread renders or forgets.
 """
 
@@ -16,7 +16,7 @@ import collections
 
 import pybase64
 
-from broker.dledger.messages import ENTRY_HEADER_SIZE, Entry
+from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, Entry
 
 __all__ = ["entry_json", "forget_renderings"]
 

@@ -2,19 +2,19 @@
 
 Theory of operation
 -------------------
-:class:`RaftCore` owns no socket, no timer and no clock.  The driver (node.py, or the
-simulator) calls it when something happens -- a request or an answer arrived, a request failed,
-a client proposes, time passed -- with the current time, and gets back a list of actions
-(member_state.py) to execute strictly in order: sends, persistence of term and vote, commit
-advances, finished appends, role changes, finished transfers.  The only thing the core changes
-directly is the injected :class:`~broker.dledger.log.RaftLog`.  ``next_deadline()`` says when
-``tick`` must run next; nothing happens between calls.
+:class:`RaftCore` owns no socket, no timer and no clock.  The driver
+(broker/dledger/driver/node.py, or the simulator) calls it when something happens -- a request or an
+answer arrived, a request failed, a client proposes, time passed -- with the current time, and gets
+back a list of actions (member_state.py) to execute strictly in order: sends, persistence of term
+and vote, commit advances, finished appends, role changes, finished transfers.  The only thing the
+core changes directly is the injected :class:`~broker.dledger.raft.log.RaftLog`.
+``next_deadline()`` says when ``tick`` must run next; nothing happens between calls.
 
 The work is split as in DLedger:
 
 * election.py (DLedgerLeaderElector): roles, votes, heartbeats, the transferee's side of a
   leadership transfer;
-* replication.py (DLedgerEntryPusher): the leader's per-follower dispatchers, pending appends
+* entry_pusher.py (DLedgerEntryPusher): the leader's per-follower dispatchers, pending appends
   and quorum commit;
 * entry_handler.py (EntryHandler): the follower's side of pushes;
 * this module: routing, and the leader's side of a leadership transfer (DLedgerServer).
@@ -39,21 +39,23 @@ from collections.abc import Sequence
 
 import attrs
 
-from broker.dledger.election import LeaderElector
-from broker.dledger.entry_handler import EntryHandler
-from broker.dledger.log import RaftLog
-from broker.dledger.member_state import (
+from broker.dledger.raft.election import LeaderElector
+from broker.dledger.raft.entry_handler import EntryHandler
+from broker.dledger.raft.entry_pusher import EntryPusher
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.member_state import (
     Action,
     AppendDone,
     Committed,
     CoreConfig,
+    HardState,
     MemberState,
     PersistState,
     RoleChanged,
     Send,
     TransferDone,
 )
-from broker.dledger.messages import (
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Entry,
     HeartBeatRequest,
@@ -68,8 +70,6 @@ from broker.dledger.messages import (
     VoteRequest,
     VoteResponse,
 )
-from broker.dledger.replication import EntryPusher
-from broker.dledger.state import HardState
 
 __all__ = [
     "Action",

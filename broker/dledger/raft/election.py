@@ -33,8 +33,8 @@ import math
 
 import attrs
 
-from broker.dledger.member_state import MemberState, Send
-from broker.dledger.messages import (
+from broker.dledger.raft.member_state import MemberState, Send
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     HeartBeatRequest,
     HeartBeatResponse,
@@ -45,7 +45,7 @@ from broker.dledger.messages import (
     VoteResponse,
     VoteResult,
 )
-from broker.dledger.rounds import (
+from broker.dledger.raft.rounds import (
     BeatDecision,
     BeatRound,
     VoteDecision,
@@ -321,7 +321,8 @@ class LeaderElector:
     def admit_leader_message(
         self, request: HeartBeatRequest | PushEntryRequest, now: float
     ) -> DLedgerResponseCode:
-        """The term/leader gate of heartbeats and pushes (facts §6.3 heartbeat handling)."""
+        """The term/leader gate of heartbeats and pushes (DLedger's
+        ``DLedgerLeaderElector.handleHeartBeat``)."""
         st = self.state
         leader = request.leader_id
         if leader is None or leader not in st.config.peers:

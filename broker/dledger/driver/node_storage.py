@@ -5,8 +5,8 @@ Theory of operation
 -------------------
 The driver (node.py) sees a :class:`NodeStorage`; every method is async because the file one
 does its I/O in a worker thread (fsync must not stall the Trio loop).  :class:`FileStorage`
-keeps DLedger's files in ``<store_base_dir>/dledger-<selfId>`` through state.py (fsync, then an
-atomic replace) and flushes and closes the file log of mmap_file_store.py; a log of another
+keeps DLedger's files in ``<store_base_dir>/dledger-<selfId>`` through state_files.py (fsync,
+then an atomic replace) and flushes and closes the file log of mmap_file_store.py; a log of another
 kind (the in-memory one) has nothing to flush.  :class:`MemoryStorage` keeps the same state in
 fields, takes ``save_delay`` seconds of Trio's clock per save (so tests under ``autojump_clock``
 can see what waits for a save), records every save in order, and reports whatever disk use a
@@ -24,18 +24,18 @@ from typing import Protocol
 import attrs
 import trio
 
-from broker.dledger.entry_json import forget_renderings
-from broker.dledger.log import RaftLog
-from broker.dledger.mmap_file_store import FileLog, open_file_log
-from broker.dledger.node_config import DLedgerConfig
-from broker.dledger.state import (
+from broker.dledger.driver.entry_json import forget_renderings
+from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
+from broker.dledger.driver.node_config import DLedgerConfig
+from broker.dledger.driver.state_files import (
     Checkpoint,
-    HardState,
     load_checkpoint,
     load_hard_state,
     save_checkpoint,
     save_hard_state,
 )
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.member_state import HardState
 
 __all__ = ["FileStorage", "MemoryStorage", "NodeStorage", "open_log"]
 

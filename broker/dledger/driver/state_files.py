@@ -23,11 +23,11 @@ from pathlib import Path
 
 import attrs
 
+from broker.dledger.raft.member_state import HardState
 from common.config_file import atomic_write
 
 __all__ = [
     "Checkpoint",
-    "HardState",
     "StateFileError",
     "load_checkpoint",
     "load_hard_state",
@@ -41,14 +41,6 @@ CHECKPOINT = "checkpoint"
 
 class StateFileError(ValueError):
     """A ``currterm`` or ``checkpoint`` file that does not parse."""
-
-
-@attrs.frozen
-class HardState:
-    """What the ``currterm`` file holds: ``currTerm`` and ``voteLeader``."""
-
-    term: int = 0
-    voted_for: str | None = None
 
 
 @attrs.frozen

@@ -1,4 +1,5 @@
-"""The decisions of an election, as pure functions and counters (facts §6.3).
+"""The decisions of an election, as pure functions and counters (``DLedgerLeaderElector.java`` in
+openmessaging/dledger 0.3.1.2).
 
 Theory of operation
 -------------------
@@ -23,7 +24,7 @@ import enum
 
 import attrs
 
-from broker.dledger.messages import DLedgerResponseCode, VoteRequest, VoteResult
+from broker.dledger.raft.messages import DLedgerResponseCode, VoteRequest, VoteResult
 
 __all__ = ["BeatDecision", "BeatRound", "VoteDecision", "VoteRound", "Voter", "judge_vote"]
 
@@ -44,7 +45,7 @@ class Voter:
 
 
 def judge_vote(request: VoteRequest, me: Voter, *, self_vote: bool) -> VoteResult:
-    """DLedger's vote handling order (facts §6.3)."""
+    """DLedger's vote handling order (``DLedgerLeaderElector.handleVote``)."""
     candidate = request.leader_id
     if candidate is None or candidate not in me.peers:
         return VoteResult.REJECT_UNKNOWN_LEADER

@@ -1,8 +1,8 @@
-"""DLedgerConfig: one member's settings (DLedger's names and defaults, facts §6.2), and where its
-files and peers are.
+"""DLedgerConfig: one member's settings (DLedger's names and defaults: ``DLedgerConfig.java`` in
+openmessaging/dledger 0.3.1.2), and where its files and peers are.
 
 Theory of operation: a frozen value the driver (node.py) reads once.  The timing fields carry
-the same names and defaults as :class:`broker.dledger.core.CoreConfig` and go to the core
+the same names and defaults as :class:`broker.dledger.raft.core.CoreConfig` and go to the core
 unchanged (:meth:`DLedgerConfig.core_config`); the rest is the driver's: file sizes, the flush
 and checkpoint periods, the disk-full ratio and the RPC timeout.
 
@@ -19,7 +19,7 @@ import os
 
 import attrs
 
-from broker.dledger.core import CoreConfig
+from broker.dledger.raft.core import CoreConfig
 from broker.store.config import MessageStoreConfig
 
 __all__ = ["DLedgerConfig", "parse_peers"]

@@ -1,4 +1,4 @@
-"""A Trio in-memory :class:`~broker.dledger.transport.DLedgerNetwork` that can lose, delay,
+"""A Trio in-memory :class:`~broker.dledger.driver.transport.DLedgerNetwork` that can lose, delay,
 reorder and partition messages, and kill a member's endpoint.  For tests; runs under
 ``autojump_clock`` (every wait is an Event or a deadline on Trio's clock).
 
@@ -39,7 +39,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import attrs
 import trio
 
-from broker.dledger.transport import (
+from broker.dledger.driver.transport import (
     RESPONSE_TYPES,
     RPC_TIMEOUT,
     DLedgerClient,
@@ -50,7 +50,7 @@ from broker.dledger.transport import (
     RpcTimeout,
     RpcUnreachable,
 )
-from broker.dledger.wire import AnyRequest, AnyResponse
+from broker.dledger.driver.wire import AnyRequest, AnyResponse
 from common.remoting.network import parse_addr
 
 __all__ = ["MemoryDLedgerNetwork"]

@@ -1,5 +1,5 @@
 """Offset requests: consumer offsets and queue offsets (RocketMQ ``ConsumerManageProcessor`` and
-the offset half of ``AdminBrokerProcessor``), plus message lookup (``QueryMessageProcessor``).
+the offset half of ``AdminBrokerProcessor``).
 
 Theory of operation
 -------------------
@@ -9,10 +9,6 @@ all) and QUERY_NOT_FOUND (22) otherwise, which makes the client fall back to its
 consumeFromWhere policy (typically GET_MAX_OFFSET).  UPDATE_CONSUMER_OFFSET stores a commit and
 may arrive oneway.  GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and
 GET_EARLIEST_MSG_STORETIME are direct store reads.
-
-VIEW_MESSAGE_BY_ID takes the CommitLog offset decoded from an offset msgId and answers the raw
-record; QUERY_MESSAGE looks keys (or, with ``_UNIQUE_KEY_QUERY``, a client unique id) up in the
-index and answers the raw records found.
 """
 
 from __future__ import annotations
@@ -34,8 +30,6 @@ class ConsumerManageProcessor:
         dispatcher.register(RequestCode.GET_MIN_OFFSET, self.get_min_offset)
         dispatcher.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset_by_timestamp)
         dispatcher.register(RequestCode.GET_EARLIEST_MSG_STORETIME, self.get_earliest_msg_storetime)
-        dispatcher.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message_by_id)
-        dispatcher.register(RequestCode.QUERY_MESSAGE, self.query_message)
 
     async def query_consumer_offset(
         self, req: RemotingCommand, channel: Channel
@@ -93,36 +87,3 @@ class ConsumerManageProcessor:
             req.get_str("topic"), req.get_int("queueId")
         )
         return req.response(ResponseCode.SUCCESS, None, {"timestamp": ts})
-
-    async def view_message_by_id(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
-        offset = req.get_int("offset")
-        rec = self.broker.store.select_one_message_by_offset(offset)
-        if rec is None:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
-            )
-        return req.response(ResponseCode.SUCCESS, body=rec)
-
-    async def query_message(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
-        b = self.broker
-        max_num = req.get_int("maxNum")
-        if req.get_bool("_UNIQUE_KEY_QUERY", False):
-            max_num = b.config.store.default_query_max_num
-        result = b.store.query_message(
-            req.get_str("topic"),
-            req.get_str("key"),
-            max_num,
-            req.get_int("beginTimestamp"),
-            req.get_int("endTimestamp"),
-        )
-        ext = {
-            "indexLastUpdateTimestamp": result.index_last_update_timestamp,
-            "indexLastUpdatePhyoffset": result.index_last_update_phyoffset,
-        }
-        if not result.buffers:
-            return req.response(
-                ResponseCode.QUERY_NOT_FOUND,
-                "can not find message, maybe time range not correct",
-                ext,
-            )
-        return req.response(ResponseCode.SUCCESS, None, ext, body=list(result.buffers))

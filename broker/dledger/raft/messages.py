@@ -1,11 +1,12 @@
-"""The DLedger messages (facts §6.4) as attrs values, shared by the Raft core, the log and the wire.
+"""The DLedger messages (the ``protocol/`` classes of openmessaging/dledger 0.3.1.2) as attrs
+values, shared by the Raft core, the log and the wire.
 
-The core (core.py) consumes and produces these values and never sees JSON; transport.py is the
-one place that turns them into DLedger's JSON bodies (camelCase names, base64 entry bodies) and
-back.  Every message carries the base fields of DLedger's ``RequestOrResponse``: ``group``,
-``remote_id`` (the receiver of a request, the answering node of a response: DLedger copies it
-unchanged into the response), ``local_id`` (the sender of a request), ``leader_id``, ``term`` and
-``code`` (a :class:`DLedgerResponseCode`, 200 on requests).
+The core (core.py) consumes and produces these values and never sees JSON;
+broker/dledger/driver/wire.py is the one place that turns them into DLedger's JSON bodies (camelCase
+names, base64 entry bodies) and back.  Every message carries the base fields of DLedger's
+``RequestOrResponse``: ``group``, ``remote_id`` (the receiver of a request, the answering node of a
+response: DLedger copies it unchanged into the response), ``local_id`` (the sender of a request),
+``leader_id``, ``term`` and ``code`` (a :class:`DLedgerResponseCode`, 200 on requests).
 
 Requests and responses are separate classes; the transport pairs a response with its request
 (the remoting ``opaque``), so the core treats each response as one more message that arrived.

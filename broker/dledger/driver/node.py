@@ -3,14 +3,15 @@
 Theory of operation
 -------------------
 ``run_dledger_node`` opens the member's log (the file log under ``<store>/dledger-<id>`` unless
-one is injected), loads ``currterm`` and ``checkpoint`` (storage.py), builds the
+one is injected), loads ``currterm`` and ``checkpoint`` (node_storage.py), builds the
 :class:`RaftCore`, binds the member's DLedger address and reports the :class:`DLedgerNode`.
 Its nursery then holds:
 
 * the **ticker**: sleeps in a cancel scope whose deadline is ``core.next_deadline()`` on Trio's
   clock; whatever gives the core new work moves that deadline (earlier or later) at once;
-* one :class:`~broker.dledger.replicator.PeerReplicator` per peer: the core's requests to that
-  peer, written in order and pipelined; answers and failures go back to the core;
+* one :class:`~broker.dledger.driver.peer_replicator.PeerReplicator` per peer: the core's
+  requests to that peer, written in order and pipelined; answers and failures go back to the
+  core;
 * the **persister**, which writes each PersistState (in a worker thread for files);
 * **flush** (the file log, every flushFileInterval), **checkpoint** (every checkPointInterval)
   and the **disk check** (DISK_FULL at or above ``disk_full_ratio``).
@@ -48,7 +49,14 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 import trio
 
-from broker.dledger.core import (
+from broker.dledger.driver.mmap_file_store import FileLog
+from broker.dledger.driver.node_config import DLedgerConfig
+from broker.dledger.driver.node_storage import FileStorage, NodeStorage, open_log
+from broker.dledger.driver.peer_replicator import PeerReplicator
+from broker.dledger.driver.proposal import PendingProposals, Proposal
+from broker.dledger.driver.transport import DLedgerClient, DLedgerNetwork, Reply
+from broker.dledger.driver.wire import AnyRequest, AnyResponse
+from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
@@ -58,8 +66,8 @@ from broker.dledger.core import (
     Send,
     TransferDone,
 )
-from broker.dledger.log import RaftLog
-from broker.dledger.messages import (
+from broker.dledger.raft.log import RaftLog
+from broker.dledger.raft.messages import (
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     MetadataRequest,
@@ -68,13 +76,6 @@ from broker.dledger.messages import (
     Response,
     Role,
 )
-from broker.dledger.mmap_file_store import FileLog
-from broker.dledger.node_config import DLedgerConfig
-from broker.dledger.proposal import PendingProposals, Proposal
-from broker.dledger.replicator import PeerReplicator
-from broker.dledger.storage import FileStorage, NodeStorage, open_log
-from broker.dledger.transport import DLedgerClient, DLedgerNetwork, Reply
-from broker.dledger.wire import AnyRequest, AnyResponse
 from broker.store.page_warmer import run_page_warmer
 from common.remoting.codes import DLedgerResponseCode
 from common.remoting.deferred_answer import flush_in_batch
@@ -449,8 +450,9 @@ async def run_dledger_node(
         hard_state, _checkpoint_committed = await store.load()
         # Raft's commit index is volatile: it is learned again from a leader.  The checkpoint's
         # could name entries a whole-group power cut took from the other members' logs; a member
-        # trusting it would refuse the new leader's truncation of them forever (entry_handler.py
-        # never cuts what it holds committed).  What was applied before is the applier's.
+        # trusting it would refuse the new leader's truncation of them forever
+        # (raft/entry_handler.py never cuts what it holds committed).  What was applied before is
+        # the applier's.
         committed = -1
         core = RaftCore(
             config.core_config(),

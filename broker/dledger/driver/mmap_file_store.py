@@ -1,4 +1,5 @@
-"""FileLog: the Raft log in DLedger's own on-disk format (DLedgerMmapFileStore, facts §6.1).
+"""FileLog: the Raft log in DLedger's own on-disk format (``store/file/DLedgerMmapFileStore.java``
+and ``entry/DLedgerEntryCoder.java`` in openmessaging/dledger 0.3.1.2).
 
 Theory of operation
 -------------------
@@ -25,11 +26,11 @@ is zeroed and later files deleted (a torn entry or unit can never come back).  `
 cuts the same way, after the last entry kept, so a truncated log and the same log reopened
 are byte for byte the same files.
 
-Retention (``drop_head``, driven by log_retention.py) removes whole data files from the head,
-never the last one, and the index files wholly below what is left; ``begin_index`` is then the
-first entry of the first data file, which is where ``open_file_log`` finds it again (a data
-file always starts with an entry).  The new first entry must already be on disk, so a power
-cut cannot leave a log whose head is gone and whose first kept entry is torn.
+Retention (``drop_head``, driven by broker/dledger/broker/log_retention.py) removes whole data
+files from the head, never the last one, and the index files wholly below what is left;
+``begin_index`` is then the first entry of the first data file, which is where ``open_file_log``
+finds it again (a data file always starts with an entry).  The new first entry must already be on
+disk, so a power cut cannot leave a log whose head is gone and whose first kept entry is torn.
 
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
 ``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
@@ -37,7 +38,7 @@ but zeros after ``write_pos``.
 The newest entries (at most ``RECENT_ENTRIES`` of them and ``RECENT_BYTES`` of bodies) are
 also kept as the Entry values they were written from, so the readers of a fresh entry (one
 replicator per follower on the leader, the applier on every member) get it without a header
-parse and a body copy out of the map: on a 3-member group that was a third of a leader's log
+parse and a body copy out of the map: on a 3-member group that is a third of a leader's log
 cost.  The cache holds only entries that are in the files; ``truncate`` drops those it cuts.
 The byte bound keeps a member's heap bounded under large messages (an entry is one record,
 up to the 4 MiB message limit: 8192 of them could be 32 GiB); 64 MiB is generous because a
@@ -49,9 +50,8 @@ nothing was written for ``QUIET_S`` (``quiet_release_due``), the flush caller em
 cache on the loop's thread (nobody reads a fresh entry any more), then ``release_quiet`` drops
 every flushed page (``MappedFile.release_behind``) and trims the heap (broker/store/heap.py)
 in a worker thread: an idle member holds no log pages.  While entries keep coming the pages
-stay mapped: two earlier tries at releasing them in steps during load measured a throughput
-cost, and a third measured one too but carried a cache eviction bug (docs/benchmarks.md), so
-whether stepwise release costs anything is open.
+stay mapped: releasing them in steps during load has not been shown to be free of a throughput
+cost (docs/benchmarks.md).
 
 Thread safety: only ``flush`` may run in another thread, concurrently with the loop's appends
 (see :class:`FileLog`).
@@ -68,8 +68,8 @@ from collections.abc import Callable
 
 import attrs
 
-from broker.dledger.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
-from broker.dledger.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
+from broker.dledger.raft.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
+from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
 from broker.store.heap import trim_heap
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -97,7 +97,8 @@ QUIET_S = 0.5
 
 @attrs.define(eq=False)
 class FileLog:
-    """A :class:`~broker.dledger.log.RaftLog` on DLedger's files; :func:`open_file_log` makes one.
+    """A :class:`~broker.dledger.raft.log.RaftLog` on DLedger's files; :func:`open_file_log` makes
+    one.
 
     Every call runs on the owner's thread (the node's event loop) except :meth:`flush`, which
     may run in a worker thread at the same time as ``append``/``append_entry``/``get``.
@@ -316,7 +317,7 @@ class FileLog:
                     mf.flushed = max(mf.flushed, end)
             self._last_write, self._settled = time.monotonic(), False
 
-    # --- retention (log_retention.py decides what may go) -------------------------------------
+    # --- retention (broker/dledger/broker/log_retention.py decides what may go) ---------------
     def first_index_of(self, mf: MappedFile) -> int:
         """The index of the entry a data file starts with (every data file starts with one:
         an entry never straddles files); -1 when the file holds none yet."""

@@ -42,8 +42,8 @@ import logging
 
 import attrs
 
-from broker.dledger.member_state import MemberState
-from broker.dledger.messages import (
+from broker.dledger.raft.member_state import MemberState
+from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     PushEntryRequest,
     PushEntryResponse,
