@@ -1,4 +1,4 @@
-"""Command line of the DLedger simulator (run it as ``python -m tests.broker.dledger.simulator``).
+"""Command line of the DLedger simulator (run it as ``python -m tests.broker.dledger.sim_cli``).
 
 --seed N [--nodes 3|5] [-v]          one seed; -v prints the trace
 --seeds A:B [--nodes 3|5] [--workers W]
@@ -31,7 +31,7 @@ def _range(text: str) -> range:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.broker.dledger.simulator")
+    parser = argparse.ArgumentParser(prog="python -m tests.broker.dledger.sim_cli")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int)
     which.add_argument("--seeds", type=_range, help="A:B, the seeds A..B-1")

@@ -13,8 +13,8 @@ them, with the committed index of a checkpoint taken at some earlier Committed a
 
 Replay one seed with a trace, or run many::
 
-    .venv/bin/python -m tests.broker.dledger.simulator --seed 1234 --nodes 5 -v
-    .venv/bin/python -m tests.broker.dledger.simulator --seeds 0:50000 --workers 2
+    .venv/bin/python -m tests.broker.dledger.sim_cli --seed 1234 --nodes 5 -v
+    .venv/bin/python -m tests.broker.dledger.sim_cli --seeds 0:50000 --workers 2
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def default_factory(
 
 
 def replay_command(seed: int, nodes: int) -> str:
-    return f".venv/bin/python -m tests.broker.dledger.simulator --seed {seed} --nodes {nodes} -v"
+    return f".venv/bin/python -m tests.broker.dledger.sim_cli --seed {seed} --nodes {nodes} -v"
 
 
 @attrs.define(eq=False)
@@ -525,11 +525,3 @@ def run_seed(
 def nodes_for(seed: int) -> int:
     """The default mix: even seeds run 3 members, odd seeds 5."""
     return 3 if seed % 2 == 0 else 5
-
-
-if __name__ == "__main__":
-    import sys
-
-    from tests.broker.dledger.sim_cli import main
-
-    sys.exit(main())
