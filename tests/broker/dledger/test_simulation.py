@@ -2,7 +2,7 @@
 check after every step; and proof that the checks fail on cores with planted bugs.
 
 A failing seed prints the command that replays it with a trace.  The larger run (50,000 seeds)
-is ``.venv/bin/python -m tests.broker.dledger.simulator --seeds 0:50000 --workers 2``.
+is ``.venv/bin/python -m tests.broker.dledger.sim_cli --seeds 0:50000 --workers 2``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def first_failure(cls: type[RaftCore], limit: int) -> str:
 )
 def test_a_planted_bug_is_caught(cls: type[RaftCore], symptoms: tuple[str, ...]) -> None:
     failure = first_failure(cls, limit=200)
-    assert "replay: .venv/bin/python -m tests.broker.dledger.simulator --seed" in failure
+    assert "replay: .venv/bin/python -m tests.broker.dledger.sim_cli --seed" in failure
     assert any(s in failure for s in symptoms), failure
 
 
