@@ -3,7 +3,7 @@ client they open on the global `--namesrv`.
 
 The command modules (`cli/cmd_cluster.py`, `cmd_topic.py`, `cmd_group.py`, `cmd_message.py`,
 `cmd_produce_consume.py`) import from here and never from each other, so each area can change
-alone and none of them imports the module that registers them (`cli/cmd_admin.py`).
+alone.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.app import _examples, _namesrv, _run, app
+from cli.app import _namesrv, _run, examples
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -19,17 +19,6 @@ if TYPE_CHECKING:
 # One benchmark run, told its progress (messages done so far).
 BenchRun = Callable[[Callable[[int], None]], Awaitable["BenchResult"]]
 
-bench_app = typer.Typer(
-    help="Load generator: produce or consume as fast as the cluster allows.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples(
-        "rmq bench produce --count 100000 --size 1024 --inflight 32",
-        "rmq bench produce --duration 30 --batch 32 --runs 3",
-        "rmq bench consume --topic BenchTopic --count 100000",
-    ),
-)
-app.add_typer(bench_app, name="bench")
 
 Topic = Annotated[str, typer.Option("--topic", "-t", help="Topic to use.")]
 Count = Annotated[
@@ -78,13 +67,10 @@ async def _one_run(fn: BenchRun, progress: Progress, task: TaskID) -> BenchResul
     return await fn(lambda done: progress.update(task, completed=done))
 
 
-@bench_app.command(
-    "produce",
-    epilog=_examples(
-        "rmq bench produce                                # 10000 x 1 KiB, 16 in flight",
-        "rmq bench produce --size 4096 --batch 16 --inflight 8 --count 200000",
-        "rmq bench produce --duration 10 --runs 3 --json",
-    ),
+@examples(
+    "rmq bench produce                                # 10000 x 1 KiB, 16 in flight",
+    "rmq bench produce --size 4096 --batch 16 --inflight 8 --count 200000",
+    "rmq bench produce --duration 10 --runs 3 --json",
 )
 def produce(
     ctx: typer.Context,
@@ -136,12 +122,9 @@ def produce(
     )
 
 
-@bench_app.command(
-    "consume",
-    epilog=_examples(
-        "rmq bench consume                       # pull all of BenchTopic from the start",
-        "rmq bench consume --count 50000 --batch 32 --runs 3",
-    ),
+@examples(
+    "rmq bench consume                       # pull all of BenchTopic from the start",
+    "rmq bench consume --count 50000 --batch 32 --runs 3",
 )
 def consume(
     ctx: typer.Context,

@@ -11,17 +11,14 @@ from typing import Annotated
 import attrs
 import typer
 
-from cli.app import _examples, app
+from cli.app import examples
 
 
-@app.command(
-    "chaos",
-    epilog=_examples(
-        "rmq chaos --mode sync --schedules 3",
-        "rmq chaos --mode dledger --schedules 100 --seed 1000   # the long form",
-        "rmq chaos --mode async --faults 4 --duration 20",
-        "rmq chaos --mode dledger --kinds torn,full_disk --json",
-    ),
+@examples(
+    "rmq chaos --mode sync --schedules 3",
+    "rmq chaos --mode dledger --schedules 100 --seed 1000   # the long form",
+    "rmq chaos --mode async --faults 4 --duration 20",
+    "rmq chaos --mode dledger --kinds torn,full_disk --json",
 )
 def chaos_cmd(
     mode: Annotated[str, typer.Option(help="sync, async or dledger.")] = "sync",

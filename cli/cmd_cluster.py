@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.admin_options import JsonOpt, open_admin
-from cli.app import _examples, _namesrv, _run, app
+from cli.app import _namesrv, _run, app, examples
 
 if TYPE_CHECKING:
     # typer vendors click: the Command and Context its groups take are these
@@ -22,13 +22,6 @@ if TYPE_CHECKING:
 
     from cli.status import BrokerStatus
 
-cluster_app = typer.Typer(
-    help="Brokers of the cluster with their role and replication state.",
-    invoke_without_command=True,
-    rich_markup_mode=None,
-    epilog=_examples("rmq cluster", "rmq cluster list --json"),
-)
-app.add_typer(cluster_app, name="cluster")
 
 BrokerAddrOpt = Annotated[
     str | None, typer.Option("--broker", help="Ask only this broker (host:port).")
@@ -48,7 +41,6 @@ def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) ->
     render.cluster_status(_run(main), as_json=as_json)
 
 
-@cluster_app.callback()
 def cluster_default(
     ctx: typer.Context, broker_addr: BrokerAddrOpt = None, as_json: JsonOpt = False
 ) -> None:
@@ -57,13 +49,10 @@ def cluster_default(
         _cluster_list(ctx, broker_addr, as_json)
 
 
-@cluster_app.command(
-    "list",
-    epilog=_examples(
-        "rmq cluster list",
-        "rmq cluster list --json",
-        "rmq cluster list --broker 127.0.0.1:10911   # one broker, no nameserver needed",
-    ),
+@examples(
+    "rmq cluster list",
+    "rmq cluster list --json",
+    "rmq cluster list --broker 127.0.0.1:10911   # one broker, no nameserver needed",
 )
 def cluster_list(
     ctx: typer.Context, broker_addr: BrokerAddrOpt = None, as_json: JsonOpt = False
@@ -77,7 +66,7 @@ def cluster_list(
     _cluster_list(ctx, broker_addr, as_json)
 
 
-class _BrokerGroup(typer.core.TyperGroup):
+class BrokerGroup(typer.core.TyperGroup):
     """`rmq broker status ADDR`, and anything else goes to the `rmq broker` server command."""
 
     def _server(self) -> Command | None:
@@ -107,21 +96,7 @@ class _BrokerGroup(typer.core.TyperGroup):
         return super().make_context(info_name, args, parent=parent, **extra)
 
 
-broker_app = typer.Typer(
-    cls=_BrokerGroup,
-    help="Run a broker (`rmq broker [OPTIONS]`, see `rmq broker --help`) or ask one "
-    "(`rmq broker status ADDR`).",
-    rich_markup_mode=None,
-)
-app.add_typer(broker_app, name="broker")
-
-
-@broker_app.command(
-    "status",
-    epilog=_examples(
-        "rmq broker status 127.0.0.1:10911", "rmq broker status 127.0.0.1:10911 --json"
-    ),
-)
+@examples("rmq broker status 127.0.0.1:10911", "rmq broker status 127.0.0.1:10911 --json")
 def broker_status_cmd(
     ctx: typer.Context,
     addr: Annotated[str, typer.Argument(help="Broker address host:port.")],

@@ -12,31 +12,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.admin_options import JsonOpt
-from cli.app import _examples, _namesrv, _run, app
+from cli.app import _namesrv, _run, examples
 
 if TYPE_CHECKING:
     from cli.dledger_admin import TransferOutcome
 
-dledger_app = typer.Typer(
-    help="DLedger groups: move a group's leader (their Raft state: `rmq cluster`, `rmq top`).",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples(
-        "rmq dledger leadership-transfer --to n1",
-        "rmq dledger leadership-transfer --to broker-b-n2",
-    ),
-)
-app.add_typer(dledger_app, name="dledger")
 
-
-@dledger_app.command(
-    "leadership-transfer",
-    epilog=_examples(
-        "rmq dledger leadership-transfer --to n1                  # the only group",
-        "rmq dledger leadership-transfer --to n2 --group broker-b",
-        "rmq dledger leadership-transfer --to broker-b-n2         # the node name says the group",
-        "rmq dledger leadership-transfer --to n1 --json",
-    ),
+@examples(
+    "rmq dledger leadership-transfer --to n1                  # the only group",
+    "rmq dledger leadership-transfer --to n2 --group broker-b",
+    "rmq dledger leadership-transfer --to broker-b-n2         # the node name says the group",
+    "rmq dledger leadership-transfer --to n1 --json",
 )
 def leadership_transfer(
     ctx: typer.Context,

@@ -7,23 +7,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.admin_options import ClusterOpt, JsonOpt, open_admin
-from cli.app import _examples, _run, app
+from cli.app import _run, examples
 from cli.errors import CliError
 from common.mixall import is_system_group
 
 if TYPE_CHECKING:
     from rmq.admin_api import ConsumerConnection, ConsumeStats
 
-group_app = typer.Typer(
-    help="Consumer groups and their progress.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples("rmq group list", "rmq group progress cg1"),
-)
-app.add_typer(group_app, name="group")
 
-
-@group_app.command("list", epilog=_examples("rmq group list", "rmq group list --all --json"))
+@examples("rmq group list", "rmq group list --all --json")
 def group_list(
     ctx: typer.Context,
     cluster: ClusterOpt = None,
@@ -45,10 +37,7 @@ def group_list(
     admin_render.group_list(groups, as_json=as_json)
 
 
-@group_app.command(
-    "progress",
-    epilog=_examples("rmq group progress cg1", "rmq group progress cg1 --topic Orders --json"),
-)
+@examples("rmq group progress cg1", "rmq group progress cg1 --topic Orders --json")
 def group_progress(
     ctx: typer.Context,
     group: Annotated[str, typer.Argument(help="Consumer group.")],

@@ -18,27 +18,25 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.app import _examples, _run, app
+from cli.app import _run, examples
 
 _DATA_DIR_HELP = "Data dir of the cluster (as given to `rmq up`)."
 _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-dir is not given."
 
 
-@app.command(
-    epilog=_examples(
-        "rmq up                              # namesrv 9876, SYNC_MASTER 10911 + slave 10921",
-        "rmq up --slaves 2                   # slaves on 10921 and 10931 (brokerId 1, 2)",
-        "rmq up --slaves 0                   # one ASYNC_MASTER alone",
-        "rmq up --role ASYNC_MASTER          # the master answers before the slave has it",
-        "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
-        "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
-        "rmq up --dledger 3                  # Raft group broker-a-n0..n2 on 10911/10921/10931",
-        "rmq up --masters 2 --dledger 3      # two groups: broker-a-n0..n2, broker-b-n0..n2",
-        "rmq up --config cluster.toml        # topology from a file (flags override it)",
-        "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
-        "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
-        "rmq up --json                       # foreground: one JSON object per event and line",
-    ),
+@examples(
+    "rmq up                              # namesrv 9876, SYNC_MASTER 10911 + slave 10921",
+    "rmq up --slaves 2                   # slaves on 10921 and 10931 (brokerId 1, 2)",
+    "rmq up --slaves 0                   # one ASYNC_MASTER alone",
+    "rmq up --role ASYNC_MASTER          # the master answers before the slave has it",
+    "rmq up --data-dir /tmp/rmq --namesrv-port 19876 --broker-port 20911",
+    "rmq up --masters 2 --slaves 1       # broker-a/b on 10911/10921, slaves 10931/10941",
+    "rmq up --dledger 3                  # Raft group broker-a-n0..n2 on 10911/10921/10931",
+    "rmq up --masters 2 --dledger 3      # two groups: broker-a-n0..n2, broker-b-n0..n2",
+    "rmq up --config cluster.toml        # topology from a file (flags override it)",
+    "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
+    "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
+    "rmq up --json                       # foreground: one JSON object per event and line",
 )
 def up(
     # typer passes it, and knows it only by a bare typer.Context annotation (Optional would
@@ -306,11 +304,9 @@ DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help=_DATA_DIR
 ConfigOption = Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)]
 
 
-@app.command(
-    epilog=_examples(
-        "rmq status                          # the cluster of ./.rmq",
-        "rmq status --data-dir /tmp/rmq --json",
-    ),
+@examples(
+    "rmq status                          # the cluster of ./.rmq",
+    "rmq status --data-dir /tmp/rmq --json",
 )
 def status(
     data_dir: DataDirOption = None,
@@ -323,13 +319,11 @@ def status(
     local_render.status(_control(data_dir, config, "status"), as_json=as_json)
 
 
-@app.command(
-    epilog=_examples(
-        "rmq kill broker-a                   # SIGKILL the master; its slave keeps serving",
-        "rmq kill broker-a-s1 --data-dir /tmp/rmq",
-        "rmq kill broker-a-n0                # a DLedger member (rmq up --dledger 3)",
-        "rmq kill broker-a --json            # the node as `rmq status --json` shows it",
-    ),
+@examples(
+    "rmq kill broker-a                   # SIGKILL the master; its slave keeps serving",
+    "rmq kill broker-a-s1 --data-dir /tmp/rmq",
+    "rmq kill broker-a-n0                # a DLedger member (rmq up --dledger 3)",
+    "rmq kill broker-a --json            # the node as `rmq status --json` shows it",
 )
 def kill(
     node: Annotated[
@@ -348,13 +342,11 @@ def kill(
     local_render.killed(reply["node"], as_json=as_json)
 
 
-@app.command(
-    epilog=_examples(
-        "rmq restart broker-a                # same ports, same store, log appended",
-        "rmq restart namesrv --timeout 60",
-        "rmq restart broker-a-n0             # rejoins its DLedger group as a follower",
-        "rmq restart broker-a --json         # the node, serving again, as one JSON document",
-    ),
+@examples(
+    "rmq restart broker-a                # same ports, same store, log appended",
+    "rmq restart namesrv --timeout 60",
+    "rmq restart broker-a-n0             # rejoins its DLedger group as a follower",
+    "rmq restart broker-a --json         # the node, serving again, as one JSON document",
 )
 def restart(
     node: Annotated[
@@ -376,12 +368,10 @@ def restart(
     local_render.restarted(reply["node"], as_json=as_json)
 
 
-@app.command(
-    epilog=_examples(
-        "rmq down                            # the cluster of ./.rmq",
-        "rmq down --data-dir /tmp/rmq",
-        "rmq down --json                     # what was stopped, as one JSON document",
-    ),
+@examples(
+    "rmq down                            # the cluster of ./.rmq",
+    "rmq down --data-dir /tmp/rmq",
+    "rmq down --json                     # what was stopped, as one JSON document",
 )
 def down(
     data_dir: DataDirOption = None,

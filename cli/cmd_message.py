@@ -8,29 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.admin_options import JsonOpt, open_admin
-from cli.app import _examples, _run, app
+from cli.app import _run, examples
 from cli.errors import CliError
 
 if TYPE_CHECKING:
     from common.message import MessageExt
 
-message_app = typer.Typer(
-    help="Find messages by key, msgId or queue offset.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples("rmq message query --topic Orders --key order-1"),
-)
-app.add_typer(message_app, name="message")
 
-
-@message_app.command(
-    "query",
-    epilog=_examples(
-        "rmq message query --topic Orders --key order-1",
-        "rmq message query --id 7F000001000029AF0000000000000000   # offset msgId",
-        "rmq message query --topic Orders --id 0A0B0C0D...            # client msgId (UNIQ_KEY)",
-        "rmq message query --topic Orders --broker broker-a --queue 0 --offset 42 --json",
-    ),
+@examples(
+    "rmq message query --topic Orders --key order-1",
+    "rmq message query --id 7F000001000029AF0000000000000000   # offset msgId",
+    "rmq message query --topic Orders --id 0A0B0C0D...            # client msgId (UNIQ_KEY)",
+    "rmq message query --topic Orders --broker broker-a --queue 0 --offset 42 --json",
 )
 def message_query(
     ctx: typer.Context,

@@ -13,20 +13,18 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from cli.admin_options import JsonOpt
-from cli.app import _examples, _namesrv, _run, app
+from cli.app import _namesrv, _run, examples
 
 # Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
 PROGRESS_THRESHOLD = 1000
 
 
-@app.command(
-    epilog=_examples(
-        "rmq produce --topic TopicTest hello world       # two messages",
-        "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
-        "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
-        "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
-        "tail -f app.log | rmq produce -t Logs           # each line sent as it arrives",
-    ),
+@examples(
+    "rmq produce --topic TopicTest hello world       # two messages",
+    "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
+    "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
+    "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
+    "tail -f app.log | rmq produce -t Logs           # each line sent as it arrives",
 )
 def produce(
     ctx: typer.Context,
@@ -154,13 +152,11 @@ def _stdin_bytes() -> BinaryIO:
     return stream
 
 
-@app.command(
-    epilog=_examples(
-        "rmq consume --topic TopicTest --from-beginning   # everything, then exit",
-        "rmq consume --topic TopicTest -f                 # new messages, until Ctrl-C",
-        "rmq consume --topic TopicTest --from-beginning --count 10 --json",
-        "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v -f",
-    ),
+@examples(
+    "rmq consume --topic TopicTest --from-beginning   # everything, then exit",
+    "rmq consume --topic TopicTest -f                 # new messages, until Ctrl-C",
+    "rmq consume --topic TopicTest --from-beginning --count 10 --json",
+    "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v -f",
 )
 def consume(
     ctx: typer.Context,

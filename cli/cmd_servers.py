@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from cli.app import _examples, _namesrv, app
+from cli.app import _namesrv, examples
 from cli.node import (
     BROKER_ROLES,
     FLUSH_TYPES,
@@ -26,9 +26,7 @@ from cli.node import (
 # --- servers ---------------------------------------------------------------------------------
 
 
-@app.command(
-    epilog=_examples("rmq namesrv", "rmq namesrv --port 9877 --data-dir /tmp/ns"),
-)
+@examples("rmq namesrv", "rmq namesrv --port 9877 --data-dir /tmp/ns")
 def namesrv(
     port: Annotated[int, typer.Option("--port", "-p", help="Listen port.")] = 9876,
     host: Annotated[str, typer.Option("--host", help="Listen address.")] = "127.0.0.1",
@@ -49,13 +47,11 @@ def namesrv(
         raise typer.Exit(exc.code) from None
 
 
-@app.command(
-    epilog=_examples(
-        "rmq broker",
-        "rmq broker -c conf/broker.conf",
-        "rmq broker --name broker-b --port 10921 --namesrv 127.0.0.1:9876 --data-dir /tmp/b",
-        "rmq broker --name broker-a --id 1 --role SLAVE --port 10931",
-    ),
+@examples(
+    "rmq broker",
+    "rmq broker -c conf/broker.conf",
+    "rmq broker --name broker-b --port 10921 --namesrv 127.0.0.1:9876 --data-dir /tmp/b",
+    "rmq broker --name broker-a --id 1 --role SLAVE --port 10931",
 )
 def broker(
     ctx: typer.Context,

@@ -8,25 +8,14 @@ from typing import Annotated
 
 import typer
 
-from cli.app import _examples, app
-
-store_app = typer.Typer(
-    help="Offline checks of broker store directories.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples("rmq store verify .rmq/broker-a .rmq/broker-a-s1"),
-)
-app.add_typer(store_app, name="store")
+from cli.app import examples
 
 
-@store_app.command(
-    "verify",
-    epilog=_examples(
-        "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
-        "rmq store verify /data/master/store/commitlog /data/slave/store/commitlog",
-        "rmq store verify .rmq/broker-a .rmq/broker-a-s1 --json",
-        "rmq store verify M S || echo diverged   # exit 2: different; 1: an error (not a store)",
-    ),
+@examples(
+    "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
+    "rmq store verify /data/master/store/commitlog /data/slave/store/commitlog",
+    "rmq store verify .rmq/broker-a .rmq/broker-a-s1 --json",
+    "rmq store verify M S || echo diverged   # exit 2: different; 1: an error (not a store)",
 )
 def verify_cmd(
     master: Annotated[Path, typer.Argument(help="The master's storePathRootDir (or commitlog/).")],

@@ -6,17 +6,14 @@ from typing import Annotated
 
 import typer
 
-from cli.app import _examples, _namesrv, _run, app
+from cli.app import _namesrv, _run, examples
 
 
-@app.command(
-    "top",
-    epilog=_examples(
-        "rmq top                          # refresh every second until ctrl-C",
-        "rmq top --interval 5",
-        "rmq top --once                   # print one frame (rates over --interval) and exit",
-        "rmq -n 10.0.0.1:9876 top --system   # include TBW102, %RETRY% topics, system groups",
-    ),
+@examples(
+    "rmq top                          # refresh every second until ctrl-C",
+    "rmq top --interval 5",
+    "rmq top --once                   # print one frame (rates over --interval) and exit",
+    "rmq -n 10.0.0.1:9876 top --system   # include TBW102, %RETRY% topics, system groups",
 )
 def top(
     ctx: typer.Context,

@@ -1,9 +1,5 @@
 """`rmq topic`: create, update, delete, list and inspect topics (mqadmin updateTopic,
-deleteTopic, topicList, topicRoute, topicStatus).
-
-`topic_app` itself is made in `cli/app.py` (it heads the group list of `rmq --help`); this
-module adds its commands.
-"""
+deleteTopic, topicList, topicRoute, topicStatus)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.admin_options import ClusterOpt, JsonOpt, open_admin
-from cli.app import _examples, _run, topic_app
+from cli.app import _run, examples
 from cli.errors import CliError
 
 if TYPE_CHECKING:
@@ -24,13 +20,10 @@ QueuesOpt = Annotated[
 ]
 
 
-@topic_app.command(
-    "create",
-    epilog=_examples(
-        "rmq topic create TopicTest",
-        "rmq topic create Orders --queues 4 --cluster DefaultCluster",
-        "rmq topic create Orders --broker 127.0.0.1:10911 --json",
-    ),
+@examples(
+    "rmq topic create TopicTest",
+    "rmq topic create Orders --queues 4 --cluster DefaultCluster",
+    "rmq topic create Orders --broker 127.0.0.1:10911 --json",
 )
 def topic_create(
     ctx: typer.Context,
@@ -72,12 +65,9 @@ def _check_perm(perm: int | None) -> None:
         )
 
 
-@topic_app.command(
-    "update",
-    epilog=_examples(
-        "rmq topic update Orders --queues 16",
-        "rmq topic update Orders --perm 4      # read-only: producers are refused",
-    ),
+@examples(
+    "rmq topic update Orders --queues 16",
+    "rmq topic update Orders --perm 4      # read-only: producers are refused",
 )
 def topic_update(
     ctx: typer.Context,
@@ -122,10 +112,7 @@ def topic_update(
     admin_render.topic_changed("updated", topic, _run(main), as_json=as_json)
 
 
-@topic_app.command(
-    "delete",
-    epilog=_examples("rmq topic delete Orders", "rmq topic delete Orders --cluster DefaultCluster"),
-)
+@examples("rmq topic delete Orders", "rmq topic delete Orders --cluster DefaultCluster")
 def topic_delete(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic name.")],
@@ -142,9 +129,7 @@ def topic_delete(
     admin_render.topic_changed("deleted", topic, _run(main), as_json=as_json)
 
 
-@topic_app.command(
-    "list", epilog=_examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list --json")
-)
+@examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list --json")
 def topic_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List every topic the nameserver knows."""
     from cli import admin_render
@@ -156,9 +141,7 @@ def topic_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     admin_render.topic_list(_run(main), as_json=as_json)
 
 
-@topic_app.command(
-    "route", epilog=_examples("rmq topic route TopicTest", "rmq topic route T --json")
-)
+@examples("rmq topic route TopicTest", "rmq topic route T --json")
 def topic_route(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic name.")],
@@ -174,9 +157,7 @@ def topic_route(
     admin_render.topic_route(topic, _run(main), as_json=as_json)
 
 
-@topic_app.command(
-    "status", epilog=_examples("rmq topic status TopicTest", "rmq topic status TopicTest --json")
-)
+@examples("rmq topic status TopicTest", "rmq topic status TopicTest --json")
 def topic_status(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic name.")],

@@ -1,9 +1,9 @@
-"""The `rmq` command: run a local cluster, servers, and talk to them.
+"""The `rmq` command: its command tree, and the console-script entry point (`main`).
 
-Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to
-`cli/render.py`. Imports of trio, the servers and the client happen inside the commands.
-The application and its shared helpers live in `cli/app.py`; each `cli/cmd_*.py` module adds
-its commands on import.
+Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to a
+renderer. Imports of trio, the servers and the client happen inside the commands, so
+`rmq --help` and `rmq up` start quickly. The application and what the commands share live in
+`cli/app.py`; `register_commands` below is the one place that puts every command on it.
 """
 
 from __future__ import annotations
@@ -13,21 +13,21 @@ import sys
 
 import typer
 
-# Importing a command module registers its commands on `app`.
-from cli import (  # noqa: F401
-    cmd_admin,
+from cli import (
     cmd_bench,
+    cmd_chaos,
+    cmd_cluster,
     cmd_dledger,
+    cmd_group,
     cmd_local,
+    cmd_message,
+    cmd_produce_consume,
     cmd_servers,
     cmd_store,
     cmd_top,
+    cmd_topic,
 )
-
-# isort: split
-# after the others: `rmq --help` keeps the order users know, chaos last of the commands
-from cli import cmd_chaos  # noqa: F401
-from cli.app import app
+from cli.app import add_command, app, command_group
 from cli.cmd_local import up
 from cli.node import (
     BROKER_FLAG_PROPERTIES,
@@ -44,6 +44,103 @@ __all__ = [
     "main",
     "properties_text",
 ]
+
+
+def register_commands(root: typer.Typer) -> None:
+    """Every command and group of `rmq`, in the order `rmq --help` lists them.
+
+    typer lists a group's plain commands first and its subgroups after them, each in the
+    order they were registered. `rmq broker` is both a command (run a broker) and a group
+    (`rmq broker status ADDR`): the group takes the command's place in the listing and hands
+    anything that is not one of its subcommands to the command (`cmd_cluster.BrokerGroup`).
+    """
+    add_command(root, cmd_produce_consume.produce)
+    add_command(root, cmd_produce_consume.consume)
+    add_command(root, cmd_local.up)
+    add_command(root, cmd_local.status)
+    add_command(root, cmd_local.kill)
+    add_command(root, cmd_local.restart)
+    add_command(root, cmd_local.down)
+    add_command(root, cmd_servers.namesrv)
+    add_command(root, cmd_servers.broker)
+    add_command(root, cmd_top.top, "top")
+    add_command(root, cmd_chaos.chaos_cmd, "chaos")
+
+    topic = command_group(
+        "Create, list and inspect topics.",
+        "rmq topic create T --queues 8",
+        "rmq topic list",
+        "rmq topic route T",
+    )
+    add_command(topic, cmd_topic.topic_create, "create")
+    add_command(topic, cmd_topic.topic_update, "update")
+    add_command(topic, cmd_topic.topic_delete, "delete")
+    add_command(topic, cmd_topic.topic_list, "list")
+    add_command(topic, cmd_topic.topic_route, "route")
+    add_command(topic, cmd_topic.topic_status, "status")
+    root.add_typer(topic, name="topic")
+
+    cluster = command_group(
+        "Brokers of the cluster with their role and replication state.",
+        "rmq cluster",
+        "rmq cluster list --json",
+        no_args_is_help=False,
+        invoke_without_command=True,  # `rmq cluster` alone lists, as `rmq cluster list`
+    )
+    cluster.callback()(cmd_cluster.cluster_default)
+    add_command(cluster, cmd_cluster.cluster_list, "list")
+    root.add_typer(cluster, name="cluster")
+
+    broker = command_group(
+        "Run a broker (`rmq broker [OPTIONS]`, see `rmq broker --help`) or ask one "
+        "(`rmq broker status ADDR`).",
+        no_args_is_help=False,  # `rmq broker` alone runs a broker
+        cls=cmd_cluster.BrokerGroup,
+    )
+    add_command(broker, cmd_cluster.broker_status_cmd, "status")
+    root.add_typer(broker, name="broker")
+
+    group = command_group(
+        "Consumer groups and their progress.", "rmq group list", "rmq group progress cg1"
+    )
+    add_command(group, cmd_group.group_list, "list")
+    add_command(group, cmd_group.group_progress, "progress")
+    root.add_typer(group, name="group")
+
+    message = command_group(
+        "Find messages by key, msgId or queue offset.",
+        "rmq message query --topic Orders --key order-1",
+    )
+    add_command(message, cmd_message.message_query, "query")
+    root.add_typer(message, name="message")
+
+    bench = command_group(
+        "Load generator: produce or consume as fast as the cluster allows.",
+        "rmq bench produce --count 100000 --size 1024 --inflight 32",
+        "rmq bench produce --duration 30 --batch 32 --runs 3",
+        "rmq bench consume --topic BenchTopic --count 100000",
+    )
+    add_command(bench, cmd_bench.produce, "produce")
+    add_command(bench, cmd_bench.consume, "consume")
+    root.add_typer(bench, name="bench")
+
+    dledger = command_group(
+        "DLedger groups: move a group's leader (their Raft state: `rmq cluster`, `rmq top`).",
+        "rmq dledger leadership-transfer --to n1",
+        "rmq dledger leadership-transfer --to broker-b-n2",
+    )
+    add_command(dledger, cmd_dledger.leadership_transfer, "leadership-transfer")
+    root.add_typer(dledger, name="dledger")
+
+    store = command_group(
+        "Offline checks of broker store directories.",
+        "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
+    )
+    add_command(store, cmd_store.verify_cmd, "verify")
+    root.add_typer(store, name="store")
+
+
+register_commands(app)
 
 
 def main() -> None:
