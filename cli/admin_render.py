@@ -22,6 +22,7 @@ from cli.render import _console, _line, rate
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from cli.status import BrokerStatus
     from common.message import MessageExt
     from common.model import TopicRouteData
     from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
@@ -361,3 +362,104 @@ def messages(msgs: list[MessageExt], *, as_json: bool = False) -> None:
 
 def consumed_json(topic: str, msgs: list[MessageExt]) -> None:
     _json({"topic": topic, "count": len(msgs), "messages": [message_doc(m) for m in msgs]})
+
+
+# --- rmq cluster ------------------------------------------------------------------------------
+
+
+def cluster_status(statuses: list[BrokerStatus], *, as_json: bool = False) -> None:
+    """Brokers with role and CommitLog offset, then one row per slave connection (lag)."""
+    if as_json:
+        import json
+
+        _line(json.dumps({"brokers": [s.to_json() for s in statuses]}, indent=2))
+        return
+    from rich.table import Table
+
+    brokers = Table(title="brokers")
+    for col in ("cluster", "broker", "id", "role", "address", "max offset", "replication"):
+        brokers.add_column(col)
+    for s in statuses:
+        if s.error:
+            repl = f"error: {s.error}"
+        elif s.raft is not None:
+            repl = (
+                f"DLedger {s.raft.group} {s.raft.self_id} {s.raft.role}, term {_opt(s.raft.term)}"
+            )
+        elif s.broker_id == 0:
+            repl = f"push2SlaveMaxOffset {_opt(s.push2slave_max_offset)}, slaves {_opt(s.ha_connections)}"
+        else:
+            state = {True: "connected", False: "disconnected", None: "?"}[s.ha_client_connected]
+            repl = (
+                f"master {s.ha_master_addr or '-'} {state}, reported {_opt(s.ha_reported_offset)}"
+            )
+        brokers.add_row(
+            s.cluster,
+            s.broker_name,
+            str(s.broker_id),
+            s.role or "?",
+            s.addr,
+            _opt(s.max_offset),
+            repl,
+        )
+    console = _console(min_width=140)
+    console.print(brokers)
+    members = [s for s in statuses if s.raft is not None and not s.error]
+    if members:
+        console.print(dledger_table(members))
+    lags = Table(title="slave connections (as each master sees them)")
+    for col in ("broker", "master", "slave (HA socket)", "acked offset", "lag bytes", "lag ms"):
+        lags.add_column(col)
+    rows = 0
+    for s in statuses:
+        for lag in s.slaves:
+            lags.add_row(
+                s.broker_name,
+                s.addr,
+                lag.addr,
+                str(lag.ack_offset),
+                str(lag.lag_bytes),
+                str(lag.lag_ms),
+            )
+            rows += 1
+    if rows:
+        console.print(lags)
+    elif len(members) < len(statuses):  # DLedger members replicate by Raft, not HA
+        _line("no slave connections")
+
+
+def dledger_table(statuses: list[BrokerStatus]) -> Table:
+    """One row per DLedger member: its Raft role and term, its log's end and committed index,
+    its lag behind the group's leader (blank on the leader), and the leader it follows. The
+    group's current leader is marked `*`."""
+    from rich.table import Table
+
+    from cli.dledger_status import group_leaders, raft_cell
+
+    leaders = group_leaders(s.raft for s in statuses if s.raft is not None)
+    table = Table(title="DLedger groups (* = the group's current leader)")
+    for col in ("group", "member", "address", "term", "ledger end", "committed", "lag", "leader"):
+        table.add_column(col, justify="right" if col in _RAFT_NUMBERS else "left")
+    for s in sorted(statuses, key=lambda s: (s.raft.group, s.raft.self_id) if s.raft else ("", "")):
+        raft = s.raft
+        if raft is None:
+            continue
+        leader = leaders.get(raft.group)
+        table.add_row(
+            raft.group,
+            raft_cell(raft, leader),
+            s.addr,
+            _opt(raft.term),
+            _opt(raft.ledger_end_index),
+            _opt(raft.committed_index),
+            "" if raft.lag is None else str(raft.lag),
+            raft.leader_id or "-",
+        )
+    return table
+
+
+_RAFT_NUMBERS = ("term", "ledger end", "committed", "lag")
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -18,7 +18,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cli.node import DEFAULT_NAMESRV, Exit, run_main
+from cli.errors import Exit, run_main
+from cli.node import DEFAULT_NAMESRV
 from common.session_credentials import SessionCredentials
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -29,7 +29,7 @@ BrokerAddrOpt = Annotated[
 
 
 def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) -> None:
-    from cli import render
+    from cli import admin_render
 
     async def main() -> list[BrokerStatus]:
         from cli.status import broker_status, cluster_status
@@ -38,7 +38,7 @@ def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) ->
             return await broker_status(broker_addr)
         return await cluster_status(_namesrv(ctx))
 
-    render.cluster_status(_run(main), as_json=as_json)
+    admin_render.cluster_status(_run(main), as_json=as_json)
 
 
 def cluster_default(

@@ -7,6 +7,7 @@ state is shown by `rmq cluster` and `rmq top`.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -51,8 +52,6 @@ def leadership_transfer(
     refuses (e.g. the target's log is too far behind) or nothing happens in time. A target
     that already leads is no error.
     """
-    from cli import render
-
     namesrv = _namesrv(ctx).split(";")[0].strip()
 
     async def main() -> TransferOutcome:
@@ -60,4 +59,19 @@ def leadership_transfer(
 
         return await leadership_transfer(namesrv, to, group=group, timeout=timeout)
 
-    render.leadership_transferred(_run(main), as_json=as_json)
+    show_outcome(_run(main), as_json=as_json)
+
+
+def show_outcome(outcome: TransferOutcome, *, as_json: bool = False) -> None:
+    """What `rmq dledger leadership-transfer` prints: one line (or one JSON document)."""
+    if as_json:
+        typer.echo(json.dumps(outcome.to_json(), indent=2))
+        return
+    term = f"term {'-' if outcome.term is None else outcome.term}"
+    if not outcome.moved:
+        typer.echo(f"{outcome.group}: {outcome.new_leader} already leads ({term}); nothing to move")
+        return
+    typer.echo(
+        f"{outcome.group}: leadership moved {outcome.previous_leader} -> {outcome.new_leader} "
+        f"({term}, {outcome.seconds:.2f} s)"
+    )

@@ -121,8 +121,9 @@ def up(
     code and last log lines; `rmq restart <node>` starts it again. Logs: <data-dir>/logs/.
     """
     from cli import local_render
+    from cli.errors import Exit
     from cli.local_state import running_supervisor
-    from cli.node import Exit, make_data_dir
+    from cli.node import make_data_dir
     from cli.up import PlanError, busy_ports
 
     given: dict[str, Any] = {

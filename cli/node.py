@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cli.errors import Exit, describe_os_error, run_main
 
 if TYPE_CHECKING:
     import argparse
@@ -44,14 +46,6 @@ BROKER_FLAG_PROPERTIES = {
     "flush": "flushDiskType",
     "role": "brokerRole",
 }
-
-
-class Exit(Exception):  # named like typer.Exit, which it stands for
-    """Leave with this exit status (the message, if any, is already printed)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
 
 
 def broker_properties(conf_text: str | None, overrides: dict[str, Any]) -> dict[str, str]:
@@ -78,50 +72,6 @@ def properties_text(props: dict[str, str]) -> str:
         return s
 
     return "".join(f"{esc(k, key=True)}={esc(v, key=False)}\n" for k, v in props.items())
-
-
-def run_main(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
-    """trio.run with the CLI's error policy: known errors -> one stderr line, `Exit(1)`."""
-    import trio
-
-    from cli import render
-    from cli.errors import CliError
-    from common.errors import RmqError, unwrap_group
-
-    try:
-        return trio.run(async_fn, *args)
-    except BaseException as exc:  # classified below, re-raised when unknown
-        inner = unwrap_group(exc)
-        if isinstance(inner, KeyboardInterrupt):
-            raise Exit(130) from None
-        if isinstance(inner, CliError | RmqError | ValueError):
-            render.error(describe(inner))
-            raise Exit(1) from None
-        if isinstance(inner, OSError):
-            render.error(describe_os_error(inner))
-            raise Exit(1) from None
-        raise
-
-
-def describe(exc: BaseException) -> str:
-    from common.errors import RemotingConnectError, TopicNotExistError
-
-    if isinstance(exc, RemotingConnectError):
-        return f"cannot connect: {exc} (is the nameserver/broker running? see `rmq up`)"
-    if isinstance(exc, TopicNotExistError):
-        return f"topic does not exist: {exc.remark or exc}"
-    return str(exc) or type(exc).__name__
-
-
-def describe_os_error(exc: OSError) -> str:
-    import errno
-
-    if exc.errno == errno.EADDRINUSE:
-        return f"address already in use: {exc.strerror or exc}"
-    if exc.filename is not None and exc.strerror:
-        # the path is what the user can fix; errno's class name and number are noise
-        return f"{exc.filename}: {exc.strerror}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def config_file_error(path: Path, exc: OSError | UnicodeDecodeError) -> str:

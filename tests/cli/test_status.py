@@ -8,7 +8,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from cli import render
+from cli import admin_render
 from cli.main import app, fast_up_arguments
 from cli.status import (
     BrokerStatus,
@@ -119,7 +119,7 @@ def statuses() -> list[BrokerStatus]:
 
 
 def test_text_rendering_shows_roles_offsets_and_each_slave_lag(capsys):
-    render.cluster_status(statuses())
+    admin_render.cluster_status(statuses())
     out = capsys.readouterr().out
     assert "SYNC_MASTER" in out and "SLAVE" in out
     assert "push2SlaveMaxOffset 4800" in out
@@ -132,7 +132,7 @@ def test_text_rendering_shows_roles_offsets_and_each_slave_lag(capsys):
 
 
 def test_json_rendering_is_machine_readable(capsys):
-    render.cluster_status(statuses(), as_json=True)
+    admin_render.cluster_status(statuses(), as_json=True)
     doc = json.loads(capsys.readouterr().out)
     master, slave, dead = doc["brokers"]
     assert master["role"] == "SYNC_MASTER" and master["push2slave_max_offset"] == 4800
@@ -147,7 +147,7 @@ def test_json_rendering_is_machine_readable(capsys):
 
 
 def test_no_slaves_says_so(capsys):
-    render.cluster_status([BrokerStatus("broker-a", 0, "x:1", role="ASYNC_MASTER")])
+    admin_render.cluster_status([BrokerStatus("broker-a", 0, "x:1", role="ASYNC_MASTER")])
     assert "no slave connections" in capsys.readouterr().out
 
 
