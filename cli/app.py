@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cli.errors import Exit, run_main
-from cli.node import DEFAULT_NAMESRV
+from cli.servers.node import DEFAULT_NAMESRV
 from common.session_credentials import SessionCredentials
 
 F = TypeVar("F", bound=Callable[..., Any])

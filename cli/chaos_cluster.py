@@ -1,7 +1,7 @@
 """The chaos harness's cluster: real server processes, every replication link through a proxy.
 
 Modes: ``sync`` (SYNC_MASTER + slave), ``async`` (ASYNC_MASTER + slave) and ``dledger`` (three
-DLedger members), each with a nameserver.  Every process is ``python -m cli.node`` with its own
+DLedger members), each with a nameserver.  Every process is ``python -m cli.servers.node`` with its own
 ports, store and log under ``root``, and is controlled by pid: SIGKILL and a restart on the same
 store, SIGSTOP / SIGCONT.  The slave reaches its master's HA port, and each DLedger member
 each other member, through a :class:`~cli.link_proxy.LinkProxy`, so a partition is a blocked
@@ -63,7 +63,7 @@ class Proc:
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "cli.node", *self.args],
+                [sys.executable, "-m", "cli.servers.node", *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},

@@ -1,7 +1,7 @@
 """`rmq cluster` and `rmq broker status`: what the brokers of a cluster say about themselves
 (mqadmin clusterList and brokerStatus).
 
-`rmq broker` is two things: `rmq broker [OPTIONS]` runs a broker (cli/cmd_servers.py) and
+`rmq broker` is two things: `rmq broker [OPTIONS]` runs a broker (cli/servers/commands.py) and
 `rmq broker status ADDR` asks one. Click cannot have a command and a group under one name,
 so `broker` here is a group whose class hands any argument list that does not start with one
 of its subcommands to the server command, unchanged (same options, help and errors).

@@ -123,7 +123,7 @@ def up(
     from cli import local_render
     from cli.errors import Exit
     from cli.local_state import running_supervisor
-    from cli.node import make_data_dir
+    from cli.servers.node import make_data_dir
     from cli.up import PlanError, busy_ports
 
     given: dict[str, Any] = {

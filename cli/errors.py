@@ -1,7 +1,7 @@
 """Errors the `rmq` command reports as `error: <text>` on stderr with exit status 1, and the
 policy that turns them into that line (`run_main`).
 
-Imports nothing heavy at import time: the lean node entry point (`python -m cli.node`) uses
+Imports nothing heavy at import time: the lean node entry point (`python -m cli.servers.node`) uses
 the same policy as the typer commands.
 """
 

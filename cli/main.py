@@ -22,14 +22,14 @@ from cli import (
     cmd_local,
     cmd_message,
     cmd_produce_consume,
-    cmd_servers,
     cmd_store,
     cmd_top,
     cmd_topic,
 )
 from cli.app import add_command, app, command_group
 from cli.cmd_local import up
-from cli.node import (
+from cli.servers import commands as servers
+from cli.servers.node import (
     BROKER_FLAG_PROPERTIES,
     broker_properties,
     properties_text,
@@ -61,8 +61,8 @@ def register_commands(root: typer.Typer) -> None:
     add_command(root, cmd_local.kill)
     add_command(root, cmd_local.restart)
     add_command(root, cmd_local.down)
-    add_command(root, cmd_servers.namesrv)
-    add_command(root, cmd_servers.broker)
+    add_command(root, servers.namesrv)
+    add_command(root, servers.broker)
     add_command(root, cmd_top.top, "top")
     add_command(root, cmd_chaos.chaos_cmd, "chaos")
 

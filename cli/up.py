@@ -9,8 +9,8 @@ Theory of operation:
 * `run_up` (in `cli/supervisor.py`, which runs the processes) spawns every node at once:
   the interpreters start in parallel, and a broker that comes up before the nameserver
   listens retries its registration within a fraction of a second (`broker/registrar.py`).
-  Each child is `python -m cli.node namesrv|broker ... --watch-stdin` (argparse, no
-  typer/pydantic: see `cli/node.py`), with stdout+stderr going to
+  Each child is `python -m cli.servers.node namesrv|broker ... --watch-stdin` (argparse, no
+  typer/pydantic: see `cli/servers/node.py`), with stdout+stderr going to
   `<data-dir>/logs/<node>.log`. Each child watches its stdin, a pipe only the supervisor
   holds: if the supervisor dies, even by SIGKILL, the pipe closes and every child stops by
   itself, so no orphan outlives `rmq up`. Children run in their own session,
@@ -249,7 +249,7 @@ def write_node_config(node: NodeSpec, data_dir: Path) -> None:
     """Write `node`'s extra broker.conf properties (nothing for a node without any)."""
     if not node.properties:
         return
-    from cli.node import properties_text
+    from cli.servers.node import properties_text
 
     path = node_config_path(node, data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,8 +257,8 @@ def write_node_config(node: NodeSpec, data_dir: Path) -> None:
 
 
 def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
-    """The child command line; `python -m cli.node` keeps the child's imports lean."""
-    base = [sys.executable, "-m", "cli.node"]
+    """The child command line; `python -m cli.servers.node` keeps the child's imports lean."""
+    base = [sys.executable, "-m", "cli.servers.node"]
     node_dir = str(data_dir / node.name)
     if node.kind == "namesrv":
         return [
@@ -295,7 +295,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         "--data-dir",
         node_dir,
         "--watch-stdin",
-        # extra properties from a file; the flags above win over it (see cli.node)
+        # extra properties from a file; the flags above win over it (see cli.servers.node)
         *(["--config", str(node_config_path(node, data_dir))] if node.properties else []),
     ]
 

@@ -150,7 +150,7 @@ def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path)
     assert node_command(plain.namesrv, plain, tmp_path)[:4] == [
         sys.executable,
         "-m",
-        "cli.node",
+        "cli.servers.node",
         "namesrv",
     ]
 

@@ -214,7 +214,7 @@ def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
             "-X",
             "importtime",
             "-m",
-            "cli.node",
+            "cli.servers.node",
             "namesrv",
             "--port",
             "0",

@@ -1,6 +1,6 @@
 """Master -> slave HA with real processes on loopback (issue 3 acceptance).
 
-Every broker is its own process (`python -m cli.node broker -c <conf>`), found by the slave
+Every broker is its own process (`python -m cli.servers.node broker -c <conf>`), found by the slave
 through the nameserver (no haMasterAddress), so these tests exercise the byte-level HA
 protocol, the SYNC_MASTER wait and the nameserver's slave registration answer together.
 """

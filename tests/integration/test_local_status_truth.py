@@ -148,7 +148,7 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
         [
             sys.executable,
             "-m",
-            "cli.node",
+            "cli.servers.node",
             "broker",
             "--port",
             str(port),

@@ -1,7 +1,7 @@
 """`rmq namesrv` and `rmq broker`: one server in the foreground.
 
-They share their flag handling, serving and error policy with `cli/node.py`, whose argparse
-entry point (`python -m cli.node`) is what `rmq up` spawns: typer's parameter conversion imports
+They share their flag handling, serving and error policy with `cli/servers/node.py`, whose argparse
+entry point (`python -m cli.servers.node`) is what `rmq up` spawns: typer's parameter conversion imports
 pydantic, too slow for a node's start-up.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from cli.app import _namesrv, examples
-from cli.node import (
+from cli.servers.node import (
     BROKER_ROLES,
     FLUSH_TYPES,
     Exit,

@@ -5,10 +5,10 @@ interpreter spends importing before it listens is start-up time the user waits f
 converts each command's parameters through pydantic (100-200 ms of imports on a busy host),
 so the nodes `rmq up` spawns do not go through typer: they run
 
-    python -m cli.node namesrv --host H --port P [--data-dir D] [--watch-stdin]
-    python -m cli.node broker [--config F] [--name N] ... [--watch-stdin]
+    python -m cli.servers.node namesrv --host H --port P [--data-dir D] [--watch-stdin]
+    python -m cli.servers.node broker [--config F] [--name N] ... [--watch-stdin]
 
-parsed here with argparse. The typer commands in `cli/main.py` call the same functions
+parsed here with argparse. The typer commands (`cli/servers/commands.py`) call the same functions
 (`serve_namesrv`, `serve_broker`, `broker_properties`, `run_main`), so flags map to the
 same config and errors follow the same policy either way: a user's error (port in use, bad
 config) prints ONE line on stderr and exits 1, no traceback.
@@ -120,7 +120,7 @@ def serve_namesrv(
 
     async def main() -> None:
         from cli import render
-        from cli.serve import serve_until_stopped
+        from cli.servers.serve import serve_until_stopped
         from namesrv.config import NamesrvConfig
         from namesrv.service import run_namesrv
 
@@ -147,7 +147,7 @@ def serve_broker(
         from broker.config import BrokerConfig
         from broker.service import run_broker
         from cli import render
-        from cli.serve import serve_until_stopped
+        from cli.servers.serve import serve_until_stopped
 
         config = BrokerConfig.from_properties(properties_text(props))
         await serve_until_stopped(
@@ -179,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     import argparse
 
     ap = argparse.ArgumentParser(
-        prog="python -m cli.node",
+        prog="python -m cli.servers.node",
         description="Run one trio-rmq server node (what `rmq up` spawns; see `rmq --help`).",
     )
     sub = ap.add_subparsers(dest="kind", required=True)
