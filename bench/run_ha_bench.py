@@ -138,7 +138,7 @@ class Meter:
 
 
 async def runtime(remoting, addr: str) -> dict[str, str]:
-    from cli.status import fetch_runtime_table
+    from cli.runtime_info.status import fetch_runtime_table
 
     return await fetch_runtime_table(remoting, addr, 5.0)
 

@@ -22,7 +22,7 @@ from cli.render import _console, _line, rate
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from cli.status import BrokerStatus
+    from cli.runtime_info.status import BrokerStatus
     from common.message import MessageExt
     from common.model import TopicRouteData
     from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
@@ -434,7 +434,7 @@ def dledger_table(statuses: list[BrokerStatus]) -> Table:
     group's current leader is marked `*`."""
     from rich.table import Table
 
-    from cli.dledger_status import group_leaders, raft_cell
+    from cli.runtime_info.raft import group_leaders, raft_cell
 
     leaders = group_leaders(s.raft for s in statuses if s.raft is not None)
     table = Table(title="DLedger groups (* = the group's current leader)")

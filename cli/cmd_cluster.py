@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     # typer vendors click: the Command and Context its groups take are these
     from typer._click.core import Command, Context
 
-    from cli.status import BrokerStatus
+    from cli.runtime_info.status import BrokerStatus
 
 
 BrokerAddrOpt = Annotated[
@@ -32,7 +32,7 @@ def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) ->
     from cli import admin_render
 
     async def main() -> list[BrokerStatus]:
-        from cli.status import broker_status, cluster_status
+        from cli.runtime_info.status import broker_status, cluster_status
 
         if broker_addr is not None:
             return await broker_status(broker_addr)

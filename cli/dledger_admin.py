@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from cli.dledger_status import RaftStatus, group_leaders, parse_raft
 from cli.errors import CliError
+from cli.runtime_info.raft import RaftStatus, group_leaders, parse_raft
 
 if TYPE_CHECKING:
     from broker.dledger.transport import DLedgerClient
@@ -148,7 +148,7 @@ def leader_from_runtime(info: GroupInfo) -> tuple[str | None, int | None]:
 
 
 async def _runtime_table(remoting: Invoker, addr: str, timeout: float) -> dict[str, str]:
-    from cli.status import fetch_runtime_table
+    from cli.runtime_info.status import fetch_runtime_table
 
     return await fetch_runtime_table(remoting, addr, timeout)
 

@@ -31,8 +31,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.app import credentials_from_env
-from cli.dledger_status import RaftStatus, raft_cell, with_lag
 from cli.render import rate as _tps
+from cli.runtime_info.raft import RaftStatus, raft_cell, with_lag
 from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
 
 DOWN_STYLE = "bold red"

@@ -18,7 +18,7 @@ Every error of a node, topic or group is kept as text in its row: nothing a node
 the collector. If the nameserver itself is unreachable the snapshot says so and still shows
 the remembered nodes.
 
-A DLedger member's row also carries its Raft state (`cli/dledger_status.py`); the snapshot
+A DLedger member's row also carries its Raft state (`cli/runtime_info/raft.py`); the snapshot
 names each group's leader (`raft_leaders`), from which the drawing computes every member's lag.
 
 Rates are not in the snapshot: `rates(snap, prev)` diffs the brokers' msgPutTotalTodayNow /
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import attrs
 import trio
 
-from cli.dledger_status import RaftStatus, group_leaders
-from cli.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
+from cli.runtime_info.raft import RaftStatus, group_leaders
+from cli.runtime_info.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
 from common.mixall import is_system_group
 from common.model import ClusterInfo
 from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported

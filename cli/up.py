@@ -381,7 +381,7 @@ async def probe_cluster(
     whole client and the model classes): the probe runs while the nodes start, on the same
     CPUs, so the supervisor's own imports delay them.
     """
-    from cli.status import fetch_runtime_table
+    from cli.runtime_info.status import fetch_runtime_table
     from common.remoting.client import open_remoting_client
     from common.remoting.codes import RequestCode, ResponseCode
     from common.remoting.command import RemotingCommand

@@ -8,8 +8,8 @@ import pytest
 from rich.console import Console
 
 from cli import admin_render
-from cli.dledger_status import group_leaders, parse_raft, raft_cell, with_lag, with_lags
-from cli.status import BrokerStatus, parse_runtime_info, with_raft_lags
+from cli.runtime_info.raft import group_leaders, parse_raft, raft_cell, with_lag, with_lags
+from cli.runtime_info.status import BrokerStatus, parse_runtime_info, with_raft_lags
 from cli.top import render_top
 from cli.top_model import NodeInfo, NodeView, TopSnapshot, node_view
 

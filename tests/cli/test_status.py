@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cli import admin_render
 from cli.main import app, fast_up_arguments
-from cli.status import (
+from cli.runtime_info.status import (
     BrokerStatus,
     SlaveLag,
     StatusError,

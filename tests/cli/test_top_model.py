@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from cli.status import SlaveLag
+from cli.runtime_info.status import SlaveLag
 from cli.top_model import (
     GroupLag,
     NodeInfo,

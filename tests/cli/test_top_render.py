@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from rich.segment import Segment
 
-from cli.status import SlaveLag
+from cli.runtime_info.status import SlaveLag
 from cli.top import DOWN_STYLE, UNLISTED_STYLE, render_top
 from cli.top_model import (
     GroupView,

@@ -4,7 +4,7 @@ Theory of operation: a broker reports its replication state in GET_BROKER_RUNTIM
 KVTable of strings): on a master `push2SlaveMaxOffset`, `haConnectionCount` and, per connected
 slave i, `haSlave{i}Addr/AckOffset/LagBytes/LagMillis`; on a slave `haMasterAddress`,
 `haClientConnected`, `haClientReportedOffset`; on both `commitLogMaxOffset`; on a DLedger
-member its Raft state (`cli/dledger_status.py`, lags computed across the group). The role
+member its Raft state (`cli/runtime_info/raft.py`, lags computed across the group). The role
 (ASYNC_MASTER / SYNC_MASTER / SLAVE) is a configuration value, so it comes from
 GET_BROKER_CONFIG's properties text (`brokerRole=...`).
 
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from cli.dledger_status import RaftStatus, parse_raft, with_lags
 from cli.errors import CliError
+from cli.runtime_info.raft import RaftStatus, parse_raft, with_lags
 
 if TYPE_CHECKING:
     from rmq.remoting import Invoker
@@ -62,7 +62,7 @@ class BrokerStatus:
     ha_client_connected: bool | None = None
     ha_reported_offset: int | None = None
     error: str | None = None  # why the broker could not be asked
-    # DLedger mode: the member's Raft state (cli/dledger_status.py); None for other brokers
+    # DLedger mode: the member's Raft state (cli/runtime_info/raft.py); None for other brokers
     raft: RaftStatus | None = None
 
     def to_json(self) -> dict[str, Any]:
