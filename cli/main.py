@@ -19,7 +19,6 @@ from cli import (
     cmd_cluster,
     cmd_dledger,
     cmd_group,
-    cmd_local,
     cmd_message,
     cmd_produce_consume,
     cmd_store,
@@ -27,23 +26,11 @@ from cli import (
     cmd_topic,
 )
 from cli.app import add_command, app, command_group
-from cli.cmd_local import up
+from cli.local import commands as local
+from cli.local.up_arguments import fast_up_arguments
 from cli.servers import commands as servers
-from cli.servers.node import (
-    BROKER_FLAG_PROPERTIES,
-    broker_properties,
-    properties_text,
-)
-from cli.up_arguments import fast_up_arguments
 
-__all__ = [
-    "BROKER_FLAG_PROPERTIES",
-    "app",
-    "broker_properties",
-    "fast_up_arguments",
-    "main",
-    "properties_text",
-]
+__all__ = ["app", "main"]
 
 
 def register_commands(root: typer.Typer) -> None:
@@ -56,11 +43,11 @@ def register_commands(root: typer.Typer) -> None:
     """
     add_command(root, cmd_produce_consume.produce)
     add_command(root, cmd_produce_consume.consume)
-    add_command(root, cmd_local.up)
-    add_command(root, cmd_local.status)
-    add_command(root, cmd_local.kill)
-    add_command(root, cmd_local.restart)
-    add_command(root, cmd_local.down)
+    add_command(root, local.up)
+    add_command(root, local.status)
+    add_command(root, local.kill)
+    add_command(root, local.restart)
+    add_command(root, local.down)
     add_command(root, servers.namesrv)
     add_command(root, servers.broker)
     add_command(root, cmd_top.top, "top")
@@ -148,7 +135,7 @@ def main() -> None:
     fast = fast_up_arguments(sys.argv[1:])
     if fast is not None:
         try:
-            up(**fast)
+            local.up(**fast)
         except typer.Exit as exc:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:  # before trio.run took over the signal: what click says

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.dledger_plan import LAPTOP_TIMING, peers_of
-from cli.local_render import spec_json
-from cli.topology import TopologyError, resolve
-from cli.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
+from cli.local.dledger_plan import LAPTOP_TIMING, peers_of
+from cli.local.render import spec_json
+from cli.local.topology import TopologyError, resolve
+from cli.local.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
 
 
 def props(node: NodeSpec) -> dict[str, str]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.topology import TopologyError, resolve
-from cli.up import node_command, node_config_path, write_node_config
-from cli.up_arguments import fast_up_arguments
+from cli.local.topology import TopologyError, resolve
+from cli.local.up import node_command, node_config_path, write_node_config
+from cli.local.up_arguments import fast_up_arguments
 
 TOML = """
 cluster = "Local"

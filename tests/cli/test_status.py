@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import admin_render
-from cli.main import app, fast_up_arguments
+from cli.local.up import master_role
+from cli.local.up_arguments import fast_up_arguments
+from cli.main import app
 from cli.runtime_info.status import (
     BrokerStatus,
     SlaveLag,
@@ -18,7 +20,6 @@ from cli.runtime_info.status import (
     parse_runtime_info,
     runtime_table,
 )
-from cli.up import master_role
 
 runner = CliRunner()
 
@@ -189,7 +190,7 @@ def test_up_defaults_are_sync_master_with_one_slave():
     assert fast is not None
     # slaves not given: one per master (none with --dledger)
     assert (fast["role"], fast["slaves"], fast["masters"]) == ("auto", None, 1)
-    from cli.topology import resolve
+    from cli.local.topology import resolve
 
     plan = resolve(None, role=fast["role"], slaves=fast["slaves"], masters=fast["masters"]).plan()
     assert [b.role for b in plan.brokers] == ["SYNC_MASTER", "SLAVE"]

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from cli.up import PlanError, ha_connected, node_command, plan_cluster, registered_at, slaves_of
+from cli.local.up import (
+    PlanError,
+    ha_connected,
+    node_command,
+    plan_cluster,
+    registered_at,
+    slaves_of,
+)
 
 
 def test_default_plan_is_a_sync_master_with_one_slave():

@@ -301,9 +301,9 @@ async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path)
     once the master counts both HA connections; each slave has its id, port and store."""
     import trio
 
+    from cli.local.supervisor import run_up
+    from cli.local.up import plan_cluster
     from cli.runtime_info.status import cluster_status
-    from cli.supervisor import run_up
-    from cli.up import plan_cluster
 
     base = free_block(40)
     plan = plan_cluster(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.local_state import read_state
+from cli.local.state import read_state
 from cli.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration

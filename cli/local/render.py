@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cli.up import NodeSpec, UpEvent
+    from cli.local.up import NodeSpec, UpEvent
 
 
 def _line(text: str = "") -> None:

@@ -59,7 +59,7 @@ class _NodeView(Protocol):
 
 
 class Controlled(Protocol):
-    """What the control channel needs of the cluster it serves (cli/supervisor.py's
+    """What the control channel needs of the cluster it serves (cli/local/supervisor.py's
     `Supervisor`, which imports this module to serve its channel)."""
 
     data_dir: Path

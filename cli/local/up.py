@@ -6,7 +6,7 @@ Theory of operation:
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
   port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
-* `run_up` (in `cli/supervisor.py`, which runs the processes) spawns every node at once:
+* `run_up` (in `cli/local/supervisor.py`, which runs the processes) spawns every node at once:
   the interpreters start in parallel, and a broker that comes up before the nameserver
   listens retries its registration within a fraction of a second (`broker/registrar.py`).
   Each child is `python -m cli.servers.node namesrv|broker ... --watch-stdin` (argparse, no
@@ -21,7 +21,7 @@ Theory of operation:
   without waiting for a slave. Slaves find their master through the nameserver (the address
   comes back in each registration answer), as they would in a real deployment.
 * `rmq up --dledger N` plans DLedger groups instead of masters and slaves
-  (`cli/dledger_plan.py`): members `broker-a-n0..` whose brokerId and role Raft decides, so
+  (`cli/local/dledger_plan.py`): members `broker-a-n0..` whose brokerId and role Raft decides, so
   their command lines carry neither; each also serves the Raft RPCs on its listen port + 2.
 * Readiness is probed over the wire, not guessed from logs: the nameserver must answer
   GET_BROKER_CLUSTER_INFO with every planned broker registered at its planned address, every
@@ -30,10 +30,10 @@ Theory of operation:
   SYNC_MASTER can acknowledge sends the moment `ready` is printed. DLedger members must be
   elected (LEADER or FOLLOWER) and registered, and each group's leader its master. Only then
   `ready` fires.
-* The processes themselves are run by `cli/supervisor.py` (a child that exits before ready
+* The processes themselves are run by `cli/local/supervisor.py` (a child that exits before ready
   fails the start; after ready it is shown and can be restarted; ordered, bounded shutdown),
-  and `cli/local_state.py` serves `rmq status/kill/restart/down` while the cluster runs.
-  `plan_cluster` takes per-node ports and broker.conf properties; `cli/topology.py` builds
+  and `cli/local/state.py` serves `rmq status/kill/restart/down` while the cluster runs.
+  `plan_cluster` takes per-node ports and broker.conf properties; `cli/local/topology.py` builds
   them from flags and a TOML file.
 """
 
@@ -75,7 +75,7 @@ class NodeSpec:
     # extra broker.conf properties (sorted pairs, so the spec stays hashable); written to
     # `<data-dir>/conf/<name>.conf` and passed with --config; the flags the plan sets win
     properties: tuple[tuple[str, str], ...] = ()
-    # a DLedger member (`rmq up --dledger N`, cli/dledger_plan.py): its dLegerSelfId, n0, n1...
+    # a DLedger member (`rmq up --dledger N`, cli/local/dledger_plan.py): its dLegerSelfId, n0, n1...
     dledger_self_id: str | None = None
 
     @property
@@ -375,7 +375,7 @@ async def probe_cluster(
     """True once the nameserver answers, lists every broker of `nodes` at its planned
     address, each of those brokers answers GET_BROKER_RUNTIME_INFO itself, and each master
     among them has an HA connection from every planned slave. DLedger members are ready by
-    `cli.dledger_plan.dledger_ready` (elected, registered, a group's leader is its master).
+    `cli.local.dledger_plan.dledger_ready` (elected, registered, a group's leader is its master).
 
     Reads the answers as plain JSON instead of through `rmq` (whose import pulls in the
     whole client and the model classes): the probe runs while the nodes start, on the same

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from cli.up import (  # never the other way: readiness (dledger_ready) lives in cli.up
+from cli.local.up import (  # never the other way: readiness (dledger_ready) lives in cli.local.up
     PORT_BLOCK,
     ClusterPlan,
     NodeSpec,

@@ -1,13 +1,13 @@
 """A local cluster: `rmq up`, `status`, `kill`, `restart`, `down`.
 
-`up` resolves its topology (`cli/topology.py`: flags over a TOML file over defaults) into a
+`up` resolves its topology (`cli/local/topology.py`: flags over a TOML file over defaults) into a
 plan, refuses what cannot start (bad file, --slaves with --dledger, a cluster already running
-in the data dir, busy ports) with one line, then runs the supervisor (`cli/up.py` + `cli/supervisor.py`) in the
+in the data dir, busy ports) with one line, then runs the supervisor (`cli/local/up.py` + `cli/local/supervisor.py`) in the
 foreground, or with `--detach` as a background process in its own session, returning once the
 cluster is ready. The other commands talk to that supervisor through the data dir's control
-socket (`cli/local_state.py`) and never start Trio.
+socket (`cli/local/state.py`) and never start Trio.
 
-`fast_up_arguments` (cli/up_arguments.py) lets `cli/main.py` run `up` without typer's parameter conversion, which
+`fast_up_arguments` (cli/local/up_arguments.py) lets `cli/main.py` run `up` without typer's parameter conversion, which
 imports pydantic and costs `rmq up` ~0.1 s before the first node is spawned.
 """
 
@@ -120,11 +120,11 @@ def up(
     SIGTERM or `rmq down`, then stops every node. A node that dies is shown with its exit
     code and last log lines; `rmq restart <node>` starts it again. Logs: <data-dir>/logs/.
     """
-    from cli import local_render
     from cli.errors import Exit
-    from cli.local_state import running_supervisor
+    from cli.local import render
+    from cli.local.state import running_supervisor
+    from cli.local.up import PlanError, busy_ports
     from cli.servers.node import make_data_dir
-    from cli.up import PlanError, busy_ports
 
     given: dict[str, Any] = {
         "data_dir": data_dir,
@@ -141,12 +141,12 @@ def up(
         # only the flags typed on the command line override the file
         given = {k: (v if _typed(ctx, k) else None) for k, v in given.items()}
     try:
-        from cli.topology import resolve
+        from cli.local.topology import resolve
 
         topo = resolve(config, **given)
         plan = topo.plan(sync_master=sync_master)
     except PlanError as exc:
-        local_render.error(str(exc))
+        render.error(str(exc))
         raise typer.Exit(1) from None
     data_dir = topo.data_dir
     try:
@@ -155,7 +155,7 @@ def up(
         raise typer.Exit(exc.code) from None
     other = running_supervisor(data_dir)
     if other is not None:
-        local_render.error(
+        render.error(
             f"a cluster is already running in {data_dir} (supervisor pid "
             f"{other['supervisor_pid']}); see `rmq status --data-dir {data_dir}`, stop it "
             f"with `rmq down --data-dir {data_dir}`"
@@ -164,9 +164,7 @@ def up(
     busy = busy_ports(plan)
     if busy:
         node, port = busy[0]
-        local_render.error(
-            f"port {port} ({node.name}) is already in use; is another `rmq up` running?"
-        )
+        render.error(f"port {port} ({node.name}) is already in use; is another `rmq up` running?")
         raise typer.Exit(1)
     if detach:
         argv = ["--data-dir", str(data_dir.absolute())]
@@ -179,14 +177,14 @@ def up(
             argv.append("--sync-master")
         _detach(argv, data_dir, topo.ready_timeout, as_json=as_json)
         return
-    report = local_render.up_event_json if as_json else local_render.up_event
+    report = render.up_event_json if as_json else render.up_event
 
     async def main() -> None:
         import signal
 
         import trio
 
-        from cli.supervisor import run_up
+        from cli.local.supervisor import run_up
 
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
@@ -201,7 +199,7 @@ def up(
                     break
 
     _run(main)
-    local_render.up_stopped(as_json=as_json)
+    render.up_stopped(as_json=as_json)
 
 
 def _typed(ctx: typer.Context | None, param: str) -> bool:
@@ -221,9 +219,9 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float, *, as_json: b
     import sys
     import time
 
-    from cli import local_render
-    from cli.local_state import Refused, request
-    from cli.up import run_separator
+    from cli.local import render
+    from cli.local.state import Refused, request
+    from cli.local.up import run_separator
 
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -243,7 +241,7 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float, *, as_json: b
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
-            local_render.error(
+            render.error(
                 _first_error(log_path, start) or f"`rmq up` exited with code {code}; see {log_path}"
             )
             raise typer.Exit(1)
@@ -255,12 +253,12 @@ def _detach(argv: list[str], data_dir: Path, ready_timeout: float, *, as_json: b
             status = None
         if status is not None and status.get("state") == "ready":
             proc.returncode = 0  # detached on purpose: nobody waits for it here
-            local_render.detached(status, as_json=as_json)
+            render.detached(status, as_json=as_json)
             return
         time.sleep(0.05)
     proc.terminate()
     proc.wait(timeout=30)
-    local_render.error(f"cluster not ready after {ready_timeout:g} s; see {log_path}")
+    render.error(f"cluster not ready after {ready_timeout:g} s; see {log_path}")
     raise typer.Exit(1)
 
 
@@ -280,7 +278,7 @@ def _first_error(log_path: Path, start: int) -> str | None:
 def _cluster_dir(data_dir: Path | None, config: Path | None) -> Path:
     if data_dir is not None or config is None:
         return data_dir or Path(".rmq")
-    from cli.topology import load_topology_file
+    from cli.local.topology import load_topology_file
 
     return load_topology_file(config).get("data_dir", Path(".rmq"))
 
@@ -290,14 +288,14 @@ def _control(
 ) -> dict[str, Any]:
     # `timeout` bounds the wait for the answer; `args` travel in the request
     """One control request; known failures -> one stderr line, exit 1."""
-    from cli import local_render
     from cli.errors import CliError
-    from cli.local_state import request
+    from cli.local import render
+    from cli.local.state import request
 
     try:
         return request(_cluster_dir(data_dir, config), op, args, timeout=timeout)
     except CliError as exc:
-        local_render.error(str(exc))
+        render.error(str(exc))
         raise typer.Exit(1) from None
 
 
@@ -315,9 +313,9 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Every node of a local cluster: role, brokerId, ports, pid, alive/exited/restarting."""
-    from cli import local_render
+    from cli.local import render
 
-    local_render.status(_control(data_dir, config, "status"), as_json=as_json)
+    render.status(_control(data_dir, config, "status"), as_json=as_json)
 
 
 @examples(
@@ -337,10 +335,10 @@ def kill(
     ] = False,
 ) -> None:
     """SIGKILL one node of a local cluster (the supervisor shows it as exited)."""
-    from cli import local_render
+    from cli.local import render
 
     reply = _control(data_dir, config, "kill", node=node)
-    local_render.killed(reply["node"], as_json=as_json)
+    render.killed(reply["node"], as_json=as_json)
 
 
 @examples(
@@ -363,10 +361,10 @@ def restart(
     ] = False,
 ) -> None:
     """Start one node of a local cluster again (stopping it first if it runs)."""
-    from cli import local_render
+    from cli.local import render
 
     reply = _control(data_dir, config, "restart", timeout=timeout + 15, node=node, wait=timeout)
-    local_render.restarted(reply["node"], as_json=as_json)
+    render.restarted(reply["node"], as_json=as_json)
 
 
 @examples(
@@ -390,9 +388,9 @@ def down(
     import signal
     import time
 
-    from cli import local_render
     from cli.errors import CliError
-    from cli.local_state import (
+    from cli.local import render
+    from cli.local.state import (
         NoCluster,
         Unreachable,
         pid_running,
@@ -404,18 +402,18 @@ def down(
     try:
         where = _cluster_dir(data_dir, config)
     except CliError as exc:  # a topology file that cannot be read
-        local_render.error(str(exc))
+        render.error(str(exc))
         raise typer.Exit(1) from None
     state = read_state(where)
     if state is None:
-        local_render.error(f"no cluster is running in {where} (nothing to stop)")
+        render.error(f"no cluster is running in {where} (nothing to stop)")
         raise typer.Exit(1)
     sup_pid = state["supervisor_pid"]
     try:
         status = request(where, "down")
     except NoCluster:
         remove_state(where, pid=sup_pid)
-        local_render.error(
+        render.error(
             f"no cluster is running in {where} (its supervisor, pid {sup_pid}, is gone; "
             "removed its stale state file)"
         )
@@ -424,15 +422,15 @@ def down(
         os.kill(sup_pid, signal.SIGTERM)  # it stops its nodes on SIGTERM as on Ctrl-C
         status = state
     if not as_json:
-        local_render.down_begun(status)
+        render.down_begun(status)
     node_pids = [n["pid"] for n in status["nodes"] if n.get("pid")]
     deadline = time.monotonic() + timeout
     left = node_pids
     while time.monotonic() < deadline:
         left = [p for p in node_pids if pid_running(p)]
         if not left and not pid_running(sup_pid, state.get("start_time")):
-            local_render.down_done(status, as_json=as_json)
+            render.down_done(status, as_json=as_json)
             return
         time.sleep(0.05)
-    local_render.error(f"still running after {timeout:g} s: pids {left + [sup_pid]}")
+    render.error(f"still running after {timeout:g} s: pids {left + [sup_pid]}")
     raise typer.Exit(1)

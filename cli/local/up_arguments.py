@@ -1,6 +1,6 @@
 """`rmq up`'s arguments read straight off the command line, before typer (see the function).
 
-Kept apart from cli/cmd_local.py, which defines `up`: this module only reads its signature.
+Kept apart from cli/local/commands.py, which defines `up`: this module only reads its signature.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from cli.cmd_local import up
+from cli.local.commands import up
 
 __all__ = ["fast_up_arguments"]
 

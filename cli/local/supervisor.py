@@ -44,8 +44,8 @@ import attrs
 import trio
 
 from cli.errors import ControlError
-from cli.local_state import control_channel
-from cli.up import (
+from cli.local.state import control_channel
+from cli.local.up import (
     ClusterPlan,
     CommandFor,
     NodeFailed,
@@ -440,7 +440,7 @@ async def run_up(
     then stop all. `task_status.started` hands over the `Supervisor`.
 
     With `control` the supervisor also serves `rmq status/kill/restart/down` on a Unix socket
-    and records itself in the data dir's state file (cli/local_state.py) while it runs.
+    and records itself in the data dir's state file (cli/local/state.py) while it runs.
     """
     supervisor = Supervisor(
         plan,

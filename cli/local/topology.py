@@ -4,7 +4,7 @@ Theory of operation: a TOML file (`rmq up --config cluster.toml`) and the comman
 describe the same settings; a flag the user typed wins over the file, the file over the
 defaults. `load_topology_file` checks the file's keys and value types (unknown key, wrong type
 -> one `TopologyError` line naming the key); `resolve` merges flags over it and builds the plan
-with `cli.up.plan_cluster`. Everything here is pure apart from reading the file.
+with `cli.local.up.plan_cluster`. Everything here is pure apart from reading the file.
 
 The file (every key optional):
 
@@ -34,13 +34,13 @@ from typing import Any
 
 import attrs
 
-from cli.dledger_plan import (
+from cli.local.dledger_plan import (
     PLANNED_DLEDGER_PROPERTIES,
     check_group_size,
     plan_dledger_cluster,
     planned_dledger_names,
 )
-from cli.up import ClusterPlan, PlanError, broker_name_for, master_role, plan_cluster
+from cli.local.up import ClusterPlan, PlanError, broker_name_for, master_role, plan_cluster
 
 # broker.conf properties the plan sets itself (a node's role, identity, ports and store)
 PLANNED_PROPERTIES = frozenset(
