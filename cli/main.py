@@ -22,13 +22,13 @@ from cli import (
     cmd_message,
     cmd_produce_consume,
     cmd_store,
-    cmd_top,
     cmd_topic,
 )
 from cli.app import add_command, app, command_group
 from cli.local import commands as local
 from cli.local.up_arguments import fast_up_arguments
 from cli.servers import commands as servers
+from cli.top import commands as top
 
 __all__ = ["app", "main"]
 
@@ -50,7 +50,7 @@ def register_commands(root: typer.Typer) -> None:
     add_command(root, local.down)
     add_command(root, servers.namesrv)
     add_command(root, servers.broker)
-    add_command(root, cmd_top.top, "top")
+    add_command(root, top.top, "top")
     add_command(root, cmd_chaos.chaos_cmd, "chaos")
 
     topic = command_group(

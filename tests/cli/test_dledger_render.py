@@ -10,8 +10,8 @@ from rich.console import Console
 from cli import admin_render
 from cli.runtime_info.raft import group_leaders, parse_raft, raft_cell, with_lag, with_lags
 from cli.runtime_info.status import BrokerStatus, parse_runtime_info, with_raft_lags
-from cli.top import render_top
-from cli.top_model import NodeInfo, NodeView, TopSnapshot, node_view
+from cli.top.model import NodeInfo, NodeView, TopSnapshot, node_view
+from cli.top.screen import render_top
 
 PEERS = "n0-127.0.0.1:10913;n1-127.0.0.1:10923;n2-127.0.0.1:10933"
 
@@ -212,7 +212,7 @@ def test_a_classic_cluster_in_top_has_no_raft_columns():
 
 
 async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(autojump_clock):
-    from cli.top_model import TopCollector
+    from cli.top.model import TopCollector
     from common.errors import RemotingConnectError
     from common.model import BrokerData, ClusterInfo
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from cli.runtime_info.status import SlaveLag
-from cli.top_model import (
+from cli.top.model import (
     GroupLag,
     NodeInfo,
     NodeView,

@@ -1,4 +1,4 @@
-"""`rmq top`: the live view of a cluster (collector in cli/top_model.py, drawing in cli/top.py)."""
+"""`rmq top`: the live view of a cluster (collector in `model.py`, drawing in `screen.py`)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def top(
     namesrv = _namesrv(ctx)
 
     async def main() -> None:
-        from cli.top import run_top
+        from cli.top.screen import run_top
 
         await run_top(namesrv, interval=interval, once=once, timeout=timeout, show_system=system)
 

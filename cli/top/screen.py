@@ -33,7 +33,7 @@ from rich.text import Text
 from cli.app import credentials_from_env
 from cli.render import rate as _tps
 from cli.runtime_info.raft import RaftStatus, raft_cell, with_lag
-from cli.top_model import NodeView, TopSnapshot, rates, slave_lag
+from cli.top.model import NodeView, TopSnapshot, rates, slave_lag
 
 DOWN_STYLE = "bold red"
 UNLISTED_STYLE = "yellow"
@@ -356,7 +356,7 @@ async def run_top(
     from rich.live import Live
 
     from cli.errors import CliError
-    from cli.top_model import AdminSource, TopCollector
+    from cli.top.model import AdminSource, TopCollector
     from rmq import Admin
 
     console = console or Console(highlight=False)
