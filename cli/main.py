@@ -15,7 +15,6 @@ import typer
 
 from cli import (
     cmd_bench,
-    cmd_chaos,
     cmd_cluster,
     cmd_dledger,
     cmd_group,
@@ -25,6 +24,7 @@ from cli import (
     cmd_topic,
 )
 from cli.app import add_command, app, command_group
+from cli.chaos import commands as chaos
 from cli.local import commands as local
 from cli.local.up_arguments import fast_up_arguments
 from cli.servers import commands as servers
@@ -51,7 +51,7 @@ def register_commands(root: typer.Typer) -> None:
     add_command(root, servers.namesrv)
     add_command(root, servers.broker)
     add_command(root, top.top, "top")
-    add_command(root, cmd_chaos.chaos_cmd, "chaos")
+    add_command(root, chaos.chaos_cmd, "chaos")
 
     topic = command_group(
         "Create, list and inspect topics.",

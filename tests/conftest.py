@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 
-from cli.port_blocks import free_port_block as _free_port_block
+from cli.chaos.port_blocks import free_port_block as _free_port_block
 
 
 def free_port_block(width: int = 10) -> int:

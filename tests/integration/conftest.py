@@ -29,8 +29,8 @@ import trio
 from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig
-from cli.link_proxy import LinkProxy
-from cli.port_blocks import free_port_block
+from cli.chaos.link_proxy import LinkProxy
+from cli.chaos.port_blocks import free_port_block
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode

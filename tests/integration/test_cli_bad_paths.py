@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 from common.model import MessageQueue
 from rmq import Message, PullStatus, SendStatus, sync
 
@@ -292,7 +292,7 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
 
 
 def free_block(width: int) -> int:
-    """A free port block outside the ephemeral range (cli.port_blocks)."""
+    """A free port block outside the ephemeral range (cli.chaos.port_blocks)."""
     return free_port_block(width)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.queue_readback import pull_queue
+from cli.chaos.queue_readback import pull_queue
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from cli.chaos.port_blocks import free_port_block
 from cli.local import render as local_render
 from cli.local.state import request
 from cli.local.supervisor import Supervisor, run_up
 from cli.local.up import UpEvent, plan_cluster
-from cli.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration
 

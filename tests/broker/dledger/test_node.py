@@ -25,7 +25,7 @@ from broker.dledger.proposal import PendingProposals, Proposal
 from broker.dledger.state import HardState
 from broker.dledger.storage import MemoryStorage
 from broker.dledger.transport import RESPONSE_TYPES, RemotingDLedgerNetwork
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 from common.remoting.codes import DLedgerResponseCode as RC
 
 OK = RC.SUCCESS

@@ -1,6 +1,6 @@
 /* The chaos harness's disk faults, interposed under a broker process with LD_PRELOAD.
  *
- * cli/chaos_disk.py compiles this file (gcc -shared -fPIC) and starts every broker with
+ * cli/chaos/disk.py compiles this file (gcc -shared -fPIC) and starts every broker with
  * LD_PRELOAD pointing at the result and RMQ_CHAOS_DISK_CONTROL naming a control file of its
  * own.  The file holds one word and an optional number:
  *

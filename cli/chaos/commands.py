@@ -1,4 +1,4 @@
-"""`rmq chaos`: fault schedules against a cluster of real processes, checked (cli/chaos_run.py)."""
+"""`rmq chaos`: fault schedules against a cluster of real processes, checked (cli/chaos/run.py)."""
 
 from __future__ import annotations
 
@@ -56,10 +56,10 @@ def chaos_cmd(
     no write for 60 s (reported as failed, with the tail of each node's log)."""
     import trio
 
-    from cli.chaos_checker import Report, recovery_by_kind
-    from cli.chaos_cluster import MODES
-    from cli.chaos_run import run_schedule
-    from cli.chaos_schedule import parse_kinds
+    from cli.chaos.checker import Report, recovery_by_kind
+    from cli.chaos.cluster import MODES
+    from cli.chaos.run import run_schedule
+    from cli.chaos.schedule import parse_kinds
 
     if mode not in MODES:
         raise typer.BadParameter(f"expected one of {', '.join(MODES)}", param_hint="--mode")

@@ -1,11 +1,11 @@
 """The chaos harness's schedules: which faults, on which nodes, when, drawn from a seed.
 
 Pure (no I/O): :func:`draw` turns ``(seed, mode, count, kinds)`` into a list of
-:class:`PlannedFault`, and chaos_run.py carries them out one after another.  Drawing the whole
+:class:`PlannedFault`, and run.py carries them out one after another.  Drawing the whole
 schedule first lets a test see which kinds a seed brings without starting a process
 (``tests/chaos/test_schedules.py`` checks that the short form meets every kind).
 
-The kinds, and where each may strike (nodes are named as chaos_cluster.py names them):
+The kinds, and where each may strike (nodes are named as cluster.py names them):
 
 =============  ================================================================================
 ``kill``       SIGKILL, then a restart on the same store; any node, the nameserver too
@@ -13,7 +13,7 @@ The kinds, and where each may strike (nodes are named as chaos_cluster.py names 
 ``partition``  a broker's replication links refuse and drop every connection (link_proxy.py)
 ``delay``      the links between two brokers add latency with jitter, in order
 ``drop``       the links between two brokers lose chunks: stalls and connection resets
-``slow_disk``  a broker's fsync, fdatasync, msync and sync_file_range sleep (chaos_disk.py)
+``slow_disk``  a broker's fsync, fdatasync, msync and sync_file_range sleep (disk.py)
 ``full_disk``  a broker's posix_fallocate fails with ENOSPC and statvfs reads 95% used
 ``torn``       SIGKILL, the tail of the newest segment zeroed or garbled, then a restart
 =============  ================================================================================

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 **Slow and full disks** need no hook in the broker.  :func:`build_shim` compiles
-``chaos_disk_shim.c`` (shipped beside this module) with ``gcc -shared -fPIC`` into a cache
+``disk_shim.c`` (shipped beside this module) with ``gcc -shared -fPIC`` into a cache
 directory under the run's root, named by the source's hash so a run compiles it once.  Every
 broker process starts with ``LD_PRELOAD`` naming it and ``RMQ_CHAOS_DISK_CONTROL`` naming the
 node's control file (:meth:`DiskControl.env`); the shim interposes the libc calls the broker's
@@ -19,9 +19,9 @@ does):
   reserves blocks with posix_fallocate before every mapped write and measures its disk with
   statvfs, so it refuses puts (SERVICE_NOT_AVAILABLE, counted as failed sends, not lost
   ones) and takes them again once statvfs reads <= 0.85 at its next disk check.  The harness
-  passes a short ``cleanResourceInterval`` (chaos_cluster.py) so that check comes within
+  passes a short ``cleanResourceInterval`` (cluster.py) so that check comes within
   half a second; DLedger's own disk check runs every 100 ms.  A forced clean (95% is over
-  ``diskSpaceCleanForciblyRatio``) is turned off for the chaos brokers (chaos_cluster.py).
+  ``diskSpaceCleanForciblyRatio``) is turned off for the chaos brokers (cluster.py).
 
 This CPython (3.11) calls ``posix_fallocate64`` and ``statvfs64``, not the unsuffixed names,
 which is why the shim interposes both forms of each; ``tests/chaos/test_disk_faults.py``
@@ -49,7 +49,7 @@ from pathlib import Path
 import attrs
 
 ENV_CONTROL = "RMQ_CHAOS_DISK_CONTROL"
-SHIM_SOURCE = "chaos_disk_shim.c"
+SHIM_SOURCE = "disk_shim.c"
 
 
 class ShimBuildError(RuntimeError):
@@ -57,7 +57,7 @@ class ShimBuildError(RuntimeError):
 
 
 def shim_source() -> bytes:
-    return importlib.resources.files("cli").joinpath(SHIM_SOURCE).read_bytes()
+    return importlib.resources.files("cli.chaos").joinpath(SHIM_SOURCE).read_bytes()
 
 
 def build_shim(cache_dir: Path) -> Path:

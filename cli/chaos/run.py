@@ -1,15 +1,15 @@
 """One chaos run: a cluster, a workload with unique ids, faults on a seeded schedule, a check.
 
 The workload is one producer per queue (4 queues of topic ``ChaosTopic``), each sending one
-message at a time to whichever node takes writes (chaos_cluster.py), with id ``queue + 4 *
+message at a time to whichever node takes writes (cluster.py), with id ``queue + 4 *
 seq`` in the body, and recording the outcome (checker's ``Send``).  Meanwhile the schedule,
-drawn from the seed (chaos_schedule.py), injects ``faults`` faults one after another, each
+drawn from the seed (schedule.py), injects ``faults`` faults one after another, each
 ended before the next: a SIGKILL and a restart, a SIGSTOP and a SIGCONT, a partition of a
 node's replication links, a delayed or lossy link between two brokers (link_proxy.py), a slow
-or full disk, or a SIGKILL with a torn segment tail before the restart (chaos_disk.py).  Each
+or full disk, or a SIGKILL with a torn segment tail before the restart (disk.py).  Each
 fault is recorded as a checker ``Fault`` with its parameters.  Then every fault is ended, the
 run waits until a write is acknowledged again and the replicas settle, reads every queue from
-the writer, and hands the history to :func:`cli.chaos_checker.check`.
+the writer, and hands the history to :func:`cli.chaos.checker.check`.
 
 The disk shim is compiled (gcc) only when the schedule draws a disk fault, so a run
 of kills, pauses and link faults needs no compiler; nothing needs root.
@@ -23,12 +23,12 @@ from pathlib import Path
 import attrs
 import trio
 
-from cli.chaos_checker import Fault, Outcome, Report, Send, Served, check, failed
-from cli.chaos_cluster import ChaosCluster
-from cli.chaos_disk import build_shim
-from cli.chaos_schedule import DISK_KINDS, FAULT_KINDS, PlannedFault, draw
-from cli.link_proxy import LinkFault
-from cli.queue_readback import pull_queue
+from cli.chaos.checker import Fault, Outcome, Report, Send, Served, check, failed
+from cli.chaos.cluster import ChaosCluster
+from cli.chaos.disk import build_shim
+from cli.chaos.link_proxy import LinkFault
+from cli.chaos.queue_readback import pull_queue
+from cli.chaos.schedule import DISK_KINDS, FAULT_KINDS, PlannedFault, draw
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand

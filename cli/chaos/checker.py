@@ -1,6 +1,6 @@
 """The chaos harness's checker: a history of sends and faults, and what the store served.
 
-Pure (no I/O): the harness (chaos_run.py) records every send with a unique id, its queue, its
+Pure (no I/O): the harness (run.py) records every send with a unique id, its queue, its
 place in that queue's send order and its outcome, every fault with its start and end, and at
 the end every message the cluster serves.  :func:`check` then reports, as a Jepsen-style checker
 does for a queue:
@@ -45,7 +45,7 @@ class Send:
 
 @attrs.frozen
 class Fault:
-    kind: str  # one of chaos_schedule.FAULT_KINDS
+    kind: str  # one of schedule.FAULT_KINDS
     node: str  # a node, or two joined by "-" for a link
     start: float
     end: float

@@ -1,8 +1,8 @@
-"""The port blocks tests and the chaos harness draw for their processes (cli.port_blocks)."""
+"""The port blocks tests and the chaos harness draw for their processes (cli.chaos.port_blocks)."""
 
 from __future__ import annotations
 
-from cli.port_blocks import ephemeral_range, free_port_block
+from cli.chaos.port_blocks import ephemeral_range, free_port_block
 
 
 def test_blocks_drawn_back_to_back_never_overlap():

@@ -4,7 +4,7 @@ Modes: ``sync`` (SYNC_MASTER + slave), ``async`` (ASYNC_MASTER + slave) and ``dl
 DLedger members), each with a nameserver.  Every process is ``python -m cli.servers.node`` with its own
 ports, store and log under ``root``, and is controlled by pid: SIGKILL and a restart on the same
 store, SIGSTOP / SIGCONT.  The slave reaches its master's HA port, and each DLedger member
-each other member, through a :class:`~cli.link_proxy.LinkProxy`, so a partition is a blocked
+each other member, through a :class:`~cli.chaos.link_proxy.LinkProxy`, so a partition is a blocked
 proxy; clients and the nameserver still reach every node.
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import attrs
 import trio
 
-from cli.chaos_disk import DiskControl, Tear, segment_dirs, tear_tail
-from cli.chaos_schedule import brokers_of
-from cli.link_proxy import LinkFault, LinkProxy
-from cli.port_blocks import free_port_block
+from cli.chaos.disk import DiskControl, Tear, segment_dirs, tear_tail
+from cli.chaos.link_proxy import LinkFault, LinkProxy
+from cli.chaos.port_blocks import free_port_block
+from cli.chaos.schedule import brokers_of
 from common.remoting.client import RemotingClient
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -119,7 +119,7 @@ class ChaosCluster:
     # extra broker.conf properties for every broker (the checker's own test breaks one)
     broker_extra: dict[str, str] = attrs.Factory(dict)
     procs: dict[str, Proc] = attrs.Factory(dict)
-    # the compiled disk shim every broker runs under (chaos_disk.py); None: no disk faults
+    # the compiled disk shim every broker runs under (disk.py); None: no disk faults
     shim: Path | None = None
     # node -> the proxies of its replication links (both directions)
     links: dict[str, list[LinkProxy]] = attrs.Factory(dict)
@@ -249,7 +249,7 @@ class ChaosCluster:
         return self.disks[node]
 
     async def tear(self, node: str, size: int, fill: str, seed: int) -> list[Tear]:
-        """Tear the newest segments' tails of a stopped broker (chaos_disk.py)."""
+        """Tear the newest segments' tails of a stopped broker (disk.py)."""
         proc = self.procs[node]
         if proc.alive:
             raise RuntimeError(f"{node} is running: tear its store only between kill and start")
