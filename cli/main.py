@@ -16,7 +16,6 @@ import typer
 from cli import (
     cmd_bench,
     cmd_cluster,
-    cmd_dledger,
     cmd_group,
     cmd_message,
     cmd_produce_consume,
@@ -25,6 +24,7 @@ from cli import (
 )
 from cli.app import add_command, app, command_group
 from cli.chaos import commands as chaos
+from cli.dledger import commands as dledger
 from cli.local import commands as local
 from cli.local.up_arguments import fast_up_arguments
 from cli.servers import commands as servers
@@ -111,13 +111,13 @@ def register_commands(root: typer.Typer) -> None:
     add_command(bench, cmd_bench.consume, "consume")
     root.add_typer(bench, name="bench")
 
-    dledger = command_group(
+    dledger_group = command_group(
         "DLedger groups: move a group's leader (their Raft state: `rmq cluster`, `rmq top`).",
         "rmq dledger leadership-transfer --to n1",
         "rmq dledger leadership-transfer --to broker-b-n2",
     )
-    add_command(dledger, cmd_dledger.leadership_transfer, "leadership-transfer")
-    root.add_typer(dledger, name="dledger")
+    add_command(dledger_group, dledger.leadership_transfer, "leadership-transfer")
+    root.add_typer(dledger_group, name="dledger")
 
     store = command_group(
         "Offline checks of broker store directories.",

@@ -18,8 +18,8 @@ from broker.dledger.messages import (
     MetadataResponse,
 )
 from broker.dledger.transport import RpcTimeout, RpcUnreachable
-from cli.cmd_dledger import show_outcome
-from cli.dledger_admin import (
+from cli.dledger.commands import show_outcome
+from cli.dledger.transfer import (
     TransferError,
     TransferOutcome,
     choose_group,

@@ -1,7 +1,7 @@
 """`rmq dledger ...`: DLedger groups (`rmq up --dledger N`) on purpose.
 
 `rmq dledger leadership-transfer --to n1` moves a group's leadership to member n1 with
-DLedger's LEADERSHIP_TRANSFER (the flow is in `cli/dledger_admin.py`). The members' Raft
+DLedger's LEADERSHIP_TRANSFER (the flow is in `cli/dledger/transfer.py`). The members' Raft
 state is shown by `rmq cluster` and `rmq top`.
 """
 
@@ -16,7 +16,7 @@ from cli.admin_options import JsonOpt
 from cli.app import _namesrv, _run, examples
 
 if TYPE_CHECKING:
-    from cli.dledger_admin import TransferOutcome
+    from cli.dledger.transfer import TransferOutcome
 
 
 @examples(
@@ -55,7 +55,7 @@ def leadership_transfer(
     namesrv = _namesrv(ctx).split(";")[0].strip()
 
     async def main() -> TransferOutcome:
-        from cli.dledger_admin import leadership_transfer
+        from cli.dledger.transfer import leadership_transfer
 
         return await leadership_transfer(namesrv, to, group=group, timeout=timeout)
 
