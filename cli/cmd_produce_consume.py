@@ -2,7 +2,7 @@
 the messages of a topic.
 
 Both are thin: the sending and pulling loops are `cli/produce.py` and `cli/consume.py`, the
-output `cli/admin_render.py` and `cli/render.py`.
+output `cli/admin/render.py` and `cli/render.py`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from cli.admin_options import JsonOpt
+from cli.admin.options import JsonOpt
 from cli.app import _namesrv, _run, examples
 
 # Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
@@ -199,7 +199,8 @@ def consume(
     caught up; with it, it waits for new messages until Ctrl-C (or --count / --idle-timeout).
     The group's offsets are committed on the way out, so the next run continues from there.
     """
-    from cli import admin_render, render
+    from cli import render
+    from cli.admin.render import consumed_json
 
     collected: list[Any] = []
     served = {"by": ""}  # the node that answered the pull whose messages are being printed
@@ -228,4 +229,4 @@ def consume(
 
     _run(main)
     if as_json:
-        admin_render.consumed_json(topic, collected)
+        consumed_json(topic, collected)

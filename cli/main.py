@@ -15,13 +15,9 @@ import typer
 
 from cli import (
     cmd_bench,
-    cmd_cluster,
-    cmd_group,
-    cmd_message,
     cmd_produce_consume,
-    cmd_store,
-    cmd_topic,
 )
+from cli.admin import cluster, group, message, store, topic
 from cli.app import add_command, app, command_group
 from cli.chaos import commands as chaos
 from cli.dledger import commands as dledger
@@ -39,7 +35,7 @@ def register_commands(root: typer.Typer) -> None:
     typer lists a group's plain commands first and its subgroups after them, each in the
     order they were registered. `rmq broker` is both a command (run a broker) and a group
     (`rmq broker status ADDR`): the group takes the command's place in the listing and hands
-    anything that is not one of its subcommands to the command (`cmd_cluster.BrokerGroup`).
+    anything that is not one of its subcommands to the command (`cluster.BrokerGroup`).
     """
     add_command(root, cmd_produce_consume.produce)
     add_command(root, cmd_produce_consume.consume)
@@ -53,63 +49,63 @@ def register_commands(root: typer.Typer) -> None:
     add_command(root, top.top, "top")
     add_command(root, chaos.chaos_cmd, "chaos")
 
-    topic = command_group(
+    topic_group = command_group(
         "Create, list and inspect topics.",
         "rmq topic create T --queues 8",
         "rmq topic list",
         "rmq topic route T",
     )
-    add_command(topic, cmd_topic.topic_create, "create")
-    add_command(topic, cmd_topic.topic_update, "update")
-    add_command(topic, cmd_topic.topic_delete, "delete")
-    add_command(topic, cmd_topic.topic_list, "list")
-    add_command(topic, cmd_topic.topic_route, "route")
-    add_command(topic, cmd_topic.topic_status, "status")
-    root.add_typer(topic, name="topic")
+    add_command(topic_group, topic.topic_create, "create")
+    add_command(topic_group, topic.topic_update, "update")
+    add_command(topic_group, topic.topic_delete, "delete")
+    add_command(topic_group, topic.topic_list, "list")
+    add_command(topic_group, topic.topic_route, "route")
+    add_command(topic_group, topic.topic_status, "status")
+    root.add_typer(topic_group, name="topic")
 
-    cluster = command_group(
+    cluster_group = command_group(
         "Brokers of the cluster with their role and replication state.",
         "rmq cluster",
         "rmq cluster list --json",
         no_args_is_help=False,
         invoke_without_command=True,  # `rmq cluster` alone lists, as `rmq cluster list`
     )
-    cluster.callback()(cmd_cluster.cluster_default)
-    add_command(cluster, cmd_cluster.cluster_list, "list")
-    root.add_typer(cluster, name="cluster")
+    cluster_group.callback()(cluster.cluster_default)
+    add_command(cluster_group, cluster.cluster_list, "list")
+    root.add_typer(cluster_group, name="cluster")
 
-    broker = command_group(
+    broker_group = command_group(
         "Run a broker (`rmq broker [OPTIONS]`, see `rmq broker --help`) or ask one "
         "(`rmq broker status ADDR`).",
         no_args_is_help=False,  # `rmq broker` alone runs a broker
-        cls=cmd_cluster.BrokerGroup,
+        cls=cluster.BrokerGroup,
     )
-    add_command(broker, cmd_cluster.broker_status_cmd, "status")
-    root.add_typer(broker, name="broker")
+    add_command(broker_group, cluster.broker_status_cmd, "status")
+    root.add_typer(broker_group, name="broker")
 
-    group = command_group(
+    consumer_groups = command_group(
         "Consumer groups and their progress.", "rmq group list", "rmq group progress cg1"
     )
-    add_command(group, cmd_group.group_list, "list")
-    add_command(group, cmd_group.group_progress, "progress")
-    root.add_typer(group, name="group")
+    add_command(consumer_groups, group.group_list, "list")
+    add_command(consumer_groups, group.group_progress, "progress")
+    root.add_typer(consumer_groups, name="group")
 
-    message = command_group(
+    message_group = command_group(
         "Find messages by key, msgId or queue offset.",
         "rmq message query --topic Orders --key order-1",
     )
-    add_command(message, cmd_message.message_query, "query")
-    root.add_typer(message, name="message")
+    add_command(message_group, message.message_query, "query")
+    root.add_typer(message_group, name="message")
 
-    bench = command_group(
+    bench_group = command_group(
         "Load generator: produce or consume as fast as the cluster allows.",
         "rmq bench produce --count 100000 --size 1024 --inflight 32",
         "rmq bench produce --duration 30 --batch 32 --runs 3",
         "rmq bench consume --topic BenchTopic --count 100000",
     )
-    add_command(bench, cmd_bench.produce, "produce")
-    add_command(bench, cmd_bench.consume, "consume")
-    root.add_typer(bench, name="bench")
+    add_command(bench_group, cmd_bench.produce, "produce")
+    add_command(bench_group, cmd_bench.consume, "consume")
+    root.add_typer(bench_group, name="bench")
 
     dledger_group = command_group(
         "DLedger groups: move a group's leader (their Raft state: `rmq cluster`, `rmq top`).",
@@ -119,12 +115,12 @@ def register_commands(root: typer.Typer) -> None:
     add_command(dledger_group, dledger.leadership_transfer, "leadership-transfer")
     root.add_typer(dledger_group, name="dledger")
 
-    store = command_group(
+    store_group = command_group(
         "Offline checks of broker store directories.",
         "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
     )
-    add_command(store, cmd_store.verify_cmd, "verify")
-    root.add_typer(store, name="store")
+    add_command(store_group, store.verify_cmd, "verify")
+    root.add_typer(store_group, name="store")
 
 
 register_commands(app)

@@ -1,6 +1,6 @@
 """Output every part of `rmq` shares: consoles, plain lines, the `error:` line, rates, and the
 lines of a server that listens, a send result and a consumed message. What one area prints
-lives with that area (`cli/admin_render.py`, `cli/local/render.py`, ...).
+lives with that area (`cli/admin/render.py`, `cli/local/render.py`, ...).
 
 Nothing in this module talks to the network. Consoles are
 made per call so typer's CliRunner (which swaps sys.stdout/sys.stderr) captures the output.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.admin_options import JsonOpt
+from cli.admin.options import JsonOpt
 from cli.app import _namesrv, _run, examples
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from cli import admin_render
+from cli.admin import render as admin_render
 from cli.runtime_info.raft import group_leaders, parse_raft, raft_cell, with_lag, with_lags
 from cli.runtime_info.status import BrokerStatus, parse_runtime_info, with_raft_lags
 from cli.top.model import NodeInfo, NodeView, TopSnapshot, node_view

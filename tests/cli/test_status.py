@@ -8,7 +8,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from cli import admin_render
+from cli.admin import render as admin_render
 from cli.local.up import master_role
 from cli.local.up_arguments import fast_up_arguments
 from cli.main import app

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.admin_options import ClusterOpt, JsonOpt, open_admin
+from cli.admin.options import ClusterOpt, JsonOpt, open_admin
 from cli.app import _run, examples
 from cli.errors import CliError
 
@@ -40,7 +40,7 @@ def topic_create(
     as_json: JsonOpt = False,
 ) -> None:
     """Create (or update) a topic on the masters of a cluster or on one broker."""
-    from cli import admin_render
+    from cli.admin import render
 
     _check_perm(perm)
 
@@ -55,7 +55,7 @@ def topic_create(
                 order=order,
             )
 
-    admin_render.topic_changed("created", topic, _run(main), as_json=as_json)
+    render.topic_changed("created", topic, _run(main), as_json=as_json)
 
 
 def _check_perm(perm: int | None) -> None:
@@ -83,7 +83,7 @@ def topic_update(
     as_json: JsonOpt = False,
 ) -> None:
     """Change the queue count or permission of an existing topic on every broker serving it."""
-    from cli import admin_render
+    from cli.admin import render
 
     _check_perm(perm)
 
@@ -109,7 +109,7 @@ def topic_update(
                 raise CliError(f"topic {topic} has no broker in cluster {cluster}")
             return addrs
 
-    admin_render.topic_changed("updated", topic, _run(main), as_json=as_json)
+    render.topic_changed("updated", topic, _run(main), as_json=as_json)
 
 
 @examples("rmq topic delete Orders", "rmq topic delete Orders --cluster DefaultCluster")
@@ -120,25 +120,25 @@ def topic_delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete a topic from its brokers (its messages become unreachable) and the nameserver."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> list[str]:
         async with open_admin(ctx) as admin:
             return await admin.delete_topic(topic, cluster)
 
-    admin_render.topic_changed("deleted", topic, _run(main), as_json=as_json)
+    render.topic_changed("deleted", topic, _run(main), as_json=as_json)
 
 
 @examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list --json")
 def topic_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List every topic the nameserver knows."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> list[str]:
         async with open_admin(ctx) as admin:
             return await admin.topic_list()
 
-    admin_render.topic_list(_run(main), as_json=as_json)
+    render.topic_list(_run(main), as_json=as_json)
 
 
 @examples("rmq topic route TopicTest", "rmq topic route T --json")
@@ -148,13 +148,13 @@ def topic_route(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the brokers and queues of a topic."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> TopicRouteData:
         async with open_admin(ctx) as admin:
             return await admin.topic_route(topic)
 
-    admin_render.topic_route(topic, _run(main), as_json=as_json)
+    render.topic_route(topic, _run(main), as_json=as_json)
 
 
 @examples("rmq topic status TopicTest", "rmq topic status TopicTest --json")
@@ -164,10 +164,10 @@ def topic_status(
     as_json: JsonOpt = False,
 ) -> None:
     """Per queue: min and max offset, message count and the time of the newest message."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> list[QueueStats]:
         async with open_admin(ctx) as admin:
             return await admin.topic_stats(topic)
 
-    admin_render.topic_status(topic, _run(main), as_json=as_json)
+    render.topic_status(topic, _run(main), as_json=as_json)

@@ -1,4 +1,4 @@
-"""`rmq store verify MASTER_STORE SLAVE_STORE`: compare two CommitLogs (work in cli/store_verify.py)."""
+"""`rmq store verify MASTER_STORE SLAVE_STORE`: compare two CommitLogs (work in cli/admin/store_verify.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def verify_cmd(
     """Exit 0 when the slave's CommitLog is a byte-identical prefix of the master's, 2 when
     it is not (a difference, or a slave ahead of its master), 1 on an error such as a path
     that is not a store (one `error:` line, like every rmq command). Stop the brokers first, or accept that the newest bytes may move."""
-    from cli.store_verify import VerifyError, verify
+    from cli.admin.store_verify import VerifyError, verify
 
     try:
         result = verify(master, slave)

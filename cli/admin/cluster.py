@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.admin_options import JsonOpt, open_admin
+from cli.admin.options import JsonOpt, open_admin
 from cli.app import _namesrv, _run, app, examples
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ BrokerAddrOpt = Annotated[
 
 
 def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) -> None:
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> list[BrokerStatus]:
         from cli.runtime_info.status import broker_status, cluster_status
@@ -38,7 +38,7 @@ def _cluster_list(ctx: typer.Context, broker_addr: str | None, as_json: bool) ->
             return await broker_status(broker_addr)
         return await cluster_status(_namesrv(ctx))
 
-    admin_render.cluster_status(_run(main), as_json=as_json)
+    render.cluster_status(_run(main), as_json=as_json)
 
 
 def cluster_default(
@@ -104,10 +104,10 @@ def broker_status_cmd(
 ) -> None:
     """Runtime info of one broker (mqadmin brokerStatus): versions, put/get totals, CommitLog
     offsets, replication state."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> dict[str, str]:
         async with open_admin(ctx) as admin:
             return await admin.broker_runtime_info(addr)
 
-    admin_render.broker_runtime(addr, _run(main), as_json=as_json)
+    render.broker_runtime(addr, _run(main), as_json=as_json)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.admin_options import JsonOpt, open_admin
+from cli.admin.options import JsonOpt, open_admin
 from cli.app import _run, examples
 from cli.errors import CliError
 
@@ -43,7 +43,7 @@ def message_query(
     Exactly one of: --key (needs --topic), --id (an offset msgId alone; a UNIQ_KEY with
     --topic), or --queue/--offset (needs --topic; --broker when the topic has several).
     """
-    from cli import admin_render
+    from cli.admin import render
 
     by_offset = queue is not None or offset is not None or broker is not None
     modes = [key is not None, msg_id is not None, by_offset]
@@ -76,4 +76,4 @@ def message_query(
                 name = names[0]
             return [await admin.message_at(MessageQueue(topic, name, queue), offset)]
 
-    admin_render.messages(_run(main), as_json=as_json)
+    render.messages(_run(main), as_json=as_json)

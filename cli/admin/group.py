@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.admin_options import ClusterOpt, JsonOpt, open_admin
+from cli.admin.options import ClusterOpt, JsonOpt, open_admin
 from cli.app import _run, examples
 from cli.errors import CliError
 from common.mixall import is_system_group
@@ -25,7 +25,7 @@ def group_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List the consumer (subscription) groups the masters know."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> list[str]:
         async with open_admin(ctx) as admin:
@@ -34,7 +34,7 @@ def group_list(
     groups = _run(main)
     if not show_all:
         groups = [g for g in groups if not is_system_group(g)]
-    admin_render.group_list(groups, as_json=as_json)
+    render.group_list(groups, as_json=as_json)
 
 
 @examples("rmq group progress cg1", "rmq group progress cg1 --topic Orders --json")
@@ -46,7 +46,7 @@ def group_progress(
 ) -> None:
     """Per queue: broker offset, the group's consumer offset and the lag; totals; online
     consumers (mqadmin consumerProgress)."""
-    from cli import admin_render
+    from cli.admin import render
 
     async def main() -> tuple[ConsumeStats, list[ConsumerConnection]]:
         async with open_admin(ctx) as admin:
@@ -57,4 +57,4 @@ def group_progress(
             return stats, await admin.consumer_connections(group)
 
     stats, conns = _run(main)
-    admin_render.group_progress(stats, conns, topic, as_json=as_json)
+    render.group_progress(stats, conns, topic, as_json=as_json)

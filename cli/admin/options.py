@@ -1,9 +1,9 @@
 """What the mqadmin-style commands share: the `--json` and `--cluster` options and the Admin
 client they open on the global `--namesrv`.
 
-The command modules (`cli/cmd_cluster.py`, `cmd_topic.py`, `cmd_group.py`, `cmd_message.py`,
-`cmd_produce_consume.py`) import from here and never from each other, so each area can change
-alone.
+The command modules of the room (`cluster.py`, `topic.py`, `group.py`, `message.py`) and
+`rmq produce` / `rmq consume` (`cli/messages/commands.py`) import from here and never from
+each other, so each area can change alone.
 """
 
 from __future__ import annotations
