@@ -13,16 +13,14 @@ import sys
 
 import typer
 
-from cli import (
-    cmd_bench,
-    cmd_produce_consume,
-)
 from cli.admin import cluster, group, message, store, topic
 from cli.app import add_command, app, command_group
+from cli.bench import commands as bench
 from cli.chaos import commands as chaos
 from cli.dledger import commands as dledger
 from cli.local import commands as local
 from cli.local.up_arguments import fast_up_arguments
+from cli.messages import commands as messages
 from cli.servers import commands as servers
 from cli.top import commands as top
 
@@ -37,8 +35,8 @@ def register_commands(root: typer.Typer) -> None:
     (`rmq broker status ADDR`): the group takes the command's place in the listing and hands
     anything that is not one of its subcommands to the command (`cluster.BrokerGroup`).
     """
-    add_command(root, cmd_produce_consume.produce)
-    add_command(root, cmd_produce_consume.consume)
+    add_command(root, messages.produce)
+    add_command(root, messages.consume)
     add_command(root, local.up)
     add_command(root, local.status)
     add_command(root, local.kill)
@@ -103,8 +101,8 @@ def register_commands(root: typer.Typer) -> None:
         "rmq bench produce --duration 30 --batch 32 --runs 3",
         "rmq bench consume --topic BenchTopic --count 100000",
     )
-    add_command(bench_group, cmd_bench.produce, "produce")
-    add_command(bench_group, cmd_bench.consume, "consume")
+    add_command(bench_group, bench.produce, "produce")
+    add_command(bench_group, bench.consume, "consume")
     root.add_typer(bench_group, name="bench")
 
     dledger_group = command_group(

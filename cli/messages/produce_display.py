@@ -1,5 +1,5 @@
-"""What `rmq produce` prints: per-message lines or a progress bar, the summary, or one JSON document
-streamed as results come in (see cli/produce.py for how lines are read and sent)."""
+"""What `rmq produce` prints: per-message lines or a progress bar, the summary, or one JSON
+document streamed as results come in (see `produce.py` for how lines are read and sent)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class ProduceDisplay:
         import trio
 
         self.topic = topic
-        self.stats = stats  # cli.produce.ProduceStats, filled by the send loop
+        self.stats = stats  # cli.messages.produce.ProduceStats, filled by the send loop
         self.mode = mode
         self.threshold = threshold
         self.patience = patience

@@ -1,4 +1,4 @@
-"""`rmq bench produce|consume`: the load generator (work in cli/bench.py)."""
+"""`rmq bench produce|consume`: the load generator (the loops and statistics are in `load.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cli.app import _namesrv, _run, examples
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from cli.bench import BenchResult
+    from cli.bench.load import BenchResult
 
 # One benchmark run, told its progress (messages done so far).
 BenchRun = Callable[[Callable[[int], None]], Awaitable["BenchResult"]]
@@ -37,7 +37,7 @@ def _bench(kind: str, settings: dict[str, Any], runs: int, as_json: bool, fn: Be
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cli.bench import render_run, render_summary, to_json
+    from cli.bench.load import render_run, render_summary, to_json
 
     results = []
     total = settings.get("count")
@@ -88,7 +88,7 @@ def produce(
     as_json: AsJson = False,
 ) -> None:
     """Send messages and report msg/s, MB/s and request latency percentiles."""
-    from cli.bench import bench_produce
+    from cli.bench.load import bench_produce
 
     namesrv = _namesrv(ctx)
     if count is None and duration is None:
@@ -140,7 +140,7 @@ def consume(
     as_json: AsJson = False,
 ) -> None:
     """Pull a topic from the start of every queue and report msg/s and MB/s."""
-    from cli.bench import bench_consume
+    from cli.bench.load import bench_consume
 
     namesrv = _namesrv(ctx)
     settings = {

@@ -1,8 +1,8 @@
 """`rmq produce` and `rmq consume`: send messages from arguments or stdin lines, and print
 the messages of a topic.
 
-Both are thin: the sending and pulling loops are `cli/produce.py` and `cli/consume.py`, the
-output `cli/admin/render.py` and `cli/render.py`.
+Both are thin: the sending and pulling loops are `produce.py` and `consume.py`, the output
+`produce_display.py`, `cli/render.py` and, for `consume --json`, `cli/admin/render.py`.
 """
 
 from __future__ import annotations
@@ -76,9 +76,10 @@ def produce(
     the messages keep the order of the lines. With a progress bar the per-message lines are
     left out; --json prints one document with every result instead.
     """
-    from cli import produce_render, render
-    from cli.produce import MessageTemplate, ProduceStats
-    from cli.produce import produce as produce_lines
+    from cli import render
+    from cli.messages import produce_display
+    from cli.messages.produce import MessageTemplate, ProduceStats
+    from cli.messages.produce import produce as produce_lines
 
     properties: dict[str, str] = {}
     for item in prop or []:
@@ -102,7 +103,7 @@ def produce(
         import trio
 
         started = trio.current_time()
-        display = produce_render.ProduceDisplay(
+        display = produce_display.ProduceDisplay(
             topic, stats, mode=mode, threshold=PROGRESS_THRESHOLD
         )
         try:
@@ -212,7 +213,7 @@ def consume(
             render.message(m, verbose=verbose, served_by=served["by"])
 
     async def main() -> None:
-        from cli.consume import consume_topic
+        from cli.messages.consume import consume_topic
 
         await consume_topic(
             _namesrv(ctx),
