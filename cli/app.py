@@ -1,7 +1,7 @@
 """The `rmq` typer application and what every command shares.
 
 `app` is the root of the command tree, with the global `--namesrv` option (`_global`). The
-commands themselves are plain functions in the rooms of `cli/` (`cli/local/`, `cli/admin/`,
+commands themselves are plain functions in the subpackages of `cli/` (`cli/local/`, `cli/admin/`,
 ...); `cli/main.py` registers each one on `app` or on a group, in the order `rmq --help`
 lists them. A command function carries its `Examples:` epilog with `@examples(...)`, which
 `add_command` hands to typer when it registers the function.
@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cli.errors import Exit, run_main
-from cli.servers.node import DEFAULT_NAMESRV
+from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
 from common.session_credentials import SessionCredentials
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,7 +102,7 @@ def _global(
         typer.Option(
             "--namesrv",
             "-n",
-            envvar="RMQ_NAMESRV",
+            envvar=NAMESRV_ENV,
             help="Nameserver address(es), 'host:port[;host:port]'.",
         ),
     ] = DEFAULT_NAMESRV,

@@ -19,18 +19,17 @@ imported inside the functions that need them.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli.errors import Exit, describe_os_error, run_main
+from cli.namesrv_address import namesrv_from_env
 
 if TYPE_CHECKING:
     import argparse
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 FLUSH_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -208,7 +207,7 @@ def broker_props_from_args(args: argparse.Namespace) -> dict[str, str]:
     conf_text = args.config_file.read_text() if args.config_file is not None else None
     overrides = {flag: getattr(args, flag) for flag in BROKER_FLAG_PROPERTIES}
     props = broker_properties(conf_text, overrides)
-    props.setdefault("namesrvAddr", os.environ.get("RMQ_NAMESRV") or DEFAULT_NAMESRV)
+    props.setdefault("namesrvAddr", namesrv_from_env())
     return props
 
 
