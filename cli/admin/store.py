@@ -1,4 +1,4 @@
-"""`rmq store verify MASTER_STORE SLAVE_STORE`: compare two CommitLogs (work in cli/admin/store_verify.py)."""
+"""`rmq store verify MASTER_STORE SLAVE_STORE`: compare two CommitLogs (`store_verify.py`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The chaos harness's cluster: real server processes, every replication link through a proxy.
 
 Modes: ``sync`` (SYNC_MASTER + slave), ``async`` (ASYNC_MASTER + slave) and ``dledger`` (three
-DLedger members), each with a nameserver.  Every process is ``python -m cli.servers.node`` with its own
-ports, store and log under ``root``, and is controlled by pid: SIGKILL and a restart on the same
-store, SIGSTOP / SIGCONT.  The slave reaches its master's HA port, and each DLedger member
-each other member, through a :class:`~cli.chaos.link_proxy.LinkProxy`, so a partition is a blocked
-proxy; clients and the nameserver still reach every node.
+DLedger members), each with a nameserver.  Every process is ``python -m cli.servers.node`` with
+its own ports, store and log under ``root``, and is controlled by pid: SIGKILL and a restart on
+the same store, SIGSTOP / SIGCONT.  The slave reaches its master's HA port, and each DLedger
+member each other member, through a :class:`~cli.chaos.link_proxy.LinkProxy`, so a partition is
+a blocked proxy; clients and the nameserver still reach every node.
 """
 
 from __future__ import annotations

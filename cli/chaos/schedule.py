@@ -24,7 +24,8 @@ slave is torn, whose tail the master still holds; in ``dledger`` any member, who
 leader (or the new leader, which has every committed entry) sends again.
 
 Each fault is held ``U(1.0, 2.5)`` s after a pause of ``U(0.5, 1.5)`` s; the draws are made in
-the order the first harness made them (pause, kind, node, hold), then the kind's parameters.
+a fixed order (pause, kind, node, hold, then the kind's parameters), so a seed always names the
+same schedule.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """A local cluster: `rmq up`, `status`, `kill`, `restart`, `down`.
 
-`up` resolves its topology (`cli/local/topology.py`: flags over a TOML file over defaults) into a
-plan, refuses what cannot start (bad file, --slaves with --dledger, a cluster already running
-in the data dir, busy ports) with one line, then runs the supervisor (`cli/local/up.py` + `cli/local/supervisor.py`) in the
+`up` resolves its topology (`topology.py`: flags over a TOML file over defaults) into a plan,
+refuses what cannot start (bad file, --slaves with --dledger, a cluster already running in the
+data dir, busy ports) with one line, then runs the supervisor (`up.py` + `supervisor.py`) in the
 foreground, or with `--detach` as a background process in its own session, returning once the
 cluster is ready. The other commands talk to that supervisor through the data dir's control
-socket (`cli/local/state.py`) and never start Trio.
+socket (`state.py`) and never start Trio.
 
-`fast_up_arguments` (cli/local/up_arguments.py) lets `cli/main.py` run `up` without typer's parameter conversion, which
-imports pydantic and costs `rmq up` ~0.1 s before the first node is spawned.
+`fast_up_arguments` (`up_arguments.py`) lets `cli/main.py` run `up` without typer's parameter
+conversion, which imports pydantic and costs `rmq up` ~0.1 s before the first node is spawned.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class NodeSpec:
     # extra broker.conf properties (sorted pairs, so the spec stays hashable); written to
     # `<data-dir>/conf/<name>.conf` and passed with --config; the flags the plan sets win
     properties: tuple[tuple[str, str], ...] = ()
-    # a DLedger member (`rmq up --dledger N`, cli/local/dledger_plan.py): its dLegerSelfId, n0, n1...
+    # a DLedger member (`rmq up --dledger N`, dledger_plan.py): its dLegerSelfId, n0, n1...
     dledger_self_id: str | None = None
 
     @property

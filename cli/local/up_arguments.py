@@ -1,6 +1,6 @@
 """`rmq up`'s arguments read straight off the command line, before typer (see the function).
 
-Kept apart from cli/local/commands.py, which defines `up`: this module only reads its signature.
+Kept apart from `commands.py`, which defines `up`: this module only reads its signature.
 """
 
 from __future__ import annotations

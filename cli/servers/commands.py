@@ -1,8 +1,8 @@
 """`rmq namesrv` and `rmq broker`: one server in the foreground.
 
-They share their flag handling, serving and error policy with `cli/servers/node.py`, whose argparse
-entry point (`python -m cli.servers.node`) is what `rmq up` spawns: typer's parameter conversion imports
-pydantic, too slow for a node's start-up.
+They share their flag handling and serving with `node.py`, and the error policy with
+`cli/errors.py`. The argparse entry point of `node.py` (`python -m cli.servers.node`) is what
+`rmq up` spawns: typer's parameter conversion imports pydantic, too slow for a node's start-up.
 """
 
 from __future__ import annotations

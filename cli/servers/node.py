@@ -8,10 +8,10 @@ so the nodes `rmq up` spawns do not go through typer: they run
     python -m cli.servers.node namesrv --host H --port P [--data-dir D] [--watch-stdin]
     python -m cli.servers.node broker [--config F] [--name N] ... [--watch-stdin]
 
-parsed here with argparse. The typer commands (`cli/servers/commands.py`) call the same functions
-(`serve_namesrv`, `serve_broker`, `broker_properties`, `run_main`), so flags map to the
-same config and errors follow the same policy either way: a user's error (port in use, bad
-config) prints ONE line on stderr and exits 1, no traceback.
+parsed here with argparse. The typer commands (`commands.py`) call the same functions
+(`serve_namesrv`, `serve_broker`, `broker_properties`, and `run_main` of `cli/errors.py`), so
+flags map to the same config and errors follow the same policy either way: a user's error (port
+in use, bad config) prints ONE line on stderr and exits 1, no traceback.
 
 This module imports nothing heavy at import time: trio, the servers and the renderers are
 imported inside the functions that need them.

@@ -1,4 +1,5 @@
-"""`python -m cli.servers.node`: the lean node entry point `rmq up` spawns parses like `rmq broker`."""
+"""`python -m cli.servers.node`, the lean node entry point `rmq up` spawns, parses like
+`rmq broker`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """DLedger groups as real processes, with a fault-injecting TCP proxy on every Raft link.
 
 ``dledger_group(n)`` (fixture ``dledger``) starts a nameserver and ``n`` brokers
-(``python -m cli.servers.node broker -c <conf>``) forming one DLedger group ``broker-a``. Every directed
-Raft link i -> j goes through its own :class:`LinkProxy` in the test's Trio loop: node i's
+(``python -m cli.servers.node broker -c <conf>``) forming one DLedger group ``broker-a``. Every
+directed Raft link i -> j goes through its own :class:`LinkProxy` in the test's Trio loop: node i's
 ``dLegerPeers`` names node j at the proxy's port, and only node i itself at its real DLedger
 port (where it binds).  So ``group.isolate("n0")`` cuts every link to and from n0 while n0 stays
 reachable by the nameserver and the clients: a leader partitioned from both followers, as the
