@@ -10,7 +10,7 @@ per node with its pid; that is how we find the broker process (falling back to t
 supervisor's /proc children list). `stop_cluster` always runs (context manager): SIGTERM to the
 supervisor, SIGKILL after a bound; then any node still alive (they stop by themselves when the
 supervisor's stdin pipe closes) gets the same treatment, by pid, after checking that the pid
-still is one of our node processes (`python -m cli.node ...`, or `cli.main` for older ones).
+still is one of our node processes (`python -m cli.servers.node ...`, or `cli.main` for older ones).
 """
 
 from __future__ import annotations
@@ -244,10 +244,10 @@ def stop_cluster(cluster: Cluster, *, grace: float = 15.0) -> None:
 
 
 def is_node_process(pid: int) -> bool:
-    """Whether `pid` still runs one of our nodes: `rmq up` spawns `python -m cli.node ...`
+    """Whether `pid` still runs one of our nodes: `rmq up` spawns `python -m cli.servers.node ...`
     (older versions spawned `python -m cli.main ...`)."""
     cmd = _cmdline(pid)
-    return "-m cli.node " in cmd or "-m cli.main " in cmd
+    return "-m cli.servers.node " in cmd or "-m cli.main " in cmd
 
 
 def cpu_seconds(pid: int) -> float:

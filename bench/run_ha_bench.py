@@ -25,7 +25,7 @@ Theory of operation. Each run has two parts, on this one host (every process sha
    the first segment. An empty slave reports offset 0 and a master answers that by streaming
    from the start of its *last* segment (the offset-0 rule), which here is the first and only
    one: the slave is sent the whole ~1 GiB. Per run: start a nameserver and that master
-   (`python -m cli.node broker -c ...`, ASYNC_MASTER), wait until it serves, start a slave
+   (`python -m cli.servers.node broker -c ...`, ASYNC_MASTER), wait until it serves, start a slave
    with an empty store and `haMasterAddress` set, and sample the master's runtime info every
    10 ms: the clock runs from the first sample that counts the slave's HA connection to the
    first sample where `haSlave0AckOffset` reaches the master's max offset. MB/s = bytes /
@@ -138,7 +138,7 @@ class Meter:
 
 
 async def runtime(remoting, addr: str) -> dict[str, str]:
-    from cli.status import fetch_runtime_table
+    from cli.runtime_info.status import fetch_runtime_table
 
     return await fetch_runtime_table(remoting, addr, 5.0)
 
@@ -364,7 +364,7 @@ def _free_port() -> int:
 def node(args: list[str], log: Path):
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.node", *args],
+            [sys.executable, "-m", "cli.servers.node", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.PIPE,

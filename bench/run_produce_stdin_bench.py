@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.port_blocks import free_port_block  # noqa: E402
+from cli.chaos.port_blocks import free_port_block  # noqa: E402
 
 RMQ = [sys.executable, "-m", "cli.main"]
 SUMMARY = re.compile(r"sent (\d+) message\(s\) to \S+ in ([\d.]+)s")

@@ -1,25 +1,31 @@
-"""The `rmq` typer application and what every command module shares.
+"""The `rmq` typer application and what every command shares.
 
-Command modules (`cli/cmd_*.py`) add their commands to `app` on import; `cli/main.py` imports
-them all. Each module owns one area so they can change independently: `cmd_servers` (namesrv,
-broker), `cmd_local` (a local cluster: up/down/status/kill/restart), `cmd_admin` (mqadmin-style
-topic/cluster/broker/group/message commands, produce, consume), `cmd_top` (the live TUI),
-`cmd_bench` (the load generator).
+`app` is the root of the command tree, with the global `--namesrv` option (`_global`). The
+commands themselves are plain functions in the subpackages of `cli/` (`cli/local/`, `cli/admin/`,
+...); `cli/main.py` registers each one on `app` or on a group, in the order `rmq --help`
+lists them. A command function carries its `Examples:` epilog with `@examples(...)`, which
+`add_command` hands to typer when it registers the function.
 
 Errors a user can cause (connection refused, unknown topic, bad config, port in use) print ONE
-line on stderr and exit with status 1; no traceback.
+line on stderr and exit with status 1; no traceback (`_run`, over `cli/errors.py`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cli.node import DEFAULT_NAMESRV, Exit, run_main
+from cli.errors import Exit, run_main
+from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
 from common.session_credentials import SessionCredentials
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# command function -> its `Examples:` epilog (see `examples`)
+_EPILOGS: dict[Callable[..., Any], str] = {}
 
 
 def _examples(*lines: str) -> str:
@@ -42,13 +48,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-topic_app = typer.Typer(
-    help="Create, list and inspect topics.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    epilog=_examples("rmq topic create T --queues 8", "rmq topic list", "rmq topic route T"),
-)
-app.add_typer(topic_app, name="topic")
+
+
+def examples(*lines: str) -> Callable[[F], F]:
+    """Give a command function its `Examples:` epilog; `add_command` passes it to typer."""
+
+    def attach(fn: F) -> F:
+        _EPILOGS[fn] = _examples(*lines)
+        return fn
+
+    return attach
+
+
+def add_command(group: typer.Typer, fn: Callable[..., Any], name: str | None = None) -> None:
+    """Register `fn` as a command of `group` (named after the function unless `name` is
+    given), with the examples `@examples` gave it."""
+    group.command(name, epilog=_EPILOGS.get(fn))(fn)
+
+
+def command_group(help: str, *example_lines: str, **settings: Any) -> typer.Typer:
+    """A group of subcommands (`rmq topic ...`): its help line, examples and typer settings
+    (by default it shows its help when called without a subcommand)."""
+    settings.setdefault("no_args_is_help", True)
+    epilog = _examples(*example_lines) if example_lines else None
+    return typer.Typer(help=help, epilog=epilog, rich_markup_mode=None, **settings)
 
 
 def _namesrv(ctx: typer.Context) -> str:
@@ -79,7 +102,7 @@ def _global(
         typer.Option(
             "--namesrv",
             "-n",
-            envvar="RMQ_NAMESRV",
+            envvar=NAMESRV_ENV,
             help="Nameserver address(es), 'host:port[;host:port]'.",
         ),
     ] = DEFAULT_NAMESRV,

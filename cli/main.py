@@ -1,9 +1,9 @@
-"""The `rmq` command: run a local cluster, servers, and talk to them.
+"""The `rmq` command: its command tree, and the console-script entry point (`main`).
 
-Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to
-`cli/render.py`. Imports of trio, the servers and the client happen inside the commands.
-The application and its shared helpers live in `cli/app.py`; each `cli/cmd_*.py` module adds
-its commands on import.
+Commands are thin: parse options, `trio.run(...)` one coroutine, hand the result to a
+renderer. Imports of trio, the servers and the client happen inside the commands, so
+`rmq --help` and `rmq up` start quickly. The application and what the commands share live in
+`cli/app.py`; `register_commands` below is the one place that puts every command on it.
 """
 
 from __future__ import annotations
@@ -13,37 +13,115 @@ import sys
 
 import typer
 
-# Importing a command module registers its commands on `app`.
-from cli import (  # noqa: F401
-    cmd_admin,
-    cmd_bench,
-    cmd_dledger,
-    cmd_local,
-    cmd_servers,
-    cmd_store,
-    cmd_top,
-)
+from cli.admin import cluster, group, message, store, topic
+from cli.app import add_command, app, command_group
+from cli.bench import commands as bench
+from cli.chaos import commands as chaos
+from cli.dledger import commands as dledger
+from cli.local import commands as local
+from cli.local.up_arguments import fast_up_arguments
+from cli.messages import commands as messages
+from cli.servers import commands as servers
+from cli.top import commands as top
 
-# isort: split
-# after the others: `rmq --help` keeps the order users know, chaos last of the commands
-from cli import cmd_chaos  # noqa: F401
-from cli.app import app
-from cli.cmd_local import up
-from cli.node import (
-    BROKER_FLAG_PROPERTIES,
-    broker_properties,
-    properties_text,
-)
-from cli.up_arguments import fast_up_arguments
+__all__ = ["app", "main"]
 
-__all__ = [
-    "BROKER_FLAG_PROPERTIES",
-    "app",
-    "broker_properties",
-    "fast_up_arguments",
-    "main",
-    "properties_text",
-]
+
+def register_commands(root: typer.Typer) -> None:
+    """Every command and group of `rmq`, in the order `rmq --help` lists them.
+
+    typer lists a group's plain commands first and its subgroups after them, each in the
+    order they were registered. `rmq broker` is both a command (run a broker) and a group
+    (`rmq broker status ADDR`): the group takes the command's place in the listing and hands
+    anything that is not one of its subcommands to the command (`cluster.BrokerGroup`).
+    """
+    add_command(root, messages.produce)
+    add_command(root, messages.consume)
+    add_command(root, local.up)
+    add_command(root, local.status)
+    add_command(root, local.kill)
+    add_command(root, local.restart)
+    add_command(root, local.down)
+    add_command(root, servers.namesrv)
+    add_command(root, servers.broker)
+    add_command(root, top.top, "top")
+    add_command(root, chaos.chaos_cmd, "chaos")
+
+    topic_group = command_group(
+        "Create, list and inspect topics.",
+        "rmq topic create T --queues 8",
+        "rmq topic list",
+        "rmq topic route T",
+    )
+    add_command(topic_group, topic.topic_create, "create")
+    add_command(topic_group, topic.topic_update, "update")
+    add_command(topic_group, topic.topic_delete, "delete")
+    add_command(topic_group, topic.topic_list, "list")
+    add_command(topic_group, topic.topic_route, "route")
+    add_command(topic_group, topic.topic_status, "status")
+    root.add_typer(topic_group, name="topic")
+
+    cluster_group = command_group(
+        "Brokers of the cluster with their role and replication state.",
+        "rmq cluster",
+        "rmq cluster list --json",
+        no_args_is_help=False,
+        invoke_without_command=True,  # `rmq cluster` alone lists, as `rmq cluster list`
+    )
+    cluster_group.callback()(cluster.cluster_default)
+    add_command(cluster_group, cluster.cluster_list, "list")
+    root.add_typer(cluster_group, name="cluster")
+
+    broker_group = command_group(
+        "Run a broker (`rmq broker [OPTIONS]`, see `rmq broker --help`) or ask one "
+        "(`rmq broker status ADDR`).",
+        no_args_is_help=False,  # `rmq broker` alone runs a broker
+        cls=cluster.BrokerGroup,
+    )
+    add_command(broker_group, cluster.broker_status_cmd, "status")
+    root.add_typer(broker_group, name="broker")
+
+    consumer_groups = command_group(
+        "Consumer groups and their progress.", "rmq group list", "rmq group progress cg1"
+    )
+    add_command(consumer_groups, group.group_list, "list")
+    add_command(consumer_groups, group.group_progress, "progress")
+    root.add_typer(consumer_groups, name="group")
+
+    message_group = command_group(
+        "Find messages by key, msgId or queue offset.",
+        "rmq message query --topic Orders --key order-1",
+    )
+    add_command(message_group, message.message_query, "query")
+    root.add_typer(message_group, name="message")
+
+    bench_group = command_group(
+        "Load generator: produce or consume as fast as the cluster allows.",
+        "rmq bench produce --count 100000 --size 1024 --inflight 32",
+        "rmq bench produce --duration 30 --batch 32 --runs 3",
+        "rmq bench consume --topic BenchTopic --count 100000",
+    )
+    add_command(bench_group, bench.produce, "produce")
+    add_command(bench_group, bench.consume, "consume")
+    root.add_typer(bench_group, name="bench")
+
+    dledger_group = command_group(
+        "DLedger groups: move a group's leader (their Raft state: `rmq cluster`, `rmq top`).",
+        "rmq dledger leadership-transfer --to n1",
+        "rmq dledger leadership-transfer --to broker-b-n2",
+    )
+    add_command(dledger_group, dledger.leadership_transfer, "leadership-transfer")
+    root.add_typer(dledger_group, name="dledger")
+
+    store_group = command_group(
+        "Offline checks of broker store directories.",
+        "rmq store verify .rmq/broker-a .rmq/broker-a-s1",
+    )
+    add_command(store_group, store.verify_cmd, "verify")
+    root.add_typer(store_group, name="store")
+
+
+register_commands(app)
 
 
 def main() -> None:
@@ -51,7 +129,7 @@ def main() -> None:
     fast = fast_up_arguments(sys.argv[1:])
     if fast is not None:
         try:
-            up(**fast)
+            local.up(**fast)
         except typer.Exit as exc:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:  # before trio.run took over the signal: what click says

@@ -26,7 +26,8 @@ still starts at offset 0, so a new LAST_OFFSET group reads such a queue from its
 message (RocketMQ's way of not losing what a new topic received before its first consumer
 started). We keep it because Java, C++ and Python members of one group must agree on where a
 queue starts, and users of RocketMQ expect it. `rmq consume` is a tool, not a group member,
-and promises "a new group starts at the queue's end": it checks the 0 itself (cli/consume.py).
+and promises "a new group starts at the queue's end": it checks the 0 itself
+(cli/messages/consume.py).
 
 Leaving the `async with` stops pulling, persists every offset, unlocks orderly queues and
 sends UNREGISTER_CLIENT to every broker (shielded, 3 s at most), so the group rebalances

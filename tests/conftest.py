@@ -25,7 +25,7 @@ import attrs
 import pytest
 import trio
 
-from cli.port_blocks import free_port_block as _free_port_block
+from cli.chaos.port_blocks import free_port_block as _free_port_block
 
 
 def free_port_block(width: int = 10) -> int:
@@ -187,7 +187,7 @@ class Node:
 
 @attrs.define(eq=False)
 class ProcessGroup:
-    """Nameservers and brokers as separate processes (`python -m cli.node ...`), by pid.
+    """Nameservers and brokers as separate processes (`python -m cli.servers.node ...`), by pid.
 
     Every process started here is stopped at teardown (SIGCONT, SIGTERM, then SIGKILL).
     """
@@ -199,7 +199,7 @@ class ProcessGroup:
         log = self.root / f"{name}.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.node", *args],
+                [sys.executable, "-m", "cli.servers.node", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},

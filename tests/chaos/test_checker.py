@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.chaos_checker import Fault, Outcome, Send, Served, check
+from cli.chaos.checker import Fault, Outcome, Send, Served, check
 
 A, F, U = Outcome.ACKED, Outcome.FAILED, Outcome.UNKNOWN
 

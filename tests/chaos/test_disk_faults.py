@@ -1,6 +1,6 @@
 """The chaos harness's disk faults, each checked where it must act.
 
-The shim (cli/chaos_disk_shim.c) is built with gcc (a missing gcc fails the test: CI installs
+The shim (cli/chaos/disk_shim.c) is built with gcc (a missing gcc fails the test: CI installs
 it) and preloaded into a child Python, which makes the very calls the broker makes (os.fsync,
 os.fdatasync, mmap.flush, os.posix_fallocate, os.statvfs, shutil.disk_usage) and libc's
 fallocate and sync_file_range through ctypes, while the parent switches the control file
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.chaos_disk import DiskControl, build_shim, segment_dirs, tear_tail
+from cli.chaos.disk import DiskControl, build_shim, segment_dirs, tear_tail
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from cli.link_proxy import LinkFault, LinkProxy
+from cli.chaos.link_proxy import LinkFault, LinkProxy
 
 pytestmark = pytest.mark.timeout(30)
 

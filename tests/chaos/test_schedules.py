@@ -1,7 +1,7 @@
 """The chaos harness, short form: 3 seeded fault schedules per mode against real processes.
 
 Each schedule runs 8 s of load from 4 producers while two faults hit the cluster, then checks
-the whole history (cli/chaos_checker.py).  SYNC_MASTER and DLedger must lose no acknowledged
+the whole history (cli/chaos/checker.py).  SYNC_MASTER and DLedger must lose no acknowledged
 message and keep each queue's order; ASYNC_MASTER must keep order and has its loss reported.
 The seeds are chosen per mode so that each mode meets every new fault kind (delay, drop,
 slow_disk, full_disk, torn) and the three modes together meet every kind;
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli.chaos_run import run_schedule
-from cli.chaos_schedule import FAULT_KINDS, draw, parse_kinds
+from cli.chaos.run import run_schedule
+from cli.chaos.schedule import FAULT_KINDS, draw, parse_kinds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -9,7 +9,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from cli.bench import (
+from cli.bench.load import (
     BenchError,
     BenchResult,
     bench_consume,

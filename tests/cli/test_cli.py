@@ -7,7 +7,9 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app, broker_properties, fast_up_arguments, properties_text
+from cli.local.up_arguments import fast_up_arguments
+from cli.main import app
+from cli.servers.node import broker_properties, properties_text
 from namesrv.config import parse_properties
 
 runner = CliRunner()

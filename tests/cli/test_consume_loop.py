@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from cli.consume import consume_topic
+from cli.messages.consume import consume_topic
 from common.model import MessageQueue
 from common.remoting.client import open_remoting_client
 from rmq import Message, Producer

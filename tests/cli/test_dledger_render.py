@@ -7,11 +7,11 @@ import json
 import pytest
 from rich.console import Console
 
-from cli import render
-from cli.dledger_status import group_leaders, parse_raft, raft_cell, with_lag, with_lags
-from cli.status import BrokerStatus, parse_runtime_info, with_raft_lags
-from cli.top import render_top
-from cli.top_model import NodeInfo, NodeView, TopSnapshot, node_view
+from cli.admin import render as admin_render
+from cli.runtime_info.raft import group_leaders, parse_raft, raft_cell, with_lag, with_lags
+from cli.runtime_info.status import BrokerStatus, parse_runtime_info, with_raft_lags
+from cli.top.model import NodeInfo, NodeView, TopSnapshot, node_view
+from cli.top.screen import render_top
 
 PEERS = "n0-127.0.0.1:10913;n1-127.0.0.1:10923;n2-127.0.0.1:10933"
 
@@ -89,7 +89,7 @@ def test_a_stale_leader_in_an_older_term_is_not_the_groups_leader():
 
 
 def test_rmq_cluster_shows_each_members_raft_state_and_marks_the_leader(capsys):
-    render.cluster_status(statuses())
+    admin_render.cluster_status(statuses())
     out = capsys.readouterr().out
     assert "DLedger groups (* = the group's current leader)" in out
     cells = {
@@ -127,7 +127,7 @@ def test_rmq_cluster_shows_each_members_raft_state_and_marks_the_leader(capsys):
 
 
 def test_rmq_cluster_json_carries_the_raft_state_with_the_lag(capsys):
-    render.cluster_status(statuses(), as_json=True)
+    admin_render.cluster_status(statuses(), as_json=True)
     doc = json.loads(capsys.readouterr().out)
     raft = {b["raft"]["self_id"]: b["raft"] for b in doc["brokers"]}
     assert raft["n0"]["lag"] == 25 and raft["n1"]["lag"] is None
@@ -148,7 +148,7 @@ def test_a_classic_cluster_shows_no_dledger_table(capsys):
     classic = parse_runtime_info(
         {"commitLogMaxOffset": "5"}, broker_name="broker-a", broker_id=0, addr="a:1"
     )
-    render.cluster_status(with_raft_lags([classic]))
+    admin_render.cluster_status(with_raft_lags([classic]))
     out = capsys.readouterr().out
     assert "DLedger" not in out and "no slave connections" in out
 
@@ -212,7 +212,7 @@ def test_a_classic_cluster_in_top_has_no_raft_columns():
 
 
 async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(autojump_clock):
-    from cli.top_model import TopCollector
+    from cli.top.model import TopCollector
     from common.errors import RemotingConnectError
     from common.model import BrokerData, ClusterInfo
 

@@ -18,8 +18,8 @@ from broker.dledger.raft.messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from cli import render
-from cli.dledger_admin import (
+from cli.dledger.commands import show_outcome
+from cli.dledger.transfer import (
     TransferError,
     TransferOutcome,
     choose_group,
@@ -235,13 +235,11 @@ def test_parse_target_and_choose_group_alone():
 
 
 def test_the_outcome_is_one_line_or_one_json_document(capsys):
-    render.leadership_transferred(TransferOutcome("broker-a", "n0", "n2", 5, True, 0.42))
+    show_outcome(TransferOutcome("broker-a", "n0", "n2", 5, True, 0.42))
     assert capsys.readouterr().out == "broker-a: leadership moved n0 -> n2 (term 5, 0.42 s)\n"
-    render.leadership_transferred(TransferOutcome("broker-a", "n2", "n2", 5, False, 0.0))
+    show_outcome(TransferOutcome("broker-a", "n2", "n2", 5, False, 0.0))
     assert capsys.readouterr().out == "broker-a: n2 already leads (term 5); nothing to move\n"
-    render.leadership_transferred(
-        TransferOutcome("broker-a", "n0", "n2", 5, True, 0.50049), as_json=True
-    )
+    show_outcome(TransferOutcome("broker-a", "n0", "n2", 5, True, 0.50049), as_json=True)
     assert json.loads(capsys.readouterr().out) == {
         "group": "broker-a",
         "previous_leader": "n0",

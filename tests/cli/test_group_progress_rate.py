@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cli import admin_render
+from cli.admin import render as admin_render
 from common.model import MessageQueue
 from rmq.admin_api import ConsumeStats, QueueConsumeStats
 

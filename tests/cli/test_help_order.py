@@ -1,9 +1,6 @@
-"""`rmq --help` lists commands and groups in the order their modules register them.
+"""`rmq --help` lists commands and groups in the order `cli/main.py` registers them.
 
-The mqadmin-style commands live in one module per area (cli/cmd_cluster.py, cmd_topic.py,
-cmd_group.py, cmd_message.py, cmd_produce_consume.py) and are registered by importing
-cli/cmd_admin.py; moving or renaming one of them can silently reorder the help. This pins the
-order users have seen since the commands were written.
+Users know this order; a command added or moved in `register_commands` must keep it.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.topology import TopologyError, resolve
-from cli.up import node_command, node_config_path, write_node_config
-from cli.up_arguments import fast_up_arguments
+from cli.local.topology import TopologyError, resolve
+from cli.local.up import node_command, node_config_path, write_node_config
+from cli.local.up_arguments import fast_up_arguments
 
 TOML = """
 cluster = "Local"
@@ -150,7 +150,7 @@ def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path)
     assert node_command(plain.namesrv, plain, tmp_path)[:4] == [
         sys.executable,
         "-m",
-        "cli.node",
+        "cli.servers.node",
         "namesrv",
     ]
 

@@ -1,4 +1,5 @@
-"""`python -m cli.node`: the lean node entry point `rmq up` spawns parses like `rmq broker`."""
+"""`python -m cli.servers.node`, the lean node entry point `rmq up` spawns, parses like
+`rmq broker`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.node import _parser, broker_props_from_args, main
+from cli.servers.node import _parser, broker_props_from_args, main
 
 
 def parse(*args: str):

@@ -3,7 +3,7 @@ each queue, with bounded memory; answers that were stored without the replicatio
 waits for fail the command unless --allow-not-replicated.
 
 Servers run in this process (tcp_cluster: TCP on 127.0.0.1); the command runs as a real process
-(`python -m cli.main`) where stdin matters, and as `cli.produce.produce` otherwise.
+(`python -m cli.main`) where stdin matters, and as `cli.messages.produce.produce` otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.produce import MessageTemplate, ProduceStats, produce, read_stream
+from cli.messages.produce import MessageTemplate, ProduceStats, produce, read_stream
 from common.model import MessageQueue
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode

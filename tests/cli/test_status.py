@@ -8,9 +8,11 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from cli import render
-from cli.main import app, fast_up_arguments
-from cli.status import (
+from cli.admin import render as admin_render
+from cli.local.up import master_role
+from cli.local.up_arguments import fast_up_arguments
+from cli.main import app
+from cli.runtime_info.status import (
     BrokerStatus,
     SlaveLag,
     StatusError,
@@ -18,7 +20,6 @@ from cli.status import (
     parse_runtime_info,
     runtime_table,
 )
-from cli.up import master_role
 
 runner = CliRunner()
 
@@ -119,7 +120,7 @@ def statuses() -> list[BrokerStatus]:
 
 
 def test_text_rendering_shows_roles_offsets_and_each_slave_lag(capsys):
-    render.cluster_status(statuses())
+    admin_render.cluster_status(statuses())
     out = capsys.readouterr().out
     assert "SYNC_MASTER" in out and "SLAVE" in out
     assert "push2SlaveMaxOffset 4800" in out
@@ -132,7 +133,7 @@ def test_text_rendering_shows_roles_offsets_and_each_slave_lag(capsys):
 
 
 def test_json_rendering_is_machine_readable(capsys):
-    render.cluster_status(statuses(), as_json=True)
+    admin_render.cluster_status(statuses(), as_json=True)
     doc = json.loads(capsys.readouterr().out)
     master, slave, dead = doc["brokers"]
     assert master["role"] == "SYNC_MASTER" and master["push2slave_max_offset"] == 4800
@@ -147,7 +148,7 @@ def test_json_rendering_is_machine_readable(capsys):
 
 
 def test_no_slaves_says_so(capsys):
-    render.cluster_status([BrokerStatus("broker-a", 0, "x:1", role="ASYNC_MASTER")])
+    admin_render.cluster_status([BrokerStatus("broker-a", 0, "x:1", role="ASYNC_MASTER")])
     assert "no slave connections" in capsys.readouterr().out
 
 
@@ -189,7 +190,7 @@ def test_up_defaults_are_sync_master_with_one_slave():
     assert fast is not None
     # slaves not given: one per master (none with --dledger)
     assert (fast["role"], fast["slaves"], fast["masters"]) == ("auto", None, 1)
-    from cli.topology import resolve
+    from cli.local.topology import resolve
 
     plan = resolve(None, role=fast["role"], slaves=fast["slaves"], masters=fast["masters"]).plan()
     assert [b.role for b in plan.brokers] == ["SYNC_MASTER", "SLAVE"]

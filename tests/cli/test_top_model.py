@@ -12,8 +12,8 @@ import attrs
 import pytest
 import trio
 
-from cli.status import SlaveLag
-from cli.top_model import (
+from cli.runtime_info.status import SlaveLag
+from cli.top.model import (
     GroupLag,
     NodeInfo,
     NodeView,

@@ -6,8 +6,8 @@ import pytest
 from rich.console import Console
 
 from cli import render
-from cli.top import DOWN_STYLE, render_top
-from cli.top_model import NodeView, TopSnapshot
+from cli.top.model import NodeView, TopSnapshot
+from cli.top.screen import DOWN_STYLE, render_top
 
 NAMESRV = "127.0.0.1:19876"
 

@@ -10,9 +10,8 @@ import pytest
 from rich.console import Console
 from rich.segment import Segment
 
-from cli.status import SlaveLag
-from cli.top import DOWN_STYLE, UNLISTED_STYLE, render_top
-from cli.top_model import (
+from cli.runtime_info.status import SlaveLag
+from cli.top.model import (
     GroupView,
     NodeInfo,
     NodeView,
@@ -21,6 +20,7 @@ from cli.top_model import (
     TopSnapshot,
     node_view,
 )
+from cli.top.screen import DOWN_STYLE, UNLISTED_STYLE, render_top
 
 MASTER_A = "127.0.0.1:10911"
 SLAVE_A = "127.0.0.1:10921"

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from cli.up import PlanError, ha_connected, node_command, plan_cluster, registered_at, slaves_of
+from cli.local.up import (
+    PlanError,
+    ha_connected,
+    node_command,
+    plan_cluster,
+    registered_at,
+    slaves_of,
+)
 
 
 def test_default_plan_is_a_sync_master_with_one_slave():
@@ -98,7 +105,7 @@ def test_impossible_plans_are_rejected(kwargs):
 def test_child_commands_run_the_cli_module_with_planned_ports(tmp_path: Path):
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     ns = node_command(plan.namesrv, plan, tmp_path)
-    assert ns[:4] == [sys.executable, "-m", "cli.node", "namesrv"]
+    assert ns[:4] == [sys.executable, "-m", "cli.servers.node", "namesrv"]
     assert ns[ns.index("--port") + 1] == "20030"
     assert "--watch-stdin" in ns
     slave = node_command(plan.brokers[1], plan, tmp_path)

@@ -1,8 +1,8 @@
 """DLedger groups as real processes, with a fault-injecting TCP proxy on every Raft link.
 
 ``dledger_group(n)`` (fixture ``dledger``) starts a nameserver and ``n`` brokers
-(``python -m cli.node broker -c <conf>``) forming one DLedger group ``broker-a``. Every directed
-Raft link i -> j goes through its own :class:`LinkProxy` in the test's Trio loop: node i's
+(``python -m cli.servers.node broker -c <conf>``) forming one DLedger group ``broker-a``. Every
+directed Raft link i -> j goes through its own :class:`LinkProxy` in the test's Trio loop: node i's
 ``dLegerPeers`` names node j at the proxy's port, and only node i itself at its real DLedger
 port (where it binds).  So ``group.isolate("n0")`` cuts every link to and from n0 while n0 stays
 reachable by the nameserver and the clients: a leader partitioned from both followers, as the
@@ -29,8 +29,8 @@ import trio
 from broker.config import BrokerConfig
 from broker.service import run_broker
 from broker.store import MessageStoreConfig
-from cli.link_proxy import LinkProxy
-from cli.port_blocks import free_port_block
+from cli.chaos.link_proxy import LinkProxy
+from cli.chaos.port_blocks import free_port_block
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode

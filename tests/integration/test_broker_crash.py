@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.port_blocks import free_port_block
-from cli.queue_readback import pull_queue
+from cli.chaos.port_blocks import free_port_block
+from cli.chaos.queue_readback import pull_queue
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
@@ -36,7 +36,7 @@ ROUNDS = 20
 
 
 def _free_port_block() -> int:
-    """A free port block outside the ephemeral range (cli.port_blocks)."""
+    """A free port block outside the ephemeral range (cli.chaos.port_blocks)."""
     return free_port_block()
 
 

@@ -3,7 +3,7 @@
 The paths: a directory under a regular file (ENOTDIR), one under /proc (nothing can be
 created there, even by root, which is who runs the tests, so "unwritable" cannot be a mode
 bit), a regular file where a directory is wanted, and a directory where a file is wanted.
-Each command runs as a real process (`python -m cli.main`, or `python -m cli.node` as
+Each command runs as a real process (`python -m cli.main`, or `python -m cli.servers.node` as
 `rmq up` spawns it), since a traceback is what the interpreter prints when nothing caught
 the error. Ports are free ones, so a command that wrongly got past its path would not meet
 another cluster; every run is bounded by a timeout.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def test_cluster_commands_data_dir(paths: dict[str, str], command: list[str], ba
 
 
 @pytest.mark.parametrize("bad", DATA_DIRS)
-@pytest.mark.parametrize("module", ["cli.main", "cli.node"])
+@pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
 @pytest.mark.parametrize("kind", ["namesrv", "broker"])
 def test_server_data_dir(paths: dict[str, str], kind: str, module: str, bad: str):
     port = free_port_block(10)
@@ -127,7 +127,7 @@ def test_server_data_dir(paths: dict[str, str], kind: str, module: str, bad: str
 
 
 @pytest.mark.parametrize("bad", ["under_file", "proc", "dir"])
-@pytest.mark.parametrize("module", ["cli.main", "cli.node"])
+@pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
 def test_broker_config_file(paths: dict[str, str], module: str, bad: str):
     port = free_port_block(10)
     r = _run(module, "broker", "--port", str(port), "--config", paths[bad], *_nowhere("broker"))
@@ -142,7 +142,7 @@ def test_store_verify(tmp_path: Path, paths: dict[str, str], bad: str):
         _one_line(_run("cli.main", "store", "verify", *args), paths[bad])
 
 
-@pytest.mark.parametrize("module", ["cli.main", "cli.node"])
+@pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
 @pytest.mark.parametrize("kind", ["namesrv", "broker"])
 def test_server_port_in_use(tmp_path: Path, kind: str, module: str):
     import socket

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 from common.model import MessageQueue
 from rmq import Message, PullStatus, SendStatus, sync
 
@@ -214,7 +214,7 @@ def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
             "-X",
             "importtime",
             "-m",
-            "cli.node",
+            "cli.servers.node",
             "namesrv",
             "--port",
             "0",
@@ -292,7 +292,7 @@ def test_rmq_up_does_not_go_through_pydantic(tmp_path):
 
 
 def free_block(width: int) -> int:
-    """A free port block outside the ephemeral range (cli.port_blocks)."""
+    """A free port block outside the ephemeral range (cli.chaos.port_blocks)."""
     return free_port_block(width)
 
 
@@ -301,9 +301,9 @@ async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path)
     once the master counts both HA connections; each slave has its id, port and store."""
     import trio
 
-    from cli.status import cluster_status
-    from cli.supervisor import run_up
-    from cli.up import plan_cluster
+    from cli.local.supervisor import run_up
+    from cli.local.up import plan_cluster
+    from cli.runtime_info.status import cluster_status
 
     base = free_block(40)
     plan = plan_cluster(

@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import trio
 
-from cli.queue_readback import pull_queue
+from cli.chaos.queue_readback import pull_queue
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode

@@ -16,7 +16,7 @@ import time
 import pytest
 import trio
 
-from cli.queue_readback import pull_queue
+from cli.chaos.queue_readback import pull_queue
 from rmq import Message, Producer
 from rmq.client_api import ClientAPI
 from rmq.producer import SendStatus

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.queue_readback import pull_queue
+from cli.chaos.queue_readback import pull_queue
 from rmq import Message, Producer
 from rmq.producer import SendStatus
 

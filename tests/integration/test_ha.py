@@ -1,6 +1,6 @@
 """Master -> slave HA with real processes on loopback.
 
-Every broker is its own process (`python -m cli.node broker -c <conf>`), found by the slave
+Every broker is its own process (`python -m cli.servers.node broker -c <conf>`), found by the slave
 through the nameserver (no haMasterAddress), so these tests exercise the byte-level HA
 protocol, the SYNC_MASTER wait and the nameserver's slave registration answer together.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.queue_readback import pull_queue
+from cli.chaos.queue_readback import pull_queue
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from cli.local_state import read_state
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
+from cli.local.state import read_state
 
 pytestmark = pytest.mark.integration
 
 
 def free_block(width: int = 40) -> int:
-    """A free port block outside the ephemeral range (cli.port_blocks)."""
+    """A free port block outside the ephemeral range (cli.chaos.port_blocks)."""
     return free_port_block(width)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.local_state import read_state
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
+from cli.local.state import read_state
 
 pytestmark = pytest.mark.integration
 

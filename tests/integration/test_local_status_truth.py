@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli import local_render
-from cli.local_state import request
-from cli.port_blocks import free_port_block
-from cli.supervisor import Supervisor, run_up
-from cli.up import UpEvent, plan_cluster
+from cli.chaos.port_blocks import free_port_block
+from cli.local import render as local_render
+from cli.local.state import request
+from cli.local.supervisor import Supervisor, run_up
+from cli.local.up import UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
         [
             sys.executable,
             "-m",
-            "cli.node",
+            "cli.servers.node",
             "broker",
             "--port",
             str(port),

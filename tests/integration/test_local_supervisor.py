@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from cli.errors import ControlError
-from cli.local_state import (
+from cli.local.state import (
     NoCluster,
     Refused,
     control_socket_path,
@@ -27,8 +27,8 @@ from cli.local_state import (
     request,
     running_supervisor,
 )
-from cli.supervisor import Supervisor, run_up
-from cli.up import UpEvent, plan_cluster
+from cli.local.supervisor import Supervisor, run_up
+from cli.local.up import UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +208,7 @@ async def test_a_second_supervisor_on_the_same_data_dir_is_refused(tmp_path: Pat
         state = read_state(tmp_path)
         assert state is not None
         nursery.cancel_scope.cancel()
-    from cli.local_state import write_state
+    from cli.local.state import write_state
 
     other = await trio.lowlevel.open_process([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

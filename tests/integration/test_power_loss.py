@@ -33,8 +33,8 @@ import attrs
 import pytest
 import trio
 
-from cli.port_blocks import free_port_block
-from cli.queue_readback import pull_queue
+from cli.chaos.port_blocks import free_port_block
+from cli.chaos.queue_readback import pull_queue
 from common.message_id import decode_offset_msg_id
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import ResponseCode

@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from cli.errors import ControlError
-from cli.supervisor import Supervisor, run_up
-from cli.up import UpEvent, plan_cluster, slaves_of
+from cli.local.supervisor import Supervisor, run_up
+from cli.local.up import UpEvent, plan_cluster, slaves_of
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The `rmq up` supervisor (cli.supervisor.run_up) with stand-in node processes.
+"""The `rmq up` supervisor (cli.local.supervisor.run_up) with stand-in node processes.
 
 The nodes here are tiny Python scripts, so the supervisor's own rules are tested: a node that
 dies fails the cluster with its log tail, a node that ignores SIGTERM is killed after the
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from cli.supervisor import run_up
-from cli.up import NodeFailed, UpEvent, plan_cluster
+from cli.local.supervisor import run_up
+from cli.local.up import NodeFailed, UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from broker.dledger.raft.messages import (
     VoteRequest,
     VoteResult,
 )
-from cli.port_blocks import free_port_block
+from cli.chaos.port_blocks import free_port_block
 from common.remoting.codes import DLedgerResponseCode as RC
 
 OK = RC.SUCCESS

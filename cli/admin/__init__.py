@@ -1,0 +1,13 @@
+"""mqadmin-style commands: what the cluster, its topics, groups, messages and stores hold.
+
+Each command parses its options, runs one coroutine through `_run` (errors a user can cause
+-> one `error:` line on stderr, exit 1) and hands the result to `render.py`, which prints
+tables or, with `--json`, one JSON document on stdout. One module per area, sharing only
+`options.py` (the `--json` and `--cluster` options, the Admin client on `--namesrv`):
+
+* `cluster.py`: `rmq cluster [list]`, `rmq broker status ADDR`;
+* `topic.py`: `rmq topic create|update|delete|list|route|status`;
+* `group.py`: `rmq group list|progress`;
+* `message.py`: `rmq message query`;
+* `store.py`: `rmq store verify`, offline, over `store_verify.py`.
+"""

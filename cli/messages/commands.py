@@ -1,0 +1,233 @@
+"""`rmq produce` and `rmq consume`: send messages from arguments or stdin lines, and print
+the messages of a topic.
+
+Both are thin: the sending and pulling loops are `produce.py` and `consume.py`, the output
+`produce_display.py`, `cli/render.py` and, for `consume --json`, `cli/admin/render.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any, BinaryIO
+
+import typer
+
+from cli.admin.options import JsonOpt
+from cli.app import _namesrv, _run, examples
+
+# Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
+PROGRESS_THRESHOLD = 1000
+
+
+@examples(
+    "rmq produce --topic TopicTest hello world       # two messages",
+    "printf 'a\\nb\\n' | rmq produce --topic TopicTest  # one message per line",
+    "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
+    "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
+    "tail -f app.log | rmq produce -t Logs           # each line sent as it arrives",
+)
+def produce(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic.")],
+    tags: Annotated[str | None, typer.Option("--tags", help="Message tag.")] = None,
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="Message keys (space separated).")
+    ] = None,
+    group: Annotated[
+        str, typer.Option("--group", "-g", help="Producer group.")
+    ] = "rmq-cli-producer",
+    delay_level: Annotated[
+        int, typer.Option("--delay-level", min=0, max=18, help="1..18, 0 = none.")
+    ] = 0,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option("--property", "-P", metavar="K=V", help="User property K=V (repeatable)."),
+    ] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Progress bar on stderr instead of one line per message (default, when "
+            f"stdin is not a terminal: once more than {PROGRESS_THRESHOLD} lines were read "
+            "or stdin stays open longer than a second).",
+        ),
+    ] = None,
+    allow_not_replicated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-not-replicated",
+            help="Exit 0 even when the broker stored a message without the replication or "
+            "flush it was configured to wait for (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, "
+            "FLUSH_DISK_TIMEOUT). Default: say so on stderr and exit 1.",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+    bodies: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="BODY...", help="Message bodies; without any, one message per stdin line."
+        ),
+    ] = None,
+) -> None:
+    """Send messages (arguments, or stdin lines), print each SendResult and a summary line.
+
+    Stdin lines are sent as they arrive, in batches (up to 512 lines, several batches in
+    flight), so `tail -f log | rmq produce` works; empty lines are skipped. Within a queue
+    the messages keep the order of the lines. With a progress bar the per-message lines are
+    left out; --json prints one document with every result instead.
+    """
+    from cli import render
+    from cli.messages import produce_display
+    from cli.messages.produce import MessageTemplate, ProduceStats
+    from cli.messages.produce import produce as produce_lines
+
+    properties: dict[str, str] = {}
+    for item in prop or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
+        properties[k] = v
+    from_stdin = not bodies
+    if as_json:
+        mode = "json"
+    elif progress is not None:
+        mode = "bar" if progress else "lines"
+    else:
+        mode = "auto" if from_stdin and not _stdin_is_tty() else "lines"
+    template = MessageTemplate(
+        topic, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+    )
+    stats = ProduceStats()
+
+    async def main() -> tuple[ProduceStats, float]:
+        import trio
+
+        started = trio.current_time()
+        display = produce_display.ProduceDisplay(
+            topic, stats, mode=mode, threshold=PROGRESS_THRESHOLD
+        )
+        try:
+            await produce_lines(
+                _namesrv(ctx),
+                template,
+                group=group,
+                stream=_stdin_bytes() if from_stdin else None,
+                bodies=bodies or (),
+                stats=stats,
+                on_results=display.results,
+                on_sent=display.sent,
+            )
+        finally:
+            seconds = trio.current_time() - started
+            display.close(seconds)
+        if stats.sent:
+            display.summary(seconds)
+        return stats, seconds
+
+    stats, _seconds = _run(main)
+    if not stats.sent:
+        render.error("nothing to send: give BODY arguments or lines on stdin")
+        raise typer.Exit(1)
+    if stats.not_durable and not allow_not_replicated:
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(stats.statuses.items()))
+        render.error(
+            f"{stats.not_durable} of {stats.sent} message(s) were stored without the "
+            f"replication or flush the broker waits for ({parts}); "
+            "--allow-not-replicated accepts that"
+        )
+        raise typer.Exit(1)
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _stdin_bytes() -> BinaryIO:
+    """Stdin as a binary stream (typer's CliRunner gives a text wrapper over bytes too); a
+    stand-in stdin without a buffer is taken to be a byte stream itself."""
+    stdin: Any = sys.stdin  # whatever was put in its place: its type is not known here
+    stream: BinaryIO = stdin.buffer if hasattr(stdin, "buffer") else stdin
+    return stream
+
+
+@examples(
+    "rmq consume --topic TopicTest --from-beginning   # everything, then exit",
+    "rmq consume --topic TopicTest -f                 # new messages, until Ctrl-C",
+    "rmq consume --topic TopicTest --from-beginning --count 10 --json",
+    "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v -f",
+)
+def consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic.")],
+    group: Annotated[
+        str, typer.Option("--group", "-g", help="Consumer group.")
+    ] = "rmq-cli-consumer",
+    from_beginning: Annotated[
+        bool,
+        typer.Option(
+            "--from-beginning", help="Start at the oldest message, not the group's offset."
+        ),
+    ] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep waiting for new messages until Ctrl-C. Default: stop once "
+            "every queue is caught up.",
+        ),
+    ] = False,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")
+    ] = None,
+    tags: Annotated[str, typer.Option("--tags", help="Tag expression: '*' or 'A||B'.")] = "*",
+    idle_timeout: Annotated[
+        float | None,
+        typer.Option("--idle-timeout", help="Stop after this many seconds without a message."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show queue, offset, ids, tags.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pull messages from every queue of a topic and print them (one line each).
+
+    Starts at the group's committed offset (the queue's end for a new group) or, with
+    --from-beginning, at the oldest message. Without --follow it stops when every queue is
+    caught up; with it, it waits for new messages until Ctrl-C (or --count / --idle-timeout).
+    The group's offsets are committed on the way out, so the next run continues from there.
+    """
+    from cli import render
+    from cli.admin.render import consumed_json
+
+    collected: list[Any] = []
+    served = {"by": ""}  # the node that answered the pull whose messages are being printed
+
+    def on_message(m: Any) -> None:
+        if as_json:
+            collected.append(m)
+        else:
+            render.message(m, verbose=verbose, served_by=served["by"])
+
+    async def main() -> None:
+        from cli.messages.consume import consume_topic
+
+        await consume_topic(
+            _namesrv(ctx),
+            topic,
+            group=group,
+            from_beginning=from_beginning,
+            count=count,
+            tags=tags,
+            idle_timeout=idle_timeout,
+            on_message=on_message,
+            follow=follow,
+            served_by=lambda addr: served.update(by=addr),
+        )
+
+    _run(main)
+    if as_json:
+        consumed_json(topic, collected)
