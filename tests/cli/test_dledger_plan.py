@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.local.dledger_plan import LAPTOP_TIMING, peers_of
 from cli.chaos.port_blocks import free_port_block
+from cli.local.dledger_plan import LAPTOP_TIMING, peers_of
 from cli.local.render import spec_json
 from cli.local.topology import TopologyError, resolve
 from cli.local.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
