@@ -9,7 +9,7 @@ A block is drawn before anything binds it, so two draws made back to back (a mas
 slave's, or two test workers starting clusters at once) could return overlapping blocks and the
 loser would die of EADDRINUSE. Every draw is therefore recorded in a registry file shared by the
 processes of this machine (the chaos harness, parallel test workers, a second test run), under
-an exclusive lock: a block handed out in the last ten minutes, by any of them, overlaps no new one.
+an exclusive lock: a block handed out in the last five minutes, by any of them, overlaps no new one.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 
 _LOW = 20000  # below: well-known and registered services
-# how long a drawn block is kept from other draws: long enough for the slowest start to bind it
-_ISSUED_FOR = 600.0
+# How long a drawn block is kept from other draws: a test's whole time limit (pytest-timeout,
+# 300 s), since a test may kill a server and start it again on the same ports, and between the
+# two the ports are free. Longer would only fill the registry: the ~17,000 ports outside the
+# ephemeral range hold about 1,300 blocks, and a full suite draws several hundred.
+_ISSUED_FOR = 300.0
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -77,14 +80,15 @@ def _write_registry(fd: int, issued: dict[int, float]) -> None:
     os.write(fd, data)
 
 
-def free_port_block(width: int = 10) -> int:
+def free_port_block(width: int = 10, *, registry: Path | None = None) -> int:
     """A base port B such that B-2 .. B+width are all free now, outside the ephemeral range
     (a broker needs B-2 for its VIP channel and B+1 for HA), and overlap no block any process of
-    this user drew in the last ten minutes. Drawn at random, so the search is short."""
+    this user drew in the last five minutes (recorded in ``registry``, by default the one every
+    process of this user shares). Drawn at random, so the search is short."""
     low, high = ephemeral_range()
     spans = [(lo, hi) for lo, hi in ((_LOW, low - 1), (high + 1, 65535)) if hi - lo > width + 12]
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    fd = os.open(registry_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(registry or registry_path(), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         now = time.time()
