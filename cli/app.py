@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.node import DEFAULT_NAMESRV, Exit, run_main
+from cli.version import print_version
 from common.session_credentials import SessionCredentials
 
 
@@ -83,5 +84,14 @@ def _global(
             help="Nameserver address(es), 'host:port[;host:port]'.",
         ),
     ] = DEFAULT_NAMESRV,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=print_version,
+            help="Print the version (and a checkout's git commit) and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = {"namesrv": namesrv}
