@@ -20,6 +20,7 @@ import typer
 
 from cli.errors import Exit, run_main
 from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
+from cli.version import print_version
 from common.session_credentials import SessionCredentials
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,5 +107,14 @@ def _global(
             help="Nameserver address(es), 'host:port[;host:port]'.",
         ),
     ] = DEFAULT_NAMESRV,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=print_version,
+            help="Print the version (and a checkout's git commit) and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = {"namesrv": namesrv}

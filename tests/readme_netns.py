@@ -1,6 +1,7 @@
 """Run a list of shell steps the way a reader of the README would, inside fresh namespaces.
 
-Used by tests/test_readme.py (not a test module itself). It is started as
+Used by tests/test_readme.py and tests/packaging/test_wheel.py (not a test module itself). It
+is started as
 
     unshare --net --pid --fork --mount-proc --kill-child -- python tests/readme_netns.py
 
