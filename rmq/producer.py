@@ -6,7 +6,9 @@ Theory of operation:
   `client_instance`). If the nameserver has no route for the topic, the producer takes the
   route of TBW102 (`create_topic_key`) with each broker's queue count capped at
   `default_topic_queue_nums` (4) and sends there: the broker creates the topic on the first
-  message (autoCreateTopicEnable), exactly as the Java and C++ clients do.
+  message (autoCreateTopicEnable), exactly as the Java and C++ clients do. A route the
+  nameserver has but without a writable master queue (a DLedger group between two leaders)
+  fails the send with NoRouteInfoError, as in Java, and is not replaced by TBW102's.
 * Sync send is at most 1 + `retry_times` attempts within ONE time budget `timeout` (the
   Java sendMsgTimeout: the deadline covers all attempts). An attempt that fails with a
   retriable error (transport errors, and response codes 17, 14, 1, 16, 204, 205, see
@@ -181,7 +183,8 @@ class Producer(ClientBase):
             client.invalidate(self.create_topic_key)
 
     async def publish_info(self, topic: str) -> TopicPublishInfo:
-        """Writable queues of `topic`, falling back to the auto-create topic's route."""
+        """Writable queues of `topic`; the auto-create topic's route when the nameserver has
+        no route for `topic`."""
         client = self.client
         cached = self._cached_publish_info(topic)
         if cached is not None:
@@ -189,10 +192,18 @@ class Producer(ClientBase):
         old = self._publish.get(topic)
         try:
             route = await client.fetch_route(topic)
-            info = publish_info_from_route(topic, route)
         except TopicNotExistError:
-            info = None
-        if info is None or not info.ok:
+            route = None
+        if route is not None:
+            # a route without a writable master queue (a DLedger group between two leaders)
+            # is the answer, as in DefaultMQProducerImpl.tryToFindTopicPublishInfo: the
+            # auto-create route is for topics the nameserver does not know.  Fetched a moment
+            # after this one it can name a master this one lacked, and an info taken from it
+            # stays in use while that route is fresh (_cached_publish_info)
+            info = publish_info_from_route(topic, route)
+            if not info.ok:
+                raise NoRouteInfoError(topic, "no writable master queue")
+        else:
             try:
                 default_route = await client.fetch_route(self.create_topic_key)
             except TopicNotExistError:

@@ -18,6 +18,7 @@ from common.errors import (
 from common.message_properties import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
+from common.serde import dumps, loads
 from rmq import Message, Producer, SendStatus
 from rmq.errors import InvalidMessageError, NoRouteInfoError
 from rmq.message import parse_unique_id
@@ -202,6 +203,33 @@ async def test_a_failure_drops_the_auto_create_route_its_publish_info_came_from(
         asked = len(namesrv_requests(cluster, tap))
         assert (await p.send(Message("NewTopic", b"z"))).status is SendStatus.SEND_OK
         assert len(namesrv_requests(cluster, tap)) > asked  # the routes were asked for again
+
+
+async def test_a_route_without_a_master_is_not_replaced_by_the_auto_create_route(cluster, tap):
+    # A DLedger group between two leaders: the nameserver lists broker-a without a master for
+    # a moment, and the auto-create route fetched just after can name the new one.  The send
+    # fails (as in Java) rather than take TBW102's queues for T: an info from that route stayed
+    # in use as long as the route was fresh, and each refresh kept it fresh
+    await cluster.create_topic("T", 3, nodes=("broker-a",))
+    masterless = True
+
+    def no_master_in_routes_of_t(resp):
+        route = loads(bytes(resp.body))
+        if masterless and [q["writeQueueNums"] for q in route["queueDatas"]] == [3]:
+            for bd in route["brokerDatas"]:
+                bd["brokerAddrs"].pop("0", None)
+            resp.body = dumps(route)
+
+    tap.rewrite(cluster.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, no_master_in_routes_of_t)
+    async with producer(cluster, tap, retry_times=0) as p:
+        with pytest.raises(NoRouteInfoError, match="no writable master"):
+            await p.send(Message("T", b"x"))
+        assert sends(cluster, tap) == []
+        masterless = False  # the new master registered
+        result = await p.send(Message("T", b"y"))
+    assert result.status is SendStatus.SEND_OK
+    assert result.message_queue.brokerName == "broker-a" and result.message_queue.queueId < 3
+    assert not p._publish["T"].from_default
 
 
 async def test_no_route_and_no_auto_create_raises_no_route_info(memory_cluster):

@@ -124,6 +124,9 @@ class RaftCore:
             committed_index=min(committed_index, log.end_index),
         )
         self._elector = LeaderElector(self._state, last_leader_heartbeat=now)
+        if voted_for == config.self_id:
+            # it may have led this term, with log entries a power cut took (election.py)
+            self._elector.may_have_led = term
         self._pusher = EntryPusher(self._state)
         self._handler = EntryHandler(self._state)
         self._state.listeners.append(self._pusher.on_role_change)

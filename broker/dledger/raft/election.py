@@ -8,7 +8,13 @@ Each role has one timer, checked by :meth:`LeaderElector.tick`:
   -> CANDIDATE at the same term, voting at once.
 * CANDIDATE: at ``next_vote_time`` a vote round starts (at term+1 after VOTE_NEXT, else at the
   current term): the candidate votes for itself through the same rules as for anyone, then asks
-  every peer.  The round ends early when rounds.py says it can, at the latest after
+  every peer.  One exception to the current term: a member restarted with its vote for itself
+  in its term (``may_have_led``) goes to term+1.  It may have led that term, and a power cut
+  may have taken entries it appended as leader that a follower still holds; leading the same
+  term again it would write other entries under those (index, term) pairs, and log matching
+  (a follower keeps an entry whose term agrees) would no longer hold.  DLedger's
+  DLedgerLeaderElector votes in the stored term after a restart, which is safe only while a
+  restart keeps the log's tail (a process crash: the files are mapped).  The round ends early when rounds.py says it can, at the latest after
   ``heartBeatTimeInterval + rand(maxVoteInterval)`` (DLedger's fixed 2000 + rand(1000) ms at
   the default interval); its decision sets the next vote time (rounds.VoteDecision).
 * LEADER: every ``heartBeatTimeInterval`` a heartbeat round, ending early as rounds.py says, at
@@ -80,6 +86,9 @@ class LeaderElector:
     peer_live: dict[str, bool] = attrs.field(factory=dict)
     # the term this node is taking leadership for after a transfer request, -1 otherwise
     term_to_take_leadership: int = -1
+    # the term this node voted for itself in before its restart (-1: none): no vote round runs
+    # in it again (see the module doc)
+    may_have_led: int = -1
 
     # --- timing ----------------------------------------------------------------------------
 
@@ -174,7 +183,7 @@ class LeaderElector:
     def start_vote(self, now: float) -> None:
         st = self.state
         cfg = st.config
-        if self.vote_next_term:
+        if self.vote_next_term or st.term == self.may_have_led:
             st.move_to_term(st.term + 1)
             self.vote_next_term = False
         term = st.term

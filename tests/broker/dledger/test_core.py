@@ -168,6 +168,51 @@ def test_follower_waits_the_leak_period_then_votes_with_the_vote_persisted_first
     assert {a.to for a in actions if isinstance(a, Send)} == {"n0", "n2"}
 
 
+def test_a_member_restarted_with_its_vote_for_itself_campaigns_at_the_next_term() -> None:
+    """It may have led its stored term: a vote round there could make it leader of that term a
+    second time (DLedger would), so its first round goes to term+1.  A member whose stored
+    vote went to another campaigns in its term first, as DLedger does."""
+    c = core("n1", log=log_of(1, 1, 1), state=HardState(term=1, voted_for="n1"))
+    actions = c.tick(c.next_deadline())
+    assert c.role is Role.CANDIDATE and c.term == 2
+    assert [a.state for a in actions if isinstance(a, PersistState)] == [
+        HardState(term=2, voted_for="n1")
+    ]
+    assert {a.request.term for a in actions if isinstance(a, Send)} == {2}
+    other = core("n1", log=log_of(1, 1, 1), state=HardState(term=1, voted_for="n0"))
+    other.tick(other.next_deadline())
+    assert other.role is Role.CANDIDATE and other.term == 1
+
+
+def test_a_leader_whose_log_lost_its_tail_in_a_power_cut_never_leads_its_term_again() -> None:
+    """A whole-group power cut: n1 led term 1, n2 kept two entries n1 had appended (3 and 4),
+    n0 and n1 lost them.  n1 comes back first with n0 and leads; n2's log then takes the
+    leader's entries, and the replacement of its entry 3 must show in the term there: n2's
+    applier, which may have applied the old entry 3 before the cut, tells a replaced entry by
+    its term (apply_resume.py).  Leading term 1 again, n1 would write its no-op as (3, term 1)."""
+    kept = log_of(1, 1, 1)
+    kept.append(1, b"old-3")
+    kept.append(1, b"old-4")
+    cluster = Cluster(
+        {
+            "n0": core("n0", log=log_of(1, 1, 1), state=HardState(term=1, voted_for="n1")),
+            "n1": core("n1", log=log_of(1, 1, 1), state=HardState(term=1, voted_for="n1")),
+            "n2": core("n2", log=kept, state=HardState(term=1, voted_for="n1")),
+        }
+    )
+    cluster.cut = {frozenset(("n2", "n0")), frozenset(("n2", "n1"))}
+    leader = cluster.elect()
+    assert leader == "n1" and cluster.cores[leader].term > 1
+    cluster.cut = set()
+    cluster.advance(2.0)
+    lead = cluster.cores[cluster.leader() or ""].log
+    for name, c in cluster.cores.items():
+        got = [(e.term, e.body) for e in map(c.log.get, range(c.log.end_index + 1)) if e]
+        want = [(e.term, e.body) for e in map(lead.get, range(lead.end_index + 1)) if e]
+        assert got == want, f"{name} holds another log than the leader"
+    assert cluster.cores["n2"].log.term_at(3) != 1
+
+
 def test_election_then_no_op_then_commit() -> None:
     cluster = Cluster.of(3)
     leader = cluster.elect()
