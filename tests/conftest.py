@@ -22,10 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import hypothesis
 import pytest
 import trio
 
 from cli.chaos.port_blocks import free_port_block as _free_port_block
+
+# Property tests judge what a function returns, never how long it took: a per-example deadline
+# fails them on a busy machine (the suite runs on parallel workers beside real servers), and
+# speed is measured in bench/.
+hypothesis.settings.register_profile("trio-rmq", deadline=None)
+hypothesis.settings.load_profile("trio-rmq")
 
 
 def free_port_block(width: int = 10) -> int:

@@ -9,6 +9,7 @@ a package (DESIGN.md: no import circles; a lazy import hides one, it does not re
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,7 @@ def _module_names() -> dict[str, Path]:
     return names
 
 
+@functools.cache  # one walk of the whole tree serves every package's check
 def _import_graph() -> dict[str, set[str]]:
     return _graph_of(
         {name: path.read_text(encoding="utf-8") for name, path in _module_names().items()}
