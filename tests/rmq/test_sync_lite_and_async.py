@@ -39,7 +39,7 @@ def test_lite_pull_consumer_blocking_assign_poll_seek_commit(cluster):
     c = client(sync.LitePullConsumer, cluster, "lg", consume_from="FIRST_OFFSET")
     c.assign([MQ0])  # before open: taken when the consumer starts
     with c:
-        got = []
+        got: list[bytes] = []
         while len(got) < 4:
             got += [m.body for m in c.poll(2.0)]
         assert got == [b"a0", b"a1", b"a2", b"a3"]
@@ -63,7 +63,7 @@ def test_send_orderly_and_selector_from_sync_code(cluster):
         rs = [p.send_orderly(Message("T", f"m{i}"), "user-42") for i in range(3)]
         picked = p.send(Message("T", b"x"), selector=lambda mqs, m, arg: mqs[arg], arg=1)
     queues = [MQ0, MQ1]
-    assert {r.message_queue for r in rs} == {select_by_hash(queues, None, "user-42")}
+    assert {r.message_queue for r in rs} == {select_by_hash(queues, Message("T", b"x"), "user-42")}
     assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
     assert picked.message_queue == MQ1
 
@@ -111,7 +111,8 @@ def test_push_consumer_plain_listener_runs_in_worker_threads(cluster):
     with client(sync.Producer, cluster, "pg") as p:
         for i in range(5):
             p.send(Message("T", f"m{i}"))
-    got, threads = [], set()
+    got: list[bytes] = []
+    threads: set[int] = set()
     done = threading.Event()
 
     def listener(msgs):  # returns None: success
