@@ -154,8 +154,12 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield cluster
 
 
+# run_local_cluster(data_dir, *extra_args, ready_timeout=...), as `cluster_runner` hands it out
+ClusterRunner = Callable[..., contextlib.AbstractContextManager[LocalCluster]]
+
+
 @pytest.fixture(scope="session")
-def cluster_runner() -> Callable[..., contextlib.AbstractContextManager[LocalCluster]]:
+def cluster_runner() -> ClusterRunner:
     """`run_local_cluster` for tests that need their own `rmq up` arguments (test modules cannot
     import this file): `with cluster_runner(tmp_dir, "--slaves", "0") as cluster: ...`."""
     return run_local_cluster
