@@ -15,7 +15,7 @@ from rmq.errors import ClientError
 from rmq.offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 
 if TYPE_CHECKING:
-    from broker.consumer_offset_manager import ConsumerOffsetManager
+    from broker.offsets import ConsumerOffsetManager
 
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-a", 1)

@@ -161,7 +161,7 @@ def service(tmp_path: Path, ratio: float, monkeypatch, **config) -> LogRetention
 
 
 async def test_nothing_goes_before_the_durable_hint_and_then_only_up_to_it(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)  # over diskMaxUsedSpaceRatio (75): due
     ret.applier.applied_index = 13
@@ -174,7 +174,7 @@ async def test_nothing_goes_before_the_durable_hint_and_then_only_up_to_it(
 
 
 async def test_a_cut_of_the_classic_store_voids_what_retention_took_before(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
     ret.applier.applied_index = 30
@@ -190,7 +190,9 @@ async def test_a_cut_of_the_classic_store_voids_what_retention_took_before(
     assert ret.durable.entry == 25 and ret.applier.durable[-1] == Hint(25, 5000, 3)
 
 
-async def test_the_classic_flush_gates_the_durable_hint(tmp_path, monkeypatch) -> None:
+async def test_the_classic_flush_gates_the_durable_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
     ret.classic_flushed = lambda: 4999
     await ret.once()
@@ -199,7 +201,7 @@ async def test_the_classic_flush_gates_the_durable_hint(tmp_path, monkeypatch) -
 
 
 async def test_it_is_due_at_delete_when_or_over_the_ratio_and_files_must_be_expired(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.50, monkeypatch)
     await ret.once()
@@ -216,7 +218,7 @@ async def test_it_is_due_at_delete_when_or_over_the_ratio_and_files_must_be_expi
 
 
 async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
     ret.node.role = Role.LEADER
@@ -233,7 +235,7 @@ async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
 
 
 def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
-    tmp_path: Path, caplog
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The leader's TRUNCATE at its begin index would leave the follower a log with a gap (and
     its classic store without those messages): the follower refuses it, the leader says why

@@ -36,10 +36,10 @@ class Outcomes:
     def on_answer(self, request, response) -> None:
         self.answers.append((request, response))
 
-    def on_failure(self, request) -> None:
+    def on_failure(self, request: pytest.FixtureRequest) -> None:
         self.failures.append(request)
 
-    def count(self, request) -> int:
+    def count(self, request: pytest.FixtureRequest) -> int:
         return sum(r is request for r, _ in self.answers) + sum(r is request for r in self.failures)
 
 
