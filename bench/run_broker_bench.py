@@ -41,8 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -52,6 +53,10 @@ import trio  # noqa: E402
 
 from bench import profile_summary  # noqa: E402
 from bench.cluster import Cluster, cpu_seconds, memory_status, start_cluster  # noqa: E402
+
+if TYPE_CHECKING:
+    from common.model import MessageQueue
+    from rmq import Producer, SendResult
 
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench:run_broker_bench:begin (generated; edit outside the markers) -->"
@@ -102,7 +107,7 @@ def sizes(quick: bool) -> dict[str, int]:
 # --- client scenarios (each one trio.run) ---------------------------------------------------
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
+def percentile(sorted_values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     if not sorted_values:
         return math.nan
@@ -138,7 +143,7 @@ class Meter:
         }
 
 
-def _check_ok(result) -> None:
+def _check_ok(result: SendResult) -> None:
     from rmq import SendStatus
 
     if result.status is not SendStatus.SEND_OK:
@@ -163,7 +168,7 @@ async def create_topic(cluster: Cluster, queues: int) -> None:
                 await trio.sleep(0.05)
 
 
-async def _warmup(producer, n: int) -> int:
+async def _warmup(producer: Producer, n: int) -> int:
     from rmq import Message
 
     for _ in range(n):
@@ -266,7 +271,7 @@ async def scenario_pull(cluster: Cluster, sz: dict[str, int], expected: int) -> 
         counts: dict = {}
         bad_bodies = 0
 
-        async def drain(mq) -> None:
+        async def drain(mq: MessageQueue) -> None:
             nonlocal bad_bodies
             offset, n = 0, 0
             while offset < ends[mq]:

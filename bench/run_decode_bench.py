@@ -23,6 +23,9 @@ import os
 import pstats
 import statistics
 import time
+from unittest import mock
+
+import numpy.typing as npt
 
 from broker.store.commitlog_scan import scan_segment
 from common.message import MessageExtBrokerInner
@@ -50,13 +53,10 @@ def build(records: int, body: int) -> bytes:
     return bytes(buf)
 
 
-def without_numba(buf: bytes, starts) -> None:
+def without_numba(buf: bytes, starts: npt.ArrayLike) -> None:
     """decode(starts) through the numpy path (what runs when numba is not installed)."""
-    kernels, record_batch._kernels = record_batch._kernels, None
-    try:
+    with mock.patch.object(record_batch, "_kernels", None):
         decode_records(buf, broker_name="b", starts=starts)
-    finally:
-        record_batch._kernels = kernels
 
 
 def main() -> None:

@@ -52,7 +52,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -71,6 +73,10 @@ from bench.run_broker_bench import (  # noqa: E402
     machine,
     percentile,
 )
+
+if TYPE_CHECKING:
+    from rmq import Producer
+    from rmq.remoting import Invoker
 
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench:run_ha_bench:begin (generated; edit outside the markers) -->"
@@ -137,7 +143,7 @@ class Meter:
         }
 
 
-async def runtime(remoting, addr: str) -> dict[str, str]:
+async def runtime(remoting: Invoker, addr: str) -> dict[str, str]:
     from cli.runtime_info.status import fetch_runtime_table
 
     return await fetch_runtime_table(remoting, addr, 5.0)
@@ -152,7 +158,7 @@ class LagSampler:
         self.lag_ms: list[int] = []
         self.missing = 0  # samples without a connected slave (must stay 0)
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from common.remoting.client import open_remoting_client
 
         async with open_remoting_client() as remoting:
@@ -183,7 +189,7 @@ class LagSampler:
 # --- send scenarios (each one trio.run) -------------------------------------------------------
 
 
-async def _warmup(producer, n: int) -> None:
+async def _warmup(producer: Producer, n: int) -> None:
     from rmq import Message
 
     for _ in range(n):
@@ -361,7 +367,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def node(args: list[str], log: Path):
+def node(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.servers.node", *args],
@@ -476,7 +482,12 @@ def catchup_part(index: int, master_store: Path, work: Path) -> dict:
     return out
 
 
-async def _measure_catchup(master_addr: str, slave_addr: str, master, slave) -> dict:
+async def _measure_catchup(
+    master_addr: str,
+    slave_addr: str,
+    master: subprocess.Popen[bytes],
+    slave: subprocess.Popen[bytes],
+) -> dict:
     from common.remoting.client import open_remoting_client
 
     async with open_remoting_client() as remoting:
@@ -507,6 +518,7 @@ async def _measure_catchup(master_addr: str, slave_addr: str, master, slave) -> 
                     t_dispatched = time.perf_counter()
                     break
                 await trio.sleep(0.05)
+    assert t_conn is not None and t_done is not None and cpu0 is not None
     seconds = t_done - t_conn
     return {
         "bytes": top,
@@ -521,7 +533,7 @@ async def _measure_catchup(master_addr: str, slave_addr: str, master, slave) -> 
 # --- report ---------------------------------------------------------------------------------
 
 
-def _get(run: dict, *path: str):
+def _get(run: dict, *path: str) -> Any:
     for key in path:
         if not isinstance(run, dict) or key not in run:
             return None
@@ -714,7 +726,9 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
-def markdown(rows, info, command, sz, runs) -> str:
+def markdown(
+    rows: list[dict], info: dict, command: str, sz: dict[str, int], runs: list[dict]
+) -> str:
     today = datetime.date.today().isoformat()
     start = min(r["started"] for r in runs)
     out = [

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,7 +36,7 @@ RMQ = [sys.executable, "-m", "cli.main"]
 SUMMARY = re.compile(r"sent (\d+) message\(s\) to \S+ in ([\d.]+)s")
 
 
-def rmq(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+def rmq(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*RMQ, *args], cwd=ROOT, text=True, capture_output=True, **kw)
 
 

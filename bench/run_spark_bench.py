@@ -39,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +115,9 @@ def raw_decode(store: Path) -> int:
         with open(seg, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             from broker.store.commitlog_scan import scan_segment
 
-            scan = scan_segment(m, int(seg.name))
+            # the scan takes a buffer view, released before the map is closed
+            with memoryview(m) as view:
+                scan = scan_segment(view, int(seg.name))
             n += decode_records(m, broker_name="broker-a", starts=scan.starts).num_rows
     return n
 
@@ -127,7 +130,7 @@ def ceiling_source():
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     class CeilingReader(DataSourceReader):
-        def __init__(self, options) -> None:
+        def __init__(self, options: Mapping[str, str]) -> None:
             self.batches = int(options.get("batches", "16"))
             self.empty_map = options.get("emptyMap", "false") == "true"
 
@@ -143,7 +146,7 @@ def ceiling_source():
             n = CEILING_ROWS
             ts_type = pa.timestamp("us", tz="UTC")
 
-            def fixed(width: int, data: np.ndarray, kind=None) -> pa.Array:
+            def fixed(width: int, data: np.ndarray, kind: pa.DataType | None = None) -> pa.Array:
                 kind = kind or pa.string()
                 off = np.arange(0, width * n + 1, width, dtype=np.int32)
                 return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(off), pa.py_buffer(data)])
@@ -239,7 +242,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(fn) -> tuple[float, int]:
+def timed(fn: Callable[[], int]) -> tuple[float, int]:
     t = time.perf_counter()
     n = fn()
     return time.perf_counter() - t, n
@@ -295,7 +298,20 @@ def main(argv: list[str] | None = None) -> int:
                 return reader.option("topic", topic).load().count()
 
             broker_pid = cluster.broker_pid
-            steps = {
+
+            def sink() -> int:
+                (
+                    spark.range(args.sink_count)
+                    .selectExpr(f"cast(repeat('y', {BODY}) as binary) as body")
+                    .write.format("rocketmq")
+                    .option("namesrv", namesrv)
+                    .option("topic", "SparkBenchSink")
+                    .mode("append")
+                    .save()
+                )
+                return int(args.sink_count)
+
+            steps: dict[str, Callable[[], int]] = {
                 "spark-ceiling": lambda: ceiling(False),
                 "spark-ceiling-nomap": lambda: ceiling(True),
                 "spark-live": live,
@@ -308,16 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                     .count()
                 ),
                 "raw-decode": lambda: raw_decode(store),
-                "spark-sink": lambda: (
-                    spark.range(args.sink_count)
-                    .selectExpr(f"cast(repeat('y', {BODY}) as binary) as body")
-                    .write.format("rocketmq")
-                    .option("namesrv", namesrv)
-                    .option("topic", "SparkBenchSink")
-                    .mode("append")
-                    .save()
-                    or args.sink_count
-                ),
+                "spark-sink": sink,
             }
             steps["spark-live"]()  # warm-up: Python workers, first query planning
             steps["spark-ceiling"]()

@@ -80,7 +80,7 @@ def run_sync(ns: str, count: int, pids: dict[str, int], *, direct: bool) -> dict
     with sync.Producer("bench_sync_pg", ns, send_timeout=10) as p:
         if direct:
             return _measure(lambda: _check(p.send(Message(TOPIC, BODY))), count, pids)
-        return _measure(lambda: _check(p._call("send", Message(TOPIC, BODY))), count, pids)
+        return _measure(lambda: _check(p._run(p._async.send, Message(TOPIC, BODY))), count, pids)
 
 
 def run_trio(ns: str, count: int, pids: dict[str, int]) -> dict[str, float]:

@@ -227,7 +227,7 @@ class SlaveSynchronize:
         resp = await self.client.invoke(addr, RemotingCommand.request(code), self.timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise RmqError(f"{RequestCode(code).name} answered {resp.code} {resp.remark}")
-        return bytes(resp.body or b"")
+        return resp.body_bytes()
 
     async def sync_all(self) -> SyncReport | None:
         addr = self.current_master()

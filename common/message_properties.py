@@ -62,7 +62,7 @@ class MessageConst:
 # --------------------------------------------------------------------------------------- properties
 
 
-def encode_properties(props: Mapping[str, str]) -> str:
+def encode_properties(props: Mapping[str, str | None]) -> str:
     """``k\\x01v\\x02k\\x01v`` with no trailing separator; None values are skipped like Java."""
     items = [(k, v if isinstance(v, str) else str(v)) for k, v in props.items() if v is not None]
     s = PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in items])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import TypeVar
 
 import attrs
 
@@ -17,13 +18,17 @@ import attrs
 PREFETCH_DEPTH = 8
 _END = object()
 
+T = TypeVar("T")
+
 
 @attrs.frozen
 class _Failed:
     exc: BaseException
 
 
-def prefetched(make: Callable[[], Iterator], depth: int = PREFETCH_DEPTH) -> Iterator:
+def prefetched(
+    make: Callable[[], Iterator[T]], depth: int = PREFETCH_DEPTH
+) -> Generator[T, None, None]:
     """The items of ``make()``, produced by a thread up to ``depth`` ahead of the consumer.
 
     An exception of the producer is raised to the consumer in order (after the items before

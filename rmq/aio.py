@@ -11,7 +11,7 @@
     asyncio.run(main())
 
 Same names, arguments and results as the Trio clients (`rmq.Producer` ...); every method that
-is a coroutine there is a coroutine here.
+is a coroutine there is a coroutine here (tests/rmq/test_public_signatures.py holds them equal).
 
 Theory of operation (the bridge):
 
@@ -55,13 +55,14 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Self, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, ParamSpec, Self, TypeVar
 
 import trio
 
 from common.errors import RmqError
 from common.message import MessageExt
-from common.model import MessageQueue
+from common.model import ClusterInfo, MessageQueue, PermName, TopicRouteData
 from common.session_credentials import SessionCredentials
 from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
@@ -69,11 +70,12 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
+from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
-from rmq.portal import Lease, MirrorCoroutines, get_portal, hold
-from rmq.producer import SendResult, SendStatus
+from rmq.portal import Lease, get_portal, hold, takes_arguments_of
+from rmq.producer import MessageQueueSelector, SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
 from rmq.push_consumer import (
     ConsumeFromWhere,
@@ -86,20 +88,23 @@ from rmq.push_consumer import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
+# the Trio client a bridge object wraps
+C = TypeVar("C", bound=AbstractAsyncContextManager[object])
 
 
-async def _bridge(afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+async def _bridge(afn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run the Trio coroutine function `afn` on the portal; await it from asyncio."""
     portal = get_portal()
     fut = portal.submit(functools.partial(afn, *args, **kwargs))
     return await asyncio.wrap_future(fut)
 
 
-class _AioClient:
-    _async_cls: type
+class _AioClient(Generic[C]):
+    _async_cls: type[C]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._async = self._async_cls(*args, **kwargs)
+        self._async: C = self._async_cls(*args, **kwargs)
         self._lease: Lease | None = None
 
     async def __aenter__(self) -> Self:
@@ -120,47 +125,57 @@ class _AioClient:
         if lease.error is not None:
             raise lease.error
 
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    async def _run(self, afn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run the Trio client's coroutine method `afn` on the portal; await it from asyncio."""
         if self._lease is None:
             raise ClientError(f"{type(self).__name__} is not open: use `async with`")
-        return await _bridge(getattr(self._async, name), *args, **kwargs)
-
-    __getattr__ = MirrorCoroutines.__getattr__
+        return await _bridge(afn, *args, **kwargs)
 
 
-class Producer(_AioClient):
+class Producer(_AioClient[_producer.Producer]):
     """asyncio twin of `rmq.Producer` (same constructor arguments)."""
 
     _async_cls = _producer.Producer
 
+    @takes_arguments_of(_producer.Producer)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # send_async tasks not yet done; __aexit__ waits for them
         self._inflight: set[asyncio.Task[SendResult]] = set()
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
 
     async def send(
         self,
         msg: Message,
         *,
         queue: MessageQueue | None = None,
-        selector: _producer.MessageQueueSelector | None = None,
+        selector: MessageQueueSelector | None = None,
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
-        return await self._call(
-            "send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout
+        return await self._run(
+            self._async.send, msg, queue=queue, selector=selector, arg=arg, timeout=timeout
         )
 
     async def send_orderly(
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
     ) -> SendResult:
-        return await self._call("send_orderly", msg, sharding_key, timeout=timeout)
+        return await self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
 
-    async def send_batch(self, msgs: Iterable[Message], **kwargs: Any) -> SendResult:
-        return await self._call("send_batch", list(msgs), **kwargs)
+    async def send_batch(
+        self,
+        msgs: Iterable[Message],
+        *,
+        timeout: float | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        return await self._run(self._async.send_batch, list(msgs), timeout=timeout, queue=queue)
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
-        return await self._call("send_oneway", msg, queue=queue)
+        return await self._run(self._async.send_oneway, msg, queue=queue)
 
     def send_async(
         self,
@@ -204,33 +219,63 @@ async def _maybe_await(value: object) -> None:
         await value
 
 
-class PullConsumer(_AioClient):
+class PullConsumer(_AioClient[_pull.PullConsumer]):
     """asyncio twin of `rmq.PullConsumer`."""
 
     _async_cls = _pull.PullConsumer
 
+    @takes_arguments_of(_pull.PullConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
-        return await self._call("fetch_queues", topic)
+        return await self._run(self._async.fetch_queues, topic)
 
     async def pull(
-        self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        tags: str = "*",
+        suspend: float = 0.0,
+        timeout: float | None = None,
     ) -> PullResult:
-        return await self._call("pull", mq, offset, max_nums, **kw)
+        return await self._run(
+            self._async.pull, mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout
+        )
 
     async def query_offset(self, mq: MessageQueue) -> int:
-        return await self._call("query_offset", mq)
+        return await self._run(self._async.query_offset, mq)
 
     async def commit_offset(self, mq: MessageQueue, offset: int) -> None:
-        return await self._call("commit_offset", mq, offset)
+        return await self._run(self._async.commit_offset, mq, offset)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await self._run(self._async.max_offset, mq)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._run(self._async.min_offset, mq)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await self._run(self._async.search_offset, mq, timestamp_ms)
 
 
-class LitePullConsumer(_AioClient):
+class LitePullConsumer(_AioClient[_lite.LitePullConsumer]):
     """asyncio twin of `rmq.LitePullConsumer` (assign / seek / poll / commit)."""
 
     _async_cls = _lite.LitePullConsumer
 
+    @takes_arguments_of(_lite.LitePullConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
-        return await self._call("fetch_queues", topic)
+        return await self._run(self._async.fetch_queues, topic)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Takes effect at once before `async with`; when open, on the portal (non-blocking:
@@ -255,22 +300,22 @@ class LitePullConsumer(_AioClient):
         return self._async.assignment()
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
-        return await self._call("seek", mq, offset)
+        return await self._run(self._async.seek, mq, offset)
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
-        return await self._call("seek_to_begin", mq)
+        return await self._run(self._async.seek_to_begin, mq)
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
-        return await self._call("seek_to_end", mq)
+        return await self._run(self._async.seek_to_end, mq)
 
     async def poll(self, timeout: float | None = None) -> list[MessageExt]:
-        return await self._call("poll", timeout)
+        return await self._run(self._async.poll, timeout)
 
     async def commit(self) -> None:
-        return await self._call("commit")
+        return await self._run(self._async.commit)
 
     async def committed(self, mq: MessageQueue) -> int:
-        return await self._call("committed", mq)
+        return await self._run(self._async.committed, mq)
 
 
 def _loop_listener(
@@ -302,10 +347,18 @@ async def _maybe_result(value: object) -> object:
     return value
 
 
-class PushConsumer(_AioClient):
+class PushConsumer(_AioClient[_push.PushConsumer]):
     """asyncio twin of `rmq.PushConsumer`; listeners run on the caller's asyncio loop."""
 
     _async_cls = _push.PushConsumer
+
+    @takes_arguments_of(_push.PushConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
@@ -321,15 +374,95 @@ class PushConsumer(_AioClient):
     def assigned_queues(self) -> frozenset[MessageQueue]:
         return self._async.assigned_queues()
 
+
+class Admin(_AioClient[_admin.Admin]):
+    """asyncio twin of `rmq.Admin`."""
+
+    _async_cls = _admin.Admin
+
+    @takes_arguments_of(_admin.Admin)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
     @property
     def client_id(self) -> str:
         return self._async.client_id
 
+    async def cluster_info(self) -> ClusterInfo:
+        return await self._run(self._async.cluster_info)
 
-class Admin(_AioClient):
-    """asyncio twin of `rmq.Admin`; every coroutine method of it is one here too."""
+    async def topic_list(self) -> list[str]:
+        return await self._run(self._async.topic_list)
 
-    _async_cls = _admin.Admin
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        return await self._run(self._async.topic_route, topic)
+
+    async def master_addrs(self, cluster: str | None = None) -> list[str]:
+        return await self._run(self._async.master_addrs, cluster)
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        queues: int = 8,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        perm: int = PermName.READ | PermName.WRITE,
+        order: bool = False,
+    ) -> list[str]:
+        return await self._run(
+            self._async.create_topic,
+            topic,
+            queues=queues,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            perm=perm,
+            order=order,
+        )
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await self._run(self._async.max_offset, mq)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._run(self._async.min_offset, mq)
+
+    async def consumer_offset(self, group: str, mq: MessageQueue) -> int:
+        return await self._run(self._async.consumer_offset, group, mq)
+
+    async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        return await self._run(self._async.update_consumer_offset, group, mq, offset)
+
+    async def topic_offsets(self, topic: str) -> list[QueueOffsets]:
+        return await self._run(self._async.topic_offsets, topic)
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        return await self._run(self._async.broker_runtime_info, addr)
+
+    async def group_list(self, cluster: str | None = None) -> list[str]:
+        return await self._run(self._async.group_list, cluster)
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        return await self._run(self._async.consume_stats, group, topic)
+
+    async def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        return await self._run(self._async.consumer_connections, group)
+
+    async def topic_stats(self, topic: str) -> list[QueueStats]:
+        return await self._run(self._async.topic_stats, topic)
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        return await self._run(self._async.delete_topic, topic, cluster)
+
+    async def query_message_by_key(
+        self, topic: str, key: str, max_num: int = 32
+    ) -> list[MessageExt]:
+        return await self._run(self._async.query_message_by_key, topic, key, max_num)
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        return await self._run(self._async.view_message, msg_id, topic)
+
+    async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
+        return await self._run(self._async.message_at, mq, offset)
 
 
 # Every public name of `rmq`: the clients above in their asyncio form, the rest as the same objects,

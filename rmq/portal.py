@@ -8,19 +8,20 @@ future cancels the task) without blocking, which is what an asyncio loop needs. 
 is an async context manager whose connections live in a nursery that one task must enter and
 leave, so `enter` starts a holder task (`hold`) that enters `async with client`, hands back a
 `Lease`, and leaves when `exit` sets the lease's release event; an error raised on leaving is
-re-raised in the caller's thread. `MirrorCoroutines` lets both bridges reach coroutine methods
-they do not wrap explicitly, through one `__getattr__`, so they cannot drift apart.
+re-raised in the caller's thread. `takes_arguments_of` gives a bridge class the constructor
+signature of the Trio client it wraps, for type checkers and `inspect.signature` alike; the
+bridges' methods are written out, and tests/rmq/test_public_signatures.py keeps them equal to
+the Trio methods.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any, Concatenate, ParamSpec, TypeVar, TypeVarTuple
 
 import attrs
 import trio
@@ -28,6 +29,7 @@ import trio
 from common.errors import unwrap_group
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Ts = TypeVarTuple("Ts")
 
 
@@ -166,18 +168,24 @@ def get_portal() -> Portal:
         return _portal
 
 
-class MirrorCoroutines:
-    """Names a wrapper (sync here, asyncio in `rmq.aio`) does not define reach the wrapped
-    Trio client: its coroutine methods through the wrapper's own `_call(name, ...)`, anything
-    else as is. Shared so the two bridges cannot drift apart."""
+def takes_arguments_of(
+    client_cls: Callable[P, object],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """Decorates a bridge's `__init__(self, *args, **kwargs)` that forwards its arguments to
+    `client_cls`: type checkers then see `client_cls`'s parameters (names, defaults, types), and
+    so does `inspect.signature` (help(), editors that read the runtime signature)."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._async, name)
-        if inspect.iscoroutinefunction(value):
-            return functools.partial(self._call, name)
-        return value
+    takes = inspect.signature(client_cls)
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+    def decorate(init: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        # functions take any attribute; typeshed declares no `__signature__` on them
+        init.__signature__ = takes.replace(  # type: ignore[attr-defined]
+            parameters=[self_param, *takes.parameters.values()]
+        )
+        return init
+
+    return decorate
 
 
-__all__ = ["Lease", "MirrorCoroutines", "Portal", "get_portal", "hold"]
+__all__ = ["Lease", "Portal", "get_portal", "hold", "takes_arguments_of"]

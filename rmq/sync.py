@@ -26,8 +26,9 @@ portal and returns a `concurrent.futures.Future`; cancelling that future cancels
 
 Listeners: a sync PushConsumer listener is a plain function; the portal runs each call in a
 worker thread (`trio.to_thread.run_sync`), so a slow listener never stalls the pulls.
-Methods of the async clients without an explicit twin here (e.g. new Admin calls) are
-reached through `__getattr__`: any coroutine method becomes a blocking one.
+Every public method of the async clients has a twin here with the same parameters and result
+(a coroutine there, a blocking call here; tests/rmq/test_public_signatures.py holds them equal),
+so type checkers and editors see what each call takes and returns.
 
 Do not call these from inside a Trio task (that would block the event loop); use the async
 clients there.
@@ -39,14 +40,15 @@ import concurrent.futures
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, Self, TypeVar, TypeVarTuple
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, ParamSpec, Self, TypeVar, TypeVarTuple
 
 import trio
 
 from common.errors import RmqError
 from common.message import MessageExt
-from common.model import ClusterInfo, MessageQueue, TopicRouteData
+from common.model import ClusterInfo, MessageQueue, PermName, TopicRouteData
 from common.session_credentials import SessionCredentials
 from rmq import admin as _admin
 from rmq import lite_pull_consumer as _lite
@@ -54,11 +56,12 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
+from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
-from rmq.portal import Lease, MirrorCoroutines, get_portal
-from rmq.producer import SendResult, SendStatus
+from rmq.portal import Lease, get_portal, takes_arguments_of
+from rmq.producer import MessageQueueSelector, SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
 from rmq.push_consumer import (
     ConsumeFromWhere,
@@ -72,14 +75,17 @@ from rmq.sync_send import SyncSendPath
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Ts = TypeVarTuple("Ts")
+# the Trio client a bridge object wraps
+C = TypeVar("C", bound=AbstractAsyncContextManager[object])
 
 
-class _SyncClient:
-    _async_cls: type
+class _SyncClient(Generic[C]):
+    _async_cls: type[C]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._async = self._async_cls(*args, **kwargs)
+        self._async: C = self._async_cls(*args, **kwargs)
         self._lease: Lease | None = None
 
     def open(self) -> Self:
@@ -99,49 +105,50 @@ class _SyncClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _run(self, afn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run the Trio client's coroutine method `afn` on the portal and wait for it."""
         if self._lease is None:
             raise ClientError(f"{type(self).__name__} is not open: use `with` or open()")
-        return get_portal().run(functools.partial(getattr(self._async, name), *args, **kwargs))
-
-    __getattr__ = MirrorCoroutines.__getattr__
+        return get_portal().run(functools.partial(afn, *args, **kwargs))
 
 
-class Producer(_SyncClient):
+class Producer(_SyncClient[_producer.Producer]):
     """Blocking twin of `rmq.Producer` (same constructor arguments)."""
 
     _async_cls = _producer.Producer
 
+    @takes_arguments_of(_producer.Producer)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # send_async futures not yet done; close() waits for them
         self._inflight: set[concurrent.futures.Future[SendResult]] = set()
         self._inflight_lock = threading.Lock()
         # plain sends run on the caller's thread when they can (no portal hop: sync_send.py)
-        self._direct = SyncSendPath(self._async, self._run_in_trio)
+        self._direct = SyncSendPath(self._async, self._run)
 
-    def _run_in_trio(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._lease is None:
-            raise ClientError("Producer is not open: use `with` or open()")
-        return get_portal().run(functools.partial(fn, *args))
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
 
     def send(
         self,
         msg: Message,
         *,
         queue: MessageQueue | None = None,
-        selector: _producer.MessageQueueSelector | None = None,
+        selector: MessageQueueSelector | None = None,
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
         if queue is None and selector is None and self._lease is not None and self._async.over_tcp:
             return self._direct.send(msg, timeout)
-        return self._call("send", msg, queue=queue, selector=selector, arg=arg, timeout=timeout)
+        return self._run(
+            self._async.send, msg, queue=queue, selector=selector, arg=arg, timeout=timeout
+        )
 
     def send_orderly(
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
     ) -> SendResult:
-        return self._call("send_orderly", msg, sharding_key, timeout=timeout)
+        return self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
 
     def send_async(
         self,
@@ -183,46 +190,10 @@ class Producer(_SyncClient):
         timeout: float | None = None,
         queue: MessageQueue | None = None,
     ) -> SendResult:
-        return self._call("send_batch", list(msgs), timeout=timeout, queue=queue)
+        return self._run(self._async.send_batch, list(msgs), timeout=timeout, queue=queue)
 
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
-        return self._call("send_oneway", msg, queue=queue)
-
-
-class PullConsumer(_SyncClient):
-    """Blocking twin of `rmq.PullConsumer`."""
-
-    _async_cls = _pull.PullConsumer
-
-    def fetch_queues(self, topic: str) -> list[MessageQueue]:
-        return self._call("fetch_queues", topic)
-
-    def pull(
-        self,
-        mq: MessageQueue,
-        offset: int,
-        max_nums: int = 32,
-        *,
-        tags: str = "*",
-        suspend: float = 0.0,
-        timeout: float | None = None,
-    ) -> PullResult:
-        return self._call("pull", mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout)
-
-    def query_offset(self, mq: MessageQueue) -> int:
-        return self._call("query_offset", mq)
-
-    def commit_offset(self, mq: MessageQueue, offset: int) -> None:
-        return self._call("commit_offset", mq, offset)
-
-    def max_offset(self, mq: MessageQueue) -> int:
-        return self._call("max_offset", mq)
-
-    def min_offset(self, mq: MessageQueue) -> int:
-        return self._call("min_offset", mq)
-
-    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        return self._call("search_offset", mq, timestamp_ms)
+        return self._run(self._async.send_oneway, msg, queue=queue)
 
 
 async def _send_then_call(
@@ -244,13 +215,63 @@ async def _send_then_call(
     return result
 
 
-class LitePullConsumer(_SyncClient):
+class PullConsumer(_SyncClient[_pull.PullConsumer]):
+    """Blocking twin of `rmq.PullConsumer`."""
+
+    _async_cls = _pull.PullConsumer
+
+    @takes_arguments_of(_pull.PullConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
+
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        return self._run(self._async.fetch_queues, topic)
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        tags: str = "*",
+        suspend: float = 0.0,
+        timeout: float | None = None,
+    ) -> PullResult:
+        return self._run(
+            self._async.pull, mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout
+        )
+
+    def query_offset(self, mq: MessageQueue) -> int:
+        return self._run(self._async.query_offset, mq)
+
+    def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        return self._run(self._async.commit_offset, mq, offset)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._run(self._async.max_offset, mq)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._run(self._async.min_offset, mq)
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._run(self._async.search_offset, mq, timestamp_ms)
+
+
+class LitePullConsumer(_SyncClient[_lite.LitePullConsumer]):
     """Blocking twin of `rmq.LitePullConsumer` (assign / seek / poll / commit)."""
 
     _async_cls = _lite.LitePullConsumer
 
+    @takes_arguments_of(_lite.LitePullConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
-        return self._call("fetch_queues", topic)
+        return self._run(self._async.fetch_queues, topic)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         # assign starts prefetch tasks in the consumer's nursery: run it on the portal
@@ -264,22 +285,22 @@ class LitePullConsumer(_SyncClient):
         return self._async.assignment()
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
-        return self._call("seek", mq, offset)
+        return self._run(self._async.seek, mq, offset)
 
     def seek_to_begin(self, mq: MessageQueue) -> None:
-        return self._call("seek_to_begin", mq)
+        return self._run(self._async.seek_to_begin, mq)
 
     def seek_to_end(self, mq: MessageQueue) -> None:
-        return self._call("seek_to_end", mq)
+        return self._run(self._async.seek_to_end, mq)
 
     def poll(self, timeout: float | None = None) -> list[MessageExt]:
-        return self._call("poll", timeout)
+        return self._run(self._async.poll, timeout)
 
     def commit(self) -> None:
-        return self._call("commit")
+        return self._run(self._async.commit)
 
     def committed(self, mq: MessageQueue) -> int:
-        return self._call("committed", mq)
+        return self._run(self._async.committed, mq)
 
 
 async def _run_sync_in_trio(fn: Callable[[*Ts], T], *args: *Ts) -> T:
@@ -295,11 +316,19 @@ def _thread_listener(fn: Callable[[list[MessageExt]], object]) -> Listener:
     return listener
 
 
-class PushConsumer(_SyncClient):
+class PushConsumer(_SyncClient[_push.PushConsumer]):
     """Blocking twin of `rmq.PushConsumer`: subscribe, register a plain-function listener,
     then `with consumer:` consumes in the background until the block ends."""
 
     _async_cls = _push.PushConsumer
+
+    @takes_arguments_of(_push.PushConsumer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self._async.subscribe(topic, expression)
@@ -315,42 +344,93 @@ class PushConsumer(_SyncClient):
     def assigned_queues(self) -> frozenset[MessageQueue]:
         return self._async.assigned_queues()
 
-    @property
-    def client_id(self) -> str:
-        return self._async.client_id
 
-
-class Admin(_SyncClient):
+class Admin(_SyncClient[_admin.Admin]):
     """Blocking twin of `rmq.Admin`."""
 
     _async_cls = _admin.Admin
 
-    def create_topic(self, topic: str, **kwargs: Any) -> list[str]:
-        return self._call("create_topic", topic, **kwargs)
+    @takes_arguments_of(_admin.Admin)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
 
-    def topic_route(self, topic: str) -> TopicRouteData:
-        return self._call("topic_route", topic)
+    @property
+    def client_id(self) -> str:
+        return self._async.client_id
 
     def cluster_info(self) -> ClusterInfo:
-        return self._call("cluster_info")
+        return self._run(self._async.cluster_info)
 
     def topic_list(self) -> list[str]:
-        return self._call("topic_list")
+        return self._run(self._async.topic_list)
+
+    def topic_route(self, topic: str) -> TopicRouteData:
+        return self._run(self._async.topic_route, topic)
+
+    def master_addrs(self, cluster: str | None = None) -> list[str]:
+        return self._run(self._async.master_addrs, cluster)
+
+    def create_topic(
+        self,
+        topic: str,
+        *,
+        queues: int = 8,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        perm: int = PermName.READ | PermName.WRITE,
+        order: bool = False,
+    ) -> list[str]:
+        return self._run(
+            self._async.create_topic,
+            topic,
+            queues=queues,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            perm=perm,
+            order=order,
+        )
 
     def max_offset(self, mq: MessageQueue) -> int:
-        return self._call("max_offset", mq)
+        return self._run(self._async.max_offset, mq)
 
     def min_offset(self, mq: MessageQueue) -> int:
-        return self._call("min_offset", mq)
+        return self._run(self._async.min_offset, mq)
 
     def consumer_offset(self, group: str, mq: MessageQueue) -> int:
-        return self._call("consumer_offset", group, mq)
+        return self._run(self._async.consumer_offset, group, mq)
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
-        return self._call("update_consumer_offset", group, mq, offset)
+        return self._run(self._async.update_consumer_offset, group, mq, offset)
 
-    def topic_offsets(self, topic: str) -> list[_admin.QueueOffsets]:
-        return self._call("topic_offsets", topic)
+    def topic_offsets(self, topic: str) -> list[QueueOffsets]:
+        return self._run(self._async.topic_offsets, topic)
+
+    def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        return self._run(self._async.broker_runtime_info, addr)
+
+    def group_list(self, cluster: str | None = None) -> list[str]:
+        return self._run(self._async.group_list, cluster)
+
+    def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        return self._run(self._async.consume_stats, group, topic)
+
+    def consumer_connections(self, group: str) -> list[ConsumerConnection]:
+        return self._run(self._async.consumer_connections, group)
+
+    def topic_stats(self, topic: str) -> list[QueueStats]:
+        return self._run(self._async.topic_stats, topic)
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        return self._run(self._async.delete_topic, topic, cluster)
+
+    def query_message_by_key(self, topic: str, key: str, max_num: int = 32) -> list[MessageExt]:
+        return self._run(self._async.query_message_by_key, topic, key, max_num)
+
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        return self._run(self._async.view_message, msg_id, topic)
+
+    def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
+        return self._run(self._async.message_at, mq, offset)
 
 
 # Every public name of `rmq`: the clients above in their blocking form, the rest as the same objects,

@@ -17,9 +17,9 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, overload
 
 import attrs
 import hypothesis
@@ -33,6 +33,18 @@ from cli.chaos.port_blocks import free_port_block as _free_port_block
 # speed is measured in bench/.
 hypothesis.settings.register_profile("trio-rmq", deadline=None)
 hypothesis.settings.load_profile("trio-rmq")
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from broker.service import BrokerHandle
+    from broker.store.api import MessageStore
+    from common.message import MessageExt
+    from common.remoting.network import Network
+    from tests.support.tap import Tap
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def free_port_block(width: int = 10) -> int:
@@ -73,7 +85,9 @@ def _pump(cluster: LocalCluster) -> None:
             cluster.ready.set()
 
 
-def stop_process(proc: subprocess.Popen[str], *, grace: float = 10.0) -> None:
+def stop_process(
+    proc: subprocess.Popen[str] | subprocess.Popen[bytes], *, grace: float = 10.0
+) -> None:
     """SIGTERM by pid, wait up to `grace`, then SIGKILL. Only for processes we started."""
     try:
         _stop(proc, grace)
@@ -82,7 +96,7 @@ def stop_process(proc: subprocess.Popen[str], *, grace: float = 10.0) -> None:
             proc.stdout.close()
 
 
-def _stop(proc: subprocess.Popen[str], grace: float) -> None:
+def _stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], grace: float) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -147,8 +161,12 @@ def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield cluster
 
 
+# run_local_cluster(data_dir, *extra_args, ready_timeout=...), as `cluster_runner` hands it out
+ClusterRunner = Callable[..., contextlib.AbstractContextManager[LocalCluster]]
+
+
 @pytest.fixture(scope="session")
-def cluster_runner():
+def cluster_runner() -> ClusterRunner:
     """`run_local_cluster` for tests that need their own `rmq up` arguments (test modules cannot
     import this file): `with cluster_runner(tmp_dir, "--slaves", "0") as cluster: ...`."""
     return run_local_cluster
@@ -183,7 +201,7 @@ class Node:
 
     def stop(self) -> None:
         self.signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
-        stop_process(self.proc)  # type: ignore[arg-type]
+        stop_process(self.proc)
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -267,16 +285,16 @@ class InProcessCluster:
     slave, a second master).
     """
 
-    network: Any  # tests.support.memory_network.MemoryNetwork, or common.remoting.network.TCP
-    nursery: Any  # trio.Nursery
+    network: Network  # tests.support.memory_network.MemoryNetwork, or common.remoting.network.TCP
+    nursery: trio.Nursery
     root: Path
     # False: a broker's config and offset writes stay on the loop (autojump_clock cannot see
     # a worker thread's wall time); True on TCP, as in production
     io_threads: bool = False
     namesrv: str = ""
     # the loop the nodes run in, for `call` from other threads
-    token: Any = None
-    brokers: dict[str, Any] = attrs.Factory(dict)  # node name -> broker.service.BrokerHandle
+    token: trio.lowlevel.TrioToken | None = None
+    brokers: dict[str, BrokerHandle] = attrs.Factory(dict)  # node name -> its handle
     # node name -> (its cancel scope, set once it stopped)
     _stops: dict[str, tuple[trio.CancelScope, trio.Event]] = attrs.Factory(dict)
 
@@ -294,7 +312,7 @@ class InProcessCluster:
 
     async def start_broker(
         self, node: str = "broker-a", *, broker_name: str = "broker-a", **fields: Any
-    ) -> Any:
+    ) -> BrokerHandle:
         """``fields`` are BrokerConfig attributes (``broker_id``, ...); store ones go in
         ``store=dict(broker_role=...)``. The node runs until :meth:`stop_broker` or the test
         ends."""
@@ -313,7 +331,7 @@ class InProcessCluster:
         scope = trio.CancelScope()
         done = trio.Event()
 
-        async def run(task_status: Any) -> None:
+        async def run(task_status: trio.TaskStatus[BrokerHandle]) -> None:
             try:
                 with scope:
                     await run_broker(
@@ -338,7 +356,7 @@ class InProcessCluster:
         await done.wait()
         del self.brokers[node]
 
-    def broker(self, node: str = "broker-a") -> Any:
+    def broker(self, node: str = "broker-a") -> BrokerHandle:
         return self.brokers[node]
 
     def addr(self, node: str = "broker-a") -> str:
@@ -347,7 +365,7 @@ class InProcessCluster:
     def node_at(self, addr: str) -> str:
         return next(node for node, h in self.brokers.items() if h.addr == addr)
 
-    def tap(self) -> Any:
+    def tap(self) -> Tap:
         """A network for one client whose requests are recorded and may be failed
         (``tests.support.tap.Tap``)."""
         from tests.support.tap import Tap
@@ -368,8 +386,8 @@ class InProcessCluster:
             for node in masters:
                 await admin.create_topic(topic, broker_addr=self.addr(node), queues=queues, **kw)
 
-    def messages(self, topic: str, queue_id: int, node: str = "broker-a") -> list[Any]:
-        """What ``node`` stored in one queue, decoded (``common.message.MessageExt``)."""
+    def messages(self, topic: str, queue_id: int, node: str = "broker-a") -> list[MessageExt]:
+        """What ``node`` stored in one queue, decoded."""
         from common.message import decode_record
 
         store = self.brokers[node].store
@@ -379,7 +397,9 @@ class InProcessCluster:
             store.get_max_offset_in_queue(topic, queue_id),
         ):
             phys = store.get_commit_log_offset_in_queue(topic, queue_id, off)
-            out.append(decode_record(store.select_one_message_by_offset(phys)))
+            record = store.select_one_message_by_offset(phys)
+            assert record is not None, (topic, queue_id, off)
+            out.append(decode_record(record))
         return out
 
     def offsets(self, group: str, topic: str, node: str = "broker-a") -> dict[int, int]:
@@ -391,7 +411,11 @@ class InProcessCluster:
         info = self.brokers[node].controller.consumer_manager.get_consumer_group_info(group)
         return [] if info is None else sorted(info.client_ids())
 
-    def call(self, fn: Any, *args: Any) -> Any:
+    @overload
+    def call(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T: ...
+    @overload
+    def call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T: ...
+    def call(self, fn: Callable[[*Ts], Any], *args: *Ts) -> Any:
         """From a thread outside the cluster's loop (sync/aio bridge tests): run ``fn(*args)``
         (a coroutine function or a plain one) in that loop and return its result."""
         if inspect.iscoroutinefunction(fn):
@@ -414,7 +438,7 @@ async def _start(cluster: InProcessCluster, broker_fields: dict[str, Any]) -> In
 
 @pytest.fixture
 async def memory_cluster(
-    tmp_path: Path, nursery: Any, broker_fields: dict[str, Any]
+    tmp_path: Path, nursery: trio.Nursery, broker_fields: dict[str, Any]
 ) -> InProcessCluster:
     """A nameserver and one ASYNC_MASTER broker-a, in process, on an in-memory network."""
     from tests.support.memory_network import MemoryNetwork
@@ -424,7 +448,7 @@ async def memory_cluster(
 
 @pytest.fixture
 async def tcp_cluster(
-    tmp_path: Path, nursery: Any, broker_fields: dict[str, Any]
+    tmp_path: Path, nursery: trio.Nursery, broker_fields: dict[str, Any]
 ) -> InProcessCluster:
     """``memory_cluster`` on real TCP (127.0.0.1, ports 0) with the broker's I/O threads: for
     a client in another process (the CLI as a subprocess) or over real sockets."""
@@ -434,12 +458,14 @@ async def tcp_cluster(
     return await _start(cluster, broker_fields)
 
 
-def _on_portal(make: Any) -> Iterator[InProcessCluster]:
+def _on_portal(
+    make: Callable[[trio.Nursery], Awaitable[InProcessCluster]],
+) -> Iterator[InProcessCluster]:
     """Run ``make(nursery)``'s cluster on the portal thread's Trio loop until the test ends."""
     from rmq.portal import get_portal
 
     @contextlib.asynccontextmanager
-    async def running() -> Any:
+    async def running() -> AsyncIterator[InProcessCluster]:
         async with trio.open_nursery() as nursery:
             yield await make(nursery)
             nursery.cancel_scope.cancel()
@@ -462,7 +488,7 @@ def portal_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterator[In
     """
     from tests.support.memory_network import MemoryNetwork
 
-    async def make(nursery: Any) -> InProcessCluster:
+    async def make(nursery: trio.Nursery) -> InProcessCluster:
         return await _start(InProcessCluster(MemoryNetwork(), nursery, tmp_path), broker_fields)
 
     yield from _on_portal(make)
@@ -473,7 +499,7 @@ def portal_tcp_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterato
     """``portal_cluster`` on real TCP (127.0.0.1, ports 0): for rmq.sync's blocking sockets."""
     from common.remoting.network import TCP
 
-    async def make(nursery: Any) -> InProcessCluster:
+    async def make(nursery: trio.Nursery) -> InProcessCluster:
         cluster = InProcessCluster(TCP, nursery, tmp_path, io_threads=True)
         return await _start(cluster, broker_fields)
 
@@ -484,7 +510,7 @@ def portal_tcp_cluster(tmp_path: Path, broker_fields: dict[str, Any]) -> Iterato
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark() -> Iterator[SparkSession]:
     """ONE local[2] SparkSession for the whole run (5-15 s to start on this machine); pyspark
     and Java are required: a missing one fails the test, never skips it."""
     from pyspark.sql import SparkSession
@@ -514,7 +540,7 @@ def spark() -> Iterator[Any]:
 # --- a store's CommitLog as bytes (HA and DLedger tests compare members byte for byte) ----------
 
 
-def all_commit_log_bytes(store, start=None):
+def all_commit_log_bytes(store: MessageStore, start: int | None = None) -> bytes:
     """Every CommitLog byte from ``start`` (default: min offset) to the max offset."""
     pos = store.get_min_phy_offset() if start is None else start
     out = bytearray()
@@ -528,7 +554,7 @@ def all_commit_log_bytes(store, start=None):
 
 
 @pytest.fixture
-def commit_log_bytes():
+def commit_log_bytes() -> Callable[..., bytes]:
     return all_commit_log_bytes
 
 

@@ -107,8 +107,8 @@ def run_steps(doc: dict) -> list[dict]:
                 )
                 entry.update(rc=done.returncode, out=done.stdout + done.stderr)
             except subprocess.TimeoutExpired as exc:
-                out = (exc.stdout or b"") + (exc.stderr or b"")
-                out = out.decode(errors="replace") if isinstance(out, bytes) else out
+                raw = (exc.stdout or b"") + (exc.stderr or b"")
+                out = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
                 entry.update(rc="timeout", out=out)
         elif op == "start":
             bg = Background(step["cmd"], env, cwd)

@@ -107,7 +107,7 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST | None]]:
     """Names bound at module level (also inside module-level if/try blocks), with the node
     whose value they get (None for a class or function)."""
     stack: list[ast.stmt] = list(tree.body)
@@ -128,14 +128,14 @@ def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
                     stack.extend(child.body if isinstance(child, ast.ExceptHandler) else [child])
 
 
-def _scan() -> dict[str, list[tuple[str, ast.AST]]]:
+def _scan() -> dict[str, list[tuple[str, ast.AST | None]]]:
     return {
         module: list(_definitions(ast.parse(path.read_text(encoding="utf-8"))))
         for module, path in _modules().items()
     }
 
 
-def _problems(scan: dict[str, list[tuple[str, ast.AST]]]) -> set[tuple[str, str, str]]:
+def _problems(scan: dict[str, list[tuple[str, ast.AST | None]]]) -> set[tuple[str, str, str]]:
     """(name, module, why) for every definition that should not be there."""
     home_of = {name: home for home, names in HOMES.items() for name in names}
     home_values: dict[str, str] = {}  # a home's string constant value -> its name

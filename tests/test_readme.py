@@ -23,7 +23,6 @@ A block no runner claims fails `test_every_block_is_run`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -31,19 +30,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import readme_blocks as readme
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("readme_blocks", ROOT / "tests" / "readme_blocks.py")
-readme = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(readme)
 
 BLOCKS = readme.blocks()
 FOLLOW_PROBE = "readme-follow-probe"
 
 
-def kind(block) -> str | None:
+def kind(block: readme.Block) -> str | None:
     if readme.is_spark(block):
         return "spark"  # tests/pipeline/test_readme_spark.py
     if block.lang == "sh" and block.text.lstrip().startswith("make "):
@@ -59,7 +58,7 @@ def kind(block) -> str | None:
     return None
 
 
-def of_kind(k: str) -> list:
+def of_kind(k: str) -> list[readme.Block]:
     return [b for b in BLOCKS if kind(b) == k]
 
 
@@ -144,7 +143,7 @@ def _command_steps() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory) -> dict:
+def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.fail("the README test needs root and unshare (network + PID namespaces)")
     work = tmp_path_factory.mktemp("readme")
@@ -233,7 +232,7 @@ def _pattern(expected: str) -> re.Pattern:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_foreground_cluster_starts_and_stops_on_ctrl_c(session) -> None:
+def test_foreground_cluster_starts_and_stops_on_ctrl_c(session: dict[str, Any]) -> None:
     start = session["steps"][0]
     assert start["op"] == "start" and start["rc"] == 0, start["out"]
     for node in ("namesrv", "broker-a", "broker-a-s1"):
@@ -244,7 +243,7 @@ def test_foreground_cluster_starts_and_stops_on_ctrl_c(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_using_it_commands(session) -> None:
+def test_using_it_commands(session: dict[str, Any]) -> None:
     (block,) = of_kind("commands")
     lines = [line for line in block.text.splitlines() if line.strip()]
     outs = {}
@@ -270,7 +269,7 @@ def test_using_it_commands(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_follow_waits_for_new_messages_only(session) -> None:
+def test_follow_waits_for_new_messages_only(session: dict[str, Any]) -> None:
     e = next(e for e in session["steps"] if e["op"] == "follow")
     assert e["probe_rc"] == 0, e["probe_out"]
     assert e["seen"], f"`{e['cmd']}` did not print the new message:\n{e['out'][-2000:]}"
@@ -281,7 +280,7 @@ def test_follow_waits_for_new_messages_only(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_python_blocks(session) -> None:
+def test_python_blocks(session: dict[str, Any]) -> None:
     for block in of_kind("python"):
         e = next(x for x in session["steps"] if x.get("block") == block.line)
         assert e["rc"] == 0, f"{block} failed:\n{e['out'][-3000:]}"
@@ -295,7 +294,7 @@ def test_python_blocks(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_tour_commands_print_what_the_readme_shows(session) -> None:
+def test_tour_commands_print_what_the_readme_shows(session: dict[str, Any]) -> None:
     for block in of_kind("tour"):
         cmd = None
         expected: dict[str, list[str]] = {}
@@ -304,6 +303,7 @@ def test_tour_commands_print_what_the_readme_shows(session) -> None:
                 cmd = line[2:]
                 expected[cmd] = []
             elif line.strip():
+                assert cmd is not None, f"output before the first `$ ` line of {block}"
                 expected[cmd].append(line)
         for cmd, lines in expected.items():
             out = _ok(session, cmd)
@@ -316,7 +316,7 @@ def test_tour_commands_print_what_the_readme_shows(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_topology_file_starts_its_cluster(session) -> None:
+def test_topology_file_starts_its_cluster(session: dict[str, Any]) -> None:
     out = _ok(session, "rmq up --config cluster.toml --detach --data-dir toml-cluster")
     for want in (
         "broker-a ",
@@ -334,7 +334,7 @@ def test_topology_file_starts_its_cluster(session) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_readme_session_is_quick_enough(session) -> None:
+def test_readme_session_is_quick_enough(session: dict[str, Any]) -> None:
     total = sum(e["seconds"] for e in session["steps"])
     slow = sorted(session["steps"], key=lambda e: -e["seconds"])[:3]
     assert total < 90, f"README session took {total:.0f} s; slowest: " + ", ".join(

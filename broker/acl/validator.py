@@ -74,7 +74,7 @@ def resources_of(cmd: RemotingCommand) -> Resources:
         return group("consumerGroup") + topic()
     if code == RequestCode.HEART_BEAT:
         try:
-            heartbeat = from_json(bytes(cmd.body or b""), HeartbeatData)
+            heartbeat = from_json(cmd.body_bytes(), HeartbeatData)
         except ValueError as exc:
             raise AclDenied(f"heartbeat body: {exc}") from None
         out: Resources = []
@@ -100,7 +100,7 @@ class PlainAccessValidator:
                 self.config,
                 code=cmd.code,
                 ext=cmd.ext_fields,
-                body=bytes(cmd.body or b""),
+                body=cmd.body_bytes(),
                 peer_ip=peer_ip(channel.remote_addr),
                 resources=resources_of(cmd),
             )

@@ -57,9 +57,15 @@ def parse_dledger_peers(text: str) -> dict[str, str]:
     return peers
 
 
+def _path_text(path: str | os.PathLike[str]) -> str:
+    """A directory given as str or Path, kept as str (os.fspath's overloads leave attrs'
+    generated __init__ with a type no Path matches)."""
+    return os.fspath(path)
+
+
 @attrs.frozen
 class MessageStoreConfig:
-    store_path_root_dir: str = attrs.field(converter=os.fspath)
+    store_path_root_dir: str = attrs.field(converter=_path_text)
     # None -> <root>/commitlog
     store_path_commit_log: str | None = None
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024

@@ -312,7 +312,7 @@ class ChaosCluster:
                 client.close_channel(proc.addr)
                 continue
             if r.code == ResponseCode.SUCCESS:
-                table = json.loads(bytes(r.body))["table"]
+                table = json.loads(r.body_bytes())["table"]
                 if table.get("dledgerRole") == "LEADER":
                     return proc.addr
         return None

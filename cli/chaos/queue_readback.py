@@ -45,7 +45,7 @@ async def pull_queue(
             timeout=10,
         )
         if r.code == ResponseCode.SUCCESS:
-            out.extend(decode_records(bytes(r.body), check_crc=True))
+            out.extend(decode_records(r.body_bytes(), check_crc=True))
         elif r.code not in skip:
             if ends is not None and r.code not in ends:
                 raise AssertionError(f"pull at {offset} answered {r.code}: {r.remark}")

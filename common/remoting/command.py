@@ -38,6 +38,11 @@ MISSING: Any = _Missing()
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 
+# One run of body bytes: a memoryview is how the broker hands over a slice of a mapped file.
+BodyPart = bytes | bytearray | memoryview
+# A command's body: one part, or (responses only) parts written back to back without joining.
+Body = BodyPart | list[BodyPart] | tuple[BodyPart, ...]
+
 
 def stringify(value: object) -> str:
     """Java ``toString`` of a header value: booleans as ``true``/``false``, everything else str()."""
@@ -57,10 +62,10 @@ def stringify_fields(fields: Mapping[str, object] | None) -> dict[str, str]:
     return {str(k): stringify(v) for k, v in fields.items() if v is not None}
 
 
-def _body_repr(body: object) -> str:
+def _body_repr(body: Body) -> str:
     if isinstance(body, list | tuple):
         return f"<{len(body)} parts, {sum(memoryview(p).nbytes for p in body)} bytes>"
-    return f"<{memoryview(body).nbytes} bytes>"  # type: ignore[arg-type]
+    return f"<{memoryview(body).nbytes} bytes>"
 
 
 @attrs.define(eq=False, slots=True)
@@ -72,9 +77,7 @@ class RemotingCommand:
     flag: int = 0
     remark: str | None = None
     ext_fields: dict[str, str] = attrs.field(factory=dict)
-    # bytes, bytearray, memoryview, or (for responses only) a list/tuple of such parts that are
-    # written back to back - the broker hands over memoryviews of mapped files without joining them.
-    body: Any = attrs.field(default=b"", repr=_body_repr)
+    body: Body = attrs.field(default=b"", repr=_body_repr)
     serialize_type: SerializeType = SerializeType.JSON
 
     @property
@@ -90,7 +93,7 @@ class RemotingCommand:
         cls,
         code: int,
         ext_fields: Mapping[str, object] | None = None,
-        body: Any = b"",
+        body: Body = b"",
         *,
         oneway: bool = False,
     ) -> RemotingCommand:
@@ -107,7 +110,7 @@ class RemotingCommand:
         code: int = ResponseCode.SUCCESS,
         remark: str | None = None,
         ext_fields: Mapping[str, object] | None = None,
-        body: Any = b"",
+        body: Body = b"",
     ) -> RemotingCommand:
         """The answer to this request: RESPONSE flag, same opaque and serialize type."""
         return RemotingCommand(

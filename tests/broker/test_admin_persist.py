@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from broker.config import BrokerConfig
-from broker.service import run_broker
+from broker.service import BrokerHandle, run_broker
 from broker.store import MessageStoreConfig, run_memory_store
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 
 
-def cfg(tmp_path: Path, **kw) -> BrokerConfig:
+def cfg(tmp_path: Path, **kw: Any) -> BrokerConfig:
     return BrokerConfig(listen_port=0, store=MessageStoreConfig(store_path_root_dir=tmp_path), **kw)
 
 
-async def start(nursery: trio.Nursery, config: BrokerConfig):
+async def start(nursery: trio.Nursery, config: BrokerConfig) -> BrokerHandle:
     return await nursery.start(
         lambda task_status: run_broker(
             config, store_factory=run_memory_store, task_status=task_status
@@ -110,7 +111,7 @@ async def test_slave_refuses_topic_changes_and_sends(tmp_path: Path) -> None:
         r = await c.invoke(
             b.addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
         )
-        assert r.code == ResponseCode.SYSTEM_ERROR and "slave" in r.remark
+        assert r.code == ResponseCode.SYSTEM_ERROR and "slave" in (r.remark or "")
         send = {
             "producerGroup": "pg",
             "topic": "TBW102",
@@ -158,7 +159,8 @@ async def test_config_files_survive_restart(tmp_path: Path) -> None:
                 )
             else:
                 ctl = b.controller
-                assert ctl.topic_config_manager.select_topic_config("PT").readQueueNums == 2
+                pt = ctl.topic_config_manager.select_topic_config("PT")
+                assert pt is not None and pt.readQueueNums == 2
                 assert ctl.subscription_group_manager.table["PG"].retryMaxTimes == 4
                 r = await call(RequestCode.QUERY_CONSUMER_OFFSET, q)
                 assert r.code == 0 and r.ext_fields["offset"] == "42"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -16,9 +17,10 @@ from broker.store import MessageStoreConfig, run_memory_store
 from common.batch_body import encode_batch_body
 from common.message import decode_records
 from common.message_properties import MessageConst, encode_properties
+from common.remoting.channel import Channel
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
-from common.remoting.command import RemotingCommand
+from common.remoting.command import Body, RemotingCommand
 from common.string_hash import java_string_hash
 
 
@@ -31,7 +33,9 @@ class Env:
     def addr(self) -> str:
         return self.broker.addr
 
-    async def call(self, code: int, ext=None, body=b"", **kw) -> RemotingCommand:
+    async def call(
+        self, code: int, ext: Mapping[str, object] | None = None, body: Body = b"", **kw: Any
+    ) -> RemotingCommand:
         cmd = RemotingCommand.request(code, ext, body)
         for k, v in kw.items():
             setattr(cmd, k, v)
@@ -112,7 +116,7 @@ class Env:
         )
 
 
-def broker_config(tmp_path: Path, **kw) -> BrokerConfig:
+def broker_config(tmp_path: Path, **kw: Any) -> BrokerConfig:
     # small files keep the file store quick to create in tmp_path
     store = MessageStoreConfig(
         store_path_root_dir=tmp_path / "store",
@@ -145,7 +149,7 @@ async def test_send_auto_creates_topic_and_pull_returns_records(env: Env) -> Non
     assert r.ext_fields["queueId"] == "1" and r.ext_fields["queueOffset"] == "0"
     assert len(r.ext_fields["msgId"]) == 32
     tc = env.broker.controller.topic_config_manager.select_topic_config("NewTopic")
-    assert tc.writeQueueNums == 4 and tc.perm == 6
+    assert tc is not None and tc.writeQueueNums == 4 and tc.perm == 6
     r2 = await env.send("NewTopic", b"world", queue_id=1, v2=True)
     assert r2.code == 0 and r2.ext_fields["queueOffset"] == "1"
 
@@ -166,11 +170,11 @@ async def test_send_checks(env: Env) -> None:
     r = await env.send("bad topic!", b"x")
     assert r.code == ResponseCode.SYSTEM_ERROR
     r = await env.send("T1", b"x", queue_id=99)
-    assert r.code == ResponseCode.SYSTEM_ERROR and "queueId" in r.remark
+    assert r.code == ResponseCode.SYSTEM_ERROR and "queueId" in (r.remark or "")
     r = await env.send("T1", b"x", queue_id=-1)
     assert r.code == 0 and 0 <= int(r.ext_fields["queueId"]) < 4
     r = await env.call(RequestCode.SEND_MESSAGE, {"producerGroup": "pg"}, b"x")
-    assert r.code == ResponseCode.SYSTEM_ERROR and "topic" in r.remark
+    assert r.code == ResponseCode.SYSTEM_ERROR and "topic" in (r.remark or "")
     big = b"x" * (4 * 1024 * 1024 + 1)
     r = await env.send("T1", big)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
@@ -266,7 +270,7 @@ async def test_pull_tag_filter(env: Env) -> None:
 
 async def test_long_poll_woken_by_send(env: Env) -> None:
     await env.send("LP", b"first")
-    got = {}
+    got: dict[str, Any] = {}
 
     async def poller() -> None:
         t0 = trio.current_time()
@@ -349,7 +353,7 @@ async def test_view_and_query_message(env: Env) -> None:
 
 def heartbeat_body(client_id: str, group: str, topics: list[str], cpp: bool = False) -> bytes:
     if cpp:  # the C++ client: enums as ints, subVersion as string, no producerDataSet
-        subs = [{"subString": "*", "subVersion": "1795313758651", "topic": t} for t in topics]
+        cpp_subs = [{"subString": "*", "subVersion": "1795313758651", "topic": t} for t in topics]
         return json.dumps(
             {
                 "clientID": client_id,
@@ -359,12 +363,12 @@ def heartbeat_body(client_id: str, group: str, topics: list[str], cpp: bool = Fa
                         "consumeType": 1,
                         "groupName": group,
                         "messageModel": 1,
-                        "subscriptionDataSet": subs,
+                        "subscriptionDataSet": cpp_subs,
                     }
                 ],
             }
         ).encode()
-    subs = [
+    subs: list[dict[str, object]] = [
         {
             "classFilterMode": False,
             "codeSet": [],
@@ -406,7 +410,8 @@ async def test_heartbeat_consumer_list_and_unregister(env: Env) -> None:
     )
     assert r.code == 0 and r.version == 407
     tcm = env.broker.controller.topic_config_manager
-    assert tcm.select_topic_config("%RETRY%G").perm == 6
+    retry = tcm.select_topic_config("%RETRY%G")
+    assert retry is not None and retry.perm == 6
     r = await env.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
     assert r.code == 0 and json.loads(r.body_bytes()) == {"consumerIdList": ["c1@1"]}
     # pull without SUBSCRIPTION flag now finds the heartbeat subscription
@@ -425,7 +430,7 @@ async def test_notify_consumer_ids_changed_and_close(env: Env, tmp_path: Path) -
     notified = trio.Event()
     seen = []
 
-    async def on_request(cmd: RemotingCommand, channel) -> None:
+    async def on_request(cmd: RemotingCommand, channel: Channel) -> None:
         seen.append((cmd.code, cmd.ext_fields.get("consumerGroup")))
         notified.set()
 

@@ -4,6 +4,7 @@ atomically, and the offset tables skip unchanged writes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -15,13 +16,20 @@ from broker.subscription import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
 from common.model import SubscriptionGroupConfig, TopicConfig
 
+if TYPE_CHECKING:
+    from broker.store.api import MessageStore
+
+
+# the schedule tables' persistence never reaches the store
+NO_STORE = cast("MessageStore", None)
+
 
 def _tables() -> list[object]:
     return [
         TopicConfigManager(),
         SubscriptionGroupManager(),
         ConsumerOffsetManager(),
-        ScheduleMessageService(store=None, hold=PullRequestHoldService()),
+        ScheduleMessageService(store=NO_STORE, hold=PullRequestHoldService()),
     ]
 
 
@@ -73,11 +81,11 @@ def test_dirty_tables_write_only_when_changed(tmp_path: Path) -> None:
     assert com.persist(path, force=True) is True
     assert read_json_file(path) == {"offsetTable": {"T@G": {"0": 5}}}
 
-    sched = ScheduleMessageService(store=None, hold=PullRequestHoldService())
+    sched = ScheduleMessageService(store=NO_STORE, hold=PullRequestHoldService())
     sched.decode(b'{"offsetTable": {"3": 7}}')  # slave sync marks the table dirty
     dpath = tmp_path / "delayOffset.json"
     assert sched.persist(dpath) is True
-    again = ScheduleMessageService(store=None, hold=PullRequestHoldService())
+    again = ScheduleMessageService(store=NO_STORE, hold=PullRequestHoldService())
     again.load(dpath)
     assert again.offset_table == {3: 7}
     assert again.persist(dpath) is False  # a freshly loaded table equals its file
@@ -99,4 +107,5 @@ def test_snapshot_marks_clean_and_a_failed_write_is_retried(tmp_path: Path) -> N
     with pytest.raises(OSError):
         offsets.persist(blocked / "consumerOffset.json")
     assert offsets.persist(tmp_path / "consumerOffset.json")  # still dirty, so written now
-    assert read_json_file(tmp_path / "consumerOffset.json")["offsetTable"]["T@g"] == {"0": 6}
+    written = read_json_file(tmp_path / "consumerOffset.json")
+    assert written is not None and written["offsetTable"]["T@g"] == {"0": 6}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
@@ -26,6 +27,7 @@ from common.model import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
+from common.remoting.channel import Channel
 from common.string_hash import java_string_hash
 
 # --- offsets -------------------------------------------------------------------------------
@@ -72,7 +74,8 @@ def test_system_topics_and_tbw102() -> None:
     t = TopicConfigManager(broker_name="bk", cluster_name="C", default_topic_queue_nums=8)
     tbw = t.select_topic_config("TBW102")
     assert tbw is not None and tbw.perm == 7 and tbw.writeQueueNums == 8
-    assert t.select_topic_config("SCHEDULE_TOPIC_XXXX").readQueueNums == 18
+    schedule = t.select_topic_config("SCHEDULE_TOPIC_XXXX")
+    assert schedule is not None and schedule.readQueueNums == 18
     assert "bk" in t and "C" in t
     assert "TBW102" not in TopicConfigManager(auto_create_topic_enable=False)
 
@@ -86,7 +89,8 @@ def test_auto_create_from_default_topic() -> None:
     assert tc == TopicConfig("New", 4, 4, PermName.READ | PermName.WRITE)
     assert changes == [1] and t.data_version.counter == v0.counter + 1
     # capped by the template's write queues
-    assert t.create_topic_in_send_message_method("Big", "TBW102", 64).writeQueueNums == 8
+    big = t.create_topic_in_send_message_method("Big", "TBW102", 64)
+    assert big is not None and big.writeQueueNums == 8
     # a template without INHERIT creates nothing
     t.update_topic_config(TopicConfig("Plain", 4, 4, 6))
     assert t.create_topic_in_send_message_method("Other", "Plain", 4) is None
@@ -136,7 +140,8 @@ def test_subscription_group_auto_create_and_persist(tmp_path: Path) -> None:
     m.persist(path)
     m2 = SubscriptionGroupManager(auto_create_subscription_group=False)
     m2.load(path)
-    assert m2.find_subscription_group_config("cg2").retryMaxTimes == 3
+    cg2 = m2.find_subscription_group_config("cg2")
+    assert cg2 is not None and cg2.retryMaxTimes == 3
     assert m2.find_subscription_group_config("nope") is None
 
 
@@ -168,10 +173,17 @@ class FakeChannel:
         self.closed = True
 
 
-def _register(cm: ConsumerManager, group: str, ch: FakeChannel, cid: str, topics=("T",)) -> bool:
+def as_channel(ch: FakeChannel) -> Channel:
+    # the managers keep a channel, compare it and close it: all a FakeChannel does
+    return cast(Channel, ch)
+
+
+def _register(
+    cm: ConsumerManager, group: str, ch: FakeChannel, cid: str, topics: tuple[str, ...] = ("T",)
+) -> bool:
     return cm.register_consumer(
         group,
-        ClientChannelInfo(ch, cid),
+        ClientChannelInfo(as_channel(ch), cid),
         ConsumeType.CONSUME_PASSIVELY,
         MessageModel.CLUSTERING,
         ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -181,19 +193,24 @@ def _register(cm: ConsumerManager, group: str, ch: FakeChannel, cid: str, topics
 
 async def test_consumer_membership_notifications_and_expiry(autojump_clock: trio.abc.Clock) -> None:
     notes: list[tuple[str, list[str]]] = []
-    cm = ConsumerManager(on_ids_changed=lambda g, chans: notes.append((g, [c.name for c in chans])))
+    cm = ConsumerManager(
+        on_ids_changed=lambda g, chans: notes.append(
+            (g, [cast(FakeChannel, c).name for c in chans])
+        )
+    )
     a, b = FakeChannel("a"), FakeChannel("b")
     assert _register(cm, "g", a, "A")
     assert notes == [("g", ["a"])]
     assert not _register(cm, "g", a, "A")  # plain heartbeat: no change, no notification
     assert _register(cm, "g", b, "B")
     assert notes[-1] == ("g", ["a", "b"])
-    assert cm.get_consumer_group_info("g").client_ids() == ["A", "B"]
+    info = cm.get_consumer_group_info("g")
+    assert info is not None and info.client_ids() == ["A", "B"]
     assert cm.find_subscription_data("g", "T") is not None
     # subscription change notifies too
     assert _register(cm, "g", b, "B", topics=("T", "U"))
     # close of a's connection: b is told
-    assert cm.do_channel_close_event(a) == ["g"]
+    assert cm.do_channel_close_event(as_channel(a)) == ["g"]
     assert notes[-1] == ("g", ["b"])
     # b goes silent: dropped after 120 s by the scan
     await trio.sleep(100)
@@ -206,7 +223,7 @@ async def test_consumer_membership_notifications_and_expiry(autojump_clock: trio
 async def test_producer_expiry(autojump_clock: trio.abc.Clock) -> None:
     pm = ProducerManager()
     ch = FakeChannel("p")
-    pm.register_producer("pg", ClientChannelInfo(ch, "P"))
+    pm.register_producer("pg", ClientChannelInfo(as_channel(ch), "P"))
     await trio.sleep(121)
     assert pm.scan_not_active_channel() == [("pg", "P")]
     assert pm.groups == {}

@@ -57,7 +57,7 @@ async def test_slave_serves_queues_it_holds_without_their_topic_config(tmp_path:
         await b.store.wait_dispatched()
         r = await c.invoke(b.addr, pull("ReplicatedOnly", 2))
         assert r.code == ResponseCode.SUCCESS, r.remark
-        assert [m.body for m in decode_records(bytes(r.body))] == [b"first", b"second"]
+        assert [m.body for m in decode_records(r.body_bytes())] == [b"first", b"second"]
         # a queue beyond what the store holds, and a topic it has nothing of, stay errors
         r = await c.invoke(b.addr, pull("ReplicatedOnly", 3))
         assert r.code == ResponseCode.SYSTEM_ERROR

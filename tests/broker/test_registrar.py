@@ -10,11 +10,12 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig
-from broker.registrar import BrokerRegistrar
+from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.service import run_broker
 from broker.store import MessageStoreConfig, run_memory_store
 from common import serde
 from common.model import RegisterBrokerBody
+from common.remoting.channel import Channel
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -30,7 +31,7 @@ class FakeNamesrv:
         self.dispatcher.register(RequestCode.REGISTER_BROKER, self.on_request)
         self.dispatcher.register(RequestCode.UNREGISTER_BROKER, self.on_request)
 
-    async def on_request(self, cmd: RemotingCommand, channel) -> RemotingCommand:
+    async def on_request(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand:
         self.calls.append(cmd)
         self.changed.set()
         self.changed = trio.Event()
@@ -46,7 +47,7 @@ async def test_registrar_period_wake_and_crc(autojump_clock: trio.abc.Clock) -> 
 
     async with trio.open_nursery() as servers:
 
-        async def connect(addr: str):
+        async def connect(addr: str) -> trio.abc.Stream:
             if addr == "dead:1":
                 raise OSError("connection refused")
             client_side, server_side = trio.testing.memory_stream_pair()
@@ -56,7 +57,7 @@ async def test_registrar_period_wake_and_crc(autojump_clock: trio.abc.Clock) -> 
 
         body = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{}},"filterServerList":[]}'
         async with open_remoting_client(connect=connect) as client:
-            results = []
+            results: list[RegisterResult] = []
             reg = BrokerRegistrar(
                 client,
                 ["a:1", "dead:1", "b:1"],
@@ -65,7 +66,7 @@ async def test_registrar_period_wake_and_crc(autojump_clock: trio.abc.Clock) -> 
                     "brokerAddr": "127.0.0.1:10911",
                     "clusterName": "C",
                     "haServerAddr": "127.0.0.1:10912",
-                    "brokerId": 1,
+                    "brokerId": "1",
                 },
                 lambda: body,
                 on_result=results.append,
@@ -163,7 +164,7 @@ async def test_failed_nameserver_is_retried_quickly_with_backoff(
 
     async with trio.open_nursery() as servers:
 
-        async def connect(addr: str):
+        async def connect(addr: str) -> trio.abc.Stream:
             ns = ns_up
             if addr == "late:1":
                 attempts.append(trio.current_time() - t0)
@@ -183,7 +184,7 @@ async def test_failed_nameserver_is_retried_quickly_with_backoff(
                     "brokerAddr": "127.0.0.1:10911",
                     "clusterName": "C",
                     "haServerAddr": "",
-                    "brokerId": 0,
+                    "brokerId": "0",
                 },
                 lambda: b"{}",
             )
@@ -210,7 +211,7 @@ async def test_failed_nameserver_is_retried_quickly_with_backoff(
 async def test_retry_delay_doubles_up_to_the_period(autojump_clock: trio.abc.Clock) -> None:
     attempts: list[float] = []
 
-    async def connect(addr: str):
+    async def connect(addr: str) -> trio.abc.Stream:
         attempts.append(trio.current_time())
         raise OSError("connection refused")
 
@@ -223,7 +224,7 @@ async def test_retry_delay_doubles_up_to_the_period(autojump_clock: trio.abc.Clo
                 "brokerAddr": "a:1",
                 "clusterName": "C",
                 "haServerAddr": "",
-                "brokerId": 0,
+                "brokerId": "0",
             },
             lambda: b"{}",
             period=10.0,
@@ -243,7 +244,7 @@ async def slave_registrar(ns, on_result):
     """A slave's (brokerId 1) registrar talking to ``ns`` over in-memory streams."""
     async with trio.open_nursery() as servers:
 
-        async def connect(addr: str):
+        async def connect(addr: str) -> trio.abc.Stream:
             client_side, server_side = trio.testing.memory_stream_pair()
             servers.start_soon(handle_stream, server_side, ns.dispatcher)
             return client_side
@@ -257,7 +258,7 @@ async def slave_registrar(ns, on_result):
                     "brokerAddr": "127.0.0.1:10921",
                     "clusterName": "C",
                     "haServerAddr": "",
-                    "brokerId": 1,
+                    "brokerId": "1",
                 },
                 lambda: b"{}",
                 on_result=on_result,

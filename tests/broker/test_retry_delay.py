@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import trio
+import trio.testing
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.processor.send import SendMessageProcessor
 from broker.schedule import SCHEDULE_TOPIC, trio_wall_clock_ms
 from broker.store import MessageStoreConfig, run_memory_store
-from common.message import MessageExtBrokerInner, decode_records
+from common.message import MessageExt, MessageExtBrokerInner, decode_records
 from common.message_properties import MessageConst, encode_properties
+from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 
@@ -21,6 +24,11 @@ class FakeChannel:
     remote_addr = "127.0.0.1:40000"
     closed = False
     attrs: dict = {}
+
+
+def fake_channel() -> Channel:
+    """A FakeChannel where the processors take a Channel: they read only what it has."""
+    return cast(Channel, FakeChannel())
 
 
 async def make_broker(nursery: trio.Nursery, tmp_path: Path) -> BrokerController:
@@ -35,7 +43,7 @@ async def make_broker(nursery: trio.Nursery, tmp_path: Path) -> BrokerController
     return b
 
 
-def all_messages(b: BrokerController, topic: str, queue_id: int = 0):
+def all_messages(b: BrokerController, topic: str, queue_id: int = 0) -> list[MessageExt]:
     res = b.store.get_message("t", topic, queue_id, 0, 100)
     return decode_records(b"".join(bytes(x) for x in res.buffers)) if res.buffers else []
 
@@ -49,7 +57,7 @@ async def put(b: BrokerController, topic: str, body: bytes, **props: str) -> int
         store_host=b.store_host,
     )
     r = await b.store.put_message(msg)
-    assert r.ok
+    assert r.ok and r.append is not None
     return r.append.wrote_offset
 
 
@@ -87,7 +95,7 @@ async def test_send_back_goes_to_retry_after_delay_then_dlq(
         req = RemotingCommand.request(
             RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "g", "offset": phys, "delayLevel": 0}
         )
-        r = await proc.process_send_back(req, FakeChannel())
+        r = await proc.process_send_back(req, fake_channel())
         assert r.code == ResponseCode.SUCCESS
         # reconsumeTimes 0 -> level 3 (10 s); %RETRY%g was created
         assert b.topic_config_manager.select_topic_config("%RETRY%g") is not None
@@ -105,7 +113,7 @@ async def test_send_back_goes_to_retry_after_delay_then_dlq(
             RequestCode.CONSUMER_SEND_MSG_BACK,
             {"group": "g", "offset": m.commit_log_offset, "delayLevel": -1},
         )
-        assert (await proc.process_send_back(req, FakeChannel())).code == 0
+        assert (await proc.process_send_back(req, fake_channel())).code == 0
         (d,) = all_messages(b, "%DLQ%g")
         assert d.properties[MessageConst.RETRY_TOPIC] == "OrigT"
         assert d.reconsume_times == 2
@@ -114,28 +122,34 @@ async def test_send_back_goes_to_retry_after_delay_then_dlq(
         req = RemotingCommand.request(
             RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "g", "offset": 10**9, "delayLevel": 0}
         )
-        assert (await proc.process_send_back(req, FakeChannel())).code == ResponseCode.SYSTEM_ERROR
+        assert (await proc.process_send_back(req, fake_channel())).code == ResponseCode.SYSTEM_ERROR
         n.cancel_scope.cancel()
 
 
-async def test_send_back_max_times_goes_to_dlq(autojump_clock, tmp_path: Path) -> None:
+async def test_send_back_max_times_goes_to_dlq(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path)
         proc = SendMessageProcessor(b)
         msg = MessageExtBrokerInner(
             topic="OT", queue_id=0, body=b"x", reconsume_times=16, store_host=b.store_host
         )
-        phys = (await b.store.put_message(msg)).append.wrote_offset
+        appended = (await b.store.put_message(msg)).append
+        assert appended is not None
+        phys = appended.wrote_offset
         req = RemotingCommand.request(
             RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "g", "offset": phys, "delayLevel": 0}
         )
-        assert (await proc.process_send_back(req, FakeChannel())).code == 0
+        assert (await proc.process_send_back(req, fake_channel())).code == 0
         assert len(all_messages(b, "%DLQ%g")) == 1
         assert all_messages(b, SCHEDULE_TOPIC, 2) == []
         n.cancel_scope.cancel()
 
 
-async def test_send_to_retry_topic_over_max_goes_to_dlq(autojump_clock, tmp_path: Path) -> None:
+async def test_send_to_retry_topic_over_max_goes_to_dlq(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path)
         proc = SendMessageProcessor(b)
@@ -152,13 +166,13 @@ async def test_send_to_retry_topic_over_max_goes_to_dlq(autojump_clock, tmp_path
             "reconsumeTimes": "16",
         }
         r = await proc.process_send(
-            RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"z"), FakeChannel()
+            RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"z"), fake_channel()
         )
         assert r.code == 0, r.remark
         assert len(all_messages(b, "%DLQ%g2")) == 1
         ext["reconsumeTimes"] = "3"
         r = await proc.process_send(
-            RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"z"), FakeChannel()
+            RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"z"), fake_channel()
         )
         assert len(all_messages(b, "%RETRY%g2")) == 1
         n.cancel_scope.cancel()

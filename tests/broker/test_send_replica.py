@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from broker.ha.service import HAService
 from broker.processor.send import SendMessageProcessor
 from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
 from common.message_properties import encode_properties
+from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.deferred_answer import DeferredAnswer
@@ -21,6 +25,11 @@ class FakeChannel:
     remote_addr = "127.0.0.1:40000"
     closed = False
     attrs: dict = {}
+
+
+def fake_channel() -> Channel:
+    """A FakeChannel where the processors take a Channel: they read only what it has."""
+    return cast(Channel, FakeChannel())
 
 
 class FakeHA:
@@ -34,7 +43,9 @@ class FakeHA:
         self.now = now
         self.asked: list[int] = []
 
-    def watch_replica(self, end_offset: int, on_done):
+    def watch_replica(
+        self, end_offset: int, on_done: Callable[[PutMessageStatus], None]
+    ) -> PutMessageStatus | None:
         self.asked.append(end_offset)
         if self.now:
             return self.status
@@ -84,8 +95,9 @@ def send_request(wait: str = "true") -> RemotingCommand:
 async def test_sync_master_answer_waits_for_the_replica(autojump_clock, tmp_path, status, code):
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path, "SYNC_MASTER")
-        b.ha = FakeHA(status, n)
-        pending = SendMessageProcessor(b).send_inline(send_request(), FakeChannel())
+        fake_ha = FakeHA(status, n)
+        b.ha = cast(HAService, fake_ha)  # the send path calls watch_replica only
+        pending = SendMessageProcessor(b).send_inline(send_request(), fake_channel())
         # appended now, answered later, with no task of its own
         assert isinstance(pending, DeferredAnswer) and not pending.done
         assert b.store.get_max_offset_in_queue("RT", 0) == 1
@@ -95,15 +107,16 @@ async def test_sync_master_answer_waits_for_the_replica(autojump_clock, tmp_path
         assert resp.code == code
         # whatever the replica did, the message is stored and the answer says where
         assert resp.ext_fields["queueOffset"] == "0" and len(resp.ext_fields["msgId"]) == 32
-        assert b.ha.asked == [b.store.get_max_phy_offset()]
+        assert fake_ha.asked == [b.store.get_max_phy_offset()]
         n.cancel_scope.cancel()
 
 
 async def test_a_decided_replica_status_answers_at_once(autojump_clock, tmp_path):
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path, "SYNC_MASTER")
-        b.ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE, now=True)
-        resp = SendMessageProcessor(b).send_inline(send_request(), FakeChannel())
+        fake_ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE, now=True)
+        b.ha = cast(HAService, fake_ha)  # the send path calls watch_replica only
+        resp = SendMessageProcessor(b).send_inline(send_request(), fake_channel())
         assert isinstance(resp, RemotingCommand)
         assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE
         assert resp.ext_fields["queueOffset"] == "0"
@@ -114,8 +127,9 @@ async def test_a_decided_replica_status_answers_at_once(autojump_clock, tmp_path
 async def test_no_replica_wait(autojump_clock, tmp_path, role, wait):
     async with trio.open_nursery() as n:
         b = await make_broker(n, tmp_path, role)
-        b.ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE)
-        resp = SendMessageProcessor(b).send_inline(send_request(wait), FakeChannel())
+        fake_ha = FakeHA(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        b.ha = cast(HAService, fake_ha)  # the send path calls watch_replica only
+        resp = SendMessageProcessor(b).send_inline(send_request(wait), fake_channel())
         assert isinstance(resp, RemotingCommand) and resp.code == ResponseCode.SUCCESS
-        assert b.ha.asked == []
+        assert fake_ha.asked == []
         n.cancel_scope.cancel()

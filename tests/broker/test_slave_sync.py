@@ -9,7 +9,7 @@ import trio
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.processor.dispatcher import build_dispatcher
-from broker.slave_sync import SlaveSynchronize, run_slave_sync
+from broker.slave_sync import SlaveSynchronize, SyncReport, run_slave_sync
 from broker.store import MessageStoreConfig, run_memory_store
 from common.errors import RemotingConnectError
 from common.model import SubscriptionGroupConfig, TopicConfig
@@ -66,6 +66,13 @@ async def start_pair(nursery, tmp_path, *, slave_port=0):
     master = controller(tmp_path, "m", mstore, listen_port=10911)
     slave = controller(tmp_path, "s", sstore, listen_port=slave_port, broker_id=1)
     return master, slave
+
+
+async def synced(sync: SlaveSynchronize) -> SyncReport:
+    """One sync_all, which runs: the slave knows its master."""
+    report = await sync.sync_all()
+    assert report is not None
+    return report
 
 
 async def test_changes_on_master_reach_slave_within_one_period(tmp_path, autojump_clock):
@@ -129,15 +136,15 @@ async def test_tables_replaced_only_when_data_version_differs(tmp_path, autojump
         client = LoopbackClient({MASTER: build_dispatcher(master)})
         master.topic_config_manager.update_topic_config(TopicConfig("A", 1, 1))
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
-        first = await sync.sync_all()
+        first = await synced(sync)
         assert first.topics
         # a local edit on the slave with the same version is not overwritten (same version)
         slave.topic_config_manager.table["LocalOnly"] = TopicConfig("LocalOnly")
-        again = await sync.sync_all()
+        again = await synced(sync)
         assert not again.topics and not again.groups
         assert "LocalOnly" in slave.topic_config_manager.table
         master.topic_config_manager.update_topic_config(TopicConfig("B", 1, 1))
-        third = await sync.sync_all()
+        third = await synced(sync)
         assert third.topics
         assert "LocalOnly" not in slave.topic_config_manager.table
         assert "B" in slave.topic_config_manager.table
@@ -174,11 +181,11 @@ async def test_master_down_leaves_tables_and_next_round_recovers(tmp_path, autoj
         sync = SlaveSynchronize(slave, client, vip_channel=False, master_addr=MASTER)
         client.down = True
         before = dict(slave.topic_config_manager.table)
-        report = await sync.sync_all()
+        report = await synced(sync)
         assert len(report.errors) == 4  # every step tried on its own
         assert slave.topic_config_manager.table == before
         client.down = False
-        assert (await sync.sync_all()).topics
+        assert (await synced(sync)).topics
         assert "A" in slave.topic_config_manager.table
         n.cancel_scope.cancel()
 

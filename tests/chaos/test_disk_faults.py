@@ -88,12 +88,13 @@ def test_the_shim_slows_and_fills_the_calls_the_broker_makes_and_switches_off(tm
         cwd=tmp_path,
         text=True,
     )
-    assert child.stdin is not None and child.stdout is not None
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None
 
     def probe() -> dict[str, float]:
-        child.stdin.write("probe\n")
-        child.stdin.flush()
-        return json.loads(child.stdout.readline())
+        stdin.write("probe\n")
+        stdin.flush()
+        return json.loads(stdout.readline())
 
     try:
         well = probe()
@@ -114,9 +115,9 @@ def test_the_shim_slows_and_fills_the_calls_the_broker_makes_and_switches_off(tm
         assert all(again[c] < 0.2 for c in SYNC_CALLS), again
         assert again["statvfs"] == pytest.approx(well["statvfs"], abs=0.01)
     finally:
-        child.stdin.close()
+        stdin.close()
         child.wait(timeout=10)
-        child.stdout.close()
+        stdout.close()
         if probed != tmp_path:
             shutil.rmtree(probed)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from cli.chaos.port_blocks import ephemeral_range, free_port_block
 
 
-def test_blocks_drawn_back_to_back_never_overlap(tmp_path: Path):
+def test_blocks_drawn_back_to_back_never_overlap(tmp_path: Path) -> None:
     # Every block is drawn before anything binds it, so only the record of what was handed out
     # keeps a slave's block off its master's.
     # 120 draws of 13 ports from ~1,700 bases would overlap with near certainty at random.
@@ -28,7 +28,7 @@ def _draw_blocks(registry: Path) -> list[int]:
     return [free_port_block(10, registry=registry) for _ in range(60)]
 
 
-def test_blocks_drawn_by_two_processes_at_once_never_overlap(tmp_path: Path):
+def test_blocks_drawn_by_two_processes_at_once_never_overlap(tmp_path: Path) -> None:
     # Parallel test workers are separate processes: the registry file, not a process's memory,
     # keeps their blocks apart.
     import multiprocessing

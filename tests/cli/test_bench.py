@@ -5,6 +5,7 @@ through typer's runner."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
 from typer.testing import CliRunner
@@ -26,6 +27,10 @@ from common.errors import TopicNotExistError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
 
+if TYPE_CHECKING:
+    from common.message import MessageExt
+    from tests.conftest import InProcessCluster
+
 
 @pytest.fixture
 async def cluster(memory_cluster):
@@ -40,7 +45,7 @@ async def remoting(cluster):
         yield client
 
 
-def stored(cluster, topic: str = "B") -> list:
+def stored(cluster: InProcessCluster, topic: str = "B") -> list[MessageExt]:
     return [m for q in range(4) for m in cluster.messages(topic, q)]
 
 
@@ -72,7 +77,7 @@ def test_summary_over_runs_and_json():
 
 
 async def test_produce_count_sends_exactly_that_many_plus_warmup(cluster, remoting, autojump_clock):
-    seen = []
+    seen: list[int] = []
     r = await bench_produce(
         cluster.namesrv,
         "B",
@@ -130,7 +135,7 @@ async def test_consume_reads_back_everything_or_count(cluster, remoting, autojum
 
 
 @pytest.mark.parametrize("kind", ["produce", "consume"])
-def test_cli_nameserver_down_is_one_line_exit_1(kind: str):
+def test_cli_nameserver_down_is_one_line_exit_1(kind: str) -> None:
     result = CliRunner().invoke(app, ["-n", "127.0.0.1:1", "bench", kind, "--count", "5"])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()

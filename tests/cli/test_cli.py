@@ -186,9 +186,12 @@ UP_LINES = [
 
 @pytest.mark.parametrize("argv", UP_LINES, ids=" ".join)
 def test_fast_up_arguments_are_what_typer_parses(argv):
+    import typer.core
     import typer.main
 
-    command = typer.main.get_command(app).commands["up"]
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    command = group.commands["up"]
     with command.make_context("up", argv[1:]) as ctx:
         expected = ctx.params
     assert fast_up_arguments(argv) == expected

@@ -7,12 +7,17 @@ position. A group that did commit 0 must still resume at 0.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
 from cli.messages.consume import consume_topic
 from common.model import MessageQueue
 from rmq import Message, Producer, PullConsumer
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +27,7 @@ OLD = 20  # messages stored before any consumer exists
 
 
 @pytest.fixture
-async def namesrv(tcp_cluster) -> str:
+async def namesrv(tcp_cluster: InProcessCluster) -> str:
     """The nameserver of a real nameserver and broker in this process (tcp_cluster), TOPIC
     holding OLD messages spread over its queues, every queue starting at offset 0."""
     await tcp_cluster.create_topic(TOPIC, QUEUES)
@@ -33,7 +38,7 @@ async def namesrv(tcp_cluster) -> str:
     return tcp_cluster.namesrv
 
 
-async def test_broker_answers_zero_for_a_new_group(namesrv: str):
+async def test_broker_answers_zero_for_a_new_group(namesrv: str) -> None:
     # the premise: RocketMQ's QUERY_CONSUMER_OFFSET rule is kept as it is
     async with PullConsumer("never-committed", namesrv) as c:
         mq = MessageQueue(TOPIC, "broker-a", 0)
@@ -41,7 +46,7 @@ async def test_broker_answers_zero_for_a_new_group(namesrv: str):
         assert await c.query_offset(mq) == 0
 
 
-async def test_new_group_without_follow_reads_nothing_old(namesrv: str):
+async def test_new_group_without_follow_reads_nothing_old(namesrv: str) -> None:
     seen: list[bytes] = []
     with trio.fail_after(30):
         n = await consume_topic(
@@ -59,7 +64,7 @@ async def test_new_group_without_follow_reads_nothing_old(namesrv: str):
             assert await c.query_offset(mq) == await c.max_offset(mq) > 0
 
 
-async def test_follow_with_a_new_group_prints_only_new_messages(namesrv: str):
+async def test_follow_with_a_new_group_prints_only_new_messages(namesrv: str) -> None:
     seen: list[bytes] = []
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
@@ -90,7 +95,7 @@ async def test_follow_with_a_new_group_prints_only_new_messages(namesrv: str):
     assert all(body.startswith(b"new-") for body in seen), seen
 
 
-async def test_group_that_committed_zero_resumes_at_zero(namesrv: str):
+async def test_group_that_committed_zero_resumes_at_zero(namesrv: str) -> None:
     async with PullConsumer("at-zero", namesrv) as c:
         queues = await c.fetch_queues(TOPIC)
         for mq in queues:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
@@ -9,6 +11,9 @@ from cli.messages.consume import consume_topic
 from common.model import MessageQueue
 from common.remoting.client import open_remoting_client
 from rmq import Message, Producer
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 
 @pytest.fixture
@@ -18,7 +23,7 @@ async def remoting(memory_cluster):
         yield client
 
 
-async def fill(cluster, per_queue: int) -> None:
+async def fill(cluster: InProcessCluster, per_queue: int) -> None:
     await cluster.create_topic("T", 4)
     async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
         for q in range(4):

@@ -68,7 +68,7 @@ def test_two_masters_with_dledger_are_two_groups_each_with_its_own_peers():
     }
 
 
-def test_the_toml_file_says_the_same_and_can_move_a_member_and_tune_timing(tmp_path: Path):
+def test_the_toml_file_says_the_same_and_can_move_a_member_and_tune_timing(tmp_path: Path) -> None:
     conf = tmp_path / "cluster.toml"
     conf.write_text(
         "dledger = 3\nbroker_port = 30000\nnamesrv_port = 30100\n"
@@ -85,7 +85,7 @@ def test_the_toml_file_says_the_same_and_can_move_a_member_and_tune_timing(tmp_p
     assert props(n1)["preferredLeaderId"] == "n1" and "preferredLeaderId" not in props(n2)
 
 
-def test_a_member_is_started_without_a_fixed_id_or_role(tmp_path: Path):
+def test_a_member_is_started_without_a_fixed_id_or_role(tmp_path: Path) -> None:
     plan = resolve(None, dledger=3).plan()
     cmd = node_command(plan.brokers[1], plan, tmp_path)
     assert "--id" not in cmd and "--role" not in cmd
@@ -114,7 +114,7 @@ def test_what_a_dledger_topology_cannot_have_is_one_line(flags, message):
     assert "\n" not in str(caught.value)
 
 
-def test_slaves_0_and_sync_master_refusals_and_planned_keys(tmp_path: Path):
+def test_slaves_0_and_sync_master_refusals_and_planned_keys(tmp_path: Path) -> None:
     assert len(resolve(None, dledger=3, slaves=0).plan().brokers) == 3  # harmless
     with pytest.raises(TopologyError, match="--role SYNC_MASTER cannot"):
         resolve(None, dledger=3).plan(sync_master=True)
@@ -171,7 +171,7 @@ def plan() -> ClusterPlan:
     return resolve(None, dledger=3).plan()
 
 
-def test_ready_once_elected_registered_and_the_leader_is_master(plan: ClusterPlan):
+def test_ready_once_elected_registered_and_the_leader_is_master(plan: ClusterPlan) -> None:
     n0, n1, n2 = plan.brokers
     registered = cluster_info({"broker-a": {0: n1.addr, 1: n0.addr, 3: n2.addr}})
     members = plan.brokers
@@ -201,7 +201,9 @@ def test_ready_once_elected_registered_and_the_leader_is_master(plan: ClusterPla
     )
 
 
-def test_a_member_restarted_alone_is_ready_once_it_follows_and_is_registered(plan: ClusterPlan):
+def test_a_member_restarted_alone_is_ready_once_it_follows_and_is_registered(
+    plan: ClusterPlan,
+) -> None:
     n0, n1, n2 = plan.brokers
     info = cluster_info({"broker-a": {0: n1.addr, 3: n2.addr}})
     assert not dledger_ready(plan, (n0,), info, {"broker-a-n0": {"dledgerRole": "FOLLOWER"}})

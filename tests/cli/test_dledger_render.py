@@ -16,7 +16,9 @@ from cli.top.screen import render_top
 PEERS = "n0-127.0.0.1:10913;n1-127.0.0.1:10923;n2-127.0.0.1:10933"
 
 
-def table(self_id: str, role: str, term: int, end: int, committed: int, leader: str = "n1"):
+def table(
+    self_id: str, role: str, term: int, end: int, committed: int, leader: str = "n1"
+) -> dict[str, str]:
     return {
         "commitLogMaxOffset": str(end * 100),
         "dledgerGroup": "broker-a",

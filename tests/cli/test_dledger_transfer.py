@@ -4,14 +4,14 @@ and DLedger members in memory), and its one-line errors."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
 import trio
 import trio.lowlevel
 
-from broker.dledger.driver.transport import RpcTimeout, RpcUnreachable
+from broker.dledger.driver.transport import DLedgerClient, RpcTimeout, RpcUnreachable
 from broker.dledger.raft.messages import (
     LeadershipTransferRequest,
     LeadershipTransferResponse,
@@ -100,7 +100,9 @@ class FakeCluster:
 
     # --- the DLedger client ---
 
-    async def call(self, addr: str, request: Any, *, timeout: float = 3.0, task_status=None):
+    async def call(
+        self, addr: str, request: Any, *, timeout: float = 3.0, task_status: object = None
+    ) -> MetadataResponse | LeadershipTransferResponse:
         await trio.lowlevel.checkpoint()
         m = next(m for m in self.members if m.dledger_addr == addr)
         if not m.up:
@@ -147,7 +149,9 @@ def cluster(groups: tuple[str, ...] = ("broker-a",), leader: str = "n0") -> Fake
 
 
 async def transfer(fake: FakeCluster, to: str, **kw: Any) -> TransferOutcome:
-    return await leadership_transfer(NAMESRV, to, remoting=fake, dledger=fake, **kw)
+    # the fake answers the two DLedger requests the transfer sends (through call)
+    dledger = cast(DLedgerClient, fake)
+    return await leadership_transfer(NAMESRV, to, remoting=fake, dledger=dledger, **kw)
 
 
 async def test_the_transfer_goes_to_the_leader_and_waits_until_the_target_leads(autojump_clock):
@@ -185,6 +189,11 @@ async def test_the_leader_as_target_is_no_error_and_sends_nothing(autojump_clock
     assert fake.transfers == []
 
 
+def _leaderless(f: FakeCluster) -> None:
+    for m in f.members:
+        m.leader, m.role = None, "CANDIDATE"
+
+
 @pytest.mark.parametrize(
     ("setup", "to", "kw", "message"),
     [
@@ -198,9 +207,7 @@ async def test_the_leader_as_target_is_no_error_and_sends_nothing(autojump_clock
             r"leader n0 refused to hand over to n1: FALL_BEHIND_TOO_MUCH \(417\)",
         ),
         (
-            lambda f: [
-                setattr(m, "leader", None) or setattr(m, "role", "CANDIDATE") for m in f.members
-            ],
+            _leaderless,
             "n1",
             {},
             r"broker-a has no leader right now",

@@ -7,13 +7,18 @@ same facts are found as JSON.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import typer
 from typer.testing import CliRunner
 
 from cli.main import app
 
 
-def _commands(group, path: tuple[str, ...] = ()):
+def _commands(
+    group: object, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:  # Any: typer's vendored click.Command
     for name, command in sorted(getattr(group, "commands", {}).items()):
         if command.hidden:
             continue

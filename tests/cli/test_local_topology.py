@@ -37,7 +37,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_a_file_describes_the_whole_cluster(tmp_path: Path):
+def test_a_file_describes_the_whole_cluster(tmp_path: Path) -> None:
     topo = resolve(write(tmp_path, TOML))
     assert topo.data_dir == Path("cluster-data") and topo.ready_timeout == 12.5
     plan = topo.plan()
@@ -59,7 +59,7 @@ def test_a_file_describes_the_whole_cluster(tmp_path: Path):
     }
 
 
-def test_flags_override_the_file(tmp_path: Path):
+def test_flags_override_the_file(tmp_path: Path) -> None:
     # the file's [nodes.broker-b] no longer names a node once --masters 1 wins: one line says so
     with pytest.raises(TopologyError, match="'broker-b', which is not a node"):
         resolve(write(tmp_path, TOML), masters=1).plan()
@@ -113,18 +113,18 @@ def test_no_file_and_no_flags_is_the_default_cluster():
         ("namesrv_port = 30000\nbroker_port = 30000", "30000"),
     ],
 )
-def test_a_bad_file_names_the_key(tmp_path: Path, text: str, names: str):
+def test_a_bad_file_names_the_key(tmp_path: Path, text: str, names: str) -> None:
     with pytest.raises(TopologyError, match=names) as info:
         resolve(write(tmp_path, text)).plan()
     assert "\n" not in str(info.value)
 
 
-def test_a_missing_file_is_one_clear_error(tmp_path: Path):
+def test_a_missing_file_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TopologyError, match="cannot read .*nope.toml"):
         resolve(tmp_path / "nope.toml")
 
 
-def test_dledger_in_a_file_or_a_flag_plans_a_group_and_0_means_none(tmp_path: Path):
+def test_dledger_in_a_file_or_a_flag_plans_a_group_and_0_means_none(tmp_path: Path) -> None:
     from_file = resolve(write(tmp_path, "dledger = 3")).plan()
     from_flag = resolve(None, dledger=3).plan()
     assert from_file == from_flag
@@ -134,7 +134,7 @@ def test_dledger_in_a_file_or_a_flag_plans_a_group_and_0_means_none(tmp_path: Pa
     assert not any(b.is_dledger for b in plain.brokers)
 
 
-def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path):
+def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path) -> None:
     plan = resolve(write(tmp_path, TOML)).plan()
     b = plan.brokers[1]
     cmd = node_command(b, plan, tmp_path)
@@ -161,9 +161,11 @@ def test_the_fast_path_reads_the_new_options_as_typer_would():
     assert fast["masters"] == 2 and fast["detach"] is True and fast["config"] is None
     # typer's defaults (slaves: not given, so 1 without --dledger, none with it)
     assert fast["slaves"] is None and fast["data_dir"] == Path(".rmq")
-    assert fast_up_arguments(["up", "--slaves", "2"])["slaves"] == 2
+    parsed = fast_up_arguments(["up", "--slaves", "2"])
+    assert parsed is not None and parsed["slaves"] == 2
     # with a file, which flags were typed matters: typer's parser tells (parameter sources)
     assert fast_up_arguments(["up", "--config", "c.toml", "--masters", "2"]) is None
     assert fast_up_arguments(["up", "--masters", "0"]) is None  # typer reports min=1
     assert fast_up_arguments(["up", "-d"]) is None  # short options: typer's job
-    assert fast_up_arguments(["up", "--dledger", "3"])["dledger"] == 3
+    parsed = fast_up_arguments(["up", "--dledger", "3"])
+    assert parsed is not None and parsed["dledger"] == 3

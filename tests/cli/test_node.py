@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,13 @@ import pytest
 from cli.servers.node import _parser, broker_props_from_args, main
 
 
-def parse(*args: str):
+def parse(*args: str) -> argparse.Namespace:
     return _parser().parse_args(list(args))
 
 
-def test_broker_flags_map_to_the_same_properties_as_rmq_broker(tmp_path: Path, monkeypatch):
+def test_broker_flags_map_to_the_same_properties_as_rmq_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RMQ_NAMESRV", raising=False)
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-x\nlistenPort = 20911\nbrokerRole=SYNC_MASTER\n")
@@ -81,7 +84,9 @@ def test_bad_arguments_are_usage_errors(args, fragment, capsys):
     assert fragment in capsys.readouterr().err
 
 
-def test_unreadable_config_file_is_one_line(tmp_path: Path, capsys):
+def test_unreadable_config_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["broker", "-c", str(tmp_path / "missing.conf")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot read config file") and len(err.splitlines()) == 1

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import pytest
 import trio
@@ -24,7 +25,7 @@ from cli.messages.produce import MessageTemplate, ProduceStats, produce, read_st
 from common.model import MessageQueue
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode
-from rmq import PullConsumer, PullStatus
+from rmq import PullConsumer, PullStatus, SendResult
 
 pytestmark = pytest.mark.integration
 
@@ -95,12 +96,12 @@ async def test_count_and_order_within_each_queue(tcp_cluster):
     await tcp_cluster.create_topic("Ordered", 4)
     n = 5000
     data = b"".join(b"%d\r\n" % i if i % 3 else b"%d\n\n" % i for i in range(n))
-    results = []
+    results: list[SendResult] = []
     stats = await produce(
         namesrv,
         MessageTemplate("Ordered", tags="T"),
         group="pg",
-        stream=Trickle(data, 333),
+        stream=cast(BinaryIO, Trickle(data, 333)),  # produce reads with read1 only
         handle_signals=False,
         on_results=results.extend,
         senders=4,
@@ -152,7 +153,8 @@ async def test_reader_blocks_while_the_channel_is_full():
     stats = ProduceStats()
     send, receive = trio.open_memory_channel[list[bytes]](2)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(lambda: read_stream(stream, send, stats, max_lines=100))
+        # the reader calls read1 only
+        nursery.start_soon(lambda: read_stream(cast(BinaryIO, stream), send, stats, max_lines=100))
         await trio.sleep(0.5)  # real time: the reader thread runs as far as it can
         assert stream.reads == 1  # one chunk read, its third batch waits for room
         assert receive.statistics().current_buffer_used == 2
@@ -241,7 +243,7 @@ async def test_delayed_lines_are_sent_one_by_one_in_input_order(memory_cluster):
     # in-memory cluster, on the real clock: the reader is a worker thread)
     await memory_cluster.create_topic("Later", 2)
     tap = memory_cluster.tap()
-    results = []
+    results: list[SendResult] = []
     data = b"".join(b"%d\n" % i for i in range(50))
     with trio.fail_after(30):
         async with open_remoting_client(network=tap) as remoting:
@@ -249,7 +251,7 @@ async def test_delayed_lines_are_sent_one_by_one_in_input_order(memory_cluster):
                 memory_cluster.namesrv,
                 MessageTemplate("Later", delay_level=3),
                 group="pg",
-                stream=Trickle(data, 7),
+                stream=cast(BinaryIO, Trickle(data, 7)),  # produce reads with read1 only
                 on_results=results.extend,
                 handle_signals=False,
                 remoting=remoting,
@@ -261,6 +263,6 @@ async def test_delayed_lines_are_sent_one_by_one_in_input_order(memory_cluster):
     for q in ("0", "1"):  # each queue got its lines in input order
         lines = [int(r.body_bytes()) for r in sends if r.ext_fields["e"] == q]
         assert lines == sorted(lines) and lines
-    for q in (0, 1):
-        offsets = [r.queue_offset for r in results if r.message_queue.queueId == q]
+    for qid in (0, 1):
+        offsets = [r.queue_offset for r in results if r.message_queue.queueId == qid]
         assert offsets == sorted(offsets) and offsets

@@ -87,6 +87,7 @@ def test_a_broker_without_ha_keys_has_none_not_zero():
 def test_garbage_runtime_info_is_a_status_error():
     with pytest.raises(StatusError, match="haConnectionCount"):
         parse_runtime_info({"haConnectionCount": "two"}, broker_name="b", broker_id=0, addr="x")
+    junk: object
     for junk in (None, [], {"table": []}, {"nottable": {}}):
         with pytest.raises(StatusError, match="no table"):
             runtime_table(junk)

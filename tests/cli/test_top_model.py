@@ -169,8 +169,9 @@ async def test_nameserver_down_keeps_known_nodes_and_says_so(autojump_clock):
 async def test_broken_table_and_failing_group_are_errors_of_their_row(autojump_clock):
     source = FakeSource(broken={SLAVE}, groups=["g1", "g2"])
     snap = await TopCollector(source, "ns").collect()
-    assert snap.node(MASTER).alive
-    assert "not an integer" in snap.node(SLAVE).error
+    master, slave = snap.node(MASTER), snap.node(SLAVE)
+    assert master is not None and master.alive
+    assert slave is not None and slave.error is not None and "not an integer" in slave.error
     assert [(g.group, g.error) for g in snap.groups] == [
         ("g1", None),
         ("g2", "down (connection refused)"),

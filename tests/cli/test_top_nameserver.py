@@ -54,7 +54,7 @@ def test_the_nameserver_is_a_node_of_the_count_and_of_the_table():
 
 
 @pytest.mark.parametrize("width", [160, 40])
-def test_a_dead_nameserver_is_counted_down_and_its_row_is_red(width: int):
+def test_a_dead_nameserver_is_counted_down_and_its_row_is_red(width: int) -> None:
     console = _text(_snap(namesrv_error="connection refused"), width=width)
     text = console.export_text(clear=False)
     assert "3 nodes, 1 down" in text.replace("\n", " "), text
@@ -86,7 +86,7 @@ def test_a_dead_nameserver_is_counted_down_and_its_row_is_red(width: int):
         (12345.678, "12,346"),
     ],
 )
-def test_rates_are_rounded(value: float | None, shown: str):
+def test_rates_are_rounded(value: float | None, shown: str) -> None:
     assert render.rate(value) == shown
 
 

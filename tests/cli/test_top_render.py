@@ -7,7 +7,7 @@ recorded text back, and the styles of the segments to check a dead node is drawn
 from __future__ import annotations
 
 import pytest
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.segment import Segment
 
 from cli.runtime_info.status import SlaveLag
@@ -74,7 +74,7 @@ def snapshot(
     return TopSnapshot("127.0.0.1:9876", taken_at, 1_700_000_000.0, nodes, topics, groups)
 
 
-def record(renderable, width: int) -> Console:
+def record(renderable: RenderableType, width: int) -> Console:
     console = Console(
         record=True, width=width, force_terminal=True, color_system="truecolor", highlight=False
     )
@@ -92,7 +92,7 @@ def lines_with(console: Console, needle: str) -> list[list[Segment]]:
 
 
 @pytest.mark.parametrize("width", [160, 120, 100, 80, 60, 40])
-def test_every_width_shows_topology_and_no_line_is_wider(width: int):
+def test_every_width_shows_topology_and_no_line_is_wider(width: int) -> None:
     prev = snapshot(taken_at=10.0, put=100, get=40)
     snap = snapshot(taken_at=12.0, put=300, get=140)
     console = record(render_top(snap, prev, width=width), width)
@@ -137,7 +137,7 @@ def test_first_frame_has_no_rates_and_a_restarted_broker_none_either():
 
 
 @pytest.mark.parametrize("width", [160, 60])
-def test_dead_node_is_drawn_red_and_the_others_are_not(width: int):
+def test_dead_node_is_drawn_red_and_the_others_are_not(width: int) -> None:
     prev = snapshot(taken_at=10.0, put=100, get=40)
     snap = snapshot(taken_at=12.0, put=300, get=140, b_error="down (connection refused)")
     console = record(render_top(snap, prev, width=width), width)
@@ -208,7 +208,7 @@ def test_nameserver_down_is_said_in_the_header():
 
 
 def test_the_disk_column_shows_use_and_a_refusing_broker_in_red():
-    def node(port: int, table: dict[str, str]):
+    def node(port: int, table: dict[str, str]) -> NodeView:
         key = ("DefaultCluster", f"broker-{port}", 0)
         return node_view(f"127.0.0.1:{port}", key, NodeInfo(table, "ASYNC_MASTER"), listed=True)
 

@@ -33,7 +33,7 @@ def test_default_plan_is_a_sync_master_with_one_slave():
     assert (slave.port, slave.ha_port, slave.vip_port) == (10921, 10922, 10919)
 
 
-def test_n_slaves_take_the_next_blocks_with_ids_1_to_n(tmp_path: Path):
+def test_n_slaves_take_the_next_blocks_with_ids_1_to_n(tmp_path: Path) -> None:
     plan = plan_cluster(slaves=3, master_role="ASYNC_MASTER")
     got = [(b.name, b.broker_id, b.role, b.port) for b in plan.brokers]
     assert got == [
@@ -102,7 +102,7 @@ def test_impossible_plans_are_rejected(kwargs):
         plan_cluster(**kwargs)
 
 
-def test_child_commands_run_the_cli_module_with_planned_ports(tmp_path: Path):
+def test_child_commands_run_the_cli_module_with_planned_ports(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     ns = node_command(plan.namesrv, plan, tmp_path)
     assert ns[:4] == [sys.executable, "-m", "cli.servers.node", "namesrv"]
@@ -137,5 +137,6 @@ def test_readiness_reads_the_nameserver_cluster_info_json():
     # registered elsewhere, or answers of the wrong shape, are "not ready"
     moved = loads('{"brokerAddrTable":{"broker-a":{"brokerAddrs":{"0":"127.0.0.1:1"}}}}')
     assert not registered_at(moved, master)
+    junk: object
     for junk in (None, [], {"brokerAddrTable": []}, {"brokerAddrTable": {"broker-a": 3}}):
         assert not registered_at(junk, master)

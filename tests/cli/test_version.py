@@ -9,6 +9,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cli import version
@@ -69,18 +70,20 @@ def test_a_package_deeper_in_some_work_tree_is_not_a_checkout(tmp_path: Path) ->
     assert version.checkout_commit(site) is None
 
 
-def test_outside_any_work_tree_there_is_no_commit(tmp_path: Path, monkeypatch) -> None:
+def test_outside_any_work_tree_there_is_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     (tmp_path / "cli").mkdir()
     assert version.checkout_commit(tmp_path / "cli") is None
 
 
-def test_without_git_there_is_no_commit(monkeypatch) -> None:
+def test_without_git_there_is_no_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert version.checkout_commit(ROOT / "cli") is None
 
 
-def test_a_checkout_that_is_not_installed_says_unknown(monkeypatch) -> None:
+def test_a_checkout_that_is_not_installed_says_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 

@@ -45,7 +45,7 @@ def same(a: RemotingCommand, b: RemotingCommand) -> bool:
         and a.flag == b.flag
         and a.remark == b.remark
         and a.ext_fields == b.ext_fields
-        and bytes(a.body) == bytes(b.body)
+        and a.body_bytes() == b.body_bytes()
         and a.serialize_type == b.serialize_type
     )
 
@@ -312,13 +312,13 @@ def _standard_library_decode(data: bytes) -> dict[str, object] | str:
         raise orjson.JSONDecodeError("off", "", 0)
 
     real = codec.orjson.loads
-    codec.orjson.loads = refuse  # type: ignore[assignment]
+    codec.orjson.loads = refuse
     try:
         return attrs.asdict(codec.decode_json_header(data))
     except FrameDecodeError as exc:
         return f"error: {exc}"
     finally:
-        codec.orjson.loads = real  # type: ignore[assignment]
+        codec.orjson.loads = real
 
 
 @pytest.mark.parametrize("field", ["version", "opaque", "flag", "code"])

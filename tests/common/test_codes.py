@@ -186,27 +186,29 @@ def test_request_codes_are_unique_and_fit_a_short():
 
 
 def test_response_codes():
-    assert ResponseCode.SUCCESS == 0
-    assert ResponseCode.SYSTEM_ERROR == 1
-    assert ResponseCode.REQUEST_CODE_NOT_SUPPORTED == 3
-    assert ResponseCode.FLUSH_DISK_TIMEOUT == 10
-    assert ResponseCode.SLAVE_NOT_AVAILABLE == 11
-    assert ResponseCode.FLUSH_SLAVE_TIMEOUT == 12
-    assert ResponseCode.TOPIC_NOT_EXIST == 17
-    assert ResponseCode.PULL_NOT_FOUND == 19
-    assert ResponseCode.PULL_OFFSET_MOVED == 21
-    assert ResponseCode.QUERY_NOT_FOUND == 22
-    assert ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST == 26
-    assert ResponseCode.NO_BUYER_ID == 204
-    assert ResponseCode.FLOW_CONTROL == 215
+    assert int(ResponseCode.SUCCESS) == 0
+    assert int(ResponseCode.SYSTEM_ERROR) == 1
+    assert int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED) == 3
+    assert int(ResponseCode.FLUSH_DISK_TIMEOUT) == 10
+    assert int(ResponseCode.SLAVE_NOT_AVAILABLE) == 11
+    assert int(ResponseCode.FLUSH_SLAVE_TIMEOUT) == 12
+    assert int(ResponseCode.TOPIC_NOT_EXIST) == 17
+    assert int(ResponseCode.PULL_NOT_FOUND) == 19
+    assert int(ResponseCode.PULL_OFFSET_MOVED) == 21
+    assert int(ResponseCode.QUERY_NOT_FOUND) == 22
+    assert int(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST) == 26
+    assert int(ResponseCode.NO_BUYER_ID) == 204
+    assert int(ResponseCode.FLOW_CONTROL) == 215
 
 
 def test_language_and_serialize_type():
-    assert LanguageCode.JAVA == 0 and LanguageCode.CPP == 1 and LanguageCode.PYTHON == 3
-    assert LanguageCode.GO == 9 and LanguageCode.RUST == 12
-    assert SerializeType.JSON == 0 and SerializeType.ROCKETMQ == 1
+    assert (
+        int(LanguageCode.JAVA) == 0 and int(LanguageCode.CPP) == 1 and int(LanguageCode.PYTHON) == 3
+    )
+    assert int(LanguageCode.GO) == 9 and int(LanguageCode.RUST) == 12
+    assert int(SerializeType.JSON) == 0 and int(SerializeType.ROCKETMQ) == 1
 
 
 def test_dledger_codes_do_not_fit_binary_header():
-    assert DLedgerRequestCode.VOTE == 51001
+    assert int(DLedgerRequestCode.VOTE) == 51001
     assert all(c.value > 0x7FFF for c in DLedgerRequestCode)

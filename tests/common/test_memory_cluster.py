@@ -21,7 +21,7 @@ async def test_produce_and_pull_through_real_servers_without_sockets(
             async with Producer("pg", ns, remoting=remoting) as producer:
                 sent = [await producer.send(Message("Orders", b"m%d" % i)) for i in range(10)]
         assert {r.queue_offset for r in sent} <= set(range(10))
-        got = []
+        got: list[bytes] = []
         async with PullConsumer("cg", ns, network=net) as consumer:
             for mq in await consumer.fetch_queues("Orders"):
                 result = await consumer.pull(mq, 0, max_nums=32)

@@ -33,7 +33,7 @@ from common.string_hash import java_string_hash, java_string_hash_concat
 # ----------------------------------------------------------------------------------- strategies
 
 prop_text = st.text(
-    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
     min_size=1,
     max_size=12,
 )

@@ -91,8 +91,8 @@ def test_java_heartbeat_with_enum_names():
 
 
 def test_consume_from_where_ordinals_match_java():
-    assert ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET == 4
-    assert ConsumeFromWhere.CONSUME_FROM_TIMESTAMP == 5
+    assert int(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) == 4
+    assert int(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP) == 5
 
 
 def test_bad_enum_value_is_a_value_error():

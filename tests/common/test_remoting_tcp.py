@@ -3,9 +3,11 @@
 import contextlib
 import os
 import struct
+from collections.abc import AsyncIterator
 
 import trio
 
+from common.remoting.channel import Channel
 from common.remoting.client import open_remoting_client
 from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import SerializeType
@@ -16,7 +18,7 @@ from common.remoting.server import RequestDispatcher, serve_remoting
 
 async def test_tcp_round_trip_large_body_and_oversized_frame():
     d = RequestDispatcher()
-    closed = []
+    closed: list[Channel] = []
     d.add_close_listener(closed.append)
 
     async def echo(cmd, channel):
@@ -86,7 +88,7 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
             await stream.send_all(b"".join(frames))
             await trio.sleep(0.2)  # let the server fill the socket buffers
             decoder = FrameDecoder()
-            got = []
+            got: list[RemotingCommand] = []
             while len(got) < 6:
                 data = await stream.receive_some(32768)
                 assert data
@@ -101,7 +103,9 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
 
 
 @contextlib.asynccontextmanager
-async def parked_requests(n: int):
+async def parked_requests(
+    n: int,
+) -> AsyncIterator[tuple[trio.SocketStream, list[tuple[RemotingCommand, DeferredAnswer]]]]:
     """A server whose inline handler parks a DeferredAnswer per request, and a client stream
     that sent it ``n`` requests (opaque i + 1, extField i); yields (stream, parked)."""
     d = RequestDispatcher()
@@ -146,7 +150,13 @@ def counted_writev():
         os.writev = real_writev
 
 
-async def read_frames(stream, n: int) -> list[RemotingCommand]:
+def _root_tasks() -> int:
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return len(root.child_nurseries[0].child_tasks)
+
+
+async def read_frames(stream: trio.abc.ReceiveStream, n: int) -> list[RemotingCommand]:
     decoder = FrameDecoder()
     got: list[RemotingCommand] = []
     while len(got) < n:
@@ -161,7 +171,7 @@ async def test_deferred_answers_need_no_task_and_leave_together():
     answers one wake-up sets leave in one write, and no task is started per request."""
     with trio.fail_after(30):
         async with parked_requests(8) as (stream, parked):
-            tasks_before = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
+            tasks_before = _root_tasks()
             with counted_writev() as writes:
                 for cmd, answer in reversed(parked):  # any order: opaques match them up
                     answer.set(cmd.response(ext_fields={"i": cmd.ext_fields["i"]}))
@@ -169,7 +179,7 @@ async def test_deferred_answers_need_no_task_and_leave_together():
             assert sorted(c.opaque for c in got) == list(range(1, 9))
             assert all(c.ext_fields["i"] == str(c.opaque - 1) for c in got)
             assert writes == [8]  # eight answers, one writev
-            tasks_after = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
+            tasks_after = _root_tasks()
             assert tasks_after == tasks_before
 
 

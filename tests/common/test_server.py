@@ -1,4 +1,5 @@
 import struct
+from typing import cast
 
 import pytest
 import trio
@@ -6,7 +7,7 @@ import trio.testing
 
 from common.errors import RequestError
 from common.remoting.codec import FrameDecoder, encode
-from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
+from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, Body, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher, handle_stream
 
 
@@ -19,12 +20,25 @@ class Peer:
         self.ready: list[RemotingCommand] = []
         self.next_opaque = 100
 
-    async def send(self, code, ext=None, body=b"", *, oneway=False) -> int:
+    async def send(
+        self,
+        code: int,
+        ext: dict[str, object] | None = None,
+        body: Body = b"",
+        *,
+        oneway: bool = False,
+    ) -> int:
         cmd = RemotingCommand.request(code, ext, body, oneway=oneway)
         self.next_opaque += 1
         cmd.opaque = self.next_opaque
         await self.stream.send_all(encode(cmd))
         return cmd.opaque
+
+    async def answer(self) -> RemotingCommand:
+        """Next command; there must be one."""
+        cmd = await self.receive()
+        assert cmd is not None, "EOF"
+        return cmd
 
     async def receive(self) -> RemotingCommand | None:
         """Next command, or None at EOF."""
@@ -262,7 +276,7 @@ async def test_concurrent_large_responses_never_interleave(autojump_clock):
         peer = Peer(client_side)
         for c in "abcdef":
             await peer.send(1007, {"n": 100_000, "c": c})
-        bodies = [(await peer.receive()).body for _ in range(6)]
+        bodies = [(await peer.answer()).body_bytes() for _ in range(6)]
         assert sorted(bodies) == [c.encode() * 200_000 for c in "abcdef"]
         await peer.stream.aclose()
 
@@ -334,7 +348,7 @@ async def test_inline_handlers_run_in_arrival_order(autojump_clock):
             cmd.opaque = i + 1
             frames.append(encode(cmd))
         await peer.stream.send_all(b"".join(frames))
-        answers = [await peer.receive() for _ in range(200)]
+        answers = [await peer.answer() for _ in range(200)]
         assert sorted(int(a.ext_fields["i"]) for a in answers) == list(range(200))
         assert all(a.opaque == int(a.ext_fields["i"]) + 1 for a in answers)
         await peer.stream.aclose()
@@ -403,10 +417,16 @@ async def test_dispatch_awaits_inline_handlers_too(autojump_clock):
 
     d.register(1, quick, inline=True)
     d.register(2, slow, inline=True)
-    assert (await d.dispatch(RemotingCommand.request(1), None)).remark == "quick"
-    assert (await d.dispatch(RemotingCommand.request(2), None)).remark == "slow"
+    # these handlers never look at the channel
+    no_channel = cast(Channel, None)
+
+    async def answer(cmd: RemotingCommand) -> RemotingCommand:
+        got = await d.dispatch(cmd, no_channel)
+        assert got is not None
+        return got
+
+    assert (await answer(RemotingCommand.request(1))).remark == "quick"
+    assert (await answer(RemotingCommand.request(2))).remark == "slow"
     # registering again as a task handler replaces the inline one
     d.register(1, echo)
-    assert (await d.dispatch(RemotingCommand.request(1, {"v": "e"}), None)).ext_fields == {
-        "echo": "e"
-    }
+    assert (await answer(RemotingCommand.request(1, {"v": "e"}))).ext_fields == {"echo": "e"}

@@ -30,6 +30,7 @@ from common.remoting.codec import (
     decode_json_header,
     encode,
 )
+from common.remoting.codes import SerializeType
 from common.remoting.command import RemotingCommand
 from common.serde import from_json, to_json
 
@@ -64,8 +65,8 @@ _CMDS = [
 _FRAMES = [encode(c) for c in _CMDS]
 _BINARY_FRAMES = []
 for _c in _CMDS:
-    _c2 = RemotingCommand.request(_c.code, dict(_c.ext_fields or {}), bytes(_c.body or b""))
-    _c2.serialize_type = 1  # ROCKETMQ binary header
+    _c2 = RemotingCommand.request(_c.code, dict(_c.ext_fields or {}), _c.body_bytes())
+    _c2.serialize_type = SerializeType.ROCKETMQ  # binary header
     _BINARY_FRAMES.append(encode(_c2))
 
 
@@ -77,7 +78,7 @@ def test_frame_decoder_raises_only_protocol_errors(data: bytes, step: int) -> No
         for i in range(0, len(data), step):
             for cmd in decoder.feed(data[i : i + step]):
                 assert isinstance(cmd, RemotingCommand)
-                assert len(bytes(cmd.body or b"")) <= 4096
+                assert cmd.body_length <= 4096
     except ProtocolError:
         pass
 

@@ -18,27 +18,30 @@ Process control is by pid (``tests/conftest.py`` ``ProcessGroup``): ``kill`` is 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.service import run_broker
+from broker.service import BrokerHandle, run_broker
 from broker.store import MessageStoreConfig
 from cli.chaos.link_proxy import LinkProxy
 from cli.chaos.port_blocks import free_port_block
 from common.errors import RemotingError
-from common.remoting.client import open_remoting_client
+from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import loads
 from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
+from namesrv.service import NamesrvHandle, run_namesrv
 from rmq import Admin
+
+if TYPE_CHECKING:
+    from tests.conftest import Node, ProcessGroup
 
 # laptop timing (what `rmq up --dledger` uses): failure detected after 3 x 500 ms
 FAST_TIMING = {
@@ -51,11 +54,11 @@ FAST_TIMING = {
 
 @attrs.define(eq=False)
 class DLedgerGroupProcs:
-    procs: Any  # tests.conftest.ProcessGroup
+    procs: ProcessGroup
     nursery: trio.Nursery
     ids: list[str]
-    namesrv: Any = None
-    nodes: dict[str, Any] = attrs.Factory(dict)  # id -> Node
+    namesrv: Node | None = None
+    nodes: dict[str, Node] = attrs.Factory(dict)  # id -> its process
     raft_ports: dict[str, int] = attrs.Factory(dict)
     broker_ports: dict[str, int] = attrs.Factory(dict)
     # (from, to) -> proxy
@@ -64,6 +67,7 @@ class DLedgerGroupProcs:
 
     @property
     def namesrv_addr(self) -> str:
+        assert self.namesrv is not None, "start() first"
         return self.namesrv.addr
 
     def addr(self, node: str) -> str:
@@ -90,11 +94,11 @@ class DLedgerGroupProcs:
             parts.append(f"{j}-127.0.0.1:{port}")
         return ";".join(parts)
 
-    def _spawn(self, i: str) -> Any:
+    def _spawn(self, i: str) -> Node:
         node = self.procs.broker(
             f"broker-a-{i}",
             port=self.broker_ports[i],
-            namesrvAddr=self.namesrv.addr,
+            namesrvAddr=self.namesrv_addr,
             brokerClusterName="RaftCluster",
             enableDLegerCommitLog="true",
             dLegerGroup="broker-a",
@@ -125,7 +129,9 @@ class DLedgerGroupProcs:
         for proxy in self.links.values():
             proxy.unblock()
 
-    async def runtime(self, client: Any, i: str, timeout: float = 2.0) -> dict[str, str] | None:
+    async def runtime(
+        self, client: RemotingClient, i: str, timeout: float = 2.0
+    ) -> dict[str, str] | None:
         """The node's runtime info table, None when it does not answer."""
         try:
             r = await client.invoke(
@@ -138,11 +144,11 @@ class DLedgerGroupProcs:
             return None
         if r.code != ResponseCode.SUCCESS:
             return None
-        table: dict[str, str] = json.loads(bytes(r.body))["table"]
+        table: dict[str, str] = json.loads(r.body_bytes())["table"]
         return table
 
     async def create_topic(
-        self, client: Any, topic: str, *, queues: int = 4, timeout: float = 30.0
+        self, client: RemotingClient, topic: str, *, queues: int = 4, timeout: float = 30.0
     ) -> None:
         """Create ``topic`` on the group's master and wait until every member has it, so a
         failover never lands on a member that does not know it.  Followers copy topics from
@@ -157,7 +163,7 @@ class DLedgerGroupProcs:
                     return
                 await trio.sleep(0.2)
 
-    async def _has_topic(self, client: Any, node: str, topic: str) -> bool | None:
+    async def _has_topic(self, client: RemotingClient, node: str, topic: str) -> bool | None:
         try:
             r = await client.invoke(
                 self.addr(node), RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
@@ -167,9 +173,9 @@ class DLedgerGroupProcs:
             # refused" can come right after the leader is known), or is busy starting
             client.close_channel(self.addr(node))
             return None
-        return topic in loads(bytes(r.body)).get("topicConfigTable", {})
+        return topic in loads(r.body_bytes()).get("topicConfigTable", {})
 
-    async def _topic_spreads(self, client: Any, topic: str) -> bool:
+    async def _topic_spreads(self, client: RemotingClient, topic: str) -> bool:
         """True once every member has ``topic``; False when the master does not (lost with a
         change of leader: create it again)."""
         while True:
@@ -183,7 +189,7 @@ class DLedgerGroupProcs:
                 return False
             await trio.sleep(0.2)
 
-    async def master_addr(self, client: Any) -> str | None:
+    async def master_addr(self, client: RemotingClient) -> str | None:
         """The nameserver's brokerId-0 address of broker-a, None when it has none."""
         try:
             r = await client.invoke(
@@ -196,13 +202,13 @@ class DLedgerGroupProcs:
             return None
         if r.code != ResponseCode.SUCCESS:
             return None
-        table = loads(bytes(r.body)).get("brokerAddrTable", {})
+        table = loads(r.body_bytes()).get("brokerAddrTable", {})
         addrs = table.get("broker-a", {}).get("brokerAddrs", {})
         return addrs.get("0")
 
     async def leader(
         self,
-        client: Any,
+        client: RemotingClient,
         *,
         timeout: float = 30.0,
         among: list[str] | None = None,
@@ -221,8 +227,14 @@ class DLedgerGroupProcs:
                 await trio.sleep(0.05)
 
 
+# make(n=3, **broker.conf properties): a started DLedger group of n brokers
+DLedgerFactory = Callable[..., Awaitable[DLedgerGroupProcs]]
+
+
 @pytest.fixture
-async def dledger_factory(procs: Any, nursery: trio.Nursery) -> AsyncIterator[Callable[..., Any]]:
+async def dledger_factory(
+    procs: ProcessGroup, nursery: trio.Nursery
+) -> AsyncIterator[DLedgerFactory]:
     async def make(n: int = 3, **extra: object) -> DLedgerGroupProcs:
         group = DLedgerGroupProcs(procs, nursery, [f"n{k}" for k in range(n)], extra=dict(extra))
         await group.start()
@@ -232,13 +244,15 @@ async def dledger_factory(procs: Any, nursery: trio.Nursery) -> AsyncIterator[Ca
 
 
 @pytest.fixture
-async def raft_client() -> AsyncIterator[Any]:
+async def raft_client() -> AsyncIterator[RemotingClient]:
     async with open_remoting_client() as client:
         yield client
 
 
 @pytest.fixture
-async def ns_and_broker(tmp_path: Path, nursery: trio.Nursery) -> tuple[Any, Any]:
+async def ns_and_broker(
+    tmp_path: Path, nursery: trio.Nursery
+) -> tuple[NamesrvHandle, BrokerHandle]:
     """The handles (``.port``) of a nameserver and a broker registered with it, both in
     ``nursery``."""
     ns = await nursery.start(

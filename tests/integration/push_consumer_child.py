@@ -70,4 +70,5 @@ async def main(namesrv: str, group: str, topic: str, out_dir: str, name: str) ->
 
 
 if __name__ == "__main__":
-    trio.run(main, *sys.argv[1:6])
+    namesrv, group, topic, out_dir, name = sys.argv[1:6]
+    trio.run(main, namesrv, group, topic, out_dir, name)

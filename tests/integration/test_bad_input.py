@@ -205,6 +205,6 @@ async def test_both_servers_survive_bad_input(ns_and_broker, nursery):
             ),
         )
         assert pull.code == ResponseCode.SUCCESS
-        bodies = [m.body for m in decode_records(bytes(pull.body))]
+        bodies = [m.body for m in decode_records(pull.body_bytes())]
         assert bodies == [b"kept-%d" % i for i in range(10)]
     nursery.cancel_scope.cancel()

@@ -10,13 +10,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import LocalCluster
 
 pytestmark = pytest.mark.integration
 
 
-def rmq(cluster, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def rmq(
+    cluster: LocalCluster, *args: str, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "--namesrv", cluster.namesrv_addr, *args],
         capture_output=True,

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -27,6 +28,9 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from tests.support.wire import send_v2, wait_serving
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,7 +59,9 @@ def _send_cmd(i: int) -> RemotingCommand:
     return send_v2(TOPIC, i % QUEUES, body, group="crash-pg", queues=QUEUES)
 
 
-async def _verify(client, addr: str, acked: dict[tuple[int, int], tuple[bytes, int]]) -> None:
+async def _verify(
+    client: RemotingClient, addr: str, acked: dict[tuple[int, int], tuple[bytes, int]]
+) -> None:
     # the first round has sent nothing yet: the topic is auto-created by the first send
     ends = {ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED}
     if not acked:
@@ -107,7 +113,7 @@ async def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path):
                     if round_no == ROUNDS:
                         break
 
-                    async def producer(client=client) -> None:
+                    async def producer(client: RemotingClient = client) -> None:
                         nonlocal counter
                         while True:
                             counter += 1
@@ -122,7 +128,7 @@ async def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path):
                                     int(r.ext_fields["queueId"]),
                                     int(r.ext_fields["queueOffset"]),
                                 )
-                                acked[key] = (bytes(cmd.body), phys)
+                                acked[key] = (cmd.body_bytes(), phys)
 
                     async with trio.open_nursery() as nursery:
                         for _ in range(4):

@@ -12,10 +12,12 @@ import json
 import queue
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import trio
-from typer.testing import CliRunner
+import trio.lowlevel
+from typer.testing import CliRunner, Result
 
 from cli.main import app
 
@@ -25,7 +27,7 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def ns(tmp_path_factory) -> Iterator[tuple[str, str]]:
+def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(nameserver addr, broker addr) of servers running in a background thread."""
     from broker.config import BrokerConfig
     from broker.service import run_broker
@@ -36,12 +38,12 @@ def ns(tmp_path_factory) -> Iterator[tuple[str, str]]:
 
     tmp = tmp_path_factory.mktemp("cli-admin")
     started: queue.Queue = queue.Queue()
-    stop: dict[str, object] = {}
+    # the servers' nursery scope and Trio token, to stop them from this thread
+    stop: list[tuple[trio.CancelScope, trio.lowlevel.TrioToken]] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            stop["scope"] = nursery.cancel_scope
-            stop["token"] = trio.lowlevel.current_trio_token()
+            stop.append((nursery.cancel_scope, trio.lowlevel.current_trio_token()))
             n = await nursery.start(
                 run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp / "kv.json"))
             )
@@ -76,21 +78,22 @@ def ns(tmp_path_factory) -> Iterator[tuple[str, str]]:
     if isinstance(got, BaseException):
         raise got
     yield got
-    trio.from_thread.run_sync(stop["scope"].cancel, trio_token=stop["token"])  # type: ignore[union-attr, arg-type]
+    scope, token = stop[0]
+    trio.from_thread.run_sync(scope.cancel, trio_token=token)
     t.join(timeout=10)
 
 
-def rmq(ns: tuple[str, str], *args: str, input: str | None = None):
+def rmq(ns: tuple[str, str], *args: str, input: str | None = None) -> Result:
     return runner.invoke(app, ["-n", ns[0], *args], input=input)
 
 
-def ok_json(ns, *args: str, input: str | None = None):
+def ok_json(ns: tuple[str, str], *args: str, input: str | None = None) -> Any:
     result = rmq(ns, *args, "--json", input=input)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
 
-def one_error_line(result, *fragments: str) -> None:
+def one_error_line(result: Result, *fragments: str) -> None:
     assert result.exit_code == 1, result.output
     assert result.stdout == ""
     lines = result.stderr.splitlines()
@@ -148,7 +151,7 @@ def test_topic_lifecycle_create_update_status_delete(ns):
     one_error_line(rmq(ns, "topic", "route", "CliLife"), "topic does not exist")
 
 
-def _wait_topic(ns, topic: str) -> dict:
+def _wait_topic(ns: tuple[str, str], topic: str) -> dict:
     import time
 
     deadline = time.monotonic() + 10

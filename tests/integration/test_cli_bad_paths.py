@@ -63,7 +63,7 @@ DATA_DIRS = ("under_file", "proc", "file")
 
 @pytest.mark.parametrize("bad", DATA_DIRS)
 @pytest.mark.parametrize("detach", [False, True], ids=["foreground", "detach"])
-def test_up_data_dir(paths: dict[str, str], bad: str, detach: bool):
+def test_up_data_dir(paths: dict[str, str], bad: str, detach: bool) -> None:
     base = free_port_block(20)
     r = _run(
         "cli.main",
@@ -80,7 +80,7 @@ def test_up_data_dir(paths: dict[str, str], bad: str, detach: bool):
 
 
 @pytest.mark.parametrize("bad", DATA_DIRS)
-def test_up_config_data_dir(tmp_path: Path, paths: dict[str, str], bad: str):
+def test_up_config_data_dir(tmp_path: Path, paths: dict[str, str], bad: str) -> None:
     base = free_port_block(20)
     conf = tmp_path / "c.toml"
     conf.write_text(
@@ -103,7 +103,7 @@ def test_up_config_data_dir(tmp_path: Path, paths: dict[str, str], bad: str):
     ],
     ids=" ".join,
 )
-def test_config_file(paths: dict[str, str], command: list[str], bad: str):
+def test_config_file(paths: dict[str, str], command: list[str], bad: str) -> None:
     r = _run("cli.main", *command, "--config", paths[bad])
     _one_line(r, paths[bad])
 
@@ -112,7 +112,7 @@ def test_config_file(paths: dict[str, str], command: list[str], bad: str):
 @pytest.mark.parametrize(
     "command", [["status"], ["down"], ["kill", "broker-a"], ["restart", "broker-a"]], ids=" ".join
 )
-def test_cluster_commands_data_dir(paths: dict[str, str], command: list[str], bad: str):
+def test_cluster_commands_data_dir(paths: dict[str, str], command: list[str], bad: str) -> None:
     r = _run("cli.main", *command, "--data-dir", paths[bad])
     _one_line(r, paths[bad])
 
@@ -120,7 +120,7 @@ def test_cluster_commands_data_dir(paths: dict[str, str], command: list[str], ba
 @pytest.mark.parametrize("bad", DATA_DIRS)
 @pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
 @pytest.mark.parametrize("kind", ["namesrv", "broker"])
-def test_server_data_dir(paths: dict[str, str], kind: str, module: str, bad: str):
+def test_server_data_dir(paths: dict[str, str], kind: str, module: str, bad: str) -> None:
     port = free_port_block(10)
     r = _run(module, kind, "--port", str(port), "--data-dir", paths[bad], *_nowhere(kind))
     _one_line(r, paths[bad])
@@ -128,14 +128,14 @@ def test_server_data_dir(paths: dict[str, str], kind: str, module: str, bad: str
 
 @pytest.mark.parametrize("bad", ["under_file", "proc", "dir"])
 @pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
-def test_broker_config_file(paths: dict[str, str], module: str, bad: str):
+def test_broker_config_file(paths: dict[str, str], module: str, bad: str) -> None:
     port = free_port_block(10)
     r = _run(module, "broker", "--port", str(port), "--config", paths[bad], *_nowhere("broker"))
     _one_line(r, paths[bad])
 
 
 @pytest.mark.parametrize("bad", ["under_file", "proc", "file", "dir"])
-def test_store_verify(tmp_path: Path, paths: dict[str, str], bad: str):
+def test_store_verify(tmp_path: Path, paths: dict[str, str], bad: str) -> None:
     good = tmp_path / "store"
     (good / "commitlog").mkdir(parents=True)
     for args in ([paths[bad], str(good)], [str(good), paths[bad]]):
@@ -144,7 +144,7 @@ def test_store_verify(tmp_path: Path, paths: dict[str, str], bad: str):
 
 @pytest.mark.parametrize("module", ["cli.main", "cli.servers.node"])
 @pytest.mark.parametrize("kind", ["namesrv", "broker"])
-def test_server_port_in_use(tmp_path: Path, kind: str, module: str):
+def test_server_port_in_use(tmp_path: Path, kind: str, module: str) -> None:
     import socket
 
     port = free_port_block(10)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,10 +25,17 @@ from cli.chaos.port_blocks import free_port_block
 from common.model import MessageQueue
 from rmq import Message, PullStatus, SendStatus, sync
 
+if TYPE_CHECKING:
+    from cli.local.up import UpEvent
+    from common.message import MessageExt
+    from tests.conftest import LocalCluster
+
 pytestmark = pytest.mark.integration
 
 
-def rmq(cluster, *args: str, input: str | None = None, timeout: float = 30.0):
+def rmq(
+    cluster: LocalCluster, *args: str, input: str | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "--namesrv", cluster.namesrv_addr, *args],
         capture_output=True,
@@ -37,13 +45,15 @@ def rmq(cluster, *args: str, input: str | None = None, timeout: float = 30.0):
     )
 
 
-def child_pids(cluster, nodes: int = 3) -> list[int]:
+def child_pids(cluster: LocalCluster, nodes: int = 3) -> list[int]:
     pids = [int(m.group(1)) for line in cluster.lines if (m := re.search(r" pid (\d+) ", line))]
     assert len(pids) == nodes, cluster.output()
     return pids
 
 
-def pull_from(addr: str, topic: str, queue_id: int, offset: int, *, timeout: float = 15.0):
+def pull_from(
+    addr: str, topic: str, queue_id: int, offset: int, *, timeout: float = 15.0
+) -> list[MessageExt]:
     """The messages one broker node (by address, master or slave) returns for one pull; retried
     until it finds some (a slave builds its queues from replicated bytes, and learns a new
     topic from its master's config within a few seconds)."""
@@ -77,7 +87,7 @@ def pull_from(addr: str, topic: str, queue_id: int, offset: int, *, timeout: flo
                         addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), 5
                     )
                     if r.code == ResponseCode.SUCCESS:
-                        return decode_records(bytes(r.body), check_crc=True)
+                        return decode_records(r.body_bytes(), check_crc=True)
                     codes.append(r.code)
                     await trio.sleep(0.2)
         raise AssertionError(f"{addr} found nothing for {topic}:{queue_id}@{offset}: {codes[-3:]}")
@@ -103,7 +113,7 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def close_output(cluster) -> None:
+def close_output(cluster: LocalCluster) -> None:
     """Join the fixture's reader thread (it ends at EOF) and close the pipe it read.
 
     Works around tests/conftest.py leaving `proc.stdout` open, which the suite's
@@ -228,6 +238,7 @@ def test_node_entry_point_serves_without_typer_pydantic_or_rich(tmp_path):
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         line = proc.stdout.readline()
         assert re.match(r"namesrv listening on 127\.0\.0\.1:\d+$", line.strip()), line
@@ -309,7 +320,7 @@ async def test_two_slaves_of_an_async_master_are_ready_and_replicating(tmp_path)
     plan = plan_cluster(
         namesrv_port=base + 35, broker_port=base, slaves=2, master_role="ASYNC_MASTER"
     )
-    events = []
+    events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(60):
             await nursery.start(

@@ -12,6 +12,7 @@ off, the blocks reserved ahead of the writes (ENOSPC at ``posix_fallocate``).
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -23,6 +24,10 @@ from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from tests.support.tmpfs import small_tmpfs
 from tests.support.wire import send_v2
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.conftest import Node
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -37,7 +42,7 @@ def _send(i: int) -> RemotingCommand:
     return send_v2(TOPIC, i % QUEUES, body, group="disk-pg", queues=QUEUES)
 
 
-async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:
+async def _pull_all(client: RemotingClient, addr: str) -> dict[tuple[int, int], bytes]:
     got: dict[tuple[int, int], bytes] = {}
     for qid in range(QUEUES):
         for m in await pull_queue(client, addr, TOPIC, qid, group="disk-check"):
@@ -45,7 +50,9 @@ async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:
     return got
 
 
-async def _fill(client, addr: str, broker, acked: dict, start: int) -> tuple[int, set[str]]:
+async def _fill(
+    client: RemotingClient, addr: str, broker: Node, acked: dict, start: int
+) -> tuple[int, set[str]]:
     """Send (2 in flight) until 40 answers in a row are refusals; the refusal remarks."""
     refused_in_a_row = 0
     remarks: set[str] = set()

@@ -12,14 +12,23 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
+from common.message import MessageExt
 from rmq import Message, Producer
 from rmq.consume_service import ConsumeStatus
 from rmq.producer import SendStatus
 from rmq.push_consumer import ConsumeFromWhere, PushConsumer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from common.remoting.client import RemotingClient
+    from tests.integration.conftest import DLedgerFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
 
@@ -30,7 +39,10 @@ KILLS = 3
 
 
 async def test_push_consumer_and_spark_stream_read_through_leader_kills(
-    dledger_factory, raft_client, spark, tmp_path
+    dledger_factory: DLedgerFactory,
+    raft_client: RemotingClient,
+    spark: SparkSession,
+    tmp_path: Path,
 ) -> None:
     group = await dledger_factory(3)
     leader = await group.leader(raft_client, timeout=60)
@@ -41,11 +53,11 @@ async def test_push_consumer_and_spark_stream_read_through_leader_kills(
     streamed: set[str] = set()
     lock = threading.Lock()
 
-    async def on_messages(msgs) -> ConsumeStatus:
-        pushed.update(m.keys for m in msgs)
+    async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
+        pushed.update(m.keys or "" for m in msgs)
         return ConsumeStatus.SUCCESS
 
-    def sink(df, batch_id: int) -> None:
+    def sink(df: DataFrame, batch_id: int) -> None:
         rows = df.select("keys").collect()
         with lock:
             streamed.update(r["keys"] for r in rows)

@@ -15,11 +15,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from rmq import PullConsumer
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.integration.conftest import DLedgerFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.slow]
 
@@ -55,7 +60,7 @@ def spawn_producer(namesrv: str, home: Path) -> subprocess.Popen[str]:
 
 
 async def test_cpp_producer_keeps_producing_through_leader_kills(
-    dledger_factory, raft_client, tmp_path
+    dledger_factory: DLedgerFactory, raft_client: RemotingClient, tmp_path: Path
 ) -> None:
     group = await dledger_factory(3)
     leader = await group.leader(raft_client, timeout=60)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -21,10 +22,16 @@ from rmq import Message, Producer
 from rmq.client_api import ClientAPI
 from rmq.producer import SendStatus
 
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.integration.conftest import DLedgerFactory, DLedgerGroupProcs
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-async def raft_state(group, client) -> dict[str, tuple[int, int, int, bool]]:
+async def raft_state(
+    group: DLedgerGroupProcs, client: RemotingClient
+) -> dict[str, tuple[int, int, int, bool]]:
     """node -> (term, ledger end index, committed index, whether its queues hold all it
     committed: applied to the store and dispatched) of every live node."""
     out = {}
@@ -44,7 +51,9 @@ async def raft_state(group, client) -> dict[str, tuple[int, int, int, bool]]:
     return out
 
 
-async def converged(group, client, *, timeout: float = 30.0) -> tuple[int, int]:
+async def converged(
+    group: DLedgerGroupProcs, client: RemotingClient, *, timeout: float = 30.0
+) -> tuple[int, int]:
     """Wait until every node has the same ledger end and committed index (and they are equal),
     and serves all of it from its queues; returns (end index, committed index)."""
     with trio.fail_after(timeout):
@@ -66,17 +75,19 @@ async def send_keys(namesrv: str, topic: str, keys: list[str]) -> None:
             assert r.status is SendStatus.SEND_OK
 
 
-async def stored_keys(group, client, node: str, topic: str) -> list[str]:
+async def stored_keys(
+    group: DLedgerGroupProcs, client: RemotingClient, node: str, topic: str
+) -> list[str]:
     """Every key in ``topic`` as ``node`` serves it (pull straight from that node)."""
-    keys = []
+    keys: list[str] = []
     for q in range(4):
         got = await pull_queue(client, group.addr(node), topic, q, group="raft-fault-check")
-        keys += [m.keys for m in got]
+        keys += [m.keys or "" for m in got]
     return keys
 
 
 async def test_partitioned_leader_stops_acking_and_its_tail_is_truncated(
-    dledger_factory, raft_client
+    dledger_factory: DLedgerFactory, raft_client: RemotingClient
 ) -> None:
     topic = "RaftPartition"
     group = await dledger_factory(3)
@@ -121,7 +132,7 @@ async def test_partitioned_leader_stops_acking_and_its_tail_is_truncated(
 
 
 async def test_whole_group_sigkill_restarts_with_the_same_log_and_queues(
-    dledger_factory, raft_client
+    dledger_factory: DLedgerFactory, raft_client: RemotingClient
 ) -> None:
     topic = "RaftCrash"
     group = await dledger_factory(3)

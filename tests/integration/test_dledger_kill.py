@@ -16,12 +16,17 @@ from __future__ import annotations
 import os
 import random
 import statistics
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from rmq import Message, Producer, PullConsumer
 from rmq.producer import SendStatus
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.integration.conftest import DLedgerFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,13 +53,13 @@ async def read_all(namesrv: str, topic: str) -> dict[int, list[tuple[int, str]]]
                 result = await consumer.pull(mq, offset, 256)
                 if not result.messages:
                     break
-                got.extend((m.queue_offset, m.keys) for m in result.messages)
+                got.extend((m.queue_offset, m.keys or "") for m in result.messages)
                 offset = result.next_begin_offset
     return out
 
 
 async def test_leader_kills_lose_no_acknowledged_message(
-    dledger_factory, raft_client, capsys
+    dledger_factory: DLedgerFactory, raft_client: RemotingClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
     timing = ROCKETMQ_TIMING if os.environ.get("RMQ_KILL_TIMING") == "rocketmq" else {}
     group = await dledger_factory(3, **timing)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -25,17 +26,23 @@ from cli.chaos.queue_readback import pull_queue
 from rmq import Message, Producer
 from rmq.producer import SendStatus
 
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.integration.conftest import DLedgerGroupProcs
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
 TOPIC = "RaftRetention"
 FILE_SIZE = 64 * 1024
 
 
-def raft_data(group, node: str) -> Path:
-    return Path(group.nodes[node].data_dir) / "dledger_commitlog" / f"dledger-{node}" / "data"
+def raft_data(group: DLedgerGroupProcs, node: str) -> Path:
+    data_dir = group.nodes[node].data_dir
+    assert data_dir is not None
+    return data_dir / "dledger_commitlog" / f"dledger-{node}" / "data"
 
 
-def age_raft_files(group, node: str, hours: float = 3.0) -> None:
+def age_raft_files(group: DLedgerGroupProcs, node: str, hours: float = 3.0) -> None:
     old = time.time() - hours * 3600
     for name in os.listdir(raft_data(group, node)):
         os.utime(raft_data(group, node) / name, (old, old))
@@ -48,7 +55,7 @@ async def send_keys(namesrv: str, keys: list[str]) -> None:
             assert r.status is SendStatus.SEND_OK
 
 
-async def info(group, client, node: str) -> dict[str, str]:
+async def info(group: DLedgerGroupProcs, client: RemotingClient, node: str) -> dict[str, str]:
     with trio.fail_after(30):
         while True:
             got = await group.runtime(client, node)
@@ -57,7 +64,9 @@ async def info(group, client, node: str) -> dict[str, str]:
             await trio.sleep(0.1)
 
 
-async def wait_begin_above(group, client, node: str, floor: int, timeout: float = 30) -> int:
+async def wait_begin_above(
+    group: DLedgerGroupProcs, client: RemotingClient, node: str, floor: int, timeout: float = 30
+) -> int:
     with trio.fail_after(timeout):
         while True:
             begin = int((await info(group, client, node))["dledgerLedgerBeginIndex"])
@@ -66,13 +75,15 @@ async def wait_begin_above(group, client, node: str, floor: int, timeout: float 
             await trio.sleep(0.2)
 
 
-async def wait_caught_up(group, client, node: str, end: int) -> None:
+async def wait_caught_up(
+    group: DLedgerGroupProcs, client: RemotingClient, node: str, end: int
+) -> None:
     with trio.fail_after(60):
         while int((await info(group, client, node))["dledgerAppliedIndex"]) < end:  # noqa: ASYNC110
             await trio.sleep(0.2)
 
 
-async def served_keys(group, client, node: str) -> list[str]:
+async def served_keys(group: DLedgerGroupProcs, client: RemotingClient, node: str) -> list[str]:
     keys = []
     for q in range(4):
         keys += [m.keys or "" for m in await pull_queue(client, group.addr(node), TOPIC, q)]

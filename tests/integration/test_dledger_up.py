@@ -15,16 +15,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import ClusterRunner, LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "UpRaft"
 
 
-def rmq(cluster: Any, *args: str, input: str | None = None, timeout: float = 30.0):
+def rmq(
+    cluster: LocalCluster, *args: str, input: str | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "--namesrv", cluster.namesrv_addr, *args],
         capture_output=True,
@@ -34,12 +39,14 @@ def rmq(cluster: Any, *args: str, input: str | None = None, timeout: float = 30.
     )
 
 
-def local(cluster: Any, *args: str, timeout: float = 30.0):
+def local(
+    cluster: LocalCluster, *args: str, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
     """A local-cluster command (`rmq kill/restart/status`) on the cluster's data dir."""
     return rmq(cluster, *args, "--data-dir", str(cluster.data_dir), timeout=timeout)
 
 
-def members(cluster: Any) -> dict[str, dict[str, Any]]:
+def members(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     """member id -> its `rmq cluster --json` entry (only members that answered)."""
     r = rmq(cluster, "cluster", "--json")
     assert r.returncode == 0, r.stderr
@@ -61,7 +68,7 @@ def wait_for(what: str, check: Any, timeout: float) -> Any:
     raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
 
 
-def leader_serving(cluster: Any, not_this: str | None = None) -> str | None:
+def leader_serving(cluster: LocalCluster, not_this: str | None = None) -> str | None:
     """The member that leads and is the nameserver's brokerId 0, if any (and not `not_this`)."""
     found = members(cluster)
     leaders = [m for m, b in found.items() if b["raft"]["role"] == "LEADER" and b["broker_id"] == 0]
@@ -70,7 +77,7 @@ def leader_serving(cluster: Any, not_this: str | None = None) -> str | None:
     return None
 
 
-def topic_on_every_member(cluster: Any, addrs: list[str]) -> bool:
+def topic_on_every_member(cluster: LocalCluster, addrs: list[str]) -> bool:
     """Whether every member knows TOPIC (followers copy it from the leader's metadata)."""
     import trio
 
@@ -91,13 +98,15 @@ def topic_on_every_member(cluster: Any, addrs: list[str]) -> bool:
     return trio.run(main)
 
 
-def produce(cluster: Any, *bodies: str) -> None:
+def produce(cluster: LocalCluster, *bodies: str) -> None:
     r = rmq(cluster, "produce", "--topic", TOPIC, *bodies)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("SEND_OK") == len(bodies), r.stdout
 
 
-def test_rmq_up_dledger_3_fails_over_rejoins_and_transfers(cluster_runner, tmp_path: Path):
+def test_rmq_up_dledger_3_fails_over_rejoins_and_transfers(
+    cluster_runner: ClusterRunner, tmp_path: Path
+) -> None:
     started = time.monotonic()
     with cluster_runner(tmp_path / "rmq", "--dledger", "3", ready_timeout=40) as cluster:
         out = cluster.output()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import random
 import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -20,6 +22,10 @@ from common.remoting.codec import FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from tests.support.wire import send_v2
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.conftest import Node
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -76,7 +82,7 @@ def decode_ext(frame: bytes) -> dict[str, str]:
 class Watch:
     """A well-behaved client: sends to the broker and asks the nameserver, records latencies."""
 
-    def __init__(self, client, broker: str, namesrv: str):
+    def __init__(self, client: RemotingClient, broker: str, namesrv: str) -> None:
         self.client, self.broker, self.namesrv = client, broker, namesrv
         self.worst = 0.0
         self.count = 0
@@ -122,7 +128,13 @@ async def servers(procs):
         yield ns, broker, client
 
 
-async def _flood_while_watched(ns, broker, client, flood, seconds: float) -> Watch:
+async def _flood_while_watched(
+    ns: Node,
+    broker: Node,
+    client: RemotingClient,
+    flood: Callable[[], Awaitable[None]],
+    seconds: float,
+) -> Watch:
     watch = Watch(client, broker.addr, ns.addr)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
@@ -156,7 +168,7 @@ async def test_100k_parked_long_polls(servers):
     assert r.code == ResponseCode.PULL_NOT_FOUND and trio.current_time() - start > 0.4
     base = rss_mib(broker.pid)
     frames = b"".join(_pull(i, i % 4) for i in range(100_000))
-    streams = []
+    streams: list[trio.SocketStream] = []
 
     async def flood() -> None:
         await _blast(broker.port, frames, streams)
@@ -177,7 +189,7 @@ async def test_non_reading_connections_to_the_nameserver(servers):
     ns, broker, client = servers
     route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
     frames = b"".join(encode(route) for _ in range(50_000))
-    streams = []
+    streams: list[trio.SocketStream] = []
 
     async def flood() -> None:
         async with trio.open_nursery() as nursery:
@@ -202,7 +214,7 @@ async def test_non_reading_connections_to_the_nameserver(servers):
 
 async def test_2000_idle_connections_per_server(servers):
     ns, broker, client = servers
-    streams = []
+    streams: list[trio.SocketStream] = []
 
     async def flood() -> None:
         for port in (ns.port, broker.port):

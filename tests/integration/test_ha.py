@@ -12,24 +12,29 @@ import json
 import os
 import random
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
 from cli.chaos.queue_readback import pull_queue
-from common.remoting.client import open_remoting_client
+from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from rmq import Message, Producer
 from rmq.producer import SendStatus
+
+if TYPE_CHECKING:
+    from tests.conftest import Node, ProcessGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEGMENT = 1024 * 1024  # small CommitLog files so every run crosses several of them
 
 
-async def wait_serving(client, node, *, timeout: float = 30.0) -> None:
+async def wait_serving(client: RemotingClient, node: Node, *, timeout: float = 30.0) -> None:
     with trio.fail_after(timeout):
         while True:
             assert node.proc.poll() is None, f"{node.name} exited:\n{node.log_tail()}"
@@ -46,24 +51,28 @@ async def wait_serving(client, node, *, timeout: float = 30.0) -> None:
             await trio.sleep(0.05)
 
 
-async def runtime_info(client, addr: str) -> dict[str, str]:
+async def runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:
     r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
     assert r.code == ResponseCode.SUCCESS, r.remark
-    return json.loads(bytes(r.body))["table"]
+    return json.loads(r.body_bytes())["table"]
 
 
-async def ha_connections(client, master) -> int:
+async def ha_connections(client: RemotingClient, master: Node) -> int:
     return int((await runtime_info(client, master.addr)).get("haConnectionCount", 0))
 
 
-async def poll_until(predicate, *, timeout: float = 30.0, interval: float = 0.1) -> None:
+async def poll_until(
+    predicate: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, interval: float = 0.1
+) -> None:
     """Poll another process's state (no Event can cross a process boundary)."""
     with trio.fail_after(timeout):
         while not await predicate():  # noqa: ASYNC110 - remote state, no Event to wait on
             await trio.sleep(interval)
 
 
-async def wait_slave_connected(client, master, *watching, timeout: float = 30.0) -> None:
+async def wait_slave_connected(
+    client: RemotingClient, master: Node, *watching: Node, timeout: float = 30.0
+) -> None:
     """Until the master counts an HA connection; on timeout, the logs of the master and of the
     `watching` nodes (the slave) say which step of finding the master stalled."""
 
@@ -79,7 +88,9 @@ async def wait_slave_connected(client, master, *watching, timeout: float = 30.0)
         ) from None
 
 
-async def wait_caught_up(client, master, slave, *, timeout: float = 60.0) -> int:
+async def wait_caught_up(
+    client: RemotingClient, master: Node, slave: Node, *, timeout: float = 60.0
+) -> int:
     with trio.fail_after(timeout):
         while True:
             m = int((await runtime_info(client, master.addr))["commitLogMaxOffset"])
@@ -99,7 +110,9 @@ PULL_ENDS = (
 RETRY = (ResponseCode.PULL_RETRY_IMMEDIATELY,)
 
 
-async def pull_all(client, addr: str, topic: str, queue_id: int) -> list[tuple[int, bytes, int]]:
+async def pull_all(
+    client: RemotingClient, addr: str, topic: str, queue_id: int
+) -> list[tuple[int, bytes, int]]:
     """(queue offset, body, physical offset) of every message in one queue of one broker."""
     got = await pull_queue(
         client, addr, topic, queue_id, group="ha-check", ends=PULL_ENDS, skip=RETRY
@@ -107,9 +120,16 @@ async def pull_all(client, addr: str, topic: str, queue_id: int) -> list[tuple[i
     return [(m.queue_offset, m.body, m.commit_log_offset) for m in got]
 
 
-def start_pair(procs, *, role: str = "SYNC_MASTER", name: str = "broker-a", ns=None):
+def start_pair(
+    procs: ProcessGroup,
+    *,
+    role: str = "SYNC_MASTER",
+    name: str = "broker-a",
+    ns: Node | None = None,
+) -> tuple[Node, Node, Node]:
     ns = ns or procs.namesrv()
-    common = {
+    # broker.conf properties (ProcessGroup.broker writes them as text)
+    common: dict[str, Any] = {
         "brokerName": name,
         "namesrvAddr": ns.addr,
         "mapedFileSizeCommitLog": SEGMENT,
@@ -120,7 +140,8 @@ def start_pair(procs, *, role: str = "SYNC_MASTER", name: str = "broker-a", ns=N
     return ns, master, slave
 
 
-def commitlog_files(node) -> dict[str, Path]:
+def commitlog_files(node: Node) -> dict[str, Path]:
+    assert node.data_dir is not None
     return {p.name: p for p in sorted((node.data_dir / "commitlog").iterdir())}
 
 
@@ -181,7 +202,9 @@ async def test_sync_master_replicates_100k_messages_byte_identical(procs):
     assert filecmp.cmp(lfiles[list(lfiles)[0]], mfiles[list(lfiles)[0]], shallow=False)
 
 
-async def _kill_round(procs, ns, rng, round_no: int, role: str) -> tuple[int, int]:
+async def _kill_round(
+    procs: ProcessGroup, ns: Node, rng: random.Random, round_no: int, role: str
+) -> tuple[int, int]:
     """One producer run against a fresh master/slave pair; SIGKILL the master at a random
     moment; return (acknowledged, acknowledged but missing on the slave)."""
     name = f"broker-k{round_no}"
@@ -328,11 +351,11 @@ async def test_our_pull_consumer_fails_over_to_the_slave(procs):
                 ns.addr,
                 RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}),
             )
-            return json.loads(bytes(r.body))["brokerDatas"][0]["brokerAddrs"].keys() == {"1"}
+            return json.loads(r.body_bytes())["brokerDatas"][0]["brokerAddrs"].keys() == {"1"}
 
         await poll_until(master_gone)
     async with PullConsumer("ha-fo-cg", ns.addr) as consumer:
-        got = []
+        got: list[bytes] = []
         for qid in range(4):
             mq = MessageQueue(topic, "broker-a", qid)
             result = await consumer.pull(mq, 0)

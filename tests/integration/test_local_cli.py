@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,13 @@ def kill_leftovers(data_dir: Path, pids: list[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def state_of(data_dir: Path) -> dict[str, Any]:
+    """The local cluster's state file; it must exist."""
+    state = read_state(data_dir)
+    assert state is not None, f"no state file in {data_dir}"
+    return state
+
+
 def one_error_line(r: subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
@@ -74,7 +82,7 @@ def one_error_line(r: subprocess.CompletedProcess[str], *fragments: str) -> None
         assert fragment in r.stderr, r.stderr
 
 
-def test_detached_cluster_status_kill_restart_down(tmp_path: Path):
+def test_detached_cluster_status_kill_restart_down(tmp_path: Path) -> None:
     data = tmp_path / "rmq"
     base = free_block()
     seen: list[int] = []
@@ -101,7 +109,7 @@ def test_detached_cluster_status_kill_restart_down(tmp_path: Path):
         assert list(pids) == ["namesrv", "broker-a", "broker-a-s1"]
         assert "ready" in lines
         assert re.search(rf"broker-a-s1 +127\.0\.0\.1:{base + 10} .*SLAVE broker-a id 1,", r.stdout)
-        sup_pid = read_state(data)["supervisor_pid"]
+        sup_pid = state_of(data)["supervisor_pid"]
         seen.append(sup_pid)
         assert all(alive(p) for p in seen)
         assert (data / "logs" / "supervisor.log").exists()
@@ -217,7 +225,7 @@ class Foreground:
 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how: str):
+def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how: str) -> None:
     base = free_block()
     data = tmp_path / "rmq"
     up = Foreground(
@@ -235,7 +243,7 @@ def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how:
         assert up.ready.wait(60), "\n".join(up.lines)
         pids = up.pids()
         assert len(pids) == 2 and all(alive(p) for p in pids)
-        assert read_state(data)["supervisor_pid"] == up.proc.pid
+        assert state_of(data)["supervisor_pid"] == up.proc.pid
         up.proc.send_signal(getattr(signal, how))
         assert up.proc.wait(timeout=30) == 0
         up.thread.join(timeout=5)
@@ -248,7 +256,7 @@ def test_a_signal_stops_a_foreground_cluster_and_every_node(tmp_path: Path, how:
         kill_leftovers(data, pids)
 
 
-def test_rmq_down_and_kill_reach_a_foreground_cluster(tmp_path: Path):
+def test_rmq_down_and_kill_reach_a_foreground_cluster(tmp_path: Path) -> None:
     base = free_block()
     data = tmp_path / "rmq"
     up = Foreground(
@@ -283,7 +291,7 @@ def test_rmq_down_and_kill_reach_a_foreground_cluster(tmp_path: Path):
         kill_leftovers(data, pids)
 
 
-def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path):
+def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path) -> None:
     data = str(tmp_path / "none")
     for args in (["status"], ["down"], ["kill", "broker-a"], ["restart", "broker-a"]):
         one_error_line(rmq(*args, "--data-dir", data), "no cluster is running")
@@ -299,7 +307,7 @@ def test_commands_without_a_cluster_say_so_in_one_line(tmp_path: Path):
     assert not (tmp_path / "none" / "supervisor.json").exists()
 
 
-def test_dledger_and_bad_topologies_fail_before_starting_anything(tmp_path: Path):
+def test_dledger_and_bad_topologies_fail_before_starting_anything(tmp_path: Path) -> None:
     data = tmp_path / "rmq"
     one_error_line(
         rmq("up", "--dledger", "3", "--slaves", "1", "--data-dir", str(data)),
@@ -317,7 +325,7 @@ def test_dledger_and_bad_topologies_fail_before_starting_anything(tmp_path: Path
     assert not data.exists()
 
 
-def test_a_topology_file_starts_its_cluster_with_its_properties(tmp_path: Path):
+def test_a_topology_file_starts_its_cluster_with_its_properties(tmp_path: Path) -> None:
     base = free_block()
     data = tmp_path / "from-file"
     conf = tmp_path / "cluster.toml"
@@ -331,8 +339,8 @@ def test_a_topology_file_starts_its_cluster_with_its_properties(tmp_path: Path):
         # a typed flag wins over the file (slaves 2 -> 0); untyped defaults do not (cluster)
         r = rmq("up", "--detach", "--config", str(conf), "--slaves", "0")
         assert r.returncode == 0, r.stderr
-        seen = [n["pid"] for n in read_state(data)["nodes"]]
-        assert [n["name"] for n in read_state(data)["nodes"]] == ["namesrv", "broker-a"]
+        seen = [n["pid"] for n in state_of(data)["nodes"]]
+        assert [n["name"] for n in state_of(data)["nodes"]] == ["namesrv", "broker-a"]
         assert "ASYNC_MASTER broker-a id 0, cluster FileCluster" in r.stdout
         # the broker runs with the file's property: it refuses a body over 2048 bytes
         from rmq import Message, sync
@@ -352,7 +360,7 @@ def test_a_topology_file_starts_its_cluster_with_its_properties(tmp_path: Path):
 
 
 @pytest.mark.parametrize("command", ["up", "down", "status", "kill", "restart"])
-def test_every_command_has_examples_in_its_help(command: str):
+def test_every_command_has_examples_in_its_help(command: str) -> None:
     r = rmq(command, "--help")
     assert r.returncode == 0, r.stderr
     assert "Examples:" in r.stdout and f"rmq {command}" in r.stdout

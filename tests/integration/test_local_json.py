@@ -51,7 +51,7 @@ def kill_leftovers(data_dir: Path, pids: list[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_detached_cluster_commands_print_json(tmp_path: Path):
+def test_detached_cluster_commands_print_json(tmp_path: Path) -> None:
     data = tmp_path / "rmq"
     base = free_port_block(20)
     seen: list[int] = []
@@ -116,7 +116,7 @@ def test_detached_cluster_commands_print_json(tmp_path: Path):
         kill_leftovers(data, seen)
 
 
-def test_foreground_up_json_is_one_object_per_line(tmp_path: Path):
+def test_foreground_up_json_is_one_object_per_line(tmp_path: Path) -> None:
     data = tmp_path / "rmq"
     base = free_port_block(20)
     proc = subprocess.Popen(

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -24,7 +25,7 @@ from cli.chaos.port_blocks import free_port_block
 from cli.local import render as local_render
 from cli.local.state import request
 from cli.local.supervisor import Supervisor, run_up
-from cli.local.up import UpEvent, plan_cluster
+from cli.local.up import ClusterPlan, CommandFor, NodeSpec, UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -39,22 +40,24 @@ SEPARATOR = re.compile(
 )
 
 
-def commands(**scripts: str):
-    def command_for(node, plan, data_dir: Path) -> list[str]:
+def commands(**scripts: str) -> CommandFor:
+    def command_for(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
         return [sys.executable, "-c", scripts.get(node.name.replace("-", "_"), SERVE)]
 
     return command_for
 
 
-async def always_ready(plan, nodes) -> bool:
+async def always_ready(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     return True
 
 
-async def ask(data_dir: Path, op: str, **args):
+async def ask(data_dir: Path, op: str, **args: Any) -> dict[str, Any]:
     return await trio.to_thread.run_sync(lambda: request(data_dir, op, args, timeout=20))
 
 
-async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **kw) -> Supervisor:
+async def start(
+    nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **kw: Any
+) -> Supervisor:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     kw = {"command_for": commands(), "probe": always_ready, **kw}
     return await nursery.start(
@@ -64,7 +67,9 @@ async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **
     )
 
 
-async def test_status_is_degraded_while_a_node_is_down(tmp_path: Path, capsys):
+async def test_status_is_degraded_while_a_node_is_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
@@ -88,7 +93,7 @@ async def test_status_is_degraded_while_a_node_is_down(tmp_path: Path, capsys):
         nursery.cancel_scope.cancel()
 
 
-async def test_last_log_lines_come_from_the_current_run(tmp_path: Path):
+async def test_last_log_lines_come_from_the_current_run(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     # an earlier `rmq up` left its own last words in the slave's log
@@ -99,7 +104,7 @@ async def test_last_log_lines_come_from_the_current_run(tmp_path: Path):
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
 
-            async def whole_cluster_only(plan, nodes) -> bool:
+            async def whole_cluster_only(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
                 return len(nodes) > 1
 
             await start(
@@ -141,7 +146,7 @@ async def test_last_log_lines_come_from_the_current_run(tmp_path: Path):
         nursery.cancel_scope.cancel()
 
 
-def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
+def test_node_log_lines_carry_a_timestamp(tmp_path: Path) -> None:
     """A broker node whose nameserver is not there logs its failed registrations."""
     port = free_port_block(10)
     proc = subprocess.Popen(
@@ -181,4 +186,5 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        assert proc.stdout is not None
         proc.stdout.close()

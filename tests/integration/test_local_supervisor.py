@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -28,7 +29,7 @@ from cli.local.state import (
     running_supervisor,
 )
 from cli.local.supervisor import Supervisor, run_up
-from cli.local.up import UpEvent, plan_cluster
+from cli.local.up import ClusterPlan, CommandFor, NodeSpec, UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +40,29 @@ CRASH_LATER = (
 )
 
 
-def commands(**scripts: str):
-    def command_for(node, plan, data_dir: Path) -> list[str]:
+def node_name(e: UpEvent) -> str:
+    assert e.node is not None, e
+    return e.node.name
+
+
+def pid_of(e: UpEvent) -> int:
+    assert e.pid is not None, e
+    return e.pid
+
+
+def commands(**scripts: str) -> CommandFor:
+    def command_for(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
         return [sys.executable, "-c", scripts.get(node.name.replace("-", "_"), SERVE)]
 
     return command_for
 
 
-async def always_ready(plan, nodes) -> bool:
+async def always_ready(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     return True
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int | None) -> bool:
+    assert pid is not None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -58,7 +70,7 @@ def alive(pid: int) -> bool:
     return True
 
 
-async def ask(data_dir: Path, op: str, **args):
+async def ask(data_dir: Path, op: str, **args: Any) -> dict[str, Any]:
     return await trio.to_thread.run_sync(lambda: request(data_dir, op, args, timeout=20))
 
 
@@ -69,7 +81,9 @@ async def logged(data_dir: Path, node: str, times: int) -> None:
         await trio.sleep(0.02)
 
 
-async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **kw) -> Supervisor:
+async def start(
+    nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **kw: Any
+) -> Supervisor:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     kw = {"command_for": commands(), "probe": always_ready, **kw}
     return await nursery.start(
@@ -79,7 +93,7 @@ async def start(nursery: trio.Nursery, data_dir: Path, events: list[UpEvent], **
     )
 
 
-async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path):
+async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path) -> None:
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
@@ -102,9 +116,11 @@ async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path):
             assert killed["status"] == "exited" and killed["returncode"] == -signal.SIGKILL
             assert not alive(old)
             exited = [e for e in events if e.kind == "exited"]
-            assert [e.node.name for e in exited] == ["broker-a"] and exited[0].detail is None
+            assert [node_name(e) for e in exited] == ["broker-a"] and exited[0].detail is None
             # the state file follows
-            recorded = {n["name"]: n for n in read_state(tmp_path)["nodes"]}
+            state = read_state(tmp_path)
+            assert state is not None
+            recorded = {n["name"]: n for n in state["nodes"]}
             assert recorded["broker-a"]["status"] == "exited"
 
             with pytest.raises(Refused, match="broker-a is not running"):
@@ -143,12 +159,14 @@ async def test_status_kill_restart_and_down_over_the_socket(tmp_path: Path):
     assert [e.kind for e in events][-1] == "stopped"
 
 
-async def test_a_crash_after_ready_is_shown_with_its_log_and_can_be_restarted(tmp_path: Path):
+async def test_a_crash_after_ready_is_shown_with_its_log_and_can_be_restarted(
+    tmp_path: Path,
+) -> None:
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
             # the cluster is ready at once; a restarted node alone never serves (it crashes)
-            async def whole_cluster_only(plan, nodes) -> bool:
+            async def whole_cluster_only(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
                 return len(nodes) > 1
 
             await start(
@@ -161,7 +179,7 @@ async def test_a_crash_after_ready_is_shown_with_its_log_and_can_be_restarted(tm
             while not any(e.kind == "exited" for e in events):  # noqa: ASYNC110 - a child process
                 await trio.sleep(0.05)
             [exited] = [e for e in events if e.kind == "exited"]
-            assert exited.node.name == "broker-a-s1" and exited.returncode == 3
+            assert node_name(exited) == "broker-a-s1" and exited.returncode == 3
             assert "boom: out of disk" in (exited.detail or "")
             status = await ask(tmp_path, "status")
             slave = next(n for n in status["nodes"] if n["name"] == "broker-a-s1")
@@ -175,7 +193,7 @@ async def test_a_crash_after_ready_is_shown_with_its_log_and_can_be_restarted(tm
         nursery.cancel_scope.cancel()
 
 
-async def test_bad_requests_get_answers_and_the_supervisor_stays_up(tmp_path: Path):
+async def test_bad_requests_get_answers_and_the_supervisor_stays_up(tmp_path: Path) -> None:
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
@@ -199,7 +217,7 @@ async def test_bad_requests_get_answers_and_the_supervisor_stays_up(tmp_path: Pa
         nursery.cancel_scope.cancel()
 
 
-async def test_a_second_supervisor_on_the_same_data_dir_is_refused(tmp_path: Path):
+async def test_a_second_supervisor_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
         with trio.fail_after(30):
@@ -227,10 +245,10 @@ async def test_a_second_supervisor_on_the_same_data_dir_is_refused(tmp_path: Pat
     assert (tmp_path / "logs" / "namesrv.log").read_text().count("serving") <= 1
 
 
-async def test_kill_and_restart_wait_for_ready(tmp_path: Path):
+async def test_kill_and_restart_wait_for_ready(tmp_path: Path) -> None:
     """Before `ready` the supervisor refuses operations on nodes (the start may still fail)."""
 
-    async def never(plan, nodes) -> bool:
+    async def never(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
         return False
 
     events: list[UpEvent] = []
@@ -254,4 +272,4 @@ async def test_kill_and_restart_wait_for_ready(tmp_path: Path):
             with pytest.raises(Refused, match="the cluster is starting"):
                 await ask(tmp_path, "kill", node="broker-a")
         nursery.cancel_scope.cancel()
-    assert not any(alive(e.pid) for e in events if e.kind == "spawned")
+    assert not any(alive(pid_of(e)) for e in events if e.kind == "spawned")

@@ -11,12 +11,17 @@ refused by the broker with code 13. The same for a batch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from common.errors import MessageIllegalError
 from rmq import InvalidMessageError, Message, Producer, SendStatus
 from rmq.message import stored_batch_record_size, stored_record_size
 from rmq.producer import MAX_MESSAGE_SIZE
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +36,7 @@ def broker_fields():
 
 
 @pytest.fixture
-async def namesrv(tcp_cluster) -> str:
+async def namesrv(tcp_cluster: InProcessCluster) -> str:
     await tcp_cluster.create_topic(TOPIC, 1)
     return tcp_cluster.namesrv
 

@@ -13,12 +13,17 @@ import collections
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from rmq import Admin, Message, Producer
+
+if TYPE_CHECKING:
+    from tests.conftest import ProcessGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,7 +36,7 @@ BATCH = 100
 ALL_QUEUES = {f"broker-a:{i}" for i in range(QUEUES)}
 
 
-async def start_servers(procs) -> str:
+async def start_servers(procs: ProcessGroup) -> str:
     ns = procs.namesrv()
     procs.broker(
         "broker", namesrvAddr=ns.addr, brokerRole="ASYNC_MASTER", flushDiskType="ASYNC_FLUSH"
@@ -49,7 +54,7 @@ async def start_servers(procs) -> str:
             await trio.sleep(0.2)
 
 
-def spawn(ns: str, out: Path, name: str) -> subprocess.Popen:
+def spawn(ns: str, out: Path, name: str) -> subprocess.Popen[bytes]:
     with open(out / f"{name}.stderr", "ab") as log:  # the child keeps its own copy
         return subprocess.Popen(
             [sys.executable, str(CHILD), ns, GROUP, TOPIC, str(out), name],
@@ -110,7 +115,7 @@ async def produce(ns: str, start: int, stop: int) -> None:
             )
 
 
-def stop_children(children) -> None:
+def stop_children(children: Collection[subprocess.Popen[bytes]]) -> None:
     for c in children:
         if c.poll() is None:
             c.terminate()

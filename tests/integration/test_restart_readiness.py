@@ -15,14 +15,14 @@ import trio
 
 from cli.errors import ControlError
 from cli.local.supervisor import Supervisor, run_up
-from cli.local.up import UpEvent, plan_cluster, slaves_of
+from cli.local.up import ClusterPlan, NodeSpec, UpEvent, plan_cluster, slaves_of
 
 pytestmark = pytest.mark.integration
 
 SERVE = "import sys; print('serving', flush=True); sys.stdin.read()"
 
 
-def command_for(node, plan, data_dir: Path) -> list[str]:
+def command_for(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
     return [sys.executable, "-c", SERVE]
 
 
@@ -33,13 +33,13 @@ class Probe:
     def __init__(self) -> None:
         self.started = False
 
-    async def __call__(self, plan, nodes) -> bool:
+    async def __call__(self, plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
         if not self.started:
             return True
         return all(n.broker_id != 0 or slaves_of(plan, n) == 0 for n in nodes if n.kind == "broker")
 
 
-async def test_restart_of_a_master_whose_slave_is_dead_does_not_wait_for_it(tmp_path: Path):
+async def test_restart_of_a_master_whose_slave_is_dead_does_not_wait_for_it(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20130, broker_port=20100, slaves=1)
     events: list[UpEvent] = []
     probe = Probe()

@@ -18,12 +18,17 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from rmq import Message, Producer, SendStatus
+
+if TYPE_CHECKING:
+    from tests.conftest import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +47,7 @@ def produce(namesrv: str, n: int = 5) -> None:
     trio.run(main)
 
 
-def node_lines(cluster) -> dict[str, tuple[str, int]]:
+def node_lines(cluster: LocalCluster) -> dict[str, tuple[str, int]]:
     """role ("namesrv", "SYNC_MASTER", "SLAVE") -> (address, pid) from `rmq up`'s output."""
     out = {}
     for line in cluster.lines:
@@ -114,7 +119,7 @@ def test_top_live_in_tmux_node_turns_red_and_ctrl_c_exits(module_cluster, tmp_pa
     def capture_history() -> str:
         return tm("capture-pane", "-p", "-S", "-200", "-t", "top")[-3000:]
 
-    def wait_for(pred, what: str, timeout: float = 40.0) -> str:
+    def wait_for(pred: Callable[[str], bool], what: str, timeout: float = 40.0) -> str:
         deadline = time.monotonic() + timeout
         screen = ""
         while time.monotonic() < deadline:

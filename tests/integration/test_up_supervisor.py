@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from cli.local.supervisor import run_up
-from cli.local.up import NodeFailed, UpEvent, plan_cluster
+from cli.local.up import ClusterPlan, CommandFor, NodeFailed, NodeSpec, UpEvent, plan_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -28,26 +28,37 @@ IGNORE_TERM = (
 CRASH = "import sys, time; time.sleep(0.3); print('boom: cannot bind', flush=True); sys.exit(3)"
 
 
-def commands(**scripts: str):
-    def command_for(node, plan, data_dir: Path) -> list[str]:
+def node_name(e: UpEvent) -> str:
+    assert e.node is not None, e
+    return e.node.name
+
+
+def pid_of(e: UpEvent) -> int:
+    assert e.pid is not None, e
+    return e.pid
+
+
+def commands(**scripts: str) -> CommandFor:
+    def command_for(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]:
         return [sys.executable, "-c", scripts.get(node.name.replace("-", "_"), SERVE)]
 
     return command_for
 
 
-async def always_ready(plan, nodes) -> bool:
+async def always_ready(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     return True
 
 
-async def never_ready(plan, nodes) -> bool:
+async def never_ready(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     return False
 
 
-async def only_namesrv_ready(plan, nodes) -> bool:
+async def only_namesrv_ready(plan: ClusterPlan, nodes: tuple[NodeSpec, ...]) -> bool:
     return all(n.kind == "namesrv" for n in nodes)
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int | None) -> bool:
+    assert pid is not None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -55,7 +66,7 @@ def alive(pid: int) -> bool:
     return True
 
 
-async def test_ready_then_ordered_stop(tmp_path: Path):
+async def test_ready_then_ordered_stop(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20090, broker_port=20000, masters=2, slaves=1)
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
@@ -70,10 +81,10 @@ async def test_ready_then_ordered_stop(tmp_path: Path):
             )
         )
         assert events[-1].kind == "ready"
-        pids = [e.pid for e in events if e.kind == "spawned"]
+        pids = [pid_of(e) for e in events if e.kind == "spawned"]
         assert len(pids) == 5 and all(alive(p) for p in pids)
         nursery.cancel_scope.cancel()
-    stopped = [e.node.name for e in events if e.kind == "stopped"]
+    stopped = [node_name(e) for e in events if e.kind == "stopped"]
     assert stopped[:2] == ["broker-a-s1", "broker-b-s1"]
     assert stopped[2:4] == ["broker-a", "broker-b"]
     assert stopped[4] == "namesrv"
@@ -83,7 +94,7 @@ async def test_ready_then_ordered_stop(tmp_path: Path):
     )
 
 
-async def test_a_node_that_dies_fails_the_cluster_with_its_log(tmp_path: Path):
+async def test_a_node_that_dies_fails_the_cluster_with_its_log(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000)
     events: list[UpEvent] = []
     with pytest.raises(NodeFailed, match="broker-a exited with code 3") as info:
@@ -96,12 +107,14 @@ async def test_a_node_that_dies_fails_the_cluster_with_its_log(tmp_path: Path):
                 command_for=commands(broker_a=CRASH),
             )
     assert "boom: cannot bind" in str(info.value)
-    pids = [e.pid for e in events if e.kind == "spawned"]
+    pids = [pid_of(e) for e in events if e.kind == "spawned"]
     assert not any(alive(p) for p in pids)
     assert not any(e.kind == "ready" for e in events)
 
 
-async def test_a_node_that_dies_after_ready_is_reported_and_the_rest_keep_running(tmp_path: Path):
+async def test_a_node_that_dies_after_ready_is_reported_and_the_rest_keep_running(
+    tmp_path: Path,
+) -> None:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000, slaves=1)
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
@@ -115,20 +128,20 @@ async def test_a_node_that_dies_after_ready_is_reported_and_the_rest_keep_runnin
                 task_status=task_status,
             )
         )
-        pids = {e.node.name: e.pid for e in events if e.kind == "spawned"}
+        pids = {node_name(e): pid_of(e) for e in events if e.kind == "spawned"}
         os.kill(pids["broker-a"], signal.SIGKILL)
         with trio.fail_after(10):
             while not any(e.kind == "exited" for e in events):  # noqa: ASYNC110 - a child process
                 await trio.sleep(0.05)
         exited = [e for e in events if e.kind == "exited"]
-        assert [e.node.name for e in exited] == ["broker-a"]
+        assert [node_name(e) for e in exited] == ["broker-a"]
         assert exited[0].returncode == -signal.SIGKILL
         assert alive(pids["broker-a-s1"]) and alive(pids["namesrv"])
         nursery.cancel_scope.cancel()
     assert not any(alive(p) for p in pids.values())
 
 
-async def test_not_ready_in_time_is_an_error(tmp_path: Path):
+async def test_not_ready_in_time_is_an_error(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000)
     events: list[UpEvent] = []
     with pytest.raises(NodeFailed, match="not ready after 0.5 s"):
@@ -141,13 +154,13 @@ async def test_not_ready_in_time_is_an_error(tmp_path: Path):
             ready_timeout=0.5,
         )
     # every node was started at once (not waiting for the nameserver), and all were stopped
-    spawned = [e.node.name for e in events if e.kind == "spawned"]
+    spawned = [node_name(e) for e in events if e.kind == "spawned"]
     assert spawned == [n.name for n in plan.nodes]
-    assert sorted(e.node.name for e in events if e.kind == "stopped") == sorted(spawned)
-    assert not any(alive(e.pid) for e in events if e.kind == "spawned")
+    assert sorted(node_name(e) for e in events if e.kind == "stopped") == sorted(spawned)
+    assert not any(alive(pid_of(e)) for e in events if e.kind == "spawned")
 
 
-async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path):
+async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path) -> None:
     plan = plan_cluster(namesrv_port=20030, broker_port=20000)
     events: list[UpEvent] = []
     async with trio.open_nursery() as nursery:
@@ -170,7 +183,7 @@ async def test_a_node_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path)
                 await trio.sleep(0.05)
         start = trio.current_time()
         nursery.cancel_scope.cancel()
-    codes = {e.node.name: e.returncode for e in events if e.kind == "stopped"}
+    codes = {node_name(e): e.returncode for e in events if e.kind == "stopped"}
     assert codes["broker-a"] == -9  # SIGKILL
     assert codes["namesrv"] == -15  # SIGTERM
     assert trio.current_time() - start < 5

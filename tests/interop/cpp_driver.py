@@ -34,6 +34,11 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketmq.client import PushConsumer, RecvMessage
 
 _emit_lock = threading.Lock()  # producer threads emit too: one whole line at a time
 
@@ -129,7 +134,9 @@ def produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _subscribe(consumer: object, topic: str, callback, expression: str) -> None:
+def _subscribe(
+    consumer: PushConsumer, topic: str, callback: Callable[[RecvMessage], None], expression: str
+) -> None:
     """PushConsumer.subscribe, with a callback that returns its status instead of raising.
 
     The 0.4.4 wrapper's own callback re-raises the listener's exception inside the ctypes
@@ -166,7 +173,7 @@ def consume(args: argparse.Namespace) -> int:
     seen: set[str] = set()
     done = threading.Event()
 
-    def on_message(msg: object) -> None:
+    def on_message(msg: RecvMessage) -> None:
         body = msg.body.decode()
         seq = int(msg.get_property("seq") or -1)
         fail = (

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -22,6 +23,9 @@ from common.errors import NoPermissionError
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from tests.conftest import Node
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -87,7 +91,7 @@ async def acl_cluster(procs, tmp_path):
     return ns, broker, acl
 
 
-async def _send(ns, topic: str, creds: rmq.SessionCredentials | None) -> None:
+async def _send(ns: Node, topic: str, creds: rmq.SessionCredentials | None) -> None:
     async with rmq.Producer("acl-pg", ns.addr, credentials=creds, send_timeout=5) as p:
         await p.send(rmq.Message(topic, b"hello"))
 
@@ -143,7 +147,7 @@ async def test_the_rmq_cli_signs_with_credentials_from_the_environment(acl_clust
     assert "No accessKey is configured" in unsigned.stderr, unsigned.stderr
 
 
-async def _cpp(command: str, ns, flags: str, *, key: str, secret: str) -> list[dict]:
+async def _cpp(command: str, ns: Node, flags: str, *, key: str, secret: str) -> list[dict]:
     """The C++ driver's events for ``command`` on AclTopic with ``flags`` (split at spaces),
     signed as account ``key``."""
     argv = [command, "--namesrv", ns.addr, "--topic", "AclTopic", *flags.split()]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -24,6 +25,10 @@ import trio
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from common.remoting.client import RemotingClient
+    from tests.conftest import Node
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -90,28 +95,28 @@ def spawn_consumer(tmp_path: Path, ns: str) -> subprocess.Popen[str]:
     )
 
 
-async def route_broker_ids(client, ns: str) -> set[int]:
+async def route_broker_ids(client: RemotingClient, ns: str) -> set[int]:
     r = await client.invoke(
         ns, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
     )
     if r.code != ResponseCode.SUCCESS:
         return set()
-    route = json.loads(bytes(r.body))
+    route = json.loads(r.body_bytes())
     return {int(k) for bd in route["brokerDatas"] for k in bd["brokerAddrs"]}
 
 
-async def wait_route(client, ns: str, want: set[int], timeout: float = 30) -> None:
+async def wait_route(client: RemotingClient, ns: str, want: set[int], timeout: float = 30) -> None:
     with trio.fail_after(timeout):
         while await route_broker_ids(client, ns) != want:  # noqa: ASYNC110 - remote state
             await trio.sleep(0.1)
 
 
-async def runtime(client, addr: str) -> dict[str, str]:
+async def runtime(client: RemotingClient, addr: str) -> dict[str, str]:
     r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
-    return json.loads(bytes(r.body))["table"]
+    return json.loads(r.body_bytes())["table"]
 
 
-async def wait_slave_connected(client, master, timeout: float = 30) -> None:
+async def wait_slave_connected(client: RemotingClient, master: Node, timeout: float = 30) -> None:
     with trio.fail_after(timeout):
         while True:
             try:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from common.message import MessageExt
 from common.model import MessageQueue
 from rmq import Message, SendStatus, sync
 from rmq.consume_service import ConsumeStatus
@@ -177,7 +178,7 @@ def test_messages_from_our_producer_reach_the_cpp_consumer_unchanged(tmp_path, m
     )
     [done] = [e for e in events if e["event"] == "done"]
     assert done["complete"], done
-    recv = {}
+    recv: dict[str, dict] = {}
     for e in events:
         if e["event"] == "recv":
             recv.setdefault(e["props"]["seq"], e)
@@ -216,7 +217,7 @@ def test_messages_from_the_cpp_producer_reach_our_push_consumer_unchanged(tmp_pa
     assert len(sent) == n and all(e["status"] == 0 for e in sent), events[-5:]
     ids = {e["seq"]: e["msg_id"] for e in sent}
 
-    got: dict[str, object] = {}
+    got: dict[str, MessageExt] = {}
     lock = threading.Lock()
     complete = threading.Event()
 

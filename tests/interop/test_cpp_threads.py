@@ -17,10 +17,14 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rmq.sync import Admin, PullConsumer
+
+if TYPE_CHECKING:
+    from tests.conftest import LocalCluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -44,7 +48,9 @@ def _read_all(namesrv: str, topic: str, expect: int, timeout: float = 60.0) -> l
             time.sleep(0.5)
 
 
-def test_threads_sharing_a_producer_deliver_everything(module_cluster, tmp_path: Path) -> None:
+def test_threads_sharing_a_producer_deliver_everything(
+    module_cluster: LocalCluster, tmp_path: Path
+) -> None:
     topic = f"CppThreads_{uuid.uuid4().hex[:8]}"
     with Admin(module_cluster.namesrv_addr) as admin:
         admin.create_topic(topic, queues=4)

@@ -8,6 +8,8 @@ freely). Connection close runs the real RequestDispatcher/Channel over a memory 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -32,7 +34,7 @@ class FakeChannel:
         self.closed = True
 
 
-def _processor(tmp_path, **cfg) -> NamesrvProcessor:
+def _processor(tmp_path: Path, **cfg: Any) -> NamesrvProcessor:
     config = NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"), **cfg)
     routes = RouteInfoManager(
         now=trio.current_time, broker_channel_expired_time=config.broker_channel_expired_time
@@ -42,7 +44,7 @@ def _processor(tmp_path, **cfg) -> NamesrvProcessor:
     )
 
 
-def _register(p: NamesrvProcessor, addr: str, bid: int, chan) -> None:
+def _register(p: NamesrvProcessor, addr: str, bid: int, chan: FakeChannel) -> None:
     p.routes.register_broker(
         "DefaultCluster",
         addr,

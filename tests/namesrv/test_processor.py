@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -16,6 +19,7 @@ from common.errors import RequestError
 from common.model import DataVersion
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.server import RequestDispatcher
 from namesrv.config import NamesrvConfig, parse_properties
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import NamesrvProcessor
@@ -43,16 +47,19 @@ class FakeChannel:
 
 @attrs.define
 class FakeDispatcher:
-    handlers: dict = attrs.Factory(dict)
-    close_listeners: list = attrs.Factory(list)
+    """What NamesrvProcessor.register uses of a RequestDispatcher, and a way to call it."""
 
-    def register(self, code, handler, *, inline=False):
+    # code -> the processor's handler (async or inline)
+    handlers: dict[int, Callable[..., Any]] = attrs.Factory(dict)
+    close_listeners: list[Callable[[FakeChannel], None]] = attrs.Factory(list)
+
+    def register(self, code: int, handler: Callable[..., Any], *, inline: bool = False) -> None:
         self.handlers[int(code)] = handler
 
-    def add_close_listener(self, fn):
+    def add_close_listener(self, fn: Callable[[FakeChannel], None]) -> None:
         self.close_listeners.append(fn)
 
-    async def call(self, cmd: RemotingCommand, channel) -> RemotingCommand:
+    async def call(self, cmd: RemotingCommand, channel: FakeChannel) -> RemotingCommand:
         handler = self.handlers.get(cmd.code)
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported")
@@ -62,7 +69,7 @@ class FakeDispatcher:
         except RequestError as exc:
             return cmd.response(exc.code, exc.remark)
 
-    def close(self, channel) -> None:
+    def close(self, channel: FakeChannel) -> None:
         for fn in self.close_listeners:
             fn(channel)
 
@@ -113,7 +120,7 @@ def crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF  # UtilAll.crc32
 
 
-def register_body(topics: dict[str, int], version=(1, 1)) -> bytes:
+def register_body(topics: dict[str, int], version: tuple[int, int] = (1, 1)) -> bytes:
     table = {
         t: {
             "order": False,
@@ -138,14 +145,15 @@ def register_body(topics: dict[str, int], version=(1, 1)) -> bytes:
 
 
 @pytest.fixture
-def ns(tmp_path) -> Namesrv:
+def ns(tmp_path: Path) -> Namesrv:
     clock = FakeClock()
     cfg = NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kvConfig.json"))
     processor = NamesrvProcessor(
         routes=RouteInfoManager(now=clock), kv=KVConfigManager.load(cfg.kv_config_path), config=cfg
     )
     dispatcher = FakeDispatcher()
-    processor.register(dispatcher)
+    # the fake has all the processor uses of a dispatcher (register, add_close_listener)
+    processor.register(cast(RequestDispatcher, dispatcher))
     return Namesrv(processor, dispatcher, clock)
 
 

@@ -20,7 +20,9 @@ from namesrv.service import run_namesrv
 # ------------------------------------------------------------------ over TCP
 
 
-def _register_cmd(addr: str, bid: int, topics: dict[str, int], version=(1, 1)) -> RemotingCommand:
+def _register_cmd(
+    addr: str, bid: int, topics: dict[str, int], version: tuple[int, int] = (1, 1)
+) -> RemotingCommand:
     table = {
         t: {"topicName": t, "readQueueNums": n, "writeQueueNums": n, "perm": 6}
         for t, n in topics.items()

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from email.parser import Parser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,9 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list[str], cwd: Path, timeout: float = 300, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         cmd, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout, **kw
     )
@@ -141,7 +144,7 @@ def _declared_dependencies(extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Iterator[dict]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The wheel and the sdist built from a copy of the checkout, each installed into a fresh
     virtualenv; removed afterwards (the Spark extra alone is most of a gigabyte).
 
@@ -229,7 +232,7 @@ def _wheel_requires(wheel: Path) -> list[str]:
     return sorted(Parser().parsestr(text).get_all("Requires-Dist") or [])
 
 
-def test_the_wheel_holds_exactly_the_shipped_packages(built) -> None:
+def test_the_wheel_holds_exactly_the_shipped_packages(built: dict[str, Any]) -> None:
     in_wheel = _wheel_files(built["wheel"])
     expected = _shipped_in_checkout(built["files"])
     missing, extra = sorted(expected - in_wheel), sorted(in_wheel - expected)
@@ -250,7 +253,7 @@ print(json.dumps(found))
 """
 
 
-def test_every_module_of_the_wheel_imports_from_the_virtualenv(built) -> None:
+def test_every_module_of_the_wheel_imports_from_the_virtualenv(built: dict[str, Any]) -> None:
     modules = sorted(_module_name(n) for n in _wheel_files(built["wheel"]) if n.endswith(".py"))
     assert "broker.acl.validator" in modules and "cli.main" in modules
     venv = built["venv_w"]
@@ -267,7 +270,7 @@ def test_every_module_of_the_wheel_imports_from_the_virtualenv(built) -> None:
 
 
 @pytest.fixture(scope="module")
-def session(built) -> dict:
+def session(built: dict[str, Any]) -> dict[str, Any]:
     """The product used from the wheel's virtualenv, the way the README uses it."""
     work = built["base"] / "work"
     work.mkdir()
@@ -339,16 +342,18 @@ def _ok(session: dict, cmd: str) -> str:
     return e["out"]
 
 
-def test_rmq_version_prints_the_version_and_no_commit_outside_a_checkout(session) -> None:
+def test_rmq_version_prints_the_version_and_no_commit_outside_a_checkout(
+    session: dict[str, Any],
+) -> None:
     assert _ok(session, "rmq --version") == f"rmq {VERSION}\n"
 
 
-def test_the_checkout_is_not_on_sys_path(session, built) -> None:
+def test_the_checkout_is_not_on_sys_path(session: dict[str, Any], built: dict[str, Any]) -> None:
     out = _ok(session, 'python -c "import cli; print(cli.__file__)"')
     assert out.strip() == str(_site_packages(built["venv_w"]) / "cli" / "__init__.py")
 
 
-def test_the_installed_cluster_stores_and_serves_messages(session) -> None:
+def test_the_installed_cluster_stores_and_serves_messages(session: dict[str, Any]) -> None:
     assert "ready" in _ok(session, "rmq up --detach")
     _ok(session, "rmq topic create Packaged")
     _ok(session, "rmq produce --topic Packaged")
@@ -375,7 +380,7 @@ print(json.dumps({
 """
 
 
-def test_the_sdist_holds_the_sources_and_installs_the_same_files(built) -> None:
+def test_the_sdist_holds_the_sources_and_installs_the_same_files(built: dict[str, Any]) -> None:
     with tarfile.open(built["sdist"]) as tf:
         in_sdist = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     missing = sorted(_shipped_in_checkout(built["files"]) - in_sdist)

@@ -33,6 +33,7 @@ def _example():
     spec = importlib.util.spec_from_file_location(
         "spark_pipeline_example", ROOT / "examples" / "spark_pipeline.py"
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -10,12 +10,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from common.model import MessageQueue
 from rmq import Message
 from rmq.sync import Admin, Producer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tests.conftest import LocalCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
@@ -48,8 +54,13 @@ def produce_half(producer: Producer, first: int, sent: dict[str, int]) -> None:
             sent[uniq] = i
 
 
+# what `topic` produced: (namesrv, {uniq key: seq}, first ms of the second half,
+# ms before/after producing)
+Produced = tuple[str, dict[str, int], int, tuple[int, int]]
+
+
 @pytest.fixture(scope="module")
-def topic(module_cluster):
+def topic(module_cluster: LocalCluster) -> Produced:
     """(namesrv, {uniq key: seq}, first ms of the second half, ms before/after producing)."""
     ns = module_cluster.namesrv_addr
     with Admin(ns) as admin:
@@ -75,14 +86,16 @@ def topic(module_cluster):
     return ns, sent, middle, (before, after)
 
 
-def read(spark, ns: str, **opts: str):
+def read(spark: SparkSession, ns: str, **opts: str) -> DataFrame:
     reader = spark.read.format("rocketmq").option("namesrv", ns).option("topic", TOPIC)
     for k, v in opts.items():
         reader = reader.option(k, v)
     return reader.load()
 
 
-def test_batch_read_returns_every_message_once_with_its_fields(spark, topic) -> None:
+def test_batch_read_returns_every_message_once_with_its_fields(
+    spark: SparkSession, topic: Produced
+) -> None:
     ns, sent, _middle, (before, after) = topic
     df = read(spark, ns, maxOffsetsPerPartition="3000")  # 4 queues -> 8 partitions
     assert df.columns == [
@@ -123,7 +136,9 @@ def test_batch_read_returns_every_message_once_with_its_fields(spark, topic) -> 
         assert sorted(offsets) == list(range(2 * PER_HALF // QUEUES))
 
 
-def test_offsets_json_timestamp_and_tags_select_ranges(spark, topic) -> None:
+def test_offsets_json_timestamp_and_tags_select_ranges(
+    spark: SparkSession, topic: Produced
+) -> None:
     ns, sent, middle, _ = topic
     df = read(
         spark,
@@ -168,7 +183,9 @@ def test_offsets_json_timestamp_and_tags_select_ranges(spark, topic) -> None:
         ),
     ],
 )
-def test_bad_options_fail_with_a_message_naming_the_option(spark, topic, opts, needle) -> None:
+def test_bad_options_fail_with_a_message_naming_the_option(
+    spark: SparkSession, topic: Produced, opts: dict[str, str], needle: str
+) -> None:
     ns, *_ = topic
     reader = spark.read.format("rocketmq").option("namesrv", ns)
     for k, v in opts.items():
@@ -178,7 +195,7 @@ def test_bad_options_fail_with_a_message_naming_the_option(spark, topic, opts, n
     assert needle in str(info.value)
 
 
-def test_topic_pattern_and_read_from_slave(spark, topic) -> None:
+def test_topic_pattern_and_read_from_slave(spark: SparkSession, topic: Produced) -> None:
     """topicPattern selects the topic by regex (system topics never match); readFromSlave pulls
     from brokerId 1: the slave's served-message counter grows by the whole topic, the master's
     does not move."""

@@ -11,10 +11,16 @@ from __future__ import annotations
 import importlib.util
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rmq.sync import Admin, PullConsumer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +29,7 @@ def _spark_block():
     spec = importlib.util.spec_from_file_location(
         "readme_blocks", ROOT / "tests" / "readme_blocks.py"
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     (block,) = [b for b in module.blocks() if module.is_spark(b)]
@@ -46,7 +53,7 @@ def _read_all(namesrv: str, topic: str, timeout: float = 20.0) -> list:
 
 @pytest.mark.spark
 @pytest.mark.integration
-def test_readme_spark_block(spark, module_cluster) -> None:
+def test_readme_spark_block(spark: SparkSession, module_cluster: LocalCluster) -> None:
     block = _spark_block()
     code = block.text
     for readme_value, ours in (

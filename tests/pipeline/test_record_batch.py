@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +28,7 @@ from pipeline.schema import COLUMNS, arrow_schema
 # Spark's timestamp range, in milliseconds
 _MS = st.integers(min_value=-62135596800000, max_value=253402300799999)
 _TEXT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x01\x02"),
     max_size=12,
 )
 _HOSTS = st.sampled_from(
@@ -101,7 +102,7 @@ def _expected(buf, broker_name):
     return rows
 
 
-def _actual(batch: pa.RecordBatch):
+def _actual(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     assert batch.schema == arrow_schema()
     out = []
     cols = {name: batch.column(name) for name in COLUMNS}
@@ -326,6 +327,7 @@ def test_a_repeated_name_takes_the_last_value_at_the_first_position():
     starts = walk_records(buf)
     assert len(starts) == 3
     batch = record_batch._decode_compiled(np.frombuffer(buf, np.uint8), "b", starts)
+    assert batch is not None
     assert batch.column("properties").to_pylist() == [[("a", "zzzz"), ("b", "q"), ("c", "w")]] * 3
 
 

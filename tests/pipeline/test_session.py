@@ -14,12 +14,18 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import attrs
 import pytest
 
 from pipeline import spark_session
 from rmq.sync import Admin
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -54,7 +60,9 @@ def test_system_python3_cannot_run_the_pipeline() -> None:
 @pytest.mark.spark
 @pytest.mark.integration
 @pytest.mark.slow
-def test_session_runs_workers_on_this_interpreter_without_venv_on_path(module_cluster) -> None:
+def test_session_runs_workers_on_this_interpreter_without_venv_on_path(
+    module_cluster: LocalCluster,
+) -> None:
     topic = f"Session_{uuid.uuid4().hex[:8]}"
     with Admin(module_cluster.namesrv_addr) as admin:
         admin.create_topic(topic, queues=2)
@@ -84,24 +92,31 @@ class _Session:
     sparkContext: _Context
 
 
-def test_register_check_switches_a_local_session_to_this_interpreter(caplog) -> None:
+def _as_spark(fake: _Session) -> SparkSession:
+    # check_worker_python reads sparkContext.master and .pythonExec only, which the fake has
+    return cast("SparkSession", fake)
+
+
+def test_register_check_switches_a_local_session_to_this_interpreter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     spark = _Session(_Context(SYSTEM_PYTHON, "local[2]"))
     with caplog.at_level(logging.WARNING, logger="pipeline.spark_session"):
-        assert spark_session.check_worker_python(spark) == sys.executable
+        assert spark_session.check_worker_python(_as_spark(spark)) == sys.executable
     assert spark.sparkContext.pythonExec == sys.executable
     assert "cannot import the pipeline" in caplog.text
 
 
-def test_register_check_only_warns_on_a_cluster_master(caplog) -> None:
+def test_register_check_only_warns_on_a_cluster_master(caplog: pytest.LogCaptureFixture) -> None:
     spark = _Session(_Context(SYSTEM_PYTHON, "spark://somewhere:7077"))
     with caplog.at_level(logging.WARNING, logger="pipeline.spark_session"):
-        assert spark_session.check_worker_python(spark) == SYSTEM_PYTHON
+        assert spark_session.check_worker_python(_as_spark(spark)) == SYSTEM_PYTHON
     assert spark.sparkContext.pythonExec == SYSTEM_PYTHON
     assert "PYSPARK_PYTHON" in caplog.text
 
 
-def test_register_check_keeps_a_good_interpreter(caplog) -> None:
+def test_register_check_keeps_a_good_interpreter(caplog: pytest.LogCaptureFixture) -> None:
     spark = _Session(_Context(sys.executable, "local[2]"))
     with caplog.at_level(logging.WARNING, logger="pipeline.spark_session"):
-        assert spark_session.check_worker_python(spark) == sys.executable
+        assert spark_session.check_worker_python(_as_spark(spark)) == sys.executable
     assert not caplog.text

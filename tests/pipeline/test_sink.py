@@ -18,6 +18,8 @@ import json
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -30,6 +32,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from common.message import MessageExt
+from common.model import MessageQueue
 from pipeline.sink import (
     IDEMPOTENT_KEY_PROPERTY,
     RocketMQStreamWriter,
@@ -38,6 +42,11 @@ from pipeline.sink import (
     SinkWriteError,
 )
 from rmq.sync import Admin, PullConsumer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import LocalCluster
 
 SCHEMA = StructType(
     [
@@ -80,12 +89,14 @@ def _batches(rows: list[dict], size: int, schema: pa.Schema = ARROW) -> list[pa.
     ]
 
 
-def read_all(namesrv: str, topic: str, expected: int, timeout: float = 30.0) -> list:
+def read_all(
+    namesrv: str, topic: str, expected: int, timeout: float = 30.0
+) -> list[tuple[MessageQueue, MessageExt]]:
     """Every message of `topic` (all queues), waiting until `expected` have arrived."""
     deadline = time.monotonic() + timeout
     with PullConsumer("sink-test-reader", namesrv) as consumer:
         while True:
-            msgs = []
+            msgs: list[tuple[MessageQueue, MessageExt]] = []
             for mq in consumer.fetch_queues(topic):
                 offset = 0
                 while True:
@@ -99,7 +110,7 @@ def read_all(namesrv: str, topic: str, expected: int, timeout: float = 30.0) -> 
             time.sleep(0.2)
 
 
-def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw) -> None:
+def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw: Any) -> None:
     with Admin(namesrv) as admin:
         admin.create_topic(topic, queues=queues, **kw)
 
@@ -154,7 +165,12 @@ def _create_topic(namesrv: str, topic: str, queues: int = 4, **kw) -> None:
     ],
 )
 @pytest.mark.parametrize("cls", [RocketMQWriter, RocketMQStreamWriter])
-def test_bad_options_and_columns_fail_on_the_driver(cls, schema, options, needle) -> None:
+def test_bad_options_and_columns_fail_on_the_driver(
+    cls: type[RocketMQWriter] | type[RocketMQStreamWriter],
+    schema: StructType,
+    options: dict[str, str],
+    needle: str,
+) -> None:
     with pytest.raises(SinkConfigError, match=needle):
         cls(schema, options, False)
 
@@ -170,7 +186,7 @@ def test_options_are_case_insensitive_and_topic_column_is_enough() -> None:
 
 
 @pytest.mark.integration
-def test_write_roundtrip_bodies_tags_keys_properties(module_cluster) -> None:
+def test_write_roundtrip_bodies_tags_keys_properties(module_cluster: LocalCluster) -> None:
     namesrv = module_cluster.namesrv_addr
     topic = _topic("SinkRoundTrip")
     _create_topic(namesrv, topic)
@@ -194,7 +210,7 @@ def test_write_roundtrip_bodies_tags_keys_properties(module_cluster) -> None:
 
 
 @pytest.mark.integration
-def test_queue_id_column_keeps_row_order_and_topic_column(module_cluster) -> None:
+def test_queue_id_column_keeps_row_order_and_topic_column(module_cluster: LocalCluster) -> None:
     namesrv = module_cluster.namesrv_addr
     t1, t2 = _topic("SinkQ1"), _topic("SinkQ2")
     _create_topic(namesrv, t1)
@@ -223,7 +239,9 @@ def test_queue_id_column_keeps_row_order_and_topic_column(module_cluster) -> Non
 
 
 @pytest.mark.integration
-def test_idempotent_keys_are_unique_and_repeat_on_a_retried_task(module_cluster) -> None:
+def test_idempotent_keys_are_unique_and_repeat_on_a_retried_task(
+    module_cluster: LocalCluster,
+) -> None:
     namesrv = module_cluster.namesrv_addr
     topic = _topic("SinkIdem")
     _create_topic(namesrv, topic)
@@ -242,7 +260,7 @@ def test_idempotent_keys_are_unique_and_repeat_on_a_retried_task(module_cluster)
 
 
 @pytest.mark.integration
-def test_failures_fail_the_task_with_a_clear_message(module_cluster) -> None:
+def test_failures_fail_the_task_with_a_clear_message(module_cluster: LocalCluster) -> None:
     namesrv = module_cluster.namesrv_addr
     topic = _topic("SinkBad")
     _create_topic(namesrv, topic, queues=2)
@@ -273,7 +291,9 @@ def test_failures_fail_the_task_with_a_clear_message(module_cluster) -> None:
 
 @pytest.mark.spark
 @pytest.mark.integration
-def test_spark_write_then_consumer_reads_back(spark, module_cluster) -> None:
+def test_spark_write_then_consumer_reads_back(
+    spark: SparkSession, module_cluster: LocalCluster
+) -> None:
     namesrv = module_cluster.namesrv_addr
     topic = _topic("SparkSink")
     _create_topic(namesrv, topic)
@@ -314,7 +334,9 @@ def test_spark_write_then_consumer_reads_back(spark, module_cluster) -> None:
 
 @pytest.mark.spark
 @pytest.mark.integration
-def test_spark_write_stream_available_now(spark, module_cluster, tmp_path) -> None:
+def test_spark_write_stream_available_now(
+    spark: SparkSession, module_cluster: LocalCluster, tmp_path: Path
+) -> None:
     namesrv = module_cluster.namesrv_addr
     topic = _topic("SparkStreamSink")
     _create_topic(namesrv, topic)
@@ -344,7 +366,7 @@ def test_spark_write_stream_available_now(spark, module_cluster, tmp_path) -> No
     query.awaitTermination(120)
     assert query.exception() is None
     got = read_all(namesrv, topic, 300)
-    assert sorted(int(m.keys) for _mq, m in got) == list(range(300))
+    assert sorted(int(m.keys or -1) for _mq, m in got) == list(range(300))
     assert all(m.body.decode() == f"v{m.keys}" for _mq, m in got)
     ids = [m.properties[IDEMPOTENT_KEY_PROPERTY].split(":") for _mq, m in got]
     assert {i[0] for i in ids} == {str(query.id)}
@@ -353,7 +375,7 @@ def test_spark_write_stream_available_now(spark, module_cluster, tmp_path) -> No
 
 
 @pytest.mark.spark
-def test_spark_write_without_namesrv_fails_naming_the_option(spark) -> None:
+def test_spark_write_without_namesrv_fails_naming_the_option(spark: SparkSession) -> None:
     df = spark.range(3).selectExpr("cast(id as string) as body")
     with pytest.raises(Exception, match="namesrv"):
         df.write.format("rocketmq").option("topic", "t").mode("append").save()

@@ -73,7 +73,9 @@ def test_rate_limit_new_queue_without_start_takes_latest() -> None:
     st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=8),
     st.integers(1, 3000),
 )
-def test_rate_limit_never_exceeds_limit_and_never_goes_back(pairs, limit) -> None:
+def test_rate_limit_never_exceeds_limit_and_never_goes_back(
+    pairs: list[tuple[int, int]], limit: int
+) -> None:
     keys = [QueueKey("t", "b", i) for i in range(len(pairs))]
     start = {k: s for k, (s, _) in zip(keys, pairs, strict=True)}
     latest = {k: s + n for k, (s, n) in zip(keys, pairs, strict=True)}

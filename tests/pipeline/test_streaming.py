@@ -10,6 +10,8 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +19,12 @@ import pytest
 from common.model import MessageQueue
 from rmq import Message
 from rmq.sync import Admin, Producer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from tests.conftest import LocalCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
@@ -48,21 +56,21 @@ def produce(ns: str, topic: str, seqs: range, queues: int, batch: int = 100) -> 
             producer.send_batch(msgs, queue=MessageQueue(topic, "broker-a", b % queues))
 
 
-def stream(spark, ns: str, topic: str, **opts: str):
+def stream(spark: SparkSession, ns: str, topic: str, **opts: str) -> DataFrame:
     reader = spark.readStream.format("rocketmq").option("namesrv", ns).option("topic", topic)
     for k, v in opts.items():
         reader = reader.option(k, v)
     return reader.load()
 
 
-def bodies(out_dir) -> list[bytes]:
+def bodies(out_dir: Path) -> list[bytes]:
     if not os.path.isdir(out_dir) or not os.listdir(out_dir):
         return []
     return pq.read_table(str(out_dir), columns=["body"]).column("body").to_pylist()
 
 
 def test_stream_micro_batches_restart_exactly_once_and_commit(
-    spark, module_cluster, tmp_path
+    spark: SparkSession, module_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     ns, topic, queues, group = module_cluster.namesrv_addr, "SparkStreamed", 3, "spark-stream-cg"
     make_topic(ns, topic, queues)
@@ -70,7 +78,7 @@ def test_stream_micro_batches_restart_exactly_once_and_commit(
     checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
     sizes: dict[int, int] = {}  # batch id -> rows
 
-    def sink(df, batch_id: int) -> None:
+    def sink(df: DataFrame, batch_id: int) -> None:
         # idempotent per batch id: a batch Spark replays after a stop (sink ran, commit log
         # not yet written) replaces its first attempt, as an exactly-once sink must
         df.select("body", "queueId", "queueOffset").write.mode("overwrite").parquet(
@@ -78,7 +86,7 @@ def test_stream_micro_batches_restart_exactly_once_and_commit(
         )
         sizes[batch_id] = df.count()
 
-    def start(trigger: dict):
+    def start(trigger: dict[str, str]) -> StreamingQuery:
         df = stream(
             spark,
             ns,
@@ -135,7 +143,7 @@ def test_stream_micro_batches_restart_exactly_once_and_commit(
 
 @pytest.mark.parametrize("fail", [True, False])
 def test_checkpoint_offset_past_the_queue_is_data_loss(
-    spark, module_cluster, tmp_path, fail
+    spark: SparkSession, module_cluster: LocalCluster, tmp_path: Path, fail: bool
 ) -> None:
     """A start offset above the queue's max offset (a replaced store) fails the query, or with
     failOnDataLoss=false is logged and reading starts over from the queue's min offset."""
@@ -167,7 +175,7 @@ def test_checkpoint_offset_past_the_queue_is_data_loss(
 
 
 def test_available_now_reads_what_was_there_in_limited_micro_batches(
-    spark, module_cluster, tmp_path
+    spark: SparkSession, module_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """Trigger.AvailableNow (SupportsTriggerAvailableNow): the queues' contents when the run
     starts, split by maxOffsetsPerTrigger into several micro-batches; messages sent during the
@@ -179,7 +187,7 @@ def test_available_now_reads_what_was_there_in_limited_micro_batches(
     seen: list[bytes] = []
     sent_late = threading.Event()
 
-    def sink(df, _batch_id: int) -> None:
+    def sink(df: DataFrame, _batch_id: int) -> None:
         rows = [r.body for r in df.select("body").collect()]
         sizes.append(len(rows))
         seen.extend(rows)
@@ -207,7 +215,7 @@ def test_available_now_reads_what_was_there_in_limited_micro_batches(
 
 
 def test_a_topic_extended_between_runs_has_its_new_queues_read_from_their_start(
-    spark, module_cluster, tmp_path
+    spark: SparkSession, module_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """Queues added to a topic (`rmq topic update --queues`) appear in the next micro-batch's
     route and are read from their min offset; the old queues continue from the checkpoint."""

@@ -8,6 +8,7 @@ produced. The fastjson `Map<MessageQueue, V>` parser is also checked on its own.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -19,10 +20,13 @@ from rmq.admin import MessageNotFoundError
 from rmq.admin_api import QueueConsumeStats, parse_mq_map
 from rmq.errors import ClientError
 
+if TYPE_CHECKING:
+    from rmq import SendResult
+
 pytestmark = pytest.mark.integration
 
 
-async def produce(ns: str, topic: str, n: int, **kw):
+async def produce(ns: str, topic: str, n: int, **kw: Any) -> list[SendResult]:
     async with Producer("pg", ns) as p:
         return [await p.send(Message(topic, f"m{i}", **kw)) for i in range(n)]
 
@@ -95,9 +99,9 @@ async def test_consume_stats_reports_per_queue_lag_and_total(tcp_cluster):
         per_queue[r.message_queue.queueId] = per_queue.get(r.message_queue.queueId, 0) + 1
     consumed_mq = results[0].message_queue
     async with PullConsumer("cg-lag", tcp_cluster.namesrv) as c:
-        r = await c.pull(consumed_mq, 0, max_nums=1)
+        pulled = await c.pull(consumed_mq, 0, max_nums=1)
         await c.commit_offset(consumed_mq, 1)
-    consumed_at = r.messages[0].store_timestamp
+    consumed_at = pulled.messages[0].store_timestamp
     async with Admin(tcp_cluster.namesrv) as admin:
         stats = await admin.consume_stats("cg-lag", "LagTopic")
         all_topics = await admin.consume_stats("cg-lag")

@@ -52,7 +52,9 @@ def test_produce_orderly_batch_and_pull_from_asyncio(cluster):
     results, ordered, batch, queues, found = asyncio.run(main())
     assert all(r.status is SendStatus.SEND_OK for r in results)
     assert len({r.msg_id for r in results}) == 10
-    assert {r.message_queue for r in ordered} == {select_by_hash(queues, None, "key-1")}
+    assert {r.message_queue for r in ordered} == {
+        select_by_hash(queues, Message("T", b"x"), "key-1")
+    }
     assert batch.message_queue == MQ0
     assert all(r.status is PullStatus.FOUND for r in found)
     assert sum(len(r.messages) for r in found) == 15
@@ -112,7 +114,7 @@ def test_lite_pull_from_asyncio_assign_seek_poll_commit(cluster):
             aio.LitePullConsumer, cluster, "lg", consume_from="FIRST_OFFSET", auto_commit=False
         ) as c:
             c.assign([MQ0])
-            got = []
+            got: list[bytes] = []
             while len(got) < 5:
                 got += [m.body for m in await c.poll(2.0)]
             await c.seek(MQ0, 3)

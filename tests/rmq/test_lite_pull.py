@@ -3,6 +3,8 @@ clock; a broker down or without SEARCH_OFFSET is made by tests.support.tap.Tap."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import trio
 import trio.testing
@@ -12,6 +14,11 @@ from common.remoting.codes import RequestCode, ResponseCode
 from rmq import Message, Producer
 from rmq.errors import ClientError
 from rmq.lite_pull_consumer import LitePullConsumer
+
+if TYPE_CHECKING:
+    from common.remoting.command import RemotingCommand
+    from tests.conftest import InProcessCluster
+    from tests.support.tap import Tap
 
 G = "lite-g"
 
@@ -31,26 +38,26 @@ def mq(i: int) -> MessageQueue:
     return MessageQueue("T", "broker-a", i)
 
 
-async def fill(cluster, qid: int, *bodies: str) -> None:
+async def fill(cluster: InProcessCluster, qid: int, *bodies: str) -> None:
     async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
         for body in bodies:
             await p.send(Message("T", body, tags="t"), queue=mq(qid))
 
 
-def consumer(cluster, tap, **kw) -> LitePullConsumer:
+def consumer(cluster: InProcessCluster, tap: Tap, **kw: Any) -> LitePullConsumer:
     return LitePullConsumer(G, cluster.namesrv, network=tap, **kw)
 
 
-def pulls(tap) -> list:
+def pulls(tap: Tap) -> list[RemotingCommand]:
     return tap.requests(RequestCode.PULL_MESSAGE)
 
 
-def no_offset(cluster, tap) -> None:
+def no_offset(cluster: InProcessCluster, tap: Tap) -> None:
     query = {RequestCode.QUERY_CONSUMER_OFFSET}
     tap.fail(cluster.addr(), ResponseCode.QUERY_NOT_FOUND, requests=query, forever=True)
 
 
-def committed(cluster) -> dict[int, int]:
+def committed(cluster: InProcessCluster) -> dict[int, int]:
     """queue id -> the offset the broker holds for the group on T."""
     return cluster.offsets(G, "T")
 
@@ -215,7 +222,7 @@ async def test_assign_before_open_and_misuse_errors(cluster, tap, autojump_clock
     async with c:
         assert await drain(c, 1) == ["a"]
         with pytest.raises(ClientError):
-            c.assign(["T:0"])
+            c.assign(["T:0"])  # type: ignore[list-item]  # not a MessageQueue, on purpose
     with pytest.raises(ClientError, match="consume_from"):
         LitePullConsumer(G, cluster.namesrv, consume_from="NEWEST")
 

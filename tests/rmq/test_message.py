@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -96,7 +97,7 @@ def test_unique_id_window_moves_to_the_next_month():
 # --- the send path's fast encoders must say exactly what the general ones say ---------------
 
 _text = st.text(
-    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
     max_size=12,
 )
 
@@ -132,7 +133,8 @@ def test_user_uniq_key_wins_in_the_properties_string():
 @pytest.mark.parametrize("field", ["tags", "keys"])
 @pytest.mark.parametrize("sep", ["\x01", "\x02"])
 def test_separator_in_tags_or_keys_is_refused(field, sep):
-    msg = Message("T", b"x", **{field: f"a{sep}b"})
+    fields: dict[str, Any] = {field: f"a{sep}b"}
+    msg = Message("T", b"x", **fields)
     with pytest.raises(InvalidMessageError, match="x01 or"):
         msg.wire_properties_string("U1")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +13,9 @@ from common.remoting.codes import RequestCode, ResponseCode
 from rmq.client_instance import ClientInstance
 from rmq.errors import ClientError
 from rmq.offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+
+if TYPE_CHECKING:
+    from broker.consumer_offset_manager import ConsumerOffsetManager
 
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-a", 1)
@@ -39,7 +43,9 @@ async def test_remote_store_reads_updates_and_persists(cluster):
         await _remote_store_updates_and_persists(store, offsets)
 
 
-async def _remote_store_updates_and_persists(store, offsets) -> None:
+async def _remote_store_updates_and_persists(
+    store: RemoteBrokerOffsetStore, offsets: ConsumerOffsetManager
+) -> None:
     assert await store.read_offset(MQ0, ReadOffsetType.STORE) == 7
     assert await store.read_offset(MQ0, ReadOffsetType.MEMORY) == 7
     store.update_offset(MQ0, 9, increase_only=True)

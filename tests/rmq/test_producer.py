@@ -4,6 +4,7 @@ retries, batches; broker faults injected by tests.support.tap.Tap."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -24,6 +25,10 @@ from rmq.errors import InvalidMessageError, NoRouteInfoError
 from rmq.message import parse_unique_id
 from tests.support.tap import SENDS
 
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
+    from tests.support.tap import Tap
+
 
 @pytest.fixture
 async def cluster(memory_cluster):
@@ -36,7 +41,7 @@ def tap(cluster):
     return cluster.tap()
 
 
-def producer(cluster, tap, **kw) -> Producer:
+def producer(cluster: InProcessCluster, tap: Tap, **kw: Any) -> Producer:
     return Producer("pg", cluster.namesrv, network=tap, **kw)
 
 
@@ -342,8 +347,9 @@ async def test_use_outside_async_with_is_a_clear_error(cluster, tap):
 async def test_fields_assigned_after_construction_are_normalised_when_sent(cluster, tap):
     await cluster.create_topic("T", 1)
     msg = Message("T", b"x")
-    msg.body = "text"  # Message converts when it is made, not on assignment ...
-    msg.keys = ["k1", "k2"]
+    # Message converts when it is made, not on assignment (wrong types on purpose) ...
+    msg.body = "text"  # type: ignore[assignment]
+    msg.keys = ["k1", "k2"]  # type: ignore[assignment]
     async with producer(cluster, tap) as p:
         result = await p.send(msg)
     # ... the producer converts before it sends

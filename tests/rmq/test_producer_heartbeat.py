@@ -2,12 +2,14 @@
 heartbeat_interval, 30 s by default, as Java's MQClientInstance) and unregisters it when closed;
 against the real servers in process (memory_cluster)."""
 
+from collections.abc import Callable
+
 import trio
 
 from rmq import Message, Producer
 
 
-async def _until(predicate) -> None:
+async def _until(predicate: Callable[[], object]) -> None:
     # the broker's table has no event to wait on: poll it
     with trio.fail_after(20):
         while not predicate():  # noqa: ASYNC110

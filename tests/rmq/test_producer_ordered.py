@@ -4,6 +4,8 @@ retry-when-not-stored, route refresh after a failed selected send; against the r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import trio
 
@@ -12,10 +14,14 @@ from common.message_properties import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from common.string_hash import java_string_hash
-from rmq import Message, Producer, SendStatus
+from rmq import Message, Producer, SendResult, SendStatus
 from rmq.errors import InvalidMessageError
 from rmq.producer import select_by_hash
 from tests.support.tap import SENDS
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
+    from tests.support.tap import Tap
 
 BROKERS = ("broker-a", "broker-b")
 
@@ -32,7 +38,7 @@ def tap(cluster):
     return cluster.tap()
 
 
-def producer(cluster, tap, **kw) -> Producer:
+def producer(cluster: InProcessCluster, tap: Tap, **kw: Any) -> Producer:
     return Producer("pg", cluster.namesrv, network=tap, **kw)
 
 
@@ -40,16 +46,18 @@ def send_requests(cluster, tap):
     return [(cluster.node_at(addr), r) for addr, r in tap.sent if r.code in SENDS]
 
 
-def route_requests(tap) -> int:
+def route_requests(tap: Tap) -> int:
     return len(tap.requests(RequestCode.GET_ROUTEINFO_BY_TOPIC))
 
 
+# select_by_hash looks at the key only
+ANY_MSG = Message("T", b"x")
 ALL_QUEUES = [MessageQueue("T", b, i) for b in ("broker-a", "broker-b") for i in range(4)]
 
 
 def test_select_by_hash_is_javas_string_hashcode_mod_queue_count():
     # Java: "hello".hashCode() == 99162322
-    assert select_by_hash(ALL_QUEUES, None, "hello") is ALL_QUEUES[99162322 % 8]
+    assert select_by_hash(ALL_QUEUES, ANY_MSG, "hello") is ALL_QUEUES[99162322 % 8]
     # a negative hash uses its absolute value (not Python's floor modulo of the negative)
     key = next(
         k
@@ -57,20 +65,20 @@ def test_select_by_hash_is_javas_string_hashcode_mod_queue_count():
         if java_string_hash(k) % 8 != 0 and java_string_hash(k) < 0
     )
     neg = java_string_hash(key)
-    assert select_by_hash(ALL_QUEUES, None, key) is ALL_QUEUES[abs(neg) % 8]
+    assert select_by_hash(ALL_QUEUES, ANY_MSG, key) is ALL_QUEUES[abs(neg) % 8]
     assert abs(neg) % 8 != neg % 8
 
 
 async def test_send_orderly_same_key_same_queue_in_send_order(cluster, tap):
     async with producer(cluster, tap) as p:
-        results = {}
+        results: dict[str, list[SendResult]] = {}
         for i in range(40):
             key = f"order-{i % 5}"
             r = await p.send_orderly(Message("T", f"{key}:{i}"), key)
             assert r.status is SendStatus.SEND_OK
             results.setdefault(key, []).append(r)
     for key, rs in results.items():
-        assert {r.message_queue for r in rs} == {select_by_hash(ALL_QUEUES, None, key)}
+        assert {r.message_queue for r in rs} == {select_by_hash(ALL_QUEUES, ANY_MSG, key)}
         # consecutive offsets on that queue, in the order they were sent
         offsets = [r.queue_offset for r in rs]
         assert offsets == sorted(offsets)
@@ -101,18 +109,18 @@ async def test_custom_selector_gets_queues_message_and_arg(cluster, tap):
 async def test_bad_selector_result_and_queue_plus_selector_are_refused(cluster, tap):
     async with producer(cluster, tap) as p:
         with pytest.raises(InvalidMessageError, match="selector returned"):
-            await p.send(Message("T", b"x"), selector=lambda mqs, m, a: None)
+            await p.send(Message("T", b"x"), selector=lambda mqs, m, a: None)  # type: ignore[arg-type, return-value]  # a bad selector on purpose
         with pytest.raises(InvalidMessageError, match="selector returned"):
             await p.send(Message("T", b"x"), selector=lambda mqs, m, a: MessageQueue("U", "a", 0))
         with pytest.raises(InvalidMessageError, match="either"):
             await p.send(Message("T", b"x"), queue=ALL_QUEUES[0], selector=select_by_hash)
         with pytest.raises(InvalidMessageError, match="sharding_key"):
-            await p.send_orderly(Message("T", b"x"), 42)
+            await p.send_orderly(Message("T", b"x"), 42)  # type: ignore[arg-type]  # a bad key on purpose
     assert send_requests(cluster, tap) == []
 
 
 async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cluster, tap):
-    target = select_by_hash(ALL_QUEUES, None, "k")
+    target = select_by_hash(ALL_QUEUES, ANY_MSG, "k")
     async with producer(cluster, tap) as p:
         await p.send_orderly(Message("T", b"warm"), "k")
         before = route_requests(tap)
@@ -128,7 +136,8 @@ async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cl
 
 
 async def test_send_async_calls_on_result_from_a_nursery_task(cluster, tap):
-    results, errors = [], []
+    results: list[SendResult] = []
+    errors: list[BaseException] = []
     async with producer(cluster, tap) as p:
         async with trio.open_nursery() as nursery:
             for i in range(5):

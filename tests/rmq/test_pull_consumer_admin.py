@@ -3,6 +3,8 @@ process (memory_cluster): pull outcomes, decoding, offsets; odd answers made by 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
@@ -12,6 +14,9 @@ from common.remoting.codes import RequestCode
 from rmq import Admin, Message, Producer, PullConsumer, PullStatus
 from rmq.client_api import PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.errors import BrokerNotFoundError, ClientError
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 
 @pytest.fixture
@@ -24,7 +29,9 @@ async def cluster(memory_cluster):
     return memory_cluster
 
 
-async def fill(cluster, mq: MessageQueue, *bodies_tags: tuple[str, str | None]):
+async def fill(
+    cluster: InProcessCluster, mq: MessageQueue, *bodies_tags: tuple[str, str | None]
+) -> None:
     async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
         for body, tags in bodies_tags:
             await p.send(Message(mq.topic, body, tags=tags), queue=mq)

@@ -4,6 +4,9 @@ broadcasting offsets, shutdown, broker->client requests; odd answers injected by
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
@@ -22,8 +25,17 @@ from rmq import (
 )
 from rmq.errors import ClientError
 
+if TYPE_CHECKING:
+    from common.message import MessageExt
+    from common.remoting.network import Network
+    from tests.conftest import InProcessCluster
+
 NODES = ("broker-a", "broker-b")
 SEND_BACK = RequestCode.CONSUMER_SEND_MSG_BACK
+
+
+async def ignore(msgs: list[MessageExt]) -> None:
+    """A listener for consumers that never get a message (or whose messages do not matter)."""
 
 
 @pytest.fixture
@@ -38,7 +50,15 @@ def tap(cluster):
     return cluster.tap()
 
 
-async def produce(cluster, n: int, *, tags=None, topic="T", prefix="m", network=None) -> None:
+async def produce(
+    cluster: InProcessCluster,
+    n: int,
+    *,
+    tags: list[str] | None = None,
+    topic: str = "T",
+    prefix: str = "m",
+    network: Network | None = None,
+) -> None:
     async with Producer("pg", cluster.namesrv, network=network or cluster.network) as p:
         for i in range(n):
             tag = tags[i % len(tags)] if tags else None
@@ -56,17 +76,19 @@ def make(cluster, tap, listener, *, expr="*", orderly=False, name="c1", topic="T
     return c
 
 
-def stored(cluster, topic: str, queue_id: int = 0) -> list:
+def stored(cluster: InProcessCluster, topic: str, queue_id: int = 0) -> list[MessageExt]:
     """What every broker stored in ``topic``'s queue (decoded), broker-a's first."""
     return [m for node in NODES for m in cluster.messages(topic, queue_id, node)]
 
 
-def committed(cluster, group: str = "g", topic: str = "T") -> dict[tuple[str, int], int]:
+def committed(
+    cluster: InProcessCluster, group: str = "g", topic: str = "T"
+) -> dict[tuple[str, int], int]:
     """(node, queue id) -> the offset the broker holds for ``group``."""
     return {(n, q): o for n in NODES for q, o in cluster.offsets(group, topic, n).items()}
 
 
-async def wait_for(pred, limit: float = 60.0) -> None:
+async def wait_for(pred: Callable[[], object], limit: float = 60.0) -> None:
     with trio.fail_after(limit):
         while not pred():  # noqa: ASYNC110 (polling a plain predicate)
             await trio.sleep(0.1)
@@ -209,7 +231,9 @@ async def test_flow_control_pauses_pulling_until_consumption_drains(cluster, tap
         await wait_for(lambda: started >= 100)
 
 
-def locked_by(cluster, client_id: str, mqs) -> set[MessageQueue]:
+def locked_by(
+    cluster: InProcessCluster, client_id: str, mqs: Iterable[MessageQueue]
+) -> set[MessageQueue]:
     """The queues of ``mqs`` whose broker holds the rebalance lock of group g for ``client_id``."""
     return {
         mq
@@ -389,7 +413,7 @@ async def test_misuse_is_reported_clearly(cluster):
     with pytest.raises(ClientError, match="listener"):
         async with c:
             pass
-    c.register_listener(lambda msgs: None)
+    c.register_listener(ignore)
     with pytest.raises(ClientError, match="subscribe"):
         async with c:
             pass

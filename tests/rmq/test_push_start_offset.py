@@ -9,10 +9,15 @@ test_consume_follow.py.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
 from rmq import ConsumeFromWhere, Message, Producer, PushConsumer
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +25,7 @@ TOPIC = "PushStart"
 
 
 @pytest.fixture
-async def namesrv(tcp_cluster) -> str:
+async def namesrv(tcp_cluster: InProcessCluster) -> str:
     await tcp_cluster.create_topic(TOPIC, 2)
     return tcp_cluster.namesrv
 

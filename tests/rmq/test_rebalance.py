@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import trio
 from hypothesis import given
@@ -11,6 +13,9 @@ from hypothesis import strategies as st
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode
 from rmq import PushConsumer, allocate_averagely
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 NS = "127.0.0.1:9876"
 
@@ -60,7 +65,7 @@ async def cluster(memory_cluster):
     return memory_cluster
 
 
-def consumer(cluster, name: str, **kw) -> PushConsumer:
+def consumer(cluster: InProcessCluster, name: str, **kw: Any) -> PushConsumer:
     kw.setdefault("network", cluster.network)
     c = PushConsumer("g", cluster.namesrv, instance_name=name, **kw)
     c.subscribe("T")

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import trio
 
+from common.message import MessageExt
 from common.model import MessageQueue
 from rmq import Admin, PushConsumer
 
 
-def warnings_about(caplog, topic: str) -> list[logging.LogRecord]:
+async def ignore(msgs: list[MessageExt]) -> None:
+    """A listener for consumers that never get a message (or whose messages do not matter)."""
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, topic: str) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
@@ -25,7 +31,7 @@ async def test_missing_topic_is_one_clear_warning_then_debug(
     cluster = memory_cluster
     c = PushConsumer("g", cluster.namesrv, network=cluster.network, rebalance_interval=1.0)
     c.subscribe("Later")
-    c.register_listener(lambda msgs: None)
+    c.register_listener(ignore)
     async with c:
         await trio.sleep(5.5)  # the rebalance at start and five periodic ones
         warned = warnings_about(caplog, "Later")

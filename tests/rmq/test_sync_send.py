@@ -56,7 +56,9 @@ def test_plain_sends_stay_on_the_callers_thread(cluster, portal_runs):
         assert bodies[body].properties["UNIQ_KEY"] == r.msg_id
 
 
-def test_a_failed_direct_attempt_goes_on_through_the_portal_with_the_same_msg_id(cluster):
+def test_a_failed_direct_attempt_goes_on_through_the_portal_with_the_same_msg_id(
+    cluster, monkeypatch
+):
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     dead_addr = f"127.0.0.1:{dead.getsockname()[1]}"
@@ -73,7 +75,7 @@ def test_a_failed_direct_attempt_goes_on_through_the_portal_with_the_same_msg_id
             uniqs.append(out[2])
             return out
 
-        p._async._prepare = recording
+        monkeypatch.setattr(p._async, "_prepare", recording)
         r = p.send(Message("T", b"retried"))
     assert r.status is SendStatus.SEND_OK
     assert uniqs == [r.msg_id]  # prepared once; the portal path sent the same message

@@ -51,7 +51,7 @@ def check(cmd: RemotingCommand, ip: str = "127.0.0.1", text: str = ACL) -> None:
         parse_plain_acl(text),
         code=cmd.code,
         ext=cmd.ext_fields,
-        body=bytes(cmd.body or b""),
+        body=cmd.body_bytes(),
         peer_ip=ip,
         resources=resources_of(cmd),
     )

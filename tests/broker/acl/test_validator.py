@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import broker.acl.validator as validator_module
-from broker.acl.plain_acl import parse_plain_acl
+from broker.acl.plain_acl import AclConfig, parse_plain_acl
 from broker.acl.validator import PlainAccessValidator
 
 ONE = "accounts: [{accessKey: firstaccount, secretKey: 12345678}]"
 TWO = ONE[:-1] + ", {accessKey: secondaccount, secretKey: 12345678}]"
 
 
-def write(path, text: str, mtime_s: int) -> None:
+def write(path: Path, text: str, mtime_s: int) -> None:
     """Write ``text`` with a chosen modification time, so each write is seen as a change."""
     path.write_text(text)
     os.utime(path, ns=(mtime_s * 10**9, mtime_s * 10**9))
@@ -24,7 +25,7 @@ async def test_reload_parses_in_a_worker_thread_and_keeps_the_accounts_on_a_bad_
 ):
     parsed_on: list[threading.Thread] = []
 
-    def parse(text: str):
+    def parse(text: str) -> AclConfig:
         parsed_on.append(threading.current_thread())
         return parse_plain_acl(text)
 

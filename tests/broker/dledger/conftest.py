@@ -104,7 +104,9 @@ class FakeNode:
             fn(FakeRoleChanged(role, self.term, leader_id))
 
 
-def make_message(topic: str = "T", qid: int = 0, body: bytes = b"x", **props: object):
+def make_message(
+    topic: str = "T", qid: int = 0, body: bytes = b"x", **props: object
+) -> MessageExtBrokerInner:
     return MessageExtBrokerInner(
         topic=topic,
         queue_id=qid,
@@ -123,5 +125,5 @@ def new_node() -> Callable[..., FakeNode]:
 
 
 @pytest.fixture
-def mk():
+def mk() -> Callable[..., MessageExtBrokerInner]:
     return make_message

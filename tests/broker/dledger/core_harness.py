@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import random
+from typing import Any
 
 import attrs
 
@@ -19,7 +20,7 @@ from broker.dledger.raft.core import (
     Send,
     TransferDone,
 )
-from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.log import MemoryLog, RaftLog
 from broker.dledger.raft.member_state import HardState
 from broker.dledger.raft.messages import PushEntryRequest, PushType, Request, Role
 
@@ -44,11 +45,11 @@ def core(
     self_id: str = "n0",
     n: int = 3,
     *,
-    log: MemoryLog | None = None,
+    log: RaftLog | None = None,
     state: HardState | None = None,
     now: float = 0.0,
     committed: int = -1,
-    **overrides: object,
+    **overrides: Any,
 ) -> RaftCore:
     return RaftCore(
         config(self_id, n, **overrides),
@@ -81,7 +82,7 @@ class Cluster:
     _queue: collections.deque[tuple[str, Send]] = attrs.field(factory=collections.deque)
 
     @classmethod
-    def of(cls, n: int = 3, **overrides: object) -> Cluster:
+    def of(cls, n: int = 3, **overrides: Any) -> Cluster:
         return cls({f"n{i}": core(f"n{i}", n, **overrides) for i in range(n)})
 
     def absorb(self, member: str, actions: list[Action]) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -11,15 +14,15 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
-from broker.dledger.driver.node import run_dledger_node
+from broker.dledger.driver.node import DLedgerNode, run_dledger_node
 from broker.dledger.driver.node_storage import MemoryStorage
 from broker.dledger.raft.log import MemoryLog
-from broker.service import dledger_broker_config, dledger_node_config, run_broker
-from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
+from broker.service import BrokerHandle, dledger_broker_config, dledger_node_config, run_broker
+from broker.store import MessageStoreConfig, PutMessageResult, PutMessageStatus, run_memory_store
 from common.errors import RmqError
 from common.message import decode_record
 from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
+from namesrv.service import NamesrvHandle, run_namesrv
 from rmq import Admin, Message, Producer, SendStatus
 from tests.support.memory_network import MemoryNetwork
 
@@ -134,8 +137,20 @@ class Member:
     log: MemoryLog = attrs.Factory(MemoryLog)
     storage: MemoryStorage = attrs.Factory(MemoryStorage)
     scope: trio.CancelScope | None = None
-    node: object = None
-    broker: object = None
+    node: DLedgerNode | None = None
+    broker: BrokerHandle | None = None
+
+    @property
+    def up(self) -> BrokerHandle:
+        """The running broker (the member is started)."""
+        assert self.broker is not None, "the member is not running"
+        return self.broker
+
+    @property
+    def raft(self) -> DLedgerNode:
+        """The running DLedger node (the member is started)."""
+        assert self.node is not None, "the member is not running"
+        return self.node
 
 
 @attrs.define(eq=False)
@@ -143,7 +158,7 @@ class Group:
     nursery: trio.Nursery
     network: MemoryNetwork
     dnet: MemoryDLedgerNetwork
-    namesrv: object
+    namesrv: NamesrvHandle
     members: dict[str, Member]
 
     async def start(self, member_id: str) -> None:
@@ -151,7 +166,12 @@ class Group:
         m.scope = scope = trio.CancelScope()
         config = dledger_broker_config(m.config)
 
-        async def run(*, task_status=trio.TASK_STATUS_IGNORED):
+        async def run(
+            *,
+            task_status: trio.TaskStatus[
+                tuple[DLedgerNode, BrokerHandle]
+            ] = trio.TASK_STATUS_IGNORED,
+        ) -> None:
             with scope:
                 async with trio.open_nursery() as n:
                     node = await n.start(
@@ -181,6 +201,7 @@ class Group:
     def kill(self, member_id: str) -> None:
         """Gone at once (a cancelled scope; it still unregisters on the way out, as on SIGTERM)."""
         m = self.members[member_id]
+        assert m.scope is not None
         m.scope.cancel()
         m.node = m.broker = None
 
@@ -192,11 +213,7 @@ class Group:
         """The member that is broker master and leads, once the nameserver names it."""
         addr = self.routes().get(0)
         for m in self.members.values():
-            if (
-                m.broker is not None
-                and m.broker.addr == addr
-                and m.broker.controller.broker_id == 0
-            ):
+            if m.broker is not None and m.up.addr == addr and m.up.controller.broker_id == 0:
                 return m
         return None
 
@@ -210,7 +227,7 @@ class Group:
         return [m for m in self.members.values() if m.broker is not None]
 
 
-async def start_group(nursery, tmp_path, n=3, **store_kw) -> Group:
+async def start_group(nursery: trio.Nursery, tmp_path: Path, n: int = 3, **store_kw: Any) -> Group:
     network = MemoryNetwork()
     ns = await nursery.start(
         functools.partial(run_namesrv, network=network),
@@ -238,18 +255,20 @@ async def start_group(nursery, tmp_path, n=3, **store_kw) -> Group:
 
 
 def stored(member: Member, topic: str, queue_id: int) -> list[bytes]:
-    store = member.broker.store
+    store = member.up.store
     out = []
     for off in range(
         store.get_min_offset_in_queue(topic, queue_id),
         store.get_max_offset_in_queue(topic, queue_id),
     ):
         phys = store.get_commit_log_offset_in_queue(topic, queue_id, off)
-        out.append(decode_record(store.select_one_message_by_offset(phys)).body)
+        record = store.select_one_message_by_offset(phys)
+        assert record is not None
+        out.append(decode_record(record).body)
     return out
 
 
-async def eventually(predicate, timeout: float = 60.0) -> None:
+async def eventually(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     with trio.fail_after(timeout):
         while not predicate():  # noqa: ASYNC110 - polling Trio's (mock) clock
             await trio.sleep(0.05)
@@ -260,39 +279,40 @@ async def test_group_elects_a_master_and_every_member_registers(nursery, tmp_pat
     master = await group.wait_master()
     await eventually(lambda: len(group.routes()) == 3)
     routes = group.routes()
-    assert routes[0] == master.broker.addr
+    assert routes[0] == master.up.addr
     for member_id, m in group.members.items():
         if m is not master:
-            assert routes[int(member_id[1:]) + 1] == m.broker.addr
-            assert m.broker.controller.broker_role == "SLAVE"
+            assert routes[int(member_id[1:]) + 1] == m.up.addr
+            assert m.up.controller.broker_role == "SLAVE"
 
 
 async def test_only_committed_entries_are_dispatched(nursery, tmp_path, mk, autojump_clock):
     group = await start_group(nursery, tmp_path)
     master = await group.wait_master()
-    leader_id = master.node.config.self_id
+    leader_id = master.raft.config.self_id
     followers = [i for i in group.members if i != leader_id]
     cut, other = followers
     # one follower cut off: the leader and the other one still make a quorum
     group.dnet.partition([cut], [leader_id, other])
-    assert (await master.broker.store.put_message(mk(body=b"quorum"))).ok
+    assert (await master.up.store.put_message(mk(body=b"quorum"))).ok
     await eventually(lambda: stored(group.members[other], "T", 0) == [b"quorum"])
     await trio.sleep(1)
     assert stored(group.members[cut], "T", 0) == []
-    assert group.members[cut].broker.store.get_max_phy_offset() == 0
+    assert group.members[cut].up.store.get_max_phy_offset() == 0
     # the leader alone: appended to its log, never committed, never dispatched
     group.dnet.heal()
     await eventually(lambda: stored(group.members[cut], "T", 0) == [b"quorum"])
     group.dnet.partition([leader_id], followers)
-    end = master.broker.store.get_max_phy_offset()
-    pending = master.broker.store.append_message(mk(body=b"alone"))
+    end = master.up.store.get_max_phy_offset()
+    pending = master.up.store.append_message(mk(body=b"alone"))
+    assert not isinstance(pending, PutMessageResult)  # it waits for the quorum
     result = await pending.wait()
     assert result.status in (
         PutMessageStatus.OS_PAGECACHE_BUSY,
         PutMessageStatus.SERVICE_NOT_AVAILABLE,
     )
     for m in group.running():
-        assert m.broker.store.get_max_phy_offset() == end
+        assert m.up.store.get_max_phy_offset() == end
         assert stored(m, "T", 0) == [b"quorum"]
 
 
@@ -302,7 +322,7 @@ async def test_producer_goes_on_through_a_leader_kill(
     group = await start_group(nursery, tmp_path)
     master = await group.wait_master()
     async with Admin(group.namesrv.addr, network=group.network) as admin:
-        await admin.create_topic("F", broker_addr=master.broker.addr, queues=2)
+        await admin.create_topic("F", broker_addr=master.up.addr, queues=2)
     acked: list[bytes] = []
 
     async def send_all(producer, first, count):
@@ -321,11 +341,11 @@ async def test_producer_goes_on_through_a_leader_kill(
 
     async with Producer("pg", group.namesrv.addr, network=group.network) as producer:
         await send_all(producer, 0, 20)
-        old = master.node.config.self_id
+        old = master.raft.config.self_id
         group.kill(old)
         await send_all(producer, 20, 20)
         new = await group.wait_master()
-        assert new.node.config.self_id != old
+        assert new.raft.config.self_id != old
         await send_all(producer, 40, 5)
     # everything acknowledged is readable on the new master, in send order per queue
     seen = stored(new, "F", 0) + stored(new, "F", 1)
@@ -336,21 +356,19 @@ async def test_producer_goes_on_through_a_leader_kill(
     # the killed member comes back as a follower and ends with the same CommitLog
     await group.start(old)
     back = group.members[old]
-    await eventually(
-        lambda: commit_log_bytes(back.broker.store) == commit_log_bytes(new.broker.store)
-    )
-    assert back.broker.controller.broker_id == int(old[1:]) + 1
-    await eventually(lambda: group.routes().get(int(old[1:]) + 1) == back.broker.addr)
-    assert group.routes()[0] == new.broker.addr
+    await eventually(lambda: commit_log_bytes(back.up.store) == commit_log_bytes(new.up.store))
+    assert back.up.controller.broker_id == int(old[1:]) + 1
+    await eventually(lambda: group.routes().get(int(old[1:]) + 1) == back.up.addr)
+    assert group.routes()[0] == new.up.addr
 
 
 async def test_consumer_offsets_survive_a_leader_change(nursery, tmp_path, mk, autojump_clock):
     group = await start_group(nursery, tmp_path)
     master = await group.wait_master()
     for i in range(5):
-        assert (await master.broker.store.put_message(mk(body=b"%d" % i))).ok
-    master.broker.controller.consumer_offset_manager.commit_offset("cg", "T", 0, 3)
+        assert (await master.up.store.put_message(mk(body=b"%d" % i))).ok
+    master.up.controller.consumer_offset_manager.commit_offset("cg", "T", 0, 3)
     await trio.sleep(6)  # one follower sync round (dLegerSlaveSyncInterval, 5 s)
-    group.kill(master.node.config.self_id)
+    group.kill(master.raft.config.self_id)
     new = await group.wait_master()
-    assert new.broker.controller.consumer_offset_manager.query_offset("cg", "T", 0) == 3
+    assert new.up.controller.consumer_offset_manager.query_offset("cg", "T", 0) == 3

@@ -3,6 +3,8 @@ commit (current-term rule), and pending appends (full, timeout, term change)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.dledger.raft.core import Action, AppendDone, Committed, PersistState, RaftCore, Send
 from broker.dledger.raft.log import MemoryLog
 from broker.dledger.raft.member_state import HardState
@@ -136,7 +138,7 @@ def test_push_gate_codes() -> None:
 
 
 def leader(
-    log: MemoryLog | None = None, term: int = 3, n: int = 3, **overrides: object
+    log: MemoryLog | None = None, term: int = 3, n: int = 3, **overrides: Any
 ) -> tuple[RaftCore, list[Action]]:
     """n0 as leader of ``term`` (by feeding it ACCEPTs); returns it and the actions of its
     first moments as leader (the dispatchers' first COMPAREs)."""
@@ -180,7 +182,8 @@ def pushes_to(actions: object, member: str) -> list[PushEntryRequest]:
 
 def test_commit_only_through_an_entry_of_the_current_term() -> None:
     c, first = leader(log_of(1, 1), term=3)
-    assert c.log.end_index == 2 and c.log.get(2).body == b""  # the no-op of term 3
+    noop = c.log.get(2)
+    assert c.log.end_index == 2 and noop is not None and noop.body == b""  # term 3's no-op
     (compare,) = pushes_to(first, "n1")
     assert (compare.type, compare.entries[0].index) == (PushType.COMPARE, 2)
     # n1 holds 0..1 only: the leader steps back to 1, which matches

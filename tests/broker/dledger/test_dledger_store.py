@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -35,10 +38,14 @@ from broker.store import (
     run_message_store,
 )
 from broker.store.dirty_files import truncate_dirty_files
-from common.message import PHYSICAL_OFFSET_POSITION, decode_record
+from broker.store.put_message import PreparedPut
+from common.message import PHYSICAL_OFFSET_POSITION, MessageExtBrokerInner, decode_record
 from common.message_id import decode_offset_msg_id
 from common.remoting.codes import DLedgerResponseCode
 from common.topics import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from tests.broker.dledger.conftest import FakeNode
 
 STORE_HOST = ("127.0.0.1", 10911)  # conftest.make_message's
 
@@ -103,7 +110,7 @@ async def test_only_committed_entries_reach_the_queues(open_dledger, autojump_cl
         assert store.get_max_phy_offset() == 0
         node.commit(0)
         result = await pending.wait()
-        assert result.ok and result.append.logics_offset == 0
+        assert result.ok and result.append is not None and result.append.logics_offset == 0
         assert store.get_max_offset_in_queue("T", 0) == 1  # entry 1 is still not committed
         node.commit(1)
         await store.applier.wait_applied(1)
@@ -186,7 +193,7 @@ async def test_result_codes(open_dledger, autojump_clock, code, status, new_node
         # refused by the append: a final answer, nothing in the log
         r = store.append_message(mk())
         assert isinstance(r, PutMessageResult) and r.status is status
-        assert code.name in r.remark
+        assert code.name in (r.remark or "")
     async with open_dledger(new_node(outcome=code)) as store:
         # appended, then the wait failed: the pending put answers the mapped status
         r = store.append_message(mk())
@@ -222,21 +229,25 @@ async def test_records_land_where_the_classic_store_puts_them(
             body = rng.randbytes(rng.randrange(1, 300))
             mine = await store.put_message(mk(qid=i % 3, body=body))
             ref = await reference.put_message(mk(qid=i % 3, body=body))
+            assert mine.append is not None and ref.append is not None
             assert mine.append.wrote_offset == ref.append.wrote_offset
             assert mine.append.msg_id == ref.append.msg_id
         end = reference.get_max_phy_offset()
         assert end > 4 * 1024  # several files, so several BLANKs
         assert store.get_max_phy_offset() == end
         for start in range(0, end, 1024):
-            assert bytes(store.get_commit_log_data(start)) == bytes(
-                reference.get_commit_log_data(start)
-            )
+            mine_data = store.get_commit_log_data(start)
+            ref_data = reference.get_commit_log_data(start)
+            assert mine_data is not None and ref_data is not None
+            assert bytes(mine_data) == bytes(ref_data)
 
 
 # --- restart: the apply resumes exactly where the classic store ends --------------------------
 
 
-def _entries_for(node, mk, rng: random.Random, n: int) -> None:
+def _entries_for(
+    node: FakeNode, mk: Callable[..., MessageExtBrokerInner], rng: random.Random, n: int
+) -> None:
     """Fill the node's log with n committed entries: records of a few queues, and no-ops."""
     store = MemoryMessageStore(MessageStoreConfig(store_path_root_dir="unused"))
     store.broker_role = "SYNC_MASTER"
@@ -248,19 +259,20 @@ def _entries_for(node, mk, rng: random.Random, n: int) -> None:
         qid = rng.randrange(3)
         msg = mk(qid=qid, body=rng.randbytes(rng.randrange(1, 400)), KEYS=f"k{qid}")
         put = store._prepare_put([msg], {("T", qid): offsets.get(qid, 0)}, batch=False)
+        assert isinstance(put, PreparedPut), put
         offsets[qid] = offsets.get(qid, 0) + 1
         node.log.append(node.term, bytes(put.buf))
     node.committed_index = node.log.end_index
 
 
-def _open_file_store(root, file_size=2048) -> DefaultMessageStore:
+def _open_file_store(root: Path, file_size: int = 2048) -> DefaultMessageStore:
     cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=file_size)
     store = DefaultMessageStore(cfg)
     store.open_and_recover()
     return store
 
 
-def _applied(root, node, end: int) -> tuple[DefaultMessageStore, Applier]:
+def _applied(root: Path, node: FakeNode, end: int) -> tuple[DefaultMessageStore, Applier]:
     """A file store at ``root`` with the node's entries ``0 .. end - 1`` applied."""
     store = _open_file_store(root)
     applier = Applier(store, node)
@@ -268,9 +280,11 @@ def _applied(root, node, end: int) -> tuple[DefaultMessageStore, Applier]:
     return store, applier
 
 
-def _apply(applier: Applier, node, first: int, end: int) -> None:
+def _apply(applier: Applier, node: FakeNode, first: int, end: int) -> None:
     for i in range(first, end):
-        applier.apply_entry(node.log.get(i))
+        entry = node.log.get(i)
+        assert entry is not None, i
+        applier.apply_entry(entry)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -544,6 +558,7 @@ async def test_the_leader_dispatches_its_own_puts_as_a_parse_would(
             assert r.ok, r
         assert not store.applier.hints  # every hint was taken by its entry
         leader = store.classic
+        assert isinstance(leader, DefaultMessageStore)
         await leader.wait_dispatched()
         parsed = _open_file_store(tmp_path / "parsed", 2048)
         try:
@@ -558,9 +573,9 @@ async def test_the_leader_dispatches_its_own_puts_as_a_parse_would(
                 assert (cq.min_offset, cq.max_offset) == (other.min_offset, other.max_offset)
                 units = [cq.unit(o) for o in range(cq.min_offset, cq.max_offset)]
                 assert units == [other.unit(o) for o in range(cq.min_offset, cq.max_offset)]
-            for key in ("k5", "k33", "shared"):
-                mine = leader.query_message("T", key, 100, 0, 1 << 62)
-                theirs = parsed.query_message("T", key, 100, 0, 1 << 62)
+            for keys in ("k5", "k33", "shared"):
+                mine = leader.query_message("T", keys, 100, 0, 1 << 62)
+                theirs = parsed.query_message("T", keys, 100, 0, 1 << 62)
                 mine_b = [bytes(b) for b in mine.buffers]
                 assert mine_b == [bytes(b) for b in theirs.buffers] and mine_b
         finally:

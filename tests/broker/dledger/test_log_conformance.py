@@ -48,13 +48,13 @@ def test_append_get_and_placement(raft_log: RaftLog) -> None:
         assert raft_log.write_pos == pos and raft_log.end_index == i
     assert raft_log.end_index == 29 and raft_log.end_term == 3 and raft_log.begin_index == 0
     for i in range(30):
-        e = raft_log.get(i)
-        assert e is not None and e.body == body(i, 60 + i * 7) and e.term == 1 + i // 10
-        assert raft_log.term_at(i) == e.term
+        got = raft_log.get(i)
+        assert got is not None and got.body == body(i, 60 + i * 7) and got.term == 1 + i // 10
+        assert raft_log.term_at(i) == got.term
     assert raft_log.get(30) is None and raft_log.get(-1) is None and raft_log.term_at(30) == -1
     # entries that did not fit a file's end opened the next file (over a blank)
     opened = [
-        e.pos for i in range(1, 30) if (e := raft_log.get(i)) is not None and e.pos % DATA == 0
+        x.pos for i in range(1, 30) if (x := raft_log.get(i)) is not None and x.pos % DATA == 0
     ]
     assert len(opened) >= 5
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -60,7 +61,8 @@ def test_drop_head_moves_the_begin_to_a_file_start_and_a_reopen_finds_it(tmp_pat
         os.unlink(mf.path)
     assert files(d) == (5, 3)  # index files of entries 0-7 and 8-15 went with them
     assert flog.get(19) is None and flog.term_at(19) == -1
-    assert flog.get(20).body == bytes([20]) * BODY
+    twentieth = flog.get(20)
+    assert twentieth is not None and twentieth.body == bytes([20]) * BODY
     kept = [flog.get(i) for i in range(20, 40)]
     flog.close()
     again = open_log(d)
@@ -110,6 +112,7 @@ def test_a_dropped_head_log_recovers_a_torn_tail_and_never_truncates_its_head(
     flog.append(9, b"y" * BODY)
     flog.flush()
     last = flog.get(29)
+    assert last is not None
     flog.close()
     # tear entry 29's body: recovery cuts it and keeps the head
     path = d / "data" / sorted(os.listdir(d / "data"))[-1]
@@ -146,7 +149,19 @@ class FakeApplier:
         self.durable.append(hint)
 
 
-def service(tmp_path: Path, ratio: float, monkeypatch, **config) -> LogRetention:
+def applier_of(ret: LogRetention) -> FakeApplier:
+    assert isinstance(ret.applier, FakeApplier)
+    return ret.applier
+
+
+def node_of(ret: LogRetention) -> FakeNode:
+    assert isinstance(ret.node, FakeNode)
+    return ret.node
+
+
+def service(
+    tmp_path: Path, ratio: float, monkeypatch: pytest.MonkeyPatch, **config: Any
+) -> LogRetention:
     monkeypatch.setattr(log_retention, "disk_used_ratio", lambda path: ratio)
     flog = filled(tmp_path / "dl")
     now = time.time() * 1000
@@ -161,45 +176,47 @@ def service(tmp_path: Path, ratio: float, monkeypatch, **config) -> LogRetention
 
 
 async def test_nothing_goes_before_the_durable_hint_and_then_only_up_to_it(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)  # over diskMaxUsedSpaceRatio (75): due
-    ret.applier.applied_index = 13
+    applier_of(ret).applied_index = 13
     assert await ret.once() == 0  # first round: (13, 5000) is only a candidate
-    assert ret.applier.durable == []
-    ret.applier.applied_index = 30
+    assert applier_of(ret).durable == []
+    applier_of(ret).applied_index = 30
     assert await ret.once() == 3  # the candidate is flushed: made durable; files of 0-11 go
-    assert ret.applier.durable == [Hint(13, 5000, 2)]  # entry 13 is of term 2
+    assert applier_of(ret).durable == [Hint(13, 5000, 2)]  # entry 13 is of term 2
     assert ret.flog.begin_index == 12
 
 
 async def test_a_cut_of_the_classic_store_voids_what_retention_took_before(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
-    ret.applier.applied_index = 30
-    ret.node.committed_index = 20  # what a leader confirmed: the bound of what goes
+    applier_of(ret).applied_index = 30
+    node_of(ret).committed_index = 20  # what a leader confirmed: the bound of what goes
     await ret.once()
     await ret.once()
     assert ret.durable.entry == 30 and ret.flog.begin_index == 20
     # the applier cut the store back (apply_resume.py) and removed the durable hint
-    ret.applier.cuts += 1
-    ret.applier.applied_index = 25
+    applier_of(ret).cuts += 1
+    applier_of(ret).applied_index = 25
     assert await ret.once() == 0 and ret.durable.entry == -1
     await ret.once()
-    assert ret.durable.entry == 25 and ret.applier.durable[-1] == Hint(25, 5000, 3)
+    assert ret.durable.entry == 25 and applier_of(ret).durable[-1] == Hint(25, 5000, 3)
 
 
-async def test_the_classic_flush_gates_the_durable_hint(tmp_path, monkeypatch) -> None:
+async def test_the_classic_flush_gates_the_durable_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
     ret.classic_flushed = lambda: 4999
     await ret.once()
     await ret.once()
-    assert ret.applier.durable == [] and ret.flog.begin_index == 0
+    assert applier_of(ret).durable == [] and ret.flog.begin_index == 0
 
 
 async def test_it_is_due_at_delete_when_or_over_the_ratio_and_files_must_be_expired(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.50, monkeypatch)
     await ret.once()
@@ -216,16 +233,16 @@ async def test_it_is_due_at_delete_when_or_over_the_ratio_and_files_must_be_expi
 
 
 async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
-    tmp_path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ret = service(tmp_path, 0.80, monkeypatch)
-    ret.node.role = Role.LEADER
-    ret.node.marks = {"n0": 39, "n1": 39, "n2": 9}
+    node_of(ret).role = Role.LEADER
+    node_of(ret).marks = {"n0": 39, "n1": 39, "n2": 9}
     await ret.once()
     assert await ret.once() == 2 and ret.flog.begin_index == 8
     monkeypatch.setattr(log_retention, "disk_used_ratio", lambda path: 0.86)
     assert await ret.once() == 7  # forced: n2 may be stranded (the leader logs it)
-    ret.node.marks = {"n0": 39, "n1": 39, "n2": -1}
+    node_of(ret).marks = {"n0": 39, "n1": 39, "n2": -1}
     assert ret.bound(forced=False) == -1
 
 
@@ -233,7 +250,7 @@ async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
 
 
 def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
-    tmp_path: Path, caplog
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The leader's TRUNCATE at its begin index would leave the follower a log with a gap (and
     its classic store without those messages): the follower refuses it, the leader says why
@@ -241,7 +258,8 @@ def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
     lead_log = filled(tmp_path / "dl")
     twin = MemoryLog(file_size=DATA)
     for i in range(40):
-        assert twin.append_entry(lead_log.get(i))
+        entry = lead_log.get(i)
+        assert entry is not None and twin.append_entry(entry)
     for mf in lead_log.drop_head(upto=21, expired=always):
         os.unlink(mf.path)
     cores = {

@@ -162,7 +162,7 @@ def test_flush_in_a_thread_while_appending_and_truncating(tmp_path: Path) -> Non
 
 
 def test_a_truncate_does_not_wait_for_a_flush_stuck_in_its_sync(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A follower meeting a new leader truncates on the loop's thread: a flush whose fdatasync
     hangs on a slow disk must not hold it up, and must not then claim the cut bytes flushed."""
@@ -357,7 +357,9 @@ def test_file_log_behaves_as_the_memory_log(
         flog.close()
 
 
-def test_recent_entries_cache_agrees_with_the_files(tmp_path: Path, monkeypatch) -> None:
+def test_recent_entries_cache_agrees_with_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Entries still in the in-memory cache and entries only in the files read back the same,
     across a truncate (the cut entries leave the cache) and a reopen (an empty cache)."""
     from broker.dledger.driver import mmap_file_store

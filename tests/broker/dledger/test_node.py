@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -14,15 +16,17 @@ from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
 from broker.dledger.driver.node import DLedgerConfig, DLedgerNode, run_dledger_node
 from broker.dledger.driver.node_storage import MemoryStorage
 from broker.dledger.driver.proposal import PendingProposals, Proposal
-from broker.dledger.driver.transport import RESPONSE_TYPES, RemotingDLedgerNetwork
-from broker.dledger.raft.log import MemoryLog
+from broker.dledger.driver.transport import RESPONSE_TYPES, DLedgerNetwork, RemotingDLedgerNetwork
+from broker.dledger.raft.log import MemoryLog, RaftLog
 from broker.dledger.raft.member_state import HardState
 from broker.dledger.raft.messages import (
     Entry,
     LeadershipTransferRequest,
     MetadataRequest,
+    MetadataResponse,
     Role,
     VoteRequest,
+    VoteResponse,
     VoteResult,
 )
 from cli.chaos.port_blocks import free_port_block
@@ -35,7 +39,9 @@ def peers_string(n: int, base: int = 40911) -> str:
     return ";".join(f"n{i}-127.0.0.1:{base + i}" for i in range(n))
 
 
-async def eventually(predicate, timeout: float = 60.0, step: float = 0.01) -> None:
+async def eventually(
+    predicate: Callable[[], bool], timeout: float = 60.0, step: float = 0.01
+) -> None:
     with trio.fail_after(timeout):
         while not predicate():  # noqa: ASYNC110 - polling Trio's (mock) clock
             await trio.sleep(step)
@@ -55,14 +61,16 @@ class Group:
     """Members that can be stopped and started again with their log and storage kept."""
 
     nursery: trio.Nursery
-    net: object
+    net: DLedgerNetwork
     members: dict[str, Member]
 
     async def start(self, member_id: str) -> DLedgerNode:
         member = self.members[member_id]
         member.scope = trio.CancelScope()
 
-        async def run(*, task_status=trio.TASK_STATUS_IGNORED):
+        async def run(
+            *, task_status: trio.TaskStatus[DLedgerNode] = trio.TASK_STATUS_IGNORED
+        ) -> None:
             assert member.scope is not None
             with member.scope:
                 await run_dledger_node(
@@ -87,11 +95,11 @@ class Group:
     def nodes(self) -> list[DLedgerNode]:
         return [m.node for m in self.members.values() if m.node is not None]
 
-    def leaders(self, among=None) -> list[DLedgerNode]:
+    def leaders(self, among: list[str] | None = None) -> list[DLedgerNode]:
         nodes = self.nodes if among is None else [self.members[m].node for m in among]
         return [n for n in nodes if n is not None and n.role is Role.LEADER]
 
-    async def leader(self, among=None, timeout: float = 60.0) -> DLedgerNode:
+    async def leader(self, among: list[str] | None = None, timeout: float = 60.0) -> DLedgerNode:
         """The one leader of ``among`` (default: every running member), once all of them follow it."""
 
         def settled() -> bool:
@@ -101,8 +109,9 @@ class Group:
             ids = among or [n.config.self_id for n in self.nodes]
             lead = leaders[0]
             return all(
-                self.members[m].node.leader_id == lead.config.self_id
-                and self.members[m].node.term == lead.term
+                (node := self.members[m].node) is not None
+                and node.leader_id == lead.config.self_id
+                and node.term == lead.term
                 for m in ids
             )
 
@@ -110,7 +119,7 @@ class Group:
         return self.leaders(among)[0]
 
 
-def make_group(nursery, net, n=3, **config) -> Group:
+def make_group(nursery: trio.Nursery, net: DLedgerNetwork, n: int = 3, **config: Any) -> Group:
     peers = peers_string(n)
     members = {}
     for i in range(n):
@@ -121,15 +130,22 @@ def make_group(nursery, net, n=3, **config) -> Group:
     return Group(nursery, net, members)
 
 
-async def started_group(nursery, net, n=3, **config) -> Group:
+async def started_group(
+    nursery: trio.Nursery, net: DLedgerNetwork, n: int = 3, **config: Any
+) -> Group:
     group = make_group(nursery, net, n, **config)
     for member_id in group.members:
         await group.start(member_id)
     return group
 
 
-def bodies(log: MemoryLog, upto: int) -> list[bytes]:
-    return [log.get(i).body for i in range(upto + 1)]
+def bodies(log: RaftLog, upto: int) -> list[bytes]:
+    out = []
+    for i in range(upto + 1):
+        entry = log.get(i)
+        assert entry is not None, i
+        out.append(entry.body)
+    return out
 
 
 async def test_a_leader_is_elected_and_all_follow_it(autojump_clock):
@@ -223,7 +239,8 @@ async def test_partitioned_leader_times_out_and_its_tail_is_truncated(autojump_c
         await eventually(lambda: old.log.end_index == end and old.committed_index >= end)
         assert bodies(old.log, end) == bodies(new.log, end)
         for index in tail:
-            assert not old.log.get(index).body.startswith(b"stranded")
+            entry = old.log.get(index)
+            assert entry is not None and not entry.body.startswith(b"stranded")
         nursery.cancel_scope.cancel()
 
 
@@ -241,12 +258,13 @@ async def test_a_vote_is_answered_only_once_it_is_durable(autojump_clock):
             vote = VoteRequest(group="g", remote_id="n1", local_id="n0", leader_id="n0", term=term)
             first = await candidate.call(addr, vote)
             # a larger term: n1 moves to it (persisted) and answers "not ready" first
+            assert isinstance(first, VoteResponse)
             assert first.vote_result is VoteResult.REJECT_TERM_NOT_READY
             assert storage.saves[-1].term == term
             sent = trio.current_time()
             second = await candidate.call(addr, vote)
             received = trio.current_time()
-        assert second.vote_result is VoteResult.ACCEPT
+        assert isinstance(second, VoteResponse) and second.vote_result is VoteResult.ACCEPT
         saved_at, state = storage.saved_at[-1], storage.saves[-1]
         assert state == HardState(term=term, voted_for="n0")
         assert sent < saved_at <= received
@@ -290,6 +308,7 @@ async def test_metadata_names_the_leader_and_peers(autojump_clock):
         async with net.open_client("cli") as cli:
             request = MetadataRequest(group="g", remote_id="n0", local_id="cli")
             answer = await cli.call(follower.bound_addr, request)
+        assert isinstance(answer, MetadataResponse)
         assert answer.leader_id == leader.config.self_id
         assert answer.peers == leader.config.peer_addresses()
         nursery.cancel_scope.cancel()
@@ -341,7 +360,7 @@ async def test_restart_keeps_hard_state_and_log(autojump_clock):
 async def test_file_logs_over_tcp_and_restart_from_disk(tmp_path):
     base = free_port_block(4)
     peers = peers_string(3, base)
-    fast = dict(
+    fast: dict[str, Any] = dict(
         heart_beat_time_interval_ms=200,
         max_heart_beat_leak=3,
         min_vote_interval_ms=50,
@@ -439,7 +458,7 @@ def proposal(first: int, count: int) -> Proposal:
     return Proposal(OK, entries)
 
 
-async def outcome(p: Proposal):
+async def outcome(p: Proposal) -> RC | None:
     """The proposal's outcome if it has one, else None."""
     return await p.wait() if p.finished else None
 

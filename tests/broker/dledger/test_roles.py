@@ -24,7 +24,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from namesrv.config import NamesrvConfig
-from namesrv.service import run_namesrv
+from namesrv.service import NamesrvHandle, run_namesrv
 from tests.support.memory_network import MemoryNetwork
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
@@ -65,7 +65,7 @@ async def world(nursery, tmp_path, new_node):
     return network, ns, start
 
 
-def addrs(ns) -> dict[int, str]:
+def addrs(ns: NamesrvHandle) -> dict[int, str]:
     table = ns.routes.get_all_cluster_info().broker_addr_table
     return dict(table["broker-a"].broker_addrs) if "broker-a" in table else {}
 
@@ -158,7 +158,7 @@ async def test_runtime_info_has_the_raft_state(world, new_node, autojump_clock):
             broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
         )
     assert resp.code == ResponseCode.SUCCESS
-    table = serde.from_json(resp.body, KVTable).table
+    table = serde.from_json(resp.body_bytes(), KVTable).table
     assert table["dledgerRole"] == "LEADER" and table["dledgerTerm"] == "4"
     assert table["dledgerGroup"] == "broker-a" and table["dledgerLeaderId"] == "n0"
     for key in ("dledgerSelfId", "dledgerLedgerEndIndex", "dledgerCommittedIndex", "dledgerPeers"):

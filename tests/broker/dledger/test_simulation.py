@@ -80,9 +80,9 @@ class EagerCommitter(RaftCore):
     """The leader counts an entry committed as soon as it stored it (no quorum)."""
 
     def propose(
-        self, bodies: Sequence[bytes], now: float
+        self, bodies: Sequence[bytes], now: float, *, push: bool = True
     ) -> tuple[DLedgerResponseCode, list[Entry], list[Action]]:
-        code, entries, actions = super().propose(bodies, now)
+        code, entries, actions = super().propose(bodies, now, push=push)
         if entries:
             self._state.commit(entries[-1].index)
             actions += self._state.take_actions()

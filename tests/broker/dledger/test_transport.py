@@ -8,6 +8,7 @@ under the autojump clock, the last one in real time.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 import trio
@@ -30,6 +31,7 @@ from broker.dledger.raft.messages import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
+    Request,
     VoteRequest,
 )
 from common.remoting.codes import DLedgerResponseCode as RC
@@ -139,7 +141,7 @@ async def test_posted_calls_arrive_in_post_order(net, clock):
             arrived.append(request.entries[0].index)
         return answer(request)
 
-    results = []
+    results: list[tuple[Request, Any]] = []  # (request, its answer or the error)
     async with trio.open_nursery() as nursery:
         addr = await nursery.start(functools.partial(net.serve, "n1", "127.0.0.1:0", handler))
         async with net.open_client("n0") as client:
@@ -268,7 +270,7 @@ async def test_remoting_frames_are_dledger_commands(autojump_clock):
             assert got.ext_fields == {}
             assert got.body == (b'{"code":200,"group":"g","localId":"n1","remoteId":"n0","term":4}')
             bad = await raw.invoke(addr, RemotingCommand(code=51002, body=b"{nope"))
-            assert bad.code == 1 and "not JSON" in bad.remark
+            assert bad.code == 1 and "not JSON" in (bad.remark or "")
             unknown = await raw.invoke(addr, RemotingCommand(code=50002, body=b"{}"))
             assert unknown.code == 3
         nursery.cancel_scope.cancel()
@@ -322,7 +324,7 @@ async def test_kill_fails_calls_in_flight_and_revive_restores(autojump_clock):
 async def test_drop_is_seeded_and_loses_about_its_share(autojump_clock):
     async def run(seed):
         net = MemoryDLedgerNetwork(seed=seed, drop=0.3)
-        outcomes = []
+        outcomes: list[tuple[Request, Any]] = []  # (request, its answer or the error)
         async with trio.open_nursery() as nursery:
             addrs = await serve_members(nursery, net, ["n1"])
             async with net.open_client("n0") as client:

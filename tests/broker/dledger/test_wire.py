@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import TypedDict
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.dledger.driver.wire import (
+    AnyRequest,
+    AnyResponse,
     WireError,
     decode_request,
     decode_response,
@@ -52,10 +55,17 @@ def entry_json(index: int = 7, body: bytes = BODY) -> str:
     )
 
 
-BASE = {"group": "g", "remote_id": "n1", "local_id": "n0", "term": 3}
+class _Base(TypedDict):
+    group: str
+    remote_id: str
+    local_id: str
+    term: int
+
+
+BASE: _Base = {"group": "g", "remote_id": "n1", "local_id": "n0", "term": 3}
 
 # (message, the JSON fastjson writes for it) - properties sorted, nulls left out
-REQUESTS = [
+REQUESTS: list[tuple[AnyRequest, str]] = [
     (
         VoteRequest(**BASE, leader_id="n0", ledger_end_index=9, ledger_end_term=2),
         '{"code":200,"group":"g","leaderId":"n0","ledgerEndIndex":9,"ledgerEndTerm":2,'
@@ -105,7 +115,7 @@ REQUESTS = [
     ),
 ]
 
-RESPONSES = [
+RESPONSES: list[tuple[Code, AnyResponse, str]] = [
     (
         Code.VOTE,
         VoteResponse(**BASE, vote_result=VoteResult.REJECT_ALREADY_VOTED),
@@ -156,9 +166,10 @@ def test_responses_byte_exact(code, message, expected):
 
 
 def test_request_codes():
-    assert request_code(VoteRequest(**BASE)) == Code.VOTE == 51001
-    assert request_code(PushEntryRequest(**BASE, type=PushType.COMMIT)) == Code.PUSH == 51004
-    assert request_code(MetadataRequest(**BASE)) == Code.METADATA == 50000
+    assert request_code(VoteRequest(**BASE)) == Code.VOTE and int(Code.VOTE) == 51001
+    assert request_code(PushEntryRequest(**BASE, type=PushType.COMMIT)) == Code.PUSH
+    assert int(Code.PUSH) == 51004
+    assert request_code(MetadataRequest(**BASE)) == Code.METADATA and int(Code.METADATA) == 50000
 
 
 def test_non_ascii_ids_are_raw_utf8():
@@ -377,4 +388,4 @@ def test_a_kept_rendering_serves_only_its_own_entry() -> None:
             commit_index=4,
         )
         decoded = decode_request(int(request_code(req)), encode_request(req))
-        assert decoded.entries == (entry,)
+        assert isinstance(decoded, PushEntryRequest) and decoded.entries == (entry,)

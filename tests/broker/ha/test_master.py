@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import trio
 import trio.testing
 
-from broker.ha.master import HAMaster
+from broker.ha.master import HAMaster, SlaveConnection
 from broker.ha.protocol import TransferDecoder, encode_report
 from broker.ha.watermark import ReplicaWatermark
+from broker.store import DefaultMessageStore
 from common.remoting.deferred_answer import flush_batch
 
 SEG = 4096
@@ -184,7 +186,9 @@ async def test_reports_raise_the_watermark_last_word_wins(open_store, mk, autoju
 
 
 @contextlib.asynccontextmanager
-async def parked_over_a_socket(store, master, report: int):
+async def parked_over_a_socket(
+    store: DefaultMessageStore, master: HAMaster, report: int
+) -> AsyncIterator[tuple[SlaveConnection, FakeSlave, socket.socket]]:
     """``master`` serving a FakeSlave over a real socket pair, the slave having reported
     ``report``, its writer parked; yields (connection, slave, the master's stdlib socket)."""
     ours, theirs = socket.socketpair()

@@ -93,6 +93,7 @@ async def test_slave_catches_up_byte_identical_from_scratch(
                 connect=pair(msvc, n, random.Random(7) if choppy else None),
             )
             ssvc.update_master_address("127.0.0.1:1")
+            assert ssvc.client is not None
             await n.start(ssvc.client.run)
             await wait_caught_up(s, m)
             # live traffic while connected
@@ -124,6 +125,7 @@ async def test_empty_slave_starts_at_masters_last_file(
         async with trio.open_nursery() as n:
             ssvc = HAService(s, s.config, is_slave=True, connect=pair(msvc, n))
             ssvc.update_master_address("127.0.0.1:1")
+            assert ssvc.client is not None
             await n.start(ssvc.client.run)
             await wait_caught_up(s, m)
             n.cancel_scope.cancel()
@@ -149,6 +151,7 @@ async def test_sync_master_waits_released_by_slave_acks(open_store, mk, autojump
 
             async def run_client(task_status=trio.TASK_STATUS_IGNORED):
                 with client_scope:
+                    assert ssvc.client is not None
                     await ssvc.client.run(task_status=task_status)
 
             await n.start(run_client)

@@ -33,7 +33,7 @@ async def test_reads_what_arrived_then_eof() -> None:
 async def test_waits_until_bytes_come() -> None:
     stream, peer = _pair()
     r = Receiver(stream, 1024)
-    got = []
+    got: list[bytes] = []
     async with trio.open_nursery() as n:
         n.start_soon(lambda: _append(got, r))
         await trio.sleep(0.05)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import trio
 import trio.testing
 
 from broker.ha.protocol import encode_report
 from broker.ha.service import HAService, configured_master_address
+from broker.ha.slave import HAClient
 from broker.registrar import RegisterResult
 from broker.store import MessageStoreConfig
+
+if TYPE_CHECKING:
+    from broker.store.api import MessageStore
 
 
 async def test_per_slave_lag_in_bytes_and_time(open_store, mk, autojump_clock):
@@ -45,17 +51,26 @@ async def test_per_slave_lag_in_bytes_and_time(open_store, mk, autojump_clock):
         assert svc.slaves() == [] and svc.runtime_info()["haConnectionCount"] == "0"
 
 
+# the address tests never reach the store
+NO_STORE = cast("MessageStore", None)
+
+
+def client_of(svc: HAService) -> HAClient:
+    assert svc.client is not None, "a slave's HAService has a client"
+    return svc.client
+
+
 def test_master_address_from_registration_answers(tmp_path):
     cfg = MessageStoreConfig(str(tmp_path), broker_role="SLAVE")
-    svc = HAService(store=None, config=cfg, is_slave=True)
-    assert svc.client.master_addr is None
+    svc = HAService(store=NO_STORE, config=cfg, is_slave=True)
+    assert client_of(svc).master_addr is None
     svc.on_register_result(RegisterResult("ns:9876", "127.0.0.1:10911", "127.0.0.1:10912"))
-    assert svc.client.master_addr == "127.0.0.1:10912"
+    assert client_of(svc).master_addr == "127.0.0.1:10912"
     # an answer without a master (master gone from the nameserver) keeps the last address
     svc.on_register_result(RegisterResult("ns:9876", None, None))
-    assert svc.client.master_addr == "127.0.0.1:10912"
+    assert client_of(svc).master_addr == "127.0.0.1:10912"
     svc.on_register_result(RegisterResult("ns:9876", "127.0.0.1:20911", "127.0.0.1:20912"))
-    assert svc.client.master_addr == "127.0.0.1:20912"
+    assert client_of(svc).master_addr == "127.0.0.1:20912"
 
 
 def test_configured_master_address_needs_six_characters(tmp_path):
@@ -66,9 +81,9 @@ def test_configured_master_address_needs_six_characters(tmp_path):
     assert addr("a:1") is None
     assert addr(" 10.0.0.1:10912 ") == "10.0.0.1:10912"
     svc = HAService(
-        None,
+        NO_STORE,
         MessageStoreConfig(str(tmp_path), broker_role="SLAVE", ha_master_address="h:10912"),
         is_slave=True,
     )
-    assert svc.client.master_addr == "h:10912"
-    assert HAService(None, MessageStoreConfig(str(tmp_path))).client is None
+    assert client_of(svc).master_addr == "h:10912"
+    assert HAService(NO_STORE, MessageStoreConfig(str(tmp_path))).client is None

@@ -8,15 +8,9 @@ import attrs
 import pytest
 import trio
 
-from broker.store import MessageStoreConfig, run_memory_store
+from broker.store import MessageStoreConfig, run_memory_store, run_message_store
 
-IMPLS = ["memory"]
-try:  # the file store joins the suite once it exists
-    from broker.store import run_message_store
-
-    IMPLS.append("file")
-except ImportError:  # pragma: no cover
-    run_message_store = None
+IMPLS = ["memory", "file"]
 
 
 @pytest.fixture(params=IMPLS)

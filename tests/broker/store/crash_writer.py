@@ -10,13 +10,14 @@ from __future__ import annotations
 import random
 import sys
 import zlib
+from typing import Any
 
 import trio
 
 from broker.store import MessageStoreConfig, PutMessageStatus, run_message_store
 from common.message import MessageExtBrokerInner
 
-CONFIG = dict(
+CONFIG: dict[str, Any] = dict(
     flush_disk_type="SYNC_FLUSH",
     mapped_file_size_commit_log=16 * 1024,
     mapped_file_size_consume_queue=20 * 64,

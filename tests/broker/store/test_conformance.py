@@ -269,11 +269,11 @@ async def test_sync_append_is_final_and_visible_at_once(open_store):
         store.add_arrival_listener(lambda *a: arrivals.append(a))
         r = store.append_message(mk(qid=1, body=b"one", KEYS="k1"))
         assert isinstance(r, PutResult) and r.status is PutMessageStatus.PUT_OK
-        assert r.append.logics_offset == 0
+        assert r.append is not None and r.append.logics_offset == 0
         assert bodies(store.get_message("g", "T", 1, 0, 32)) == [b"one"]
         assert arrivals == [("T", 1, 1, 0)]
         rb = store.append_messages([mk(qid=1, body=b"b%d" % i) for i in range(3)])
-        assert isinstance(rb, PutResult) and rb.append.msg_num == 3
+        assert isinstance(rb, PutResult) and rb.append is not None and rb.append.msg_num == 3
         assert rb.append.logics_offset == 1
         assert rb.append.wrote_offset == r.append.wrote_offset + r.append.wrote_bytes
         assert bodies(store.get_message("g", "T", 1, 0, 32)) == [b"one", b"b0", b"b1", b"b2"]

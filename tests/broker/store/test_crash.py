@@ -19,6 +19,7 @@ import threading
 import time
 import zlib
 from pathlib import Path
+from typing import IO
 
 import pytest
 import trio
@@ -31,18 +32,22 @@ ROUNDS = 22
 TOPIC = "CrashT"
 
 
-def run_round(root: Path, seed: int, kill_after: float, wait_ready: bool, log) -> list[str]:
+def run_round(
+    root: Path, seed: int, kill_after: float, wait_ready: bool, log: IO[bytes]
+) -> list[str]:
     proc = subprocess.Popen(
         [sys.executable, str(WRITER), str(root), str(seed)],
         stdout=subprocess.PIPE,
         stderr=log,
         cwd=str(Path(__file__).parents[3]),
     )
+    out = proc.stdout
+    assert out is not None
     lines: list[str] = []
     ready = threading.Event()
 
     def reader():
-        for raw in proc.stdout:
+        for raw in out:
             line = raw.decode()
             if not line.endswith("\n"):
                 break  # a line cut by the kill was never fully acknowledged to anyone
@@ -61,7 +66,7 @@ def run_round(root: Path, seed: int, kill_after: float, wait_ready: bool, log) -
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         t.join(10)
-        proc.stdout.close()
+        out.close()
     return lines
 
 
@@ -84,6 +89,7 @@ def test_kill9_never_loses_acknowledged_messages(tmp_path):
 def writer_config() -> dict:
     # test modules cannot import each other (importlib mode): load the writer's config by path
     spec = importlib.util.spec_from_file_location("crash_writer", WRITER)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.CONFIG

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store.dispatch import BLANK, PARTIAL, parse_record, request_for_put
+from broker.store.dispatch import BLANK, PARTIAL, DispatchRequest, parse_record, request_for_put
 from common.message import MessageExtBrokerInner, RecordDecodeError
 from common.message_encoder import encode_record
 from common.message_properties import MessageConst
@@ -20,7 +20,7 @@ from common.topics import SCHEDULE_TOPIC
 
 DELAYS = (1000, 5000, 10000)
 _text = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"),
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00\x01\x02"),
     max_size=12,
 )
 _hosts = st.sampled_from([("127.0.0.1", 10911), ("::1", 10911), ("fe80::2", 7)])
@@ -61,6 +61,7 @@ def test_parse_record_agrees_with_the_put_path(
     assert size == len(record)
     want = request_for_put(msg, phys, len(record), qoff, store_ts, DELAYS)
     # the record's own sys_flag carries the v6 bits the encoder set
+    assert isinstance(got, DispatchRequest)
     assert got == want._replace(sys_flag=got.sys_flag)
     assert got.sys_flag & ~0x30 == msg.sys_flag & ~0x30
     # every shorter view is a partial record, never a wrong one

@@ -6,6 +6,8 @@ import contextlib
 import os
 import shutil
 import struct
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -20,9 +22,9 @@ from broker.store import (
     run_message_store,
 )
 from broker.store.checkpoint import StoreCheckpoint
-from common.message import MessageExtBrokerInner, decode_record, decode_records
+from common.message import MessageExt, MessageExtBrokerInner, decode_record, decode_records
 
-SMALL = dict(
+SMALL: dict[str, Any] = dict(
     mapped_file_size_commit_log=4096,
     mapped_file_size_consume_queue=20 * 8,
     max_hash_slot_num=16,
@@ -52,24 +54,24 @@ async def Opened(root, **kw):
             nursery.cancel_scope.cancel()
 
 
-def size_of(path) -> int:
+def size_of(path: str | Path) -> int:
     return os.path.getsize(path)
 
 
-def damage_file(path, pos: int, data: bytes) -> None:
+def damage_file(path: str | Path, pos: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
         f.write(data)
 
 
-def read_at(path, pos: int, n: int) -> bytes:
+def read_at(path: str | Path, pos: int, n: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(pos)
         return f.read(n)
 
 
 def all_records(store, topic, qid):
-    out = []
+    out: list[MessageExt] = []
     off = store.get_min_offset_in_queue(topic, qid)
     while True:
         r = store.get_message("g", topic, qid, off, 32)
@@ -220,6 +222,7 @@ async def test_sync_flush_and_timeout(tmp_path):
     ) as store:
         r = await store.put_message(mk())
         assert r.status is PutMessageStatus.PUT_OK
+        assert r.append is not None
         assert store.flush.flushed >= r.append.wrote_offset + r.append.wrote_bytes
         # several concurrent puts share flushes (group commit) and all succeed
         results = []
@@ -248,14 +251,17 @@ async def test_sync_flush_append_returns_pending_put(tmp_path):
         pending = store.append_message(mk(body=b"p"))
         assert isinstance(pending, PendingPut)
         # appended (and dispatched) before any await; only the flush is outstanding
+        assert pending.result.append is not None
         assert store.look_message_by_offset(pending.result.append.wrote_offset).body == b"p"
         assert store.get_max_offset_in_queue("T", 0) == 1
         r = await pending.wait()
         assert r.status is PutMessageStatus.PUT_OK and r.append == pending.result.append
+        assert r.append is not None
         assert store.flush.flushed >= r.append.wrote_offset + r.append.wrote_bytes
         batch = store.append_messages([mk(body=b"b1"), mk(body=b"b2")])
         assert isinstance(batch, PendingPut)
-        assert (await batch.wait()).append.msg_num == 2
+        batch_append = (await batch.wait()).append
+        assert batch_append is not None and batch_append.msg_num == 2
         async with store.flush._lock:
             slow = store.append_message(mk(body=b"slow"))
             assert (await slow.wait()).status is PutMessageStatus.FLUSH_DISK_TIMEOUT

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.dledger.driver import entry_json as entry_json_module
@@ -20,6 +21,12 @@ from broker.store.mapped_file_queue import MappedFileQueue
 from common.message import MessageExtBrokerInner
 
 MiB = 1 << 20
+
+
+def record_trim(trims: list[bool]) -> bool:
+    """A stand-in for trim_heap that records the call (and says it trimmed)."""
+    trims.append(True)
+    return True
 
 
 def resident_kib(path: Path | str) -> int:
@@ -76,7 +83,9 @@ def test_truncation_lowers_the_release_mark(tmp_path: Path) -> None:
         queue.close()
 
 
-def test_file_log_keeps_recent_bodies_within_the_byte_bound(tmp_path: Path, monkeypatch) -> None:
+def test_file_log_keeps_recent_bodies_within_the_byte_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(mmap_file_store, "RECENT_BYTES", 10_000)
     flog = open_file_log(str(tmp_path), data_file_size=4 * MiB, index_file_size=32 * 1024)
     try:
@@ -97,7 +106,7 @@ def test_file_log_keeps_recent_bodies_within_the_byte_bound(tmp_path: Path, monk
 
 
 async def test_file_log_releases_pages_cache_and_heap_once_quiet(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the node's flush (FileStorage.flush_log): nothing is released while entries
     come; the first flush after QUIET_S without writes drops the log's pages, the fresh-entry
@@ -105,14 +114,16 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
     from broker.dledger.driver.node_storage import FileStorage
 
     trims: list[bool] = []
-    monkeypatch.setattr(mmap_file_store, "trim_heap", lambda: trims.append(True) or True)
+    monkeypatch.setattr(mmap_file_store, "trim_heap", lambda: record_trim(trims))
     monkeypatch.setattr(mmap_file_store, "QUIET_S", 3600.0)
     flog = open_file_log(str(tmp_path), data_file_size=16 * MiB, index_file_size=32 * 1024)
     data = tmp_path / "data" / "00000000000000000000"
     storage = FileStorage(str(tmp_path))
     try:
         written = [flog.append(1, bytes([i % 251]) * 4_000) for i in range(1_000)]  # ~4 MiB
-        entry_json(flog.get(999))  # a push rendered the newest entry
+        newest = flog.get(999)
+        assert newest is not None
+        entry_json(newest)  # a push rendered the newest entry
         await storage.flush_log(flog)
         await storage.flush_log(flog)  # not quiet for long enough yet
         assert resident_kib(data) >= 3_900 and len(flog._recent) == 1_000 and not trims
@@ -132,7 +143,7 @@ async def test_file_log_releases_pages_cache_and_heap_once_quiet(
         flog.close()
 
 
-def test_push_renderings_are_bounded_in_bytes(monkeypatch) -> None:
+def test_push_renderings_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     from broker.dledger.raft.messages import Entry
 
     monkeypatch.setattr(entry_json_module, "_RENDERED", type(entry_json_module._RENDERED)())
@@ -150,14 +161,14 @@ def test_push_renderings_are_bounded_in_bytes(monkeypatch) -> None:
 
 
 async def test_flush_service_releases_and_trims_once_when_the_store_goes_quiet(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the logic flush's interval far away, the quiet wake alone flushes the queues and
     the index (the checkpoint moves) and trims the heap, once per quiet spell."""
     from broker.store import flush
 
     trims: list[bool] = []
-    monkeypatch.setattr(flush, "trim_heap", lambda: trims.append(True) or True)
+    monkeypatch.setattr(flush, "trim_heap", lambda: record_trim(trims))
     cfg = MessageStoreConfig(
         store_path_root_dir=str(tmp_path),
         flush_interval_commit_log=0.05,

@@ -11,11 +11,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from broker.store import GetMessageStatus, MessageStoreConfig, run_message_store
+from broker.store import (
+    AppendMessageResult,
+    DefaultMessageStore,
+    GetMessageStatus,
+    MessageStoreConfig,
+    PutMessageResult,
+    run_message_store,
+)
 from broker.store import commitlog as commitlog_mod
 from broker.store import reput as reput_mod
 from broker.store.checkpoint import StoreCheckpoint
@@ -75,8 +84,15 @@ def parsed(monkeypatch):
     return counts
 
 
-def bodies(store, qid: int = 0) -> list[bytes]:
-    out, off = [], store.get_min_offset_in_queue("T", qid)
+def appended(r: PutMessageResult) -> AppendMessageResult:
+    """What a successful put appended."""
+    assert r.append is not None, r.status
+    return r.append
+
+
+def bodies(store: DefaultMessageStore, qid: int = 0) -> list[bytes]:
+    out: list[bytes] = []
+    off = store.get_min_offset_in_queue("T", qid)
     while True:
         r = store.get_message("g", "T", qid, off, 32)
         if r.status is not GetMessageStatus.FOUND:
@@ -85,23 +101,23 @@ def bodies(store, qid: int = 0) -> list[bytes]:
         off = r.next_begin_offset
 
 
-def write_at(path, pos: int, data: bytes) -> None:
+def write_at(path: str | Path, pos: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
         f.write(data)
 
 
-def read_at(path, pos: int, n: int) -> bytes:
+def read_at(path: str | Path, pos: int, n: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(pos)
         return f.read(n)
 
 
-def segments(root) -> list[int]:
+def segments(root: Path) -> list[int]:
     return sorted(int(n) for n in os.listdir(root / "commitlog"))
 
 
-async def fill(store, first: int, n: int, **kw):
+async def fill(store: DefaultMessageStore, first: int, n: int, **kw: Any) -> list[PutMessageResult]:
     return [await store.put_message(mk(i, **kw)) for i in range(first, first + n)]
 
 
@@ -125,7 +141,7 @@ async def test_clean_restart_reads_nothing_before_the_end(tmp_path, parsed):
         assert store.get_max_offset_in_queue("T", 0) == 600
         assert bodies(store)[::150] == [b"%05d" % i * 40 for i in (0, 150, 300, 450)]
         r = await store.put_message(mk(600))
-        assert r.append.wrote_offset >= end and r.append.logics_offset == 600
+        assert appended(r).wrote_offset >= end and appended(r).logics_offset == 600
 
 
 async def test_clean_restart_without_checkpoint_reads_the_last_3_files(tmp_path, parsed):
@@ -147,7 +163,9 @@ async def test_clean_restart_without_checkpoint_reads_the_last_3_files(tmp_path,
         assert store.get_max_offset_in_queue("T", 0) == 600
 
 
-async def crashed_store(tmp_path, before: int, after: int, **kw):
+async def crashed_store(
+    tmp_path: Path, before: int, after: int, **kw: Any
+) -> tuple[Path, int, list[PutMessageResult]]:
     """A store with ``before`` records under a checkpoint and ``after`` more, crashed."""
     live = tmp_path / "live"
     async with opened(live) as store:
@@ -162,7 +180,7 @@ async def crashed_store(tmp_path, before: int, after: int, **kw):
 
 async def test_crash_recovery_starts_at_the_checkpoint(tmp_path, parsed):
     root, cp_offset, res = await crashed_store(tmp_path, 600, 30)
-    end = res[-1].append.wrote_offset + res[-1].append.wrote_bytes
+    end = appended(res[-1]).wrote_offset + appended(res[-1]).wrote_bytes
     assert StoreCheckpoint.load(str(root / "checkpoint")).dispatched == cp_offset
     assert len([s for s in segments(root) if s < cp_offset]) > 40
     parsed.update(validate=0, dispatch=0)
@@ -182,7 +200,7 @@ async def test_crash_recovery_starts_at_the_checkpoint(tmp_path, parsed):
 
 async def test_crash_recovery_truncates_a_torn_tail_after_the_checkpoint(tmp_path):
     root, cp_offset, res = await crashed_store(tmp_path, 300, 20)
-    last = res[-1].append
+    last = appended(res[-1])
     path = root / "commitlog" / f"{last.wrote_offset - last.wrote_offset % SEG:020d}"
     # the last record's body damaged (a flipped byte)
     write_at(path, last.wrote_offset % SEG + last.wrote_bytes - 30, b"\xff")
@@ -192,12 +210,12 @@ async def test_crash_recovery_truncates_a_torn_tail_after_the_checkpoint(tmp_pat
         assert store.get_max_phy_offset() == last.wrote_offset
         assert store.get_max_offset_in_queue("T", 0) == 319
         r = await store.put_message(mk(999))
-        assert (r.append.wrote_offset, r.append.logics_offset) == (last.wrote_offset, 319)
+        assert (appended(r).wrote_offset, appended(r).logics_offset) == (last.wrote_offset, 319)
     # nothing of the torn record is left after the new one
     rest = read_at(
         path,
-        r.append.wrote_offset % SEG + r.append.wrote_bytes,
-        last.wrote_bytes - r.append.wrote_bytes,
+        appended(r).wrote_offset % SEG + appended(r).wrote_bytes,
+        last.wrote_bytes - appended(r).wrote_bytes,
     )
     assert rest == bytes(len(rest))
 
@@ -220,7 +238,7 @@ async def test_queue_and_index_behind_the_commit_log_are_rebuilt_from_the_checkp
         assert store.get_max_offset_in_queue("T", 0) == 225
         assert bodies(store) == [b"%05d" % i * 40 for i in range(225)]
         # the whole chain of "dup" is intact: the newest entry leads back to the first
-        offsets = [r.append.wrote_offset for r in res]
+        offsets = [appended(r).wrote_offset for r in res]
         assert sorted(store.index.query("T#dup", 1000, 0, 2**62)) == offsets
         q = store.query_message("T", "dup", 64, 0, 2**62)  # the broker's cap: the newest 64
         assert sorted(decode_record(bytes(b)).body for b in q.buffers) == [
@@ -234,5 +252,5 @@ async def test_queue_and_index_behind_the_commit_log_are_rebuilt_from_the_checkp
     async with opened(tmp_path / "again") as store:
         assert store.recovery.index_entries_dropped == 0
         chain = sorted(store.index.query("T#dup", 1000, 0, 2**62))
-        assert chain == [*offsets, r.append.wrote_offset]
+        assert chain == [*offsets, appended(r).wrote_offset]
         assert store.get_max_offset_in_queue("T", 0) == 226

@@ -11,7 +11,7 @@ import time
 
 import trio
 
-from broker.store import GetMessageStatus
+from broker.store import DefaultMessageStore, GetMessageStatus
 from broker.store.clean_service import (
     clean_once,
     head_paths,
@@ -28,7 +28,7 @@ HOUR = time.localtime(NOW_MS / 1000).tm_hour
 OTHER_HOUR = f"{(HOUR + 3) % 24:02d}"
 
 
-def _age_segments(store, hours: float) -> None:
+def _age_segments(store: DefaultMessageStore, hours: float) -> None:
     t = NOW_MS / 1000 - hours * 3600
     for mf in store.commit_log.queue.files:
         os.utime(mf.path, (t, t))
@@ -38,12 +38,14 @@ def _commit_log_files(taken):
     return [mf for mf in taken if os.sep + "commitlog" + os.sep in mf.path]
 
 
-async def _fill(store, n: int = 60) -> list[int]:
+async def _fill(store: DefaultMessageStore, n: int = 60) -> list[int]:
     offsets = []
     for i in range(n):
         r = await store.put_message(mk(qid=0, body=b"r%03d-" % i + b"y" * 250, KEYS=f"k{i}"))
         assert r.ok
+        assert r.append is not None
         offsets.append(r.append.logics_offset)
+    assert store.flush is not None
     await store.flush.flush_all()  # retention takes flushed segments only
     return offsets
 
