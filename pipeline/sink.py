@@ -357,7 +357,14 @@ class _Writer:
     async def _queue(
         self, producer: Producer, topic: str, broker: str | None, qid: int
     ) -> MessageQueue:
-        info = producer._cached_publish_info(topic) or await producer.publish_info(topic)
+        try:
+            info = producer._cached_publish_info(topic) or await producer.publish_info(topic)
+        except RmqError as exc:
+            # a route with no writable queue (a read-only topic, a DLedger group between two
+            # leaders) is refused before any send, as Java's producer refuses it
+            raise SinkWriteError(
+                f"column queueId: topic {topic} has no writable queue: {exc}"
+            ) from exc
         found = [
             q
             for q in info.queues

@@ -16,7 +16,8 @@ class ClientError(RmqError):
 
 
 class NoRouteInfoError(ClientError):
-    """The nameserver has no route for the topic, and none for the auto-create topic TBW102."""
+    """No queue to send to: the nameserver has no route for the topic and none for the
+    auto-create topic TBW102, or the route it has holds no writable master queue."""
 
     def __init__(self, topic: str, detail: str = "") -> None:
         super().__init__(

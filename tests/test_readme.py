@@ -330,13 +330,3 @@ def test_topology_file_starts_its_cluster(session: dict[str, Any]) -> None:
     ):
         assert want in out, f"{want!r} missing:\n{out}"
     _ok(session, "rmq down --data-dir toml-cluster")
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_readme_session_is_quick_enough(session: dict[str, Any]) -> None:
-    total = sum(e["seconds"] for e in session["steps"])
-    slow = sorted(session["steps"], key=lambda e: -e["seconds"])[:3]
-    assert total < 90, f"README session took {total:.0f} s; slowest: " + ", ".join(
-        f"{e.get('cmd', e['op'])} ({e['seconds']} s)" for e in slow
-    )
