@@ -15,6 +15,7 @@ CommitLog reserves ahead of its writes (ENOSPC at ``posix_fallocate``, never a S
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,14 @@ async def _wait_ready(client, addr: str, broker) -> None:
                     return
             client.close_channel(addr)
             await trio.sleep(0.1)
+
+
+async def _put_refused_reason(client, addr: str) -> str:
+    r = await client.invoke(
+        addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), timeout=10
+    )
+    assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+    return str(json.loads(bytes(r.body))["table"]["putRefusedReason"])
 
 
 async def _pull_all(client, addr: str) -> dict[tuple[int, int], bytes]:
@@ -170,6 +179,8 @@ async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
             _assert_intact(acked, await _pull_all(client, addr), "disk full")
             r = await client.invoke(addr, _send(n), timeout=10)
             assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE, (r.code, r.remark)
+            why = await _put_refused_reason(client, addr)  # what `rmq top` shows
+            assert "disk is full" in why and "(cleanFileForciblyEnable=false)" in why, why
             assert await _commit_offset(client, addr, 0, 10) == ResponseCode.SUCCESS
             assert await _query_offset(client, addr, 0) == 10
             assert broker.proc.poll() is None, broker.log_tail()
@@ -189,6 +200,7 @@ async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
             assert resumed_after < 1.0, f"puts resumed {resumed_after:.2f} s after space came back"
             acked[(int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))] = _send(n).body
             _assert_intact(acked, await _pull_all(client, addr), "space freed")
+            assert await _put_refused_reason(client, addr) == ""
             await trio.sleep(1.0)  # the offsets' periodic write now finds room
 
         text = broker.log.read_text(errors="replace")
