@@ -15,7 +15,9 @@ CommitLog reserves ahead of its writes (ENOSPC at ``posix_fallocate``, never a S
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -145,6 +147,18 @@ async def _query_offset(client, addr: str, qid: int) -> int:
     return int(r.ext_fields["offset"])
 
 
+def _top_off(path: Path) -> None:
+    """Fill what the broker left free to the last block: the disk at 100%."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\1" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
 def _assert_intact(acked: dict, got: dict, when: str) -> None:
     missing = [k for k in acked if k not in got]
     changed = [k for k in acked if k in got and got[k] != acked[k]]
@@ -169,11 +183,15 @@ async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
         acked: dict[tuple[int, int], bytes] = {}
         async with open_remoting_client() as client:
             await _wait_ready(client, addr, broker)
+            # the consumer group behind, and the checker's, exist before the disk fills
             assert await _commit_offset(client, addr, 0, 0) == ResponseCode.SUCCESS
+            assert await _pull_all(client, addr) == {}
             n, remarks = await _fill(client, addr, broker, acked, 0)
             assert len(acked) * BODY > 2 * SEGMENT, "the CommitLog should span several segments"
             assert any("disk is full" in r for r in remarks), remarks
-            # the disk stays full for several clean rounds: nothing unexpired may go
+            # the disk at 100%, for several clean rounds and offset writes: nothing unexpired
+            # may go, and a config or offsets write that finds no space must not kill the broker
+            await trio.to_thread.run_sync(_top_off, disk / "filler")
             await trio.sleep(1.5)
             # reads and offset commits go on while writes are refused
             _assert_intact(acked, await _pull_all(client, addr), "disk full")
