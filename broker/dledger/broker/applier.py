@@ -78,8 +78,9 @@ log = logging.getLogger(__name__)
 
 # entries applied before the apply task lets other tasks run
 _APPLY_BATCH = 1024
-# seconds between tries to apply when the classic store's disk is full
-_STALL_RETRY_S = 1.0
+# seconds between looks at the classic store's disk-full mark while applying is stalled on it
+# (its disk check clears the mark within 100 ms of room coming back, clean_service.py)
+_STALL_POLL_S = 0.1
 _BLANK_HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
 _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
@@ -395,9 +396,12 @@ class Applier:
                 self.apply_entries(self._committed(first, last))
             except ApplyStalled as exc:
                 # nothing lost: the entries are in the Raft log and are applied again once the
-                # disk has room (the store refuses puts meanwhile, running_flags.py)
-                log.error("%s; applying again in %.0f s", exc, _STALL_RETRY_S)
-                await trio.sleep(_STALL_RETRY_S)
+                # disk has room (the store refuses puts meanwhile, running_flags.py); one line
+                # per stall, however long the disk stays full
+                log.error("%s; applying again once the disk has room", exc)
+                await trio.sleep(_STALL_POLL_S)
+                while self.classic.flags.disk_full:
+                    await trio.sleep(_STALL_POLL_S)
                 continue
             n = last - first + 1
             if n:
