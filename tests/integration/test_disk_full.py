@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from cli.chaos.port_blocks import free_port_block
 from cli.chaos.queue_readback import pull_queue
 from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
@@ -74,6 +75,18 @@ async def _wait_ready(client, addr: str, broker) -> None:
                 if r.code == ResponseCode.SUCCESS:
                     return
             client.close_channel(addr)
+            await trio.sleep(0.1)
+
+
+async def _wait_writable(client, addr: str, acked: dict) -> None:
+    """Send until one is accepted (a DLedger member first elects itself)."""
+    with trio.fail_after(30):
+        while True:
+            cmd = _send(999_999)
+            r = await client.invoke(addr, cmd, timeout=10)
+            if r.code == ResponseCode.SUCCESS:
+                acked[(int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]))] = cmd.body
+                return
             await trio.sleep(0.1)
 
 
@@ -167,7 +180,7 @@ def _assert_intact(acked: dict, got: dict, when: str) -> None:
     )
 
 
-@pytest.mark.parametrize("guard", ["ratio", "reserved-blocks"])
+@pytest.mark.parametrize("guard", ["ratio", "reserved-blocks", "dledger"])
 async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
     tmp_path, procs, guard
 ):
@@ -178,16 +191,29 @@ async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
             # the ratio check off: the disk fills to the last block, and ENOSPC at
             # posix_fallocate is all that stands between the broker and SIGBUS
             props["diskSpaceWarningLevelRatio"] = 1.0
+        if guard == "dledger":
+            # a one-member group: the Raft log and the classic CommitLog share the disk
+            props.update(
+                enableDLegerCommitLog="true",
+                dLegerGroup="broker-a",
+                dLegerPeers=f"n0-127.0.0.1:{free_port_block(1)}",
+                dLegerSelfId="n0",
+                heartBeatTimeIntervalMs=500,
+                minVoteIntervalMs=150,
+                maxVoteIntervalMs=400,
+            )
         broker = procs.broker("broker-disk", **props)
         addr = broker.addr
         acked: dict[tuple[int, int], bytes] = {}
         async with open_remoting_client() as client:
             await _wait_ready(client, addr, broker)
+            await _wait_writable(client, addr, acked)
             # the consumer group behind, and the checker's, exist before the disk fills
             assert await _commit_offset(client, addr, 0, 0) == ResponseCode.SUCCESS
-            assert await _pull_all(client, addr) == {}
+            assert await _pull_all(client, addr) == acked
             n, remarks = await _fill(client, addr, broker, acked, 0)
-            assert len(acked) * BODY > 2 * SEGMENT, "the CommitLog should span several segments"
+            copies = 2 if guard == "dledger" else 1  # the Raft log holds each message too
+            assert len(acked) * BODY * copies > 2 * SEGMENT, "the logs should span several segments"
             assert any("disk is full" in r for r in remarks), remarks
             # the disk at 100%, for several clean rounds and offset writes: nothing unexpired
             # may go, and a config or offsets write that finds no space must not kill the broker
@@ -230,6 +256,7 @@ async def test_a_disk_filled_by_the_commitlog_keeps_every_acknowledged_message(
         broker = procs.broker("broker-disk", port=broker.port, **props)
         async with open_remoting_client() as client:
             await _wait_ready(client, addr, broker)
+            await _wait_writable(client, addr, acked)
             _assert_intact(acked, await _pull_all(client, addr), "after a restart")
             assert await _query_offset(client, addr, 0) == 10
         broker.stop()
