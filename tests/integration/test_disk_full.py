@@ -9,7 +9,10 @@ after the tmpfs grows (``mount -o remount,size=``; puts resume within 1 s, no re
 a restart.  With ``cleanFileForciblyEnable=true`` the oldest segments go, as RocketMQ's do, and
 the broker's log says so.  The disk is judged full either by the ratio check
 (``diskSpaceWarningLevelRatio``, before the last block) or, with that check off, by the blocks the
-CommitLog reserves ahead of its writes (ENOSPC at ``posix_fallocate``, never a SIGBUS).
+CommitLog reserves ahead of its writes (ENOSPC at ``posix_fallocate``, never a SIGBUS); a third
+case runs the broker as a one-member DLedger group, its Raft log on the same disk.  Once puts
+are refused a filler file takes the last free block, so the clean rounds, the checkpoints and
+the config and offset writes all meet a disk with no room at all.
 """
 
 from __future__ import annotations
