@@ -383,9 +383,11 @@ class SendMessageProcessor:
             answer = self._answer_on_replica(req, appended, queue_id, replica)
         else:
             answer = self._answer_later(req, appended, queue_id, replica)
-        if self.broker.config_pending():
+        refused = isinstance(answer, RemotingCommand) and answer.code != ResponseCode.SUCCESS
+        if self.broker.config_pending() and not refused:
             # this send auto-created a topic (or came right after a topic change) whose config
-            # is still being written: acknowledge only what a restart would find again
+            # is still being written: acknowledge only what a restart would find again (a
+            # refusal acknowledges nothing, and on a full disk that write may wait for room)
             return self._answer_when_config_durable(answer)
         return answer
 

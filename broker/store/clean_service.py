@@ -7,9 +7,15 @@ filesystem, as RocketMQ does (``UtilAll.getDiskPartitionSpaceUsedPercent``: bloc
 all blocks), and judges it (``judge``, no I/O):
 
 * above ``diskSpaceWarningLevelRatio`` (0.90) the store is marked disk-full and every put is
-  answered SERVICE_NOT_AVAILABLE with the ratio in the remark; reads go on;
+  answered SERVICE_NOT_AVAILABLE with the ratio and the cause in the remark; reads go on, and so
+  do the broker's small config and offset writes (a failed one is logged and tried again);
 * at or below ``diskSpaceCleanForciblyRatio`` (0.85) the mark is cleared and writes resume by
   themselves; in between the mark stays as it was, so a disk near the line does not flap.
+
+While the mark is set the service measures every ``DISK_FULL_POLL`` (100 ms; one ``statvfs`` in a
+worker thread), not every round, so puts resume within a second of space coming back; setting
+the mark wakes it (running_flags.py).  The transition into refusing and the one out of it are
+logged once each, with the ratio, the cause and what retention will do about it.
 
 The check alone cannot keep a fast producer from filling a small disk between two checks, and a
 store through a mapped hole on a full filesystem is a SIGBUS, so the segments take their blocks
@@ -21,9 +27,14 @@ CleanConsumeQueueService do it:
 
 * CommitLog segments go from the oldest on, each once its last write (the file's mtime) is
   ``fileReservedTime`` hours old, when the hour is one of ``deleteWhen`` ("04", or "04;16") or
-  the disk is over ``diskMaxUsedSpaceRatio`` percent; over ``diskSpaceCleanForciblyRatio`` they
-  go whether expired or not, unless ``cleanFileForciblyEnable`` is false.  The first one that must stay ends the round, and at most
-  ``DELETE_FILES_BATCH_MAX`` go per round.
+  the disk is over ``diskMaxUsedSpaceRatio`` percent.  The first one that must stay ends the
+  round, and at most ``DELETE_FILES_BATCH_MAX`` go per round.
+* A full disk is not a retention policy: over ``diskSpaceCleanForciblyRatio`` only expired
+  segments go, and the store refuses puts until the operator makes room.  RocketMQ instead
+  deletes the oldest segments there, expired or not, consumed or not (its
+  ``cleanFileForciblyEnable`` defaults to true, ``store/DefaultMessageStore.java``
+  CleanCommitLogService); ``cleanFileForciblyEnable=true`` asks for that here, and each such
+  round logs a warning naming the unexpired segments it deleted.
 * Never deleted: the segment being written, and any segment holding bytes not dispatched yet
   (at or past ``reput_from``), so every record still in the CommitLog has its queue units.
 * Then each ConsumeQueue drops its head segments whose units all point below the CommitLog's
@@ -57,6 +68,8 @@ log = logging.getLogger(__name__)
 
 # CommitLog segments deleted per round at most (RocketMQ MappedFileQueue.DELETE_FILES_BATCH_MAX)
 DELETE_FILES_BATCH_MAX = 10
+# seconds between two disk checks while puts are refused for a full disk
+DISK_FULL_POLL = 0.1
 
 
 class CleanableStore(Protocol):
@@ -94,23 +107,54 @@ def disk_used_ratio(path: str) -> float:
     return (st.f_blocks - st.f_bfree) / st.f_blocks
 
 
+def retention_on_full_disk(config: MessageStoreConfig) -> str:
+    """What retention does about a disk over the forced-clean ratio (module docstring)."""
+    if config.clean_file_forcibly_enable:
+        return (
+            f"cleanFileForciblyEnable=true: over diskSpaceCleanForciblyRatio "
+            f"{config.disk_space_clean_forcibly_ratio:.2f} the oldest CommitLog segments are "
+            "deleted, expired or not"
+        )
+    return (
+        f"only files older than fileReservedTime ({config.file_reserved_time} h) are deleted; "
+        "nothing unexpired is (cleanFileForciblyEnable=false)"
+    )
+
+
+def refuse_puts(
+    flags: RunningFlags, config: MessageStoreConfig, why: str, ratio: float | None = None
+) -> None:
+    """Mark the store disk-full for ``why`` (at a just measured ``ratio``, if there is one);
+    the first mark logs it (module docstring)."""
+    policy = retention_on_full_disk(config)
+    if flags.mark_disk_full(f"{why}; {policy}"):
+        log.error(
+            "%s: refusing puts (%s) until it is at or below %.2f; %s",
+            "disk full" if ratio is None else f"disk {ratio:.2f} used",
+            why,
+            config.disk_space_clean_forcibly_ratio,
+            policy,
+        )
+
+
 def judge(flags: RunningFlags, ratio: float, config: MessageStoreConfig) -> None:
     """Set or clear ``flags.disk_full`` from a measured ratio (module docstring)."""
     flags.disk_ratio = ratio
     if ratio < 0:
         return  # unknown: keep what we had
     if ratio > config.disk_space_warning_level_ratio:
-        if not flags.disk_full:
-            log.error(
-                "disk %.2f used, over %.2f: refusing puts until it is back at %.2f",
-                ratio,
-                config.disk_space_warning_level_ratio,
-                config.disk_space_clean_forcibly_ratio,
-            )
-        flags.disk_full = True
-    elif ratio <= config.disk_space_clean_forcibly_ratio and flags.disk_full:
-        log.warning("disk %.2f used: accepting puts again", ratio)
-        flags.disk_full = False
+        refuse_puts(
+            flags,
+            config,
+            f"over diskSpaceWarningLevelRatio {config.disk_space_warning_level_ratio:.2f}",
+            ratio,
+        )
+    elif ratio <= config.disk_space_clean_forcibly_ratio and flags.clear_disk_full():
+        log.warning(
+            "disk %.2f used, at or below %.2f: accepting puts again",
+            ratio,
+            config.disk_space_clean_forcibly_ratio,
+        )
 
 
 def is_time_to_delete(delete_when: str, hour: int) -> bool:
@@ -160,22 +204,34 @@ def take_expired_segments(
     if due:
         reserved_ms = config.file_reserved_time * 3600 * 1000
         queue = store.commit_log.queue
-        count = 0
+        count = unexpired = 0
         for mf in queue.files[:-1][:DELETE_FILES_BATCH_MAX]:
             if mf.file_from_offset + mf.file_size > store.reput_from or mf.flushed < mf.wrote:
                 break  # not all dispatched yet, or a flush job may still hold its descriptor
             mtime = mtimes.get(mf.path)
-            if not forced and (mtime is None or now_ms < mtime + reserved_ms):
-                break
+            if mtime is None or now_ms < mtime + reserved_ms:
+                if not forced:
+                    break
+                unexpired += 1
             count += 1
         taken = queue.take_head(count)
-        if taken:
+        if unexpired:
+            log.warning(
+                "cleanFileForciblyEnable=true and disk %.2f used, over "
+                "diskSpaceCleanForciblyRatio %.2f: deleting %d CommitLog segments below %d, "
+                "%d of them unexpired; their messages are gone, consumed or not",
+                ratio,
+                config.disk_space_clean_forcibly_ratio,
+                len(taken),
+                queue.min_offset,
+                unexpired,
+            )
+        elif taken:
             log.info(
-                "deleting %d CommitLog segments below %d (disk %.2f used%s)",
+                "deleting %d expired CommitLog segments below %d (disk %.2f used)",
                 len(taken),
                 queue.min_offset,
                 ratio,
-                ", forced" if forced else "",
             )
     cl_min = store.commit_log.min_offset
     if cl_min > cleaned_below:
@@ -209,12 +265,18 @@ async def unlink_segments(files: Iterable[MappedFile]) -> None:
         await trio.to_thread.run_sync(_unlink_all, paths)
 
 
-async def clean_once(store: CleanableStore, cleaned_below: int = -1) -> int:
-    """One round: measure, judge, delete what retention lets go; the CommitLog's start, which
-    the next round passes back as ``cleaned_below``."""
+async def check_disk(store: CleanableStore) -> float:
+    """Measure the CommitLog's filesystem (in a worker thread) and judge it; the ratio."""
     config = store.config
     ratio = await trio.to_thread.run_sync(disk_used_ratio, config.commit_log_dir)
     judge(store.flags, ratio, config)
+    return ratio
+
+
+async def clean_once(store: CleanableStore, cleaned_below: int = -1) -> int:
+    """One round: measure, judge, delete what retention lets go; the CommitLog's start, which
+    the next round passes back as ``cleaned_below``."""
+    ratio = await check_disk(store)
     mtimes = await trio.to_thread.run_sync(mtimes_ms, head_paths(store))
     await unlink_segments(take_expired_segments(store, ratio, cleaned_below, mtimes=mtimes))
     return store.commit_log.min_offset
@@ -225,11 +287,23 @@ async def run_clean_service(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """A round now, then one every ``clean_resource_interval`` until cancelled."""
+    """A round now, then one every ``clean_resource_interval`` until cancelled; between
+    rounds, a disk check every ``DISK_FULL_POLL`` while puts are refused for a full disk."""
     cleaned_below = await clean_once(store)
     task_status.started()
+    flags = store.flags
     while True:
-        await trio.sleep(store.config.clean_resource_interval)
+        next_round = trio.current_time() + store.config.clean_resource_interval
+        while trio.current_time() < next_round:
+            if flags.disk_full:
+                await trio.sleep(max(0.0, min(DISK_FULL_POLL, next_round - trio.current_time())))
+                if flags.disk_full:
+                    await check_disk(store)
+                continue
+            if flags.disk_full_marked.is_set():
+                flags.disk_full_marked = trio.Event()  # cleared by a hand other than judge's
+            with trio.move_on_at(next_round):
+                await flags.disk_full_marked.wait()
         try:
             cleaned_below = await clean_once(store, cleaned_below)
         except OSError:

@@ -95,12 +95,14 @@ class MessageStoreConfig:
     delete_when: str = "04"
     file_reserved_time: int = 72
     # Disk space (clean_service.py; RocketMQ CleanCommitLogService): the check's period; the
-    # used ratio from which expired files go without waiting for deleteWhen (percent); from
-    # which unexpired ones go too; from which puts are refused (DISK_FULL) until the ratio is
-    # back at or below the forced-clean one.
+    # used ratio from which expired files go without waiting for deleteWhen (percent); the
+    # forced-clean ratio, at or below which refused puts resume; from which puts are refused
+    # (DISK_FULL).
     clean_resource_interval: float = 10.0
-    # False: above the forced-clean ratio only expired segments go (RocketMQ's switch)
-    clean_file_forcibly_enable: bool = True
+    # True: over the forced-clean ratio the oldest segments go, expired or not, as RocketMQ does
+    # by default.  False here by default: a full disk refuses puts and deletes only what
+    # fileReservedTime lets go, so nothing acknowledged and unexpired is lost to it.
+    clean_file_forcibly_enable: bool = False
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: float = 0.85
     disk_space_warning_level_ratio: float = 0.90

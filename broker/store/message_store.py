@@ -53,7 +53,7 @@ import trio
 
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.clean_service import disk_runtime_info, run_clean_service
+from broker.store.clean_service import disk_runtime_info, refuse_puts, run_clean_service
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
@@ -242,8 +242,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 # the filesystem cannot back the write (mapped_file.py): nothing was stored
-                log.error("CommitLog write refused, the disk is full: %s", exc)
-                flags.disk_full = True
+                refuse_puts(flags, self.config, f"a CommitLog write found no space: {exc}")
                 return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
             log.exception("cannot create a CommitLog segment")
             return self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc))
@@ -425,9 +424,10 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         try:
             ok = self.commit_log.append_raw(start_offset, data)
         except OSError as exc:  # nothing appended; the HA slave or DLedger applier retries
-            log.error("cannot append %d bytes at %d: %s", len(data), start_offset, exc)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                self.flags.disk_full = True
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                log.error("cannot append %d bytes at %d: %s", len(data), start_offset, exc)
+            else:
+                refuse_puts(self.flags, self.config, f"a replicated append found no space: {exc}")
             return False
         if ok:
             reput = self.reput

@@ -239,6 +239,16 @@ def down_lines(snap: TopSnapshot) -> list[Text]:
     ]
 
 
+def refusing_lines(snap: TopSnapshot) -> list[Text]:
+    """Why each live broker refuses sends (its runtime info's putRefusedReason): the disk
+    column says that it does, this says why and what its retention will do about it."""
+    return [
+        Text(f"{n.broker_name} {n.addr} refuses sends: {n.put_refused}", style=DOWN_STYLE)
+        for n in snap.nodes
+        if n.alive and n.put_refused
+    ]
+
+
 TOPIC_COLUMNS = [Column("topic", 0), Column("messages", 1, "right"), Column("queues", 2, "right")]
 QUEUE_OFFSETS = Column("queue max offsets (broker:queue=offset)", 100)
 
@@ -322,6 +332,7 @@ def render_top(
         parts.append(leaders)
     parts.append(nodes_table(snap, prev, width=width))
     parts += down_lines(snap)
+    parts += refusing_lines(snap)
     if snap.topics or snap.hidden_topics:
         parts.append(topics_table(snap, width=width))
     elif snap.namesrv_error is None and snap.topics_error is None:

@@ -13,7 +13,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.service import BrokerHandle, run_broker
-from broker.store import MessageStoreConfig, run_memory_store
+from broker.store import DefaultMessageStore, MessageStoreConfig, run_memory_store
 from common.batch_body import encode_batch_body
 from common.message import decode_records
 from common.message_properties import MessageConst, encode_properties
@@ -506,3 +506,31 @@ async def test_send_that_auto_creates_a_topic_is_answered_once_its_config_is_on_
         gate.set()
     assert answers[0].code == ResponseCode.SUCCESS, answers[0].remark
     assert "Fresh" in json.loads(topics_json.read_text())["topicConfigTable"]
+
+
+@pytest.mark.parametrize("env", ["file"], indirect=True)  # the memory store has no disk
+async def test_a_refused_send_is_answered_at_once_while_a_config_write_waits(env: Env) -> None:
+    """On a full disk a group or topic file may wait for room: a put refused for the disk is
+    answered SERVICE_NOT_AVAILABLE at once, not after syncFlushTimeout."""
+    import threading
+
+    from broker.store.clean_service import refuse_puts
+
+    store = env.broker.controller.store
+    assert isinstance(store, DefaultMessageStore)
+    gate = threading.Event()
+    writer = env.broker.controller.config_writer
+
+    def stuck_write(path: Path, data: bytes) -> None:
+        gate.wait(10)
+
+    writer.write = stuck_write
+    try:
+        env.broker.controller.subscription_group_manager.find_subscription_group_config("NewG")
+        assert env.broker.controller.config_pending()
+        refuse_puts(store.flags, store.config, "a test")
+        with trio.fail_after(2):
+            r = await env.send("T", b"x")
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk is full" in (r.remark or "")
+    finally:
+        gate.set()

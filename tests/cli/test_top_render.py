@@ -217,7 +217,9 @@ def test_the_disk_column_shows_use_and_a_refusing_broker_in_red():
         10921,
         {
             "commitLogDiskRatio": "0.9312",
-            "putRefusedReason": "the broker's disk is full [CL: 0.93]",
+            "putRefusedReason": "the broker's disk is full [CL: 0.93]: over "
+            "diskSpaceWarningLevelRatio 0.90; only files older than fileReservedTime (72 h) "
+            "are deleted; nothing unexpired is (cleanFileForciblyEnable=false)",
         },
     )
     assert (ok.disk_ratio, ok.put_refused) == (0.4213, "")
@@ -226,6 +228,10 @@ def test_the_disk_column_shows_use_and_a_refusing_broker_in_red():
     out = console.export_text()
     assert any(line.split()[-1:] == ["disk"] or " disk " in line for line in out.splitlines())
     (ok_line,) = [line for line in out.splitlines() if "broker-10911" in line]
-    (full_line,) = [line for line in out.splitlines() if "broker-10921" in line]
+    full_line, why = [line for line in out.splitlines() if "broker-10921" in line]
     assert "42%" in ok_line and "full" not in ok_line
     assert "93% full" in full_line
+    # and a line below the table says why, with what retention does about it
+    assert "127.0.0.1:10921 refuses sends: the broker's disk is full [CL: 0.93]" in why
+    assert "(cleanFileForciblyEnable=false)" in out
+    assert "127.0.0.1:10911 refuses" not in out

@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import trio
+
 
 @contextlib.contextmanager
 def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
@@ -25,3 +27,10 @@ def small_tmpfs(path: Path, mib: int) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run([*sudo, "umount", "-l", str(path)], check=False)
+
+
+async def grow_tmpfs(path: Path, mib: int) -> None:
+    """Give a tmpfs from ``small_tmpfs`` ``mib`` MiB, in place (``mount -o remount,size=``):
+    space comes back to what runs on it without anything being deleted."""
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    await trio.run_process([*sudo, "mount", "-o", f"remount,size={mib}m", str(path)])

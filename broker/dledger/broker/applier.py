@@ -78,8 +78,9 @@ log = logging.getLogger(__name__)
 
 # entries applied before the apply task lets other tasks run
 _APPLY_BATCH = 1024
-# seconds between tries to apply when the classic store's disk is full
-_STALL_RETRY_S = 1.0
+# seconds between looks at the classic store's disk-full mark while applying is stalled on it
+# (its disk check clears the mark within 100 ms of room coming back, clean_service.py)
+_STALL_POLL_S = 0.1
 _BLANK_HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
 _PHYS_END = PHYSICAL_OFFSET_POSITION + 8
@@ -205,6 +206,8 @@ class Applier:
     _progress: trio.Event = attrs.field(factory=trio.Event)
     # the (index, offset) pair last written to the hint file
     _hinted: tuple[int, int] = (-2, -1)
+    # the last periodic hint write failed (logged once until one succeeds)
+    _hint_failing: bool = False
     # how many times the classic store was cut back after a restart (retention watches it)
     cuts: int = 0
     # entries applied before the restart and not yet confirmed by a leader (apply_resume.py)
@@ -231,6 +234,19 @@ class Applier:
         if pair != self._hinted:
             write_hint(self.hint_path, Hint(*pair, self.node.log.term_at(pair[0])))
             self._hinted = pair
+
+    def _write_hint_or_log(self) -> None:
+        """The periodic hint write; one the disk refuses (full) is logged once and tried again
+        next time: the hint on disk stays an earlier point, from which a restart resumes as
+        well (apply_resume.py)."""
+        try:
+            self.write_hint()
+        except OSError as exc:
+            if not self._hint_failing:
+                log.error("could not write the apply hint, retrying: %s", exc)
+            self._hint_failing = True
+        else:
+            self._hint_failing = False
 
     def write_durable_hint(self, hint: Hint) -> None:
         """Write ``hint`` (a past point whose classic bytes and Raft entry are on disk) to the
@@ -395,16 +411,19 @@ class Applier:
                 self.apply_entries(self._committed(first, last))
             except ApplyStalled as exc:
                 # nothing lost: the entries are in the Raft log and are applied again once the
-                # disk has room (the store refuses puts meanwhile, running_flags.py)
-                log.error("%s; applying again in %.0f s", exc, _STALL_RETRY_S)
-                await trio.sleep(_STALL_RETRY_S)
+                # disk has room (the store refuses puts meanwhile, running_flags.py); one line
+                # per stall, however long the disk stays full
+                log.error("%s; applying again once the disk has room", exc)
+                await trio.sleep(_STALL_POLL_S)
+                while self.classic.flags.disk_full:  # noqa: ASYNC110 - cleared by a 100 ms poll
+                    await trio.sleep(_STALL_POLL_S)
                 continue
             n = last - first + 1
             if n:
                 ev, self._progress = self._progress, trio.Event()
                 ev.set()
             if trio.current_time() >= next_hint:
-                self.write_hint()
+                self._write_hint_or_log()
                 next_hint = trio.current_time() + hint_interval
             await trio.lowlevel.checkpoint()
 

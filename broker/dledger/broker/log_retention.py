@@ -14,6 +14,11 @@ never the last one, when
 * the file's last write is ``fileReservedTime + 1`` hours old, or the disk is over
   ``diskSpaceCleanForciblyRatio`` and ``cleanFileForciblyEnable`` is on (a forced clean).
 
+``cleanFileForciblyEnable`` is off by default, as for the classic store (clean_service.py): a
+full disk deletes only expired files, and the member refuses proposals (its own disk check,
+driver/node.py) until the operator makes room.  A forced clean logs a warning naming how many of
+the files it deleted had not expired.
+
 What no rule may drop (the bound ``upto`` handed to ``FileLog.drop_head``): an entry the
 log still needs.
 
@@ -150,13 +155,22 @@ class LogRetention:
         heads = [mf.path for mf in self.flog.data.files[:DROP_FILES_MAX]]
         mtimes = await trio.to_thread.run_sync(mtimes_ms, heads)
         dropped = self.flog.drop_head(self.bound(forced), self.expired(forced, mtimes))
-        if dropped:
-            log.info(
-                "dledger retention: %d files deleted (disk %.2f used%s)",
-                len(dropped),
+        expired = self.expired(False, mtimes)
+        unexpired = sum(1 for mf in dropped if not expired(mf))
+        if unexpired:
+            log.warning(
+                "dledger retention: cleanFileForciblyEnable=true and disk %.2f used, over "
+                "diskSpaceCleanForciblyRatio %.2f: %d files deleted, %d of them unexpired",
                 ratio,
-                ", forced" if forced else "",
+                config.disk_space_clean_forcibly_ratio,
+                len(dropped),
+                unexpired,
             )
+        elif dropped:
+            log.info(
+                "dledger retention: %d expired files deleted (disk %.2f used)", len(dropped), ratio
+            )
+        if dropped:
             await unlink_segments(dropped)
         return before - len(self.flog.data.files)
 

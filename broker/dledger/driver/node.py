@@ -496,6 +496,10 @@ async def run_dledger_node(
                 if node is not None:
                     node._proposals.close(DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
                     await store.flush_log(raft_log)
-                    await store.save_checkpoint(raft_log.end_index, node._committed)
+                    try:
+                        await store.save_checkpoint(raft_log.end_index, node._committed)
+                    except OSError as exc:
+                        # a full disk: the last checkpoint written stays (atomic replace)
+                        logging.getLogger(__name__).error("final checkpoint not written: %s", exc)
                 if owned:
                     await store.close_log(raft_log)

@@ -621,3 +621,37 @@ def test_a_full_disk_stalls_the_apply_and_it_resumes_exactly(
         got = commit_log_bytes(store)
         store.close_files()
     assert got == expected
+
+
+def test_a_hint_the_full_disk_refuses_is_logged_once_and_written_once_there_is_room(
+    tmp_path, new_node, mk, caplog
+):
+    """The periodic hint write on a full disk is not a crash: the hint on disk stays an earlier
+    point (a restart resumes from it as well) until the write gets through."""
+    from tests.support.tmpfs import small_tmpfs
+
+    node = new_node()
+    _entries_for(node, mk, random.Random(1), 20)
+    with small_tmpfs(tmp_path / "disk", 1) as disk:
+        store = _open_file_store(disk / "store", file_size=4096)
+        applier = Applier(store, node)
+        _apply(applier, node, 0, 10)
+        applier._write_hint_or_log()
+        assert read_hint(applier.hint_path) is not None
+        _apply(applier, node, 10, node.log.end_index + 1)
+        ballast = disk / "ballast"
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\1" * 4096)
+        os.close(fd)
+        for _ in range(3):
+            applier._write_hint_or_log()
+        assert caplog.text.count("could not write the apply hint") == 1
+        hint = read_hint(applier.hint_path)
+        assert hint is not None and hint.entry < applier.applied_index
+        ballast.unlink()
+        applier._write_hint_or_log()
+        hint = read_hint(applier.hint_path)
+        assert hint is not None and hint.entry == applier.applied_index
+        store.close_files()

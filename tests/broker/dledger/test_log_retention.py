@@ -235,7 +235,7 @@ async def test_it_is_due_at_delete_when_or_over_the_ratio_and_files_must_be_expi
 async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ret = service(tmp_path, 0.80, monkeypatch)
+    ret = service(tmp_path, 0.80, monkeypatch, clean_file_forcibly_enable=True)
     node_of(ret).role = Role.LEADER
     node_of(ret).marks = {"n0": 39, "n1": 39, "n2": 9}
     await ret.once()
@@ -244,6 +244,25 @@ async def test_a_leader_keeps_what_a_follower_lacks_unless_the_clean_is_forced(
     assert await ret.once() == 7  # forced: n2 may be stranded (the leader logs it)
     node_of(ret).marks = {"n0": 39, "n1": 39, "n2": -1}
     assert ret.bound(forced=False) == -1
+
+
+async def test_a_full_disk_deletes_no_unexpired_file_unless_the_clean_is_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for forced in (False, True):
+        # the files are 3 h old, kept 72 + 1 hours: none has expired
+        ret = service(tmp_path / str(forced), 0.99, monkeypatch, clean_file_forcibly_enable=forced)
+        ret.config = attrs.evolve(ret.config, file_reserved_time=72)
+        node_of(ret).role = Role.LEADER
+        node_of(ret).marks = {"n0": 39, "n1": 39, "n2": 9}
+        await ret.once()
+        dropped = await ret.once()
+        if forced:
+            assert dropped > 0 and ret.flog.begin_index > 9  # n2 stranded, as RocketMQ does
+            assert "of them unexpired" in caplog.text
+        else:
+            assert dropped == 0 and ret.flog.begin_index == 0
+            assert "unexpired" not in caplog.text
 
 
 # --- a follower behind the leader's first entry ------------------------------------------------

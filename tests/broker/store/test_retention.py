@@ -106,8 +106,10 @@ async def test_only_expired_segments_go_and_the_queues_follow(tmp_path):
         assert store.consume_queues[("T", 0)].queue.min_offset > 0
 
 
-async def test_forced_clean_deletes_unexpired_segments_but_nothing_undispatched(tmp_path):
-    async with Opened(tmp_path / "s", **SMALL, delete_when=OTHER_HOUR) as store:
+async def test_forced_clean_deletes_unexpired_segments_but_nothing_undispatched(tmp_path, caplog):
+    async with Opened(
+        tmp_path / "s", **SMALL, delete_when=OTHER_HOUR, clean_file_forcibly_enable=True
+    ) as store:
         store.clock = lambda: NOW_MS
         await _fill(store)
         _age_segments(store, 0)
@@ -118,6 +120,8 @@ async def test_forced_clean_deletes_unexpired_segments_but_nothing_undispatched(
         taken_cl = _commit_log_files(taken)
         assert [mf.file_from_offset for mf in taken_cl] == [0, files[0].file_size]
         assert store.commit_log.min_offset == keep_from
+        assert "cleanFileForciblyEnable=true" in caplog.text
+        assert "2 of them unexpired" in caplog.text
         store.reput.reput_from = store.commit_log.max_offset
         for mf in taken:
             mf.destroy()
@@ -158,16 +162,44 @@ async def test_the_service_cleans_by_itself(tmp_path):
                 await trio.sleep(0.02)
 
 
-async def test_without_forced_clean_a_full_disk_keeps_unexpired_segments(tmp_path):
-    async with Opened(
-        tmp_path / "s", **SMALL, delete_when=OTHER_HOUR, clean_file_forcibly_enable=False
-    ) as store:
+async def test_by_default_a_full_disk_keeps_unexpired_segments(tmp_path):
+    async with Opened(tmp_path / "s", **SMALL, delete_when=OTHER_HOUR) as store:
         store.clock = lambda: NOW_MS
         await _fill(store)
         _age_segments(store, 1)
         assert _commit_log_files(_take(store, 0.99)) == []
+        await clean_once(store)  # the service's round, on whatever this disk holds
+        assert store.commit_log.min_offset == 0
         _age_segments(store, 100)  # expired ones still go when the disk is that full
         taken = _take(store, 0.99)
         assert len(_commit_log_files(taken)) > 0
         for mf in taken:
             mf.destroy()
+
+
+async def test_a_slave_keeps_unexpired_segments_unless_told_otherwise(tmp_path):
+    """A slave's CommitLog is the master's bytes (append_to_commit_log), under the same rule."""
+    async with Opened(tmp_path / "m", **SMALL) as master:
+        await _fill(master)
+        end = master.get_max_phy_offset()
+        for forced in (False, True):
+            async with Opened(
+                tmp_path / f"s-{forced}",
+                **SMALL,
+                delete_when=OTHER_HOUR,
+                broker_role="SLAVE",
+                clean_file_forcibly_enable=forced,
+            ) as slave:
+                slave.clock = lambda: NOW_MS
+                off = 0
+                while off < end:
+                    chunk = bytes(master.get_commit_log_data(off) or b"")
+                    assert slave.append_to_commit_log(off, chunk)
+                    off += len(chunk)
+                await slave.wait_dispatched()
+                await slave.flush.flush_all()
+                _age_segments(slave, 1)
+                taken = _commit_log_files(_take(slave, 0.99))
+                assert bool(taken) is forced
+                for mf in taken:
+                    mf.destroy()
