@@ -115,7 +115,7 @@ def wait_gone(pid: int, timeout: float = 30.0) -> None:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     time.sleep(0.02)
                     continue
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before or while reading
             return
         time.sleep(0.02)
     raise RuntimeError(f"pid {pid} did not exit within {timeout} s")
