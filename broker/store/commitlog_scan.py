@@ -30,14 +30,26 @@ the PHYSICALOFFSET at ``p + 28`` equals ``file_from_offset + p``.  This lets a l
 split into byte ranges that executors decode independently (a body would have to contain that
 self-referencing 12-byte pattern at exactly its own offset to fool it).
 
+``first_bad_body`` checks the bodies of records found that way against their BODYCRC, the
+check RocketMQ's abnormal recovery makes (``checkMessageAndReturnSize`` with
+``checkCRCOnRecover``, ``store/CommitLog.java``).  The fields it needs (BODYCRC, SYSFLAG, which
+says where BODYLENGTH is, and BODYLENGTH) are gathered for all records at once with numpy, and
+``zlib.crc32`` runs over each body from a ``map`` chain, so no Python bytecode runs per record.
+With the walk that finds the records, 1 KiB messages cost ~1 s per GiB on a 2-core machine
+(zlib itself does ~3 GB/s; the call per body dominates), so recovery checks a bounded window
+with it: the CommitLog bytes below the checkpoint that a crash or a lying disk can have torn
+(recovery.py).
+
 Nothing here does I/O; ``buf`` is anything with the buffer protocol (bytes, memoryview, mmap).
-The broker's recovery keeps its own, stricter loop (it also checks body CRCs and field lengths).
+The broker's recovery of the records after the checkpoint keeps its own, stricter loop (it also
+checks field lengths and decodes what dispatch needs).
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from collections.abc import Callable
 
 import attrs
@@ -45,7 +57,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from broker.store.results import Buffer
-from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
+from common.message import (
+    BLANK_MAGIC_CODE,
+    BODY_CRC_POSITION,
+    MESSAGE_MAGIC_CODE,
+    SYSFLAG_POSITION,
+    MessageSysFlag,
+    record_size,
+)
 
 # A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it
 # is imported (`use_compiled_chain`): the broker never imports the pipeline (layering), and
@@ -301,3 +320,47 @@ def resync(buf: Buffer, file_from_offset: int, pos: int, *, stop: int | None = N
                     return p
         lo = hi
     return None
+
+
+# from a record's start to BODYLENGTH with IPv4 hosts (BORNHOST at 48, 8 bytes, STORETIMESTAMP 8,
+# STOREHOST 8, RECONSUMETIMES 4, PREPAREDTRANSACTIONOFFSET 8); an IPv6 host is 12 bytes longer
+_BODY_LENGTH_V4 = 84
+_V6_EXTRA = 12
+# after the body: TOPICLEN (1) and PROPERTIESLENGTH (2) at least
+_AFTER_BODY = 3
+
+
+def first_bad_body(buf: Buffer, starts: NDArray[np.int64]) -> int | None:
+    """Index into ``starts`` (complete records of ``buf``, as :func:`scan_segment` finds them)
+    of the first record whose body does not match its BODYCRC or whose BODYLENGTH overruns the
+    record; None when every body is intact."""
+    if not len(starts):
+        return None
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    n = len(arr)
+    i4 = np.ndarray((n - 3,), dtype=">i4", buffer=arr, strides=(1,))
+    size = i4[starts].astype(np.int64)
+    flag = i4[starts + SYSFLAG_POSITION]
+    at = (
+        starts
+        + _BODY_LENGTH_V4
+        + _V6_EXTRA * ((flag & MessageSysFlag.BORNHOST_V6) != 0)
+        + _V6_EXTRA * ((flag & MessageSysFlag.STOREHOSTADDRESS_V6) != 0)
+    )
+    # a record is at least MIN_RECORD_SIZE long, so BODYLENGTH of an IPv4 record is inside it;
+    # an IPv6 flag on a short record is caught below (``at`` clipped to stay in the buffer)
+    length = i4[np.minimum(at, n - 4)].astype(np.int64)
+    body = at + 4
+    ends = starts + size
+    broken = np.flatnonzero((length < 0) | (body + length + _AFTER_BODY > ends) | (at + 4 > n))
+    count = int(broken[0]) if len(broken) else len(starts)
+    if count:
+        want = i4[starts[:count] + BODY_CRC_POSITION].astype(np.uint32)
+        stop = (body[:count] + length[:count]).tolist()
+        with memoryview(buf) as view:
+            bodies = map(view.__getitem__, map(slice, body[:count].tolist(), stop))
+            got = np.fromiter(map(zlib.crc32, bodies), dtype=np.uint32, count=count)
+        bad = np.flatnonzero((got & 0x7FFFFFFF) != want)
+        if len(bad):
+            return int(bad[0])
+    return count if len(broken) else None
