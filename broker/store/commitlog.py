@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from broker.store.commitlog_scan import ScanEnd, first_bad_body, resync, scan_segment
+from broker.store.commitlog_scan import ScanEnd, first_damaged, resync, scan_segment
 from broker.store.dispatch import BLANK, PARTIAL, parse_record
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import Buffer
@@ -211,9 +211,9 @@ class CommitLog:
                     continue
                 start = found
             scan = scan_segment(mf.view, mf.file_from_offset, start=start, stop=stop)
-            bad = first_bad_body(mf.view, scan.starts)
+            bad = first_damaged(mf.view, scan.starts)
             if bad is not None:
-                return mf.file_from_offset + int(scan.starts[bad]), "body CRC or length"
+                return mf.file_from_offset + int(scan.starts[bad[0]]), bad[1]
             if scan.end < stop and scan.reason is not ScanEnd.BLANK:
                 why = scan.detail or f"the records end ({scan.reason.value})"
                 return mf.file_from_offset + scan.end, why

@@ -50,7 +50,7 @@ the checkpoint falls in, ``checkCRCOnRecover`` in ``store/CommitLog.java``), ove
 window starts mid-segment where it must: the first record at or after its start is found by
 its self-referencing PHYSICALOFFSET (commitlog_scan.resync).  Start-up after a crash thus reads
 at most that window plus what followed the checkpoint, whatever the store's size.  The check is
-numpy plus ``zlib.crc32`` per body (commitlog_scan.first_bad_body): measured ~0.1 s for the
+numpy plus ``zlib.crc32`` per body (commitlog_scan.first_damaged): measured ~0.1 s for the
 default window of 1 KiB messages; a whole 1 GiB segment takes ~0.8-1.5 s on a 2-core machine,
 too much for a restart in well under 1.5 s (docs/benchmarks.md).
 

@@ -153,7 +153,8 @@ async def test_torn_flushed_tail_repeated_on_one_store(tmp_path, seed):
             crashed = tmp_path / f"r{round_no}"
             shutil.copytree(root, crashed, ignore=shutil.ignore_patterns("lock"))
         assert StoreCheckpoint.load(str(crashed / "checkpoint")).dispatched == flushed
-        n = rng.randint(1, 500)
+        # some tears reach only the last record's properties (no CRC covers them)
+        n = rng.choice([rng.randint(1, 16), rng.randint(1, 500), rng.randint(1, 500)])
         tear(crashed, end, n)
         # the record the tear starts in is the first one lost
         torn_from = min([p for p, s, _b in acked.values() if p + s > end - n], default=end)
