@@ -50,9 +50,9 @@ the checkpoint falls in, ``checkCRCOnRecover`` in ``store/CommitLog.java``), ove
 window starts mid-segment where it must: the first record at or after its start is found by
 its self-referencing PHYSICALOFFSET (commitlog_scan.resync).  Start-up after a crash thus reads
 at most that window plus what followed the checkpoint, whatever the store's size.  The check is
-numpy plus ``zlib.crc32`` per body (commitlog_scan.first_damaged): measured ~0.1 s for the
-default window of 1 KiB messages; a whole 1 GiB segment takes ~0.8-1.5 s on a 2-core machine,
-too much for a restart in well under 1.5 s (docs/benchmarks.md).
+numpy plus ``zlib.crc32`` per body (commitlog_scan.first_damaged): 0.12 s for the default
+window of 1 KiB messages on a 2-core machine, 0.9 s for a whole 1 GiB segment, which would take
+a restart after a kill past 1.5 s (docs/benchmarks.md).
 
 The first record in the window that is not intact cuts the log there, exactly like a torn
 tail past the checkpoint: every record after it is suspect (RocketMQ cuts at the first bad
