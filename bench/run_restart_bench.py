@@ -17,7 +17,11 @@ every process this script starts is stopped by pid (bench/cluster.py).
    * clean: SIGTERM, wait for the exit (the store flushes, writes its checkpoint, removes
      ``abort``);
    * SIGKILL: kill -9 while idle (at most one checkpoint interval of writes to recover).
-4. The case of the report: ``rmq up`` with one slave (default topology, small store), SIGKILL
+4. In-process, the check recovery makes below the checkpoint after a crash
+   (``CommitLog.first_bad_below``: structure and body CRC of every record) timed over the
+   default window (``crc_check_window_on_recover``) and over the whole filled segment, best
+   of ``--runs``.
+5. The case of the report: ``rmq up`` with one slave (default topology, small store), SIGKILL
    the master, time ``rmq restart broker-a``; ``ready`` for a master includes its slave's HA
    reconnection.
 
@@ -115,7 +119,7 @@ def wait_gone(pid: int, timeout: float = 30.0) -> None:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     time.sleep(0.02)
                     continue
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before or while reading
             return
         time.sleep(0.02)
     raise RuntimeError(f"pid {pid} did not exit within {timeout} s")
@@ -137,6 +141,38 @@ def timed_restart(data: Path, sig: int) -> float:
     return time.perf_counter() - t0
 
 
+def crc_check_times(root: Path, runs: int) -> dict[str, float]:
+    """Seconds (best of ``runs``) of the below-checkpoint check over the default window and
+    over the whole CommitLog of the store at ``root``."""
+    from broker.store.commitlog import CommitLog
+    from broker.store.commitlog_scan import scan_segment
+    from broker.store.config import MessageStoreConfig
+
+    cfg = MessageStoreConfig(store_path_root_dir=str(root))
+    cl = CommitLog(str(root / "commitlog"), cfg.mapped_file_size_commit_log, ())
+    cl.load()
+    try:
+        mf = cl.queue.files[-1]
+        end = mf.file_from_offset + scan_segment(mf.view, mf.file_from_offset).end
+        out = {}
+        for name, start in (
+            (
+                f"{cfg.crc_check_window_on_recover >> 20} MiB window",
+                end - cfg.crc_check_window_on_recover,
+            ),
+            (f"whole store ({end >> 20} MiB)", cl.min_offset),
+        ):
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                assert cl.first_bad_below(max(cl.min_offset, start), end) is None
+                times.append(time.perf_counter() - t0)
+            out[name] = min(times)
+        return out
+    finally:
+        cl.close()
+
+
 def med(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} s (" + ", ".join(f"{v:.2f}" for v in values) + ")"
 
@@ -155,6 +191,9 @@ def main() -> None:
             f"{size / 2**30:.2f} GiB CommitLog, {n} messages (filled in {secs:.0f} s)"
         )
         print(results["store"], flush=True)
+        for name, secs in crc_check_times(data / "broker-a", args.runs).items():
+            results[f"check below the checkpoint after a crash, {name}"] = f"{secs:.2f} s"
+            print(f"check below the checkpoint, {name}: {secs:.2f} s", flush=True)
         with start_cluster(data, "--slaves", "0", brokers=1, ready_timeout=120) as cluster:
             results["rmq up (clean stop, nameserver included)"] = f"{cluster.ready_seconds:.2f} s"
             print("rmq up ready after", results["rmq up (clean stop, nameserver included)"])

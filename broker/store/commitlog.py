@@ -17,9 +17,12 @@ Recovery (``recover``): starting exactly at ``from_offset`` (chosen by recovery.
 checkpoint's ``dispatched`` offset, so the log's end after a clean stop and the records written
 since the last checkpoint after a crash) records are checked in order (magic, size, field
 lengths, body CRC, PHYSICALOFFSET == position) until the first bad or incomplete one; that is
-the valid end.  Bytes below ``from_offset`` are not read: the checkpoint guarantees they were
-flushed whole.  Everything after the end is zeroed (holes skipped) and later segments deleted
+the valid end.  Everything after the end is zeroed (holes skipped) and later segments deleted
 (``MappedFileQueue.truncate_dirty``), so a torn tail can never be served or resurrected later.
+The checkpoint says the bytes below ``from_offset`` were flushed; a disk that lied about that
+can still have lost them, so after a crash ``first_bad_below`` checks a window below it (body
+CRC included, vectorized: commitlog_scan.py) and the first damaged record there becomes the end
+instead (recovery.py).
 
 HA: ``get_data`` returns the written bytes of one segment from an offset (BLANKs included) and
 ``append_raw`` appends replicated bytes at exactly the current end, never across a segment end.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 
+from broker.store.commitlog_scan import ScanEnd, first_damaged, resync, scan_segment
 from broker.store.dispatch import BLANK, PARTIAL, parse_record
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import Buffer
@@ -188,6 +192,32 @@ class CommitLog:
         self.queue.truncate_dirty(valid_end)
         self._all_flushed()
         return valid_end, scanned, read
+
+    def first_bad_below(self, crc_from: int, upto: int) -> tuple[int, str] | None:
+        """(offset, why) of the first record in ``[crc_from, upto)`` that is not intact (body
+        CRC, structure, PHYSICALOFFSET), or None when all are.  ``upto`` is a record boundary
+        (the checkpoint), so the records from the first one at or after ``crc_from`` must chain
+        exactly up to it (a segment may end in its BLANK filler)."""
+        for mf in self.queue.files:
+            seg_end = mf.file_from_offset + self.file_size
+            if seg_end <= crc_from or mf.file_from_offset >= upto:
+                continue
+            stop = min(upto, seg_end) - mf.file_from_offset
+            start = max(crc_from, mf.file_from_offset) - mf.file_from_offset
+            if start:
+                # mid-segment: the first record at or after it (none: one record spans it all)
+                found = resync(mf.view, mf.file_from_offset, start, stop=stop)
+                if found is None:
+                    continue
+                start = found
+            scan = scan_segment(mf.view, mf.file_from_offset, start=start, stop=stop)
+            bad = first_damaged(mf.view, scan.starts)
+            if bad is not None:
+                return mf.file_from_offset + int(scan.starts[bad[0]]), bad[1]
+            if scan.end < stop and scan.reason is not ScanEnd.BLANK:
+                why = scan.detail or f"the records end ({scan.reason.value})"
+                return mf.file_from_offset + scan.end, why
+        return None
 
     def _all_flushed(self) -> None:
         # everything kept is on disk already (it was there when we started)

@@ -30,14 +30,26 @@ the PHYSICALOFFSET at ``p + 28`` equals ``file_from_offset + p``.  This lets a l
 split into byte ranges that executors decode independently (a body would have to contain that
 self-referencing 12-byte pattern at exactly its own offset to fool it).
 
+``first_damaged`` checks records found that way the way RocketMQ's abnormal recovery does
+(``checkMessageAndReturnSize`` with ``checkCRCOnRecover``, ``store/CommitLog.java``): field
+lengths against TOTALSIZE and the body against BODYCRC, plus a zero byte ending TOPIC or
+PROPERTIES (those fields have no CRC; a lost write leaves zeros).  The fields are gathered for
+all records at once with numpy, and ``zlib.crc32`` runs over each body from a ``map`` chain, so
+no Python bytecode runs per record.  With the walk that finds the records, 1 KiB messages cost
+~1 s per GiB on a 2-core machine (zlib itself does ~3 GB/s; the call per body dominates), so
+recovery uses it on a bounded window: the CommitLog bytes below the checkpoint that a crash or
+a lying disk can have torn (recovery.py).
+
 Nothing here does I/O; ``buf`` is anything with the buffer protocol (bytes, memoryview, mmap).
-The broker's recovery keeps its own, stricter loop (it also checks body CRCs and field lengths).
+The broker's recovery of the records after the checkpoint keeps its own, stricter loop (it also
+checks field lengths and decodes what dispatch needs).
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from collections.abc import Callable
 
 import attrs
@@ -45,7 +57,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from broker.store.results import Buffer
-from common.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_size
+from common.message import (
+    BLANK_MAGIC_CODE,
+    BODY_CRC_POSITION,
+    MESSAGE_MAGIC_CODE,
+    SYSFLAG_POSITION,
+    MessageSysFlag,
+    record_size,
+)
 
 # A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it
 # is imported (`use_compiled_chain`): the broker never imports the pipeline (layering), and
@@ -301,3 +320,62 @@ def resync(buf: Buffer, file_from_offset: int, pos: int, *, stop: int | None = N
                     return p
         lo = hi
     return None
+
+
+# from a record's start to BODYLENGTH with IPv4 hosts (BORNHOST at 48, 8 bytes, STORETIMESTAMP 8,
+# STOREHOST 8, RECONSUMETIMES 4, PREPAREDTRANSACTIONOFFSET 8); an IPv6 host is 12 bytes longer
+_BODY_LENGTH_V4 = 84
+_V6_EXTRA = 12
+
+
+def first_damaged(buf: Buffer, starts: NDArray[np.int64]) -> tuple[int, str] | None:
+    """(index into ``starts``, why) of the first record that is not intact, or None.
+
+    ``starts`` are complete records of ``buf`` as :func:`scan_segment` finds them (magic, size
+    and PHYSICALOFFSET already hold).  A record is intact when its field lengths add up to
+    TOTALSIZE (RocketMQ's ``checkMessageAndReturnSize``), its body matches BODYCRC, and neither
+    its TOPIC nor its PROPERTIES (when not empty) ends in a zero byte: a topic name or property
+    never holds NUL, and the fields after the body have no CRC, so a tail a lost write left
+    zeroed shows there.
+    """
+    if not len(starts):
+        return None
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    n = len(arr)
+    i4 = np.ndarray((n - 3,), dtype=">i4", buffer=arr, strides=(1,))
+    i2 = np.ndarray((n - 1,), dtype=">i2", buffer=arr, strides=(1,))
+    ends = starts + i4[starts].astype(np.int64)
+    flag = i4[starts + SYSFLAG_POSITION]
+    at = (
+        starts
+        + _BODY_LENGTH_V4
+        + _V6_EXTRA * ((flag & MessageSysFlag.BORNHOST_V6) != 0)
+        + _V6_EXTRA * ((flag & MessageSysFlag.STOREHOSTADDRESS_V6) != 0)
+    )
+    # every gather index is clipped into the buffer; the masks below reject what was clipped
+    length = i4[np.minimum(at, n - 4)].astype(np.int64)
+    body = at + 4
+    body_end = body + length
+    topic_len = arr[np.clip(body_end, 0, n - 1)].astype(np.int64)
+    props_at = body_end + 1 + topic_len
+    props_len = i2[np.clip(props_at, 0, n - 2)].astype(np.int64)
+    fields = (length >= 0) & (body_end + 3 <= ends) & (props_at + 2 + props_len == ends)
+    last_topic = arr[np.clip(props_at - 1, 0, n - 1)]
+    last_prop = arr[np.clip(ends - 1, 0, n - 1)]
+    zeroed = ((topic_len > 0) & (last_topic == 0)) | ((props_len > 0) & (last_prop == 0))
+    broken = np.flatnonzero(~fields | zeroed)
+    count = int(broken[0]) if len(broken) else len(starts)
+    if count:
+        want = i4[starts[:count] + BODY_CRC_POSITION].astype(np.uint32)
+        with memoryview(buf) as view:
+            bodies = map(
+                view.__getitem__, map(slice, body[:count].tolist(), body_end[:count].tolist())
+            )
+            got = np.fromiter(map(zlib.crc32, bodies), dtype=np.uint32, count=count)
+        bad = np.flatnonzero((got & 0x7FFFFFFF) != want)
+        if len(bad):
+            return int(bad[0]), "body CRC mismatch"
+    if not len(broken):
+        return None
+    why = "field lengths disagree with TOTALSIZE" if not fields[count] else "a zeroed tail"
+    return count, why

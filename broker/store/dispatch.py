@@ -221,6 +221,9 @@ def parse_record(
         p += 2
         if props_len < 0 or p + props_len != pos + size:
             raise RecordDecodeError("field lengths disagree with TOTALSIZE")
+        # no topic or property holds NUL: a zero byte ending them is a tail a lost write left
+        if (topic_len and buf[p - 3] == 0) or (props_len and buf[pos + size - 1] == 0):
+            raise RecordDecodeError("the record ends in zeros (a torn write)")
         props = decode_properties(str(buf[p : p + props_len], "utf-8"))
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise RecordDecodeError(str(exc)) from exc

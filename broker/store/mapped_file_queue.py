@@ -7,19 +7,40 @@ segment for an absolute offset is found by arithmetic from the first one.  The f
 need not start at 0: a slave's CommitLog starts where the master's replication began, and a
 consume queue that begins mid-way starts at that unit's file.  ``load`` maps the existing files
 (all marked fully written: recovery then sets the real ``wrote`` of the tail);
-an empty newest file (a crash between creating and sizing it) is removed;
+an empty newest file (a crash between creating and sizing it) is removed; a file of any other
+size than the configured one is a :class:`SegmentSizeError` (a filesystem that lost the file's
+tail, or a store written with another segment size): its records cannot be trusted or found;
 ``truncate_dirty`` cuts the log back to an offset, zeroing the rest of that segment and
 deleting later segments, so nothing beyond the valid end can be read or resurrected.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
 from broker.store.mapped_file import PAGE_SIZE, MappedFile
 
 log = logging.getLogger(__name__)
+
+
+class SegmentSizeError(OSError):
+    """A segment file is not the configured size; ``filename`` names it and ``strerror`` says
+    what happened and what to do (the CLI prints ``<filename>: <strerror>``)."""
+
+    def __init__(self, path: str, size: int, expected: int) -> None:
+        what = "shorter" if size < expected else "longer"
+        super().__init__(
+            errno.EIO,
+            f"segment is {size} bytes, {what} than the configured {expected} (the filesystem "
+            "lost its tail, or the store was written with another segment size); move the file "
+            "away (its records are lost) or restore it, or start with the segment size it was "
+            "written with",
+            path,
+        )
+        self.size = size
+        self.expected = expected
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -49,7 +70,7 @@ class MappedFileQueue:
                 os.unlink(path)
                 break
             if size != self.file_size:
-                raise OSError(f"{path}: size {os.path.getsize(path)} != {self.file_size}")
+                raise SegmentSizeError(path, size, self.file_size)
             if self.files and start != self.files[-1].file_from_offset + self.file_size:
                 raise OSError(f"{path}: not contiguous with the previous segment")
             mf = MappedFile(path, start, self.file_size, create=False)

@@ -9,12 +9,14 @@ Theory of operation
    the checkpoint, map the CommitLog, ConsumeQueue and index files (mapping reads nothing),
    then recover by the rules of recovery.py, reading only the tail: validate the CommitLog from
    the checkpoint's ``dispatched`` offset (nothing after a clean stop, what was written since
-   the last checkpoint after a crash) and cut the torn tail, find each queue's end by binary
-   search and drop units past the CommitLog's valid end, rebuild the topic queue table from
-   the queues, cut the index back to ``dispatched`` and re-dispatch every record after it
-   (idempotent).  ``self.recovery`` (a ``RecoveryReport``) records what was read.  Start-up
-   time is thus independent of the store's size after a clean stop, and proportional to the
-   writes of the last checkpoint interval after a crash.
+   the last checkpoint after a crash, plus the body CRCs of a bounded window below it, which a
+   disk that lied about a flush can have torn) and cut at the first damaged record, find each
+   queue's end by binary search and drop units past the CommitLog's valid end, rebuild the
+   topic queue table from the queues, cut the index back to ``dispatched`` (or the cut) and
+   re-dispatch every record after it (idempotent).  ``self.recovery`` (a ``RecoveryReport``)
+   records what was read.  Start-up time is thus independent of the store's size after a clean
+   stop, and bounded by the window plus the writes of the last checkpoint interval after a
+   crash.
    Only then ``task_status.started(store)``: nothing is served before recovery finished.
 2. Run: the reput task and the flush task (flush.py) live in the store's nursery.
 3. Stop (cancellation): shielded and bounded, flush everything, write the checkpoint, remove
@@ -63,7 +65,7 @@ from broker.store.index import IndexService
 from broker.store.page_warmer import run_page_warmer
 from broker.store.put_message import PutSteps
 from broker.store.queries import StoreQueries
-from broker.store.recovery import RecoveryReport, commit_log_start
+from broker.store.recovery import RecoveryReport, commit_log_start, crc_check_from
 from broker.store.reput import ReputService
 from broker.store.results import (
     GetMessageResult,
@@ -163,9 +165,16 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             file_size=cl.file_size,
         )
         check_crc = self.config.check_crc_on_recover or not self.last_exit_ok
+        if not self.last_exit_ok and report.rule == "checkpoint":
+            start = self._check_below_checkpoint(start, report)
         valid_end, report.bytes_scanned, report.files_scanned = cl.recover(
             start, check_crc=check_crc
         )
+        if valid_end < cp.dispatched or valid_end < cp.commit_log_flushed:
+            # a checkpoint naming bytes that are gone must not survive the next crash
+            cp.dispatched = min(cp.dispatched, valid_end)
+            cp.commit_log_flushed = min(cp.commit_log_flushed, valid_end)
+            cp.write(cp.encode())
         report.commit_log_from, report.commit_log_end = start, valid_end
         if not self.last_exit_ok:
             log.warning(
@@ -194,6 +203,43 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             )
         report.seconds = time.monotonic() - t0
         return report
+
+    def _check_below_checkpoint(self, start: int, report: RecoveryReport) -> int:
+        """After a crash: check the records of the window below the checkpoint that a lying disk
+        can have torn (recovery.py), body CRC included; returns where validation goes on (the
+        checkpoint, or the first damaged record, which then ends the log)."""
+        cl = self.commit_log
+        t0 = time.monotonic()
+        crc_from = crc_check_from(
+            start=start,
+            segment_starts=[mf.file_from_offset for mf in cl.queue.files],
+            window=self.config.crc_check_window_on_recover,
+        )
+        if crc_from >= start:
+            return start
+        bad = cl.first_bad_below(crc_from, start)
+        report.crc_from = crc_from
+        report.crc_seconds = time.monotonic() - t0
+        if bad is None:
+            report.crc_bytes = start - crc_from
+            return start
+        offset, why = bad
+        report.crc_bytes = offset - crc_from
+        report.cut_below_checkpoint = start - offset
+        log.error(
+            "store %s: the CommitLog record at %d, below the checkpoint (%d), is damaged (%s): "
+            "the disk lost writes it had reported flushed; cutting the CommitLog at %d: the "
+            "records in [%d, %d) and any after them are dropped, acknowledged ones among them",
+            self.root,
+            offset,
+            start,
+            why,
+            offset,
+            offset,
+            start,
+        )
+        cl.queue.truncate_dirty(offset)
+        return offset
 
     def _load_consume_queues(self) -> None:
         root = self._cq_root()
