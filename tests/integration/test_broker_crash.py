@@ -235,7 +235,7 @@ async def test_torn_flushed_tail_after_sigkill_repeated(tmp_path):
                         if first and round_no:
                             assert phys == torn_from, "the first send after the cut"
                         first = False
-                        acked[key] = (bytes(cmd.body), phys)
+                        acked[key] = (cmd.body_bytes(), phys)
                     # every send was acknowledged, so flushed; once the checkpoint covers them
                     # too, the tear below hits bytes recovery was told are on disk
                     for _ in range(200):

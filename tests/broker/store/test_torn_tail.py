@@ -17,12 +17,14 @@ import os
 import random
 import shutil
 import zlib
+from pathlib import Path
 
 import pytest
 import trio
 
 from broker.store import GetMessageStatus, MessageStoreConfig, run_message_store
 from broker.store.checkpoint import StoreCheckpoint
+from broker.store.message_store import DefaultMessageStore
 from common.errors import unwrap_group
 from common.message import MessageExtBrokerInner, RecordDecodeError, decode_records
 
@@ -63,7 +65,7 @@ async def opened(root, **kw):
             nursery.cancel_scope.cancel()
 
 
-def served(store) -> dict[tuple[int, int], tuple[int, bytes]]:
+def served(store: DefaultMessageStore) -> dict[tuple[int, int], tuple[int, bytes]]:
     """Every record the queues serve, each body's CRC checked."""
     out = {}
     for qid in range(QUEUES):
@@ -89,7 +91,7 @@ def served(store) -> dict[tuple[int, int], tuple[int, bytes]]:
     return out
 
 
-def tear(root, end: int, n: int) -> None:
+def tear(root: Path, end: int, n: int) -> None:
     """Zero the ``n`` CommitLog bytes before absolute offset ``end``."""
     pos = end - n
     while pos < end:
@@ -101,7 +103,7 @@ def tear(root, end: int, n: int) -> None:
         pos = upto
 
 
-def flip(path, pos: int) -> None:
+def flip(path: Path, pos: int) -> None:
     """Invert the byte at ``pos`` of ``path``."""
     with open(path, "r+b") as f:
         f.seek(pos)
@@ -110,14 +112,15 @@ def flip(path, pos: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-async def put(store, i: int, acked: Acked) -> None:
+async def put(store: DefaultMessageStore, i: int, acked: Acked) -> None:
     r = await store.put_message(mk(i))
     assert r.ok
     a = r.append
+    assert a is not None
     acked[(i % QUEUES, a.logics_offset)] = (a.wrote_offset, a.wrote_bytes, mk(i).body)
 
 
-def check(store, acked: Acked, torn_from: int) -> None:
+def check(store: DefaultMessageStore, acked: Acked, torn_from: int) -> None:
     got = served(store)
     for key, (phys, size, body) in sorted(acked.items()):
         if phys + size <= torn_from:
