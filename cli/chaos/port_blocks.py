@@ -28,6 +28,10 @@ _LOW = 20000  # below: well-known and registered services
 # two the ports are free. Longer would only fill the registry: the ~17,000 ports outside the
 # ephemeral range hold about 1,300 blocks, and a full suite draws several hundred.
 _ISSUED_FOR = 300.0
+# An entry further ahead of now than the reservation plus this came from a clock that jumped.
+# Without the slack a fresh entry read at once by another process, on a clock stepped back a
+# little since it was written, would be dropped and its block handed out twice.
+_CLOCK_SLACK = 60.0
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -55,8 +59,9 @@ def registry_path() -> Path:
 
 def _read_registry(fd: int, now: float) -> dict[int, float]:
     """port -> wall-clock time until which it stays reserved. Wall clock, not monotonic: the
-    file outlives processes and boots, and an entry from a clock that jumped (more than the
-    reservation ahead of now) is dropped rather than trusted."""
+    file outlives processes and boots, and an entry from a clock that jumped (further ahead of
+    now than the reservation and its slack) is dropped rather than trusted. Times are written
+    exactly (repr): one rounded up would read as more than the reservation ahead."""
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []
     while chunk := os.read(fd, 1 << 16):
@@ -68,13 +73,13 @@ def _read_registry(fd: int, now: float) -> dict[int, float]:
             port, until = int(port_text), float(until_text)
         except ValueError:
             continue
-        if now < until <= now + _ISSUED_FOR:
+        if now < until <= now + _ISSUED_FOR + _CLOCK_SLACK:
             issued[port] = until
     return issued
 
 
 def _write_registry(fd: int, issued: dict[int, float]) -> None:
-    data = "".join(f"{port} {until:.3f}\n" for port, until in issued.items()).encode()
+    data = "".join(f"{port} {until!r}\n" for port, until in issued.items()).encode()
     os.lseek(fd, 0, os.SEEK_SET)
     os.ftruncate(fd, 0)
     os.write(fd, data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cli.chaos import port_blocks
 from cli.chaos.port_blocks import ephemeral_range, free_port_block
 
 
@@ -39,3 +40,18 @@ def test_blocks_drawn_by_two_processes_at_once_never_overlap(tmp_path: Path) -> 
     for i, s in enumerate(spans):
         for other in spans[i + 1 :]:
             assert not s & other
+
+
+def test_a_block_just_drawn_is_still_reserved_when_read_at_once(tmp_path: Path) -> None:
+    # Another process reads the registry right after a draw, on a clock a hair behind the
+    # writer's: the fresh entry must count, however its time was written.
+    import os
+
+    fd = os.open(tmp_path / "blocks", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        drawn_at = 1_000_000.000_6
+        port_blocks._write_registry(fd, {22_000: drawn_at + port_blocks._ISSUED_FOR})
+        assert 22_000 in port_blocks._read_registry(fd, drawn_at - 0.000_5)
+        assert 22_000 not in port_blocks._read_registry(fd, drawn_at + port_blocks._ISSUED_FOR)
+    finally:
+        os.close(fd)
