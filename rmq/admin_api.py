@@ -4,15 +4,13 @@ Theory of operation: like `rmq.client_api`, each function builds the extFields a
 admin tool sends to ONE address and turns the answer into a value or an error by cause. Which
 addresses to ask and how to merge the answers of several brokers is `rmq.admin.Admin`'s job.
 
-Two answers are not strict JSON: TopicStatsTable and ConsumeStats are fastjson renderings of
-a `Map<MessageQueue, V>`, whose keys are JSON *objects* (`{{"brokerName":..}:{..}}`).
-`parse_mq_map` reads that shape with the standard decoder's `raw_decode`, one key and one
-value at a time, and accepts strict JSON objects too (keys that are strings holding JSON).
+Some answers are not strict JSON: TopicStatsTable and ConsumeStats (and the consumer bodies
+relayed from clients) are fastjson renderings of a `Map<MessageQueue, V>`, whose keys are JSON
+*objects* (`{{"brokerName":..}:{..}}`); `common.mq_map` reads and writes that shape.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
@@ -20,6 +18,7 @@ import attrs
 from common.errors import ProtocolError, error_for_response
 from common.message import MessageExt, decode_records
 from common.model import MessageQueue
+from common.mq_map import parse_mq_map
 from common.remoting.codes import RequestCode, ResponseCode
 from common.serde import loads
 from rmq.remoting import RequestHelpers
@@ -97,83 +96,7 @@ class QueueStats:
         return max(self.max_offset - self.min_offset, 0)
 
 
-# --- Map<MessageQueue, V> bodies ---------------------------------------------------------------
-
-
-def _mq(value: Any) -> MessageQueue:
-    if isinstance(value, str):
-        value = json.loads(value)
-    if not isinstance(value, dict):
-        raise ValueError(f"a MessageQueue key must be an object, not {value!r}")
-    try:
-        return MessageQueue(str(value["topic"]), str(value["brokerName"]), int(value["queueId"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"bad MessageQueue key {value!r}: {exc}") from None
-
-
-def parse_mq_map(body: bytes, field: str) -> tuple[dict[str, Any], list[tuple[MessageQueue, Any]]]:
-    """(other top-level fields, [(mq, value)]) of a body holding `field: Map<MessageQueue, V>`.
-
-    Raises ProtocolError when the body is neither fastjson's object-keyed map nor strict JSON.
-    """
-    text = body.decode("utf-8", "replace")
-    try:
-        return _parse_mq_map(text, field)
-    except (ValueError, IndexError) as exc:
-        raise ProtocolError(f"cannot parse {field} body: {exc}") from None
-
-
-def _parse_mq_map(text: str, field: str) -> tuple[dict[str, Any], list[tuple[MessageQueue, Any]]]:
-    dec = json.JSONDecoder()
-    ws = " \t\r\n"
-
-    def skip(i: int) -> int:
-        while i < len(text) and text[i] in ws:
-            i += 1
-        return i
-
-    def expect(i: int, ch: str) -> int:
-        i = skip(i)
-        if i >= len(text) or text[i] != ch:
-            raise ValueError(f"expected {ch!r} at {i}")
-        return i + 1
-
-    others: dict[str, Any] = {}
-    entries: list[tuple[MessageQueue, Any]] = []
-    i = expect(0, "{")
-    i = skip(i)
-    if text[i] == "}":
-        return others, entries
-    while True:
-        name, i = dec.raw_decode(text, skip(i))
-        i = expect(i, ":")
-        i = skip(i)
-        if name == field and text[i] == "{":
-            i = skip(i + 1)
-            if text[i] == "}":
-                i += 1
-            else:
-                while True:
-                    key, i = dec.raw_decode(text, skip(i))
-                    i = expect(i, ":")
-                    value, i = dec.raw_decode(text, skip(i))
-                    entries.append((_mq(key), value))
-                    i = skip(i)
-                    if text[i] == ",":
-                        i += 1
-                        continue
-                    i = expect(i, "}")
-                    break
-        else:
-            others[str(name)], i = dec.raw_decode(text, i)
-        i = skip(i)
-        if text[i] == ",":
-            i += 1
-            continue
-        i = expect(i, "}")
-        if skip(i) != len(text):
-            raise ValueError(f"trailing data at {i}")
-        return others, entries
+# --- Map<MessageQueue, V> bodies: common.mq_map (re-exported: callers import it from here)
 
 
 def _int(value: Any, what: str) -> int:

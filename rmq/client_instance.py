@@ -21,8 +21,10 @@ every topic in use every 30 s, so rebalancing sees new queues and brokers withou
 a send error. A client with nothing registered (a plain Producer or PullConsumer) sends nothing
 in the background. `handle_request` answers what brokers ask clients
 (ClientRemotingProcessor): NOTIFY_CONSUMER_IDS_CHANGED wakes the group's rebalance,
-GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs
-the listener on the given message.
+RESET_CONSUMER_CLIENT_OFFSET moves the group's queues to the offsets in its body (either
+ResetOffsetBody form), GET_CONSUMER_STATUS_FROM_CLIENT answers the in-memory offsets of a
+topic, GET_CONSUMER_RUNNING_INFO the ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs the
+listener on the given message.
 
 `ClientBase` is the async-context-manager shell of the three public clients: it opens (or
 borrows) one RemotingClient and closes it on exit, unwrapping single-exception groups so a
@@ -45,16 +47,18 @@ import attrs
 import trio
 
 from common.errors import (
+    ProtocolError,
     RemotingConnectError,
     RemotingSendError,
     RemotingTimeoutError,
     unwrap_group,
 )
-from common.model import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
+from common.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData, TopicRouteData
 from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network, TcpNetwork
+from common.reset_offset_body import decode_offset_table, encode_consumer_status_body
 from common.session_credentials import SessionCredentials
 from rmq.client_api import ClientAPI
 from rmq.errors import BrokerNotFoundError, ClientError
@@ -120,6 +124,10 @@ class RegisteredConsumer(Protocol):
     def rebalance_immediately(self) -> None: ...
 
     def running_info_json(self) -> bytes: ...
+
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]: ...
+
+    async def reset_offset(self, topic: str, table: Mapping[MessageQueue, int]) -> None: ...
 
     async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand: ...
 
@@ -311,6 +319,15 @@ class ClientInstance:
                 log.info("group %s: broker says the members changed", consumer.group)
                 consumer.rebalance_immediately()
             return None
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            await self._reset_offset(cmd)
+            return None  # oneway, as the broker sends it
+        if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+            consumer = self.consumers.get(cmd.ext_fields.get("group", ""))
+            table = (
+                {} if consumer is None else consumer.offset_table(cmd.ext_fields.get("topic", ""))
+            )
+            return cmd.response(body=encode_consumer_status_body(table))
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             group = cmd.ext_fields.get("consumerGroup", "")
             consumer = self.consumers.get(group)
@@ -332,6 +349,22 @@ class ClientInstance:
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+    async def _reset_offset(self, cmd: RemotingCommand) -> None:
+        group, topic = cmd.ext_fields.get("group", ""), cmd.ext_fields.get("topic", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            log.info("[reset-offset] no consumer of group %s in this client", group)
+            return
+        try:
+            table = decode_offset_table(cmd.body_bytes())
+        except ProtocolError as exc:
+            log.warning("[reset-offset] of %s/%s: bad body: %s", group, topic, exc)
+            return
+        log.info(
+            "[reset-offset] broker asks group %s to move %d queues of %s", group, len(table), topic
+        )
+        await consumer.reset_offset(topic, table)
 
 
 class ClientBase:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
@@ -55,6 +56,7 @@ from common.model import (
     MessageQueue,
     SubscriptionData,
 )
+from common.mq_map import encode_mq_map
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
@@ -387,25 +389,108 @@ class PushConsumer(ClientBase):
     # --- broker requests ----------------------------------------------------------------------
 
     def running_info_json(self) -> bytes:
-        """A minimal ConsumerRunningInfo (properties + subscriptionSet)."""
+        """ConsumerRunningInfo (MQClientInstance.consumerRunningInfo): properties,
+        subscriptionSet, mqTable (ProcessQueueInfo per owned queue) and statusTable; jstack
+        is Java's thread dump and left out."""
         props = {
+            "PROP_NAMESERVER_ADDR": "".join(a + ";" for a in self.client.namesrv_addrs),
             "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
             "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
             "PROP_THREADPOOL_CORE_SIZE": str(self.consume_concurrency),
             "PROP_CONSUMER_START_TIMESTAMP": str(self._start_ms),
             "PROP_CLIENT_VERSION": "V4_9_7",
+            "consumerGroup": self.group,
             "messageModel": self.message_model.name,
             "consumeFromWhere": self.consume_from.name,
+            "pullBatchSize": str(self.pull_batch_size),
+            "consumeMessageBatchMaxSize": str(self.consume_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
         }
-        body = {
-            "properties": props,
-            "subscriptionSet": [
-                serde.converter.unstructure(s) for s in self.subscriptions.values()
-            ],
-            "mqTable": {},
-            "statusTable": {},
+        offsets = self.offset_store.table() if self._offset_store is not None else {}
+        mq_table = []
+        for mq, pq in sorted(
+            self.rebalance.process_queue_table.items(),
+            key=lambda kv: (kv[0].topic, kv[0].brokerName, kv[0].queueId),
+        ):
+            held = list(pq.msgs) + list(pq.consuming)
+            mq_table.append(
+                (
+                    mq,
+                    {
+                        "commitOffset": offsets.get(mq, -1),
+                        "cachedMsgMinOffset": min(held) if held else 0,
+                        "cachedMsgMaxOffset": max(held) if held else 0,
+                        "cachedMsgCount": pq.msg_count,
+                        "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
+                        "transactionMsgMinOffset": 0,
+                        "transactionMsgMaxOffset": 0,
+                        "transactionMsgCount": 0,
+                        "locked": pq.locked,
+                        "tryUnlockTimes": 0,
+                        "lastLockTimestamp": 0,
+                        "droped": pq.dropped,
+                        "lastPullTimestamp": 0,
+                        "lastConsumeTimestamp": 0,
+                    },
+                )
+            )
+        status = {
+            topic: {
+                "pullRT": 0.0,
+                "pullTPS": 0.0,
+                "consumeRT": 0.0,
+                "consumeOKTPS": 0.0,
+                "consumeFailedTPS": 0.0,
+                "consumeFailedMsgs": self.stats_failed,
+            }
+            for topic in sorted(self.subscriptions)
         }
-        return serde.dumps(body)
+        subs = [serde.converter.unstructure(s) for s in self.subscriptions.values()]
+        return b"".join(
+            (
+                b'{"mqTable":',
+                encode_mq_map(mq_table),
+                b',"properties":',
+                serde.dumps(props),
+                b',"statusTable":',
+                serde.dumps(status),
+                b',"subscriptionSet":',
+                serde.dumps(subs),
+                b"}",
+            )
+        )
+
+    def offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: the in-memory offsets of `topic`'s queues."""
+        if self._offset_store is None:
+            return {}
+        return {mq: off for mq, off in self._offset_store.table().items() if mq.topic == topic}
+
+    async def reset_offset(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (MQClientInstance.resetOffset): every owned queue of
+        `topic` in `table` drops what it pulled and not yet consumed (results of listener
+        calls still running are not committed) and pulls on from its new offset, which is
+        also committed to the broker. Queues this member does not own are left to their
+        owners (the broker told them too)."""
+        if self._offset_store is None or self._pull_service is None:
+            return
+        rb = self.rebalance
+        moved = []
+        for mq, old in list(rb.process_queue_table.items()):
+            offset = table.get(mq)
+            if mq.topic != topic or offset is None or offset < 0:
+                continue
+            # swap in a fresh queue at once (no await in between), so nothing pulled for
+            # the old position is handed to the listener after this point
+            old.dropped = True
+            pq = ProcessQueue(locked=old.locked, last_lock_time=old.last_lock_time)
+            rb.process_queue_table[mq] = pq
+            self._offset_store.update_offset(mq, offset)
+            self._pull_service.start(mq, pq, offset)
+            moved.append(mq)
+            log.info("group %s: %s reset to offset %d", self.group, mq, offset)
+        for mq in moved:
+            await self._offset_store.persist(mq)
 
     async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand:
         """CONSUME_MESSAGE_DIRECTLY: run the listener on the record in the body."""

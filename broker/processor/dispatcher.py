@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker.broker2client import Broker2Client
 from broker.controller import BrokerController
 from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
@@ -22,6 +23,7 @@ def build_dispatcher(controller: BrokerController) -> RequestDispatcher:
         ConsumerManageProcessor(controller),
         QueryMessageProcessor(controller),
         AdminBrokerProcessor(controller),
+        Broker2Client(controller),
     ):
         proc.register(d)
     d.add_close_listener(controller.on_channel_closed)
