@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from cli.admin import cluster, group, message, store, topic
+from cli.admin import cluster, group, group_reset, message, store, topic
 from cli.app import add_command, app, command_group
 from cli.bench import commands as bench
 from cli.chaos import commands as chaos
@@ -86,6 +86,7 @@ def register_commands(root: typer.Typer) -> None:
     )
     add_command(consumer_groups, group.group_list, "list")
     add_command(consumer_groups, group.group_progress, "progress")
+    add_command(consumer_groups, group_reset.group_reset, "reset")
     root.add_typer(consumer_groups, name="group")
 
     message_group = command_group(

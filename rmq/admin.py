@@ -26,17 +26,21 @@ from typing import TypeVar
 import attrs
 import trio
 
-from common.errors import RemotingError, TopicNotExistError
+from common.errors import BrokerResponseError, RemotingError, TopicNotExistError
 from common.message import MessageExt
 from common.message_id import decode_offset_msg_id
 from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
+from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.admin_api import (
     AdminAPI,
+    ConsumeMessageDirectlyResult,
     ConsumerConnection,
+    ConsumerRunningInfo,
     ConsumeStats,
+    OffsetReset,
     QueueConsumeStats,
     QueueStats,
 )
@@ -53,6 +57,7 @@ __all__ = [
     "ConsumeStats",
     "ConsumerConnection",
     "MessageNotFoundError",
+    "OffsetReset",
     "QueueConsumeStats",
     "QueueOffsets",
     "QueueStats",
@@ -181,6 +186,102 @@ class Admin(ClientBase):
         for mq in subscribe_queues(topic, route):
             out.append(QueueOffsets(mq, await self.min_offset(mq), await self.max_offset(mq)))
         return out
+
+    # --- offset reset; what brokers relay to a group's clients (Broker2Client) ---------------
+
+    async def reset_offset(
+        self, group: str, topic: str, timestamp: int, *, dry_run: bool = False
+    ) -> list[OffsetReset]:
+        """Move `group`'s offsets of `topic` to `timestamp` (epoch ms; -1: each queue's end,
+        mqadmin skipAccumulatedMessage; 0: its first message), forced as mqadmin
+        resetOffsetByTime does by default: INVOKE_BROKER_TO_RESET_OFFSET to every broker of
+        the topic, which also tells the group's live members. `dry_run` changes nothing and
+        computes the same offsets from SEARCH_OFFSET_BY_TIMESTAMP / GET_MAX_OFFSET.
+
+        ClientError when the group has no offsets on `topic` (the broker refuses those too)."""
+        # asked without a topic, brokers list only the topics the group has offsets on
+        stats = await self.consume_stats(group)
+        old = {q.queue: q.consumer_offset for q in stats.queues if q.queue.topic == topic}
+        if not old:
+            raise ClientError(f"consumer group {group} has no offsets on topic {topic}")
+        # the committed offsets as they are (-1: none), not consume stats' max(offset, 0)
+        for mq in list(old):
+            old[mq] = await self.consumer_offset(group, mq)
+        if dry_run:
+            new: dict[MessageQueue, int] = {}
+            for mq in old:
+                addr = await self._broker(mq)
+                api = self.client.api
+                if timestamp == -1:
+                    target = await api.get_max_offset(addr, mq, timeout=self.timeout)
+                else:
+                    target = await api.search_offset(addr, mq, timestamp, timeout=self.timeout)
+                new[mq] = max(target, 0)
+        else:
+            admin_api = self._admin_api
+            tables = await self._each(
+                [addr for _, addr in await self._topic_masters(topic)],
+                lambda addr: admin_api.reset_offset(
+                    addr, topic, group, timestamp, True, timeout=self.timeout
+                ),
+            )
+            new = {mq: off for t in tables for mq, off in t.items()}
+        return [
+            OffsetReset(mq, old.get(mq, -1), new[mq])
+            for mq in sorted(new, key=lambda q: (q.topic, q.brokerName, q.queueId))
+        ]
+
+    async def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """Each online client's in-memory offsets of `topic` (mqadmin getConsumerStatus)."""
+        api = self._admin_api
+        answers = await self._each(
+            [addr for _, addr in await self._topic_masters(topic)],
+            lambda addr: api.consumer_status(addr, topic, group, client_id, timeout=self.timeout),
+        )
+        merged: dict[str, dict[MessageQueue, int]] = {}
+        for answer in answers:
+            for cid, table in answer.items():
+                merged.setdefault(cid, {}).update(table)
+        return merged
+
+    async def _group_brokers(self, group: str) -> list[str]:
+        """Brokers a member of `group` heartbeats to: those of its retry topic (what
+        DefaultMQAdminExtImpl asks), else every master."""
+        try:
+            return [addr for _, addr in await self._topic_masters(RETRY_GROUP_TOPIC_PREFIX + group)]
+        except TopicNotExistError:
+            return await self._all_masters()
+
+    async def consumer_running_info(
+        self, group: str, client_id: str, *, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        """What client `client_id` says about its consumer of `group` (GET_CONSUMER_RUNNING_INFO
+        relayed by a broker it is connected to; mqadmin consumerStatus)."""
+        api = self._admin_api
+        last: Exception = ClientError(f"consumer group {group} has no broker to ask")
+        for addr in await self._group_brokers(group):
+            try:
+                return await api.consumer_running_info(
+                    addr, group, client_id, jstack=jstack, timeout=self.timeout
+                )
+            except (RemotingError, BrokerResponseError) as exc:
+                last = exc
+        raise last
+
+    async def consume_message_directly(
+        self, group: str, client_id: str, msg_id: str
+    ) -> ConsumeMessageDirectlyResult:
+        """Hand the message with offset msgId `msg_id` to the listener of `client_id`
+        (mqadmin consumeMessage); the broker that stored it relays it."""
+        try:
+            (host, port), _ = decode_offset_msg_id(msg_id.strip().upper())
+        except ValueError:
+            raise ClientError(f"malformed msgId {msg_id!r}: expected an offset msgId") from None
+        return await self._admin_api.consume_message_directly(
+            f"{host}:{port}", group, client_id, msg_id.strip().upper(), timeout=self.timeout
+        )
 
     # --- runtime, groups, stats, deletion, messages -------------------------------------------
 

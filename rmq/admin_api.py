@@ -18,8 +18,9 @@ import attrs
 from common.errors import ProtocolError, error_for_response
 from common.message import MessageExt, decode_records
 from common.model import MessageQueue
-from common.mq_map import parse_mq_map
+from common.mq_map import as_mq_entries, parse_mq_map, parse_value
 from common.remoting.codes import RequestCode, ResponseCode
+from common.reset_offset_body import decode_consumer_table, decode_offset_table
 from common.serde import loads
 from rmq.remoting import RequestHelpers
 
@@ -80,6 +81,39 @@ class ConsumerConnection:
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
+
+
+@attrs.frozen
+class OffsetReset:
+    """One queue of a group's offset reset: where the group was and where it is sent."""
+
+    queue: MessageQueue
+    old_offset: int  # the group's committed offset before, -1 when it had none
+    new_offset: int
+
+
+@attrs.frozen
+class ConsumerRunningInfo:
+    """What one client says about its consumer of a group (Java ConsumerRunningInfo)."""
+
+    properties: dict[str, str]
+    subscriptions: list[dict[str, Any]]  # SubscriptionData as the client wrote it
+    # MessageQueue -> ProcessQueueInfo (commitOffset, cachedMsgCount, locked, ...)
+    mq_table: list[tuple[MessageQueue, dict[str, Any]]]
+    # topic -> ConsumeStatus (pullRT, pullTPS, consumeRT, consumeOKTPS, ...)
+    status_table: dict[str, dict[str, Any]]
+    jstack: str | None = None
+
+
+@attrs.frozen
+class ConsumeMessageDirectlyResult:
+    """A client's answer to CONSUME_MESSAGE_DIRECTLY (Java ConsumeMessageDirectlyResult)."""
+
+    consume_result: str  # CR_SUCCESS, CR_LATER, CR_ROLLBACK, CR_COMMIT, CR_THROW_EXCEPTION, ...
+    remark: str | None
+    spent_time_ms: int
+    order: bool = False
+    auto_commit: bool = True
 
 
 @attrs.frozen
@@ -215,6 +249,73 @@ class AdminAPI(RequestHelpers):
             ]
         except (ValueError, AttributeError) as exc:
             raise ProtocolError(f"{addr} sent a bad ConsumerConnection body: {exc}") from None
+
+    # --- offset reset and what the broker relays to a client (Broker2Client) ------------------
+
+    async def reset_offset(
+        self, addr: str, topic: str, group: str, timestamp: int, force: bool, *, timeout: float
+    ) -> dict[MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET: the broker's new offsets (ResetOffsetBody)."""
+        ext = {"topic": topic, "group": group, "timestamp": timestamp, "isForce": force}
+        resp = await self._call_ok(
+            addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext, timeout=timeout
+        )
+        return decode_offset_table(resp.body_bytes()) if resp.body_bytes() else {}
+
+    async def consumer_status(
+        self, addr: str, topic: str, group: str, client_id: str | None, *, timeout: float
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS: client id -> its in-memory offsets."""
+        ext: dict[str, object] = {"topic": topic, "group": group}
+        if client_id:
+            ext["clientAddr"] = client_id
+        resp = await self._call_ok(
+            addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, ext, timeout=timeout
+        )
+        return decode_consumer_table(resp.body_bytes())
+
+    async def consumer_running_info(
+        self, addr: str, group: str, client_id: str, *, jstack: bool = False, timeout: float
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO relayed by the broker at `addr` to the client."""
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": jstack}
+        resp = await self._call_ok(
+            addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext, timeout=timeout
+        )
+        try:
+            doc = parse_value(resp.body_bytes())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            props = doc.get("properties") or {}
+            status = doc.get("statusTable") or {}
+            return ConsumerRunningInfo(
+                {str(k): str(v) for k, v in props.items()},
+                [s for s in doc.get("subscriptionSet") or [] if isinstance(s, dict)],
+                as_mq_entries(doc.get("mqTable")),
+                {str(k): v for k, v in status.items() if isinstance(v, dict)},
+                doc.get("jstack"),
+            )
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad ConsumerRunningInfo: {exc}") from None
+
+    async def consume_message_directly(
+        self, addr: str, group: str, client_id: str, msg_id: str, *, timeout: float
+    ) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY: the broker at `addr` (the message's store) hands the
+        message to the client's listener; what the listener said."""
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg_id}
+        resp = await self._call_ok(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext, timeout=timeout)
+        try:
+            doc = loads(resp.body_bytes())
+            return ConsumeMessageDirectlyResult(
+                str(doc.get("consumeResult")),
+                doc.get("remark"),
+                _int(doc.get("spentTimeMills", 0), "spentTimeMills"),
+                bool(doc.get("order", False)),
+                bool(doc.get("autoCommit", True)),
+            )
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad ConsumeMessageDirectlyResult: {exc}") from None
 
     async def delete_topic_in_broker(self, addr: str, topic: str, *, timeout: float) -> None:
         await self._call_ok(
