@@ -21,7 +21,7 @@ from typing import Any
 
 from common.errors import ProtocolError
 from common.model import MessageQueue
-from common.mq_map import as_mq_entries, encode_mq_map, parse_value
+from common.mq_map import MqEntries, as_mq_entries, encode_mq_map, parse_value
 
 OffsetTable = dict[MessageQueue, int]
 
@@ -45,7 +45,7 @@ def encode_reset_offset_body_for_c(table: Mapping[MessageQueue, int]) -> bytes:
 def _table(value: Any, what: str) -> OffsetTable:
     out: OffsetTable = {}
     try:
-        if isinstance(value, list):  # ResetOffsetBodyForC
+        if isinstance(value, list) and not isinstance(value, MqEntries):  # ResetOffsetBodyForC
             for row in value:
                 mq = MessageQueue(str(row["topic"]), str(row["brokerName"]), int(row["queueId"]))
                 out[mq] = int(row["offset"])
