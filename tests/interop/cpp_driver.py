@@ -7,7 +7,10 @@ the test runner with it. Every event is one JSON line on stdout; the test parses
     produce --namesrv A --topic T --group G --count N [--tags-cycle a,b] [--prefix P]
             [--threads K] [--interval-ms M] [--retry-for S]
     consume --namesrv A --topic T --group G --expect N --timeout S [--fail-first-every K]
-            [--stop-after N]
+            [--stop-after N] [--expect-total M]
+
+`--expect-total M` ends a consume after M deliveries, repeats included (a group whose offsets
+are reset while it runs receives messages again).
 
 Several threads sharing one producer (`--threads K`, K > 1) meet a known fault of the client:
 now and then a send fails with "No route info of this topic" although the route is there
@@ -171,6 +174,7 @@ def consume(args: argparse.Namespace) -> int:
     consumer.set_thread_count(2)
     lock = threading.Lock()
     seen: set[str] = set()
+    delivered = [0]
     done = threading.Event()
 
     def on_message(msg: RecvMessage) -> None:
@@ -195,7 +199,11 @@ def consume(args: argparse.Namespace) -> int:
             raise RuntimeError("asked to fail this message once")
         with lock:
             seen.add(body)
-            if len(seen) >= args.expect:
+            delivered[0] += 1
+            if args.expect_total:
+                if delivered[0] >= args.expect_total:
+                    done.set()
+            elif len(seen) >= args.expect:
                 done.set()
 
     _subscribe(consumer, args.topic, on_message, args.expression)
@@ -241,6 +249,12 @@ def main() -> int:
     c.add_argument("--timeout", type=float, default=60.0)
     c.add_argument("--linger", type=float, default=1.0)
     c.add_argument("--fail-first-every", type=int, default=0)
+    c.add_argument(
+        "--expect-total",
+        type=int,
+        default=0,
+        help="done after this many deliveries, repeats included",
+    )
     args = parser.parse_args()
     return produce(args) if args.cmd == "produce" else consume(args)
 
