@@ -33,6 +33,7 @@ COMMANDS = [
     ["group", "list"],
     ["group", "progress"],
     ["message", "query"],
+    ["group", "reset"],
 ]
 
 
@@ -71,6 +72,7 @@ def closed_port() -> int:
         ["topic", "status", "T", "--json"],
         ["group", "list"],
         ["group", "progress", "g"],
+        ["group", "reset", "g", "--topic", "T", "--to-latest"],
         ["message", "query", "--topic", "T", "--key", "k"],
         ["message", "query", "--id", "7F000001000029AF0000000000000000"],
     ],
