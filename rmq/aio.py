@@ -70,7 +70,14 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
-from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
+from rmq.admin_api import (
+    ConsumeMessageDirectlyResult,
+    ConsumerConnection,
+    ConsumerRunningInfo,
+    ConsumeStats,
+    OffsetReset,
+    QueueStats,
+)
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
@@ -446,6 +453,26 @@ class Admin(_AioClient[_admin.Admin]):
 
     async def consumer_connections(self, group: str) -> list[ConsumerConnection]:
         return await self._run(self._async.consumer_connections, group)
+
+    async def reset_offset(
+        self, group: str, topic: str, timestamp: int, *, dry_run: bool = False
+    ) -> list[OffsetReset]:
+        return await self._run(self._async.reset_offset, group, topic, timestamp, dry_run=dry_run)
+
+    async def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        return await self._run(self._async.consumer_status, group, topic, client_id)
+
+    async def consumer_running_info(
+        self, group: str, client_id: str, *, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        return await self._run(self._async.consumer_running_info, group, client_id, jstack=jstack)
+
+    async def consume_message_directly(
+        self, group: str, client_id: str, msg_id: str
+    ) -> ConsumeMessageDirectlyResult:
+        return await self._run(self._async.consume_message_directly, group, client_id, msg_id)
 
     async def topic_stats(self, topic: str) -> list[QueueStats]:
         return await self._run(self._async.topic_stats, topic)

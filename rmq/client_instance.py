@@ -125,9 +125,9 @@ class RegisteredConsumer(Protocol):
 
     def running_info_json(self) -> bytes: ...
 
-    def offset_table(self, topic: str) -> dict[MessageQueue, int]: ...
+    def offset_table_of(self, topic: str) -> dict[MessageQueue, int]: ...
 
-    async def reset_offset(self, topic: str, table: Mapping[MessageQueue, int]) -> None: ...
+    async def reset_offset_table(self, topic: str, table: Mapping[MessageQueue, int]) -> None: ...
 
     async def consume_message_directly(self, cmd: RemotingCommand) -> RemotingCommand: ...
 
@@ -325,7 +325,9 @@ class ClientInstance:
         if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
             consumer = self.consumers.get(cmd.ext_fields.get("group", ""))
             table = (
-                {} if consumer is None else consumer.offset_table(cmd.ext_fields.get("topic", ""))
+                {}
+                if consumer is None
+                else consumer.offset_table_of(cmd.ext_fields.get("topic", ""))
             )
             return cmd.response(body=encode_consumer_status_body(table))
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
@@ -364,7 +366,7 @@ class ClientInstance:
         log.info(
             "[reset-offset] broker asks group %s to move %d queues of %s", group, len(table), topic
         )
-        await consumer.reset_offset(topic, table)
+        await consumer.reset_offset_table(topic, table)
 
 
 class ClientBase:

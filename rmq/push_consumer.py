@@ -460,13 +460,13 @@ class PushConsumer(ClientBase):
             )
         )
 
-    def offset_table(self, topic: str) -> dict[MessageQueue, int]:
+    def offset_table_of(self, topic: str) -> dict[MessageQueue, int]:
         """GET_CONSUMER_STATUS_FROM_CLIENT: the in-memory offsets of `topic`'s queues."""
         if self._offset_store is None:
             return {}
         return {mq: off for mq, off in self._offset_store.table().items() if mq.topic == topic}
 
-    async def reset_offset(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
+    async def reset_offset_table(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (MQClientInstance.resetOffset): every owned queue of
         `topic` in `table` drops what it pulled and not yet consumed (results of listener
         calls still running are not committed) and pulls on from its new offset, which is

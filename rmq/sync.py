@@ -56,7 +56,14 @@ from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
 from rmq.admin import QueueOffsets
-from rmq.admin_api import ConsumerConnection, ConsumeStats, QueueStats
+from rmq.admin_api import (
+    ConsumeMessageDirectlyResult,
+    ConsumerConnection,
+    ConsumerRunningInfo,
+    ConsumeStats,
+    OffsetReset,
+    QueueStats,
+)
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
@@ -416,6 +423,26 @@ class Admin(_SyncClient[_admin.Admin]):
 
     def consumer_connections(self, group: str) -> list[ConsumerConnection]:
         return self._run(self._async.consumer_connections, group)
+
+    def reset_offset(
+        self, group: str, topic: str, timestamp: int, *, dry_run: bool = False
+    ) -> list[OffsetReset]:
+        return self._run(self._async.reset_offset, group, topic, timestamp, dry_run=dry_run)
+
+    def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        return self._run(self._async.consumer_status, group, topic, client_id)
+
+    def consumer_running_info(
+        self, group: str, client_id: str, *, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        return self._run(self._async.consumer_running_info, group, client_id, jstack=jstack)
+
+    def consume_message_directly(
+        self, group: str, client_id: str, msg_id: str
+    ) -> ConsumeMessageDirectlyResult:
+        return self._run(self._async.consume_message_directly, group, client_id, msg_id)
 
     def topic_stats(self, topic: str) -> list[QueueStats]:
         return self._run(self._async.topic_stats, topic)

@@ -118,7 +118,9 @@ async def reset(env: Env, timestamp: int, force: bool = True, **ext: object) -> 
     return await env.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
 
 
-async def test_reset_by_time_answers_the_table_and_pushes_220_in_each_members_form(env: Env):
+async def test_reset_by_time_answers_the_table_and_pushes_220_in_each_members_form(
+    env: Env,
+) -> None:
     times = await store_times(env, 4)
     await commit(env, {0: 4, 1: 0, 2: 0, 3: 0})
     async with open_remoting_client() as jc, open_remoting_client() as cc:
@@ -149,7 +151,7 @@ async def test_reset_by_time_answers_the_table_and_pushes_220_in_each_members_fo
     assert len(rows) == 4
 
 
-async def test_latest_earliest_and_force(env: Env):
+async def test_latest_earliest_and_force(env: Env) -> None:
     times = await store_times(env, 3)
     await commit(env, {0: 1, 1: 0, 2: 0, 3: 0})
     r = await reset(env, -1)  # mqadmin skipAccumulatedMessage
@@ -164,7 +166,7 @@ async def test_latest_earliest_and_force(env: Env):
     assert decode_offset_table(r.body_bytes())[mq(0)] == 1
 
 
-async def test_offline_group_offsets_change_directly(env: Env):
+async def test_offline_group_offsets_change_directly(env: Env) -> None:
     times = await store_times(env, 3)
     await commit(env, {0: 3, 1: 0, 2: 0, 3: 0})
     r = await reset(env, times[2])
@@ -176,7 +178,7 @@ async def test_offline_group_offsets_change_directly(env: Env):
     assert q.ext_fields["offset"] == "2"
 
 
-async def test_reset_bad_input_gets_rocketmq_codes(env: Env):
+async def test_reset_bad_input_gets_rocketmq_codes(env: Env) -> None:
     await store_times(env, 1)
     await commit(env, {0: 1})
     r = await env.call(
@@ -209,7 +211,7 @@ async def test_reset_bad_input_gets_rocketmq_codes(env: Env):
     assert (await reset(env, 0)).code == ResponseCode.SUCCESS
 
 
-async def test_consumer_status_merges_every_members_table(env: Env):
+async def test_consumer_status_merges_every_members_table(env: Env) -> None:
     r = await env.call(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": T, "group": G})
     assert (r.code, r.remark) == (
         ResponseCode.SYSTEM_ERROR,
@@ -233,7 +235,9 @@ async def test_consumer_status_merges_every_members_table(env: Env):
         assert decode_consumer_table(r.body_bytes()) == {"B@2": {mq(0): 8}}
 
 
-async def test_running_info_is_relayed_to_the_named_client(env: Env, monkeypatch):
+async def test_running_info_is_relayed_to_the_named_client(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(b2c, "CALL_CLIENT_TIMEOUT", 0.5)
     async with open_remoting_client() as jc:
         java = Member(jc, "A@1", "JAVA")
@@ -260,7 +264,7 @@ async def test_running_info_is_relayed_to_the_named_client(env: Env, monkeypatch
         assert r.code == ResponseCode.SYSTEM_ERROR  # clientId is required
 
 
-async def test_consume_message_directly_relays_the_stored_record(env: Env):
+async def test_consume_message_directly_relays_the_stored_record(env: Env) -> None:
     sent = await env.send(T, b"direct-body", queue_id=2)
     msg_id = sent.ext_fields["msgId"]
     async with open_remoting_client() as jc:

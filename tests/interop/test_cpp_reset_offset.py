@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(300)]
 TOPIC, GROUP = "InteropReset", "interop-reset-g"
 
 
-def rmq(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+def rmq(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "-n", cluster.namesrv_addr, *args],
         capture_output=True,
@@ -35,7 +36,7 @@ def rmq(cluster, *args: str) -> subprocess.CompletedProcess[str]:
 class Driver:
     """The C++ consumer in a subprocess; its JSON events read by a thread into a queue."""
 
-    def __init__(self, tmp_path: Path, cluster, *args: str) -> None:
+    def __init__(self, tmp_path: Path, cluster: Any, *args: str) -> None:
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
         self.proc = subprocess.Popen(
@@ -93,7 +94,7 @@ class Driver:
         assert self.proc.returncode == 0, err
 
 
-def reset(cluster, *args: str, limit: float = 30.0) -> dict:
+def reset(cluster: Any, *args: str, limit: float = 30.0) -> dict:
     """`rmq group reset ... --json`, retried while the group has no committed offsets yet
     (the C++ client commits them every 5 s)."""
     deadline = time.monotonic() + limit
@@ -123,7 +124,7 @@ def test_running_cpp_consumer_consumes_again_from_the_reset_time(tmp_path, modul
         doc = reset(module_cluster, "--to-time", str(reset_ms))
         assert not doc["dry_run"] and doc["queues"]
         # each queue moves back to its first b-* message, read from what the client delivered
-        first_b = {}
+        first_b: dict[int, int] = {}
         for e in first:
             if e["body"].startswith("b-"):
                 key = e["queue_id"]

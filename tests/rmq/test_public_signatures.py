@@ -44,6 +44,8 @@ TRIO_ONLY = {
     "send_message_back",  # the consume service's retry path
     "running_info_json",  # GET_CONSUMER_RUNNING_INFO answer
     "consume_message_directly",  # CONSUME_MESSAGE_DIRECTLY answer
+    "offset_table_of",  # GET_CONSUMER_STATUS_FROM_CLIENT answer
+    "reset_offset_table",  # RESET_CONSUMER_CLIENT_OFFSET hook
 }
 # The bridges' own forms: a callback that is a plain function (blocking) or runs on the
 # asyncio loop instead of a Trio coroutine, and `send_async`, which starts the send in the

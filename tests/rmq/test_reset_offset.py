@@ -5,6 +5,7 @@ group starts there, and the broker relays (221, 307, 309) reach the consumer thr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -50,7 +51,7 @@ def consumer(cluster: InProcessCluster, got: list[str]) -> PushConsumer:
     return c
 
 
-async def wait_for(pred, limit: float = 60.0) -> None:
+async def wait_for(pred: Callable[[], object], limit: float = 60.0) -> None:
     with trio.fail_after(limit):
         while not pred():  # noqa: ASYNC110 (polling a plain predicate)
             await trio.sleep(0.1)
