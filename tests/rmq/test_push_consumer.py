@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from common.model import MessageQueue
+from common.mq_map import parse_value
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import loads
@@ -370,7 +371,7 @@ async def test_consumer_answers_broker_requests(cluster, tap, autojump_clock):
             ),
         )
         assert info.code == ResponseCode.SUCCESS
-        body = loads(info.body_bytes())
+        body = parse_value(info.body_bytes())  # mqTable has MessageQueue keys, as fastjson's
         assert body["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
         assert {s["topic"] for s in body["subscriptionSet"]} == {"T", "%RETRY%g"}
         direct = await tap.deliver(
