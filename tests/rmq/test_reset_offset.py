@@ -144,3 +144,20 @@ async def test_status_running_info_and_direct_consume_reach_the_consumer(cluster
             result = await admin.consume_message_directly("g", c.client_id, direct.msg_id)
             assert result.consume_result == "CR_SUCCESS"
         assert got.count(direct.body.decode()) == 2  # the listener saw it once more
+
+
+async def test_a_topic_on_two_brokers_is_reset_on_both(memory_cluster, autojump_clock):
+    cluster = memory_cluster
+    await cluster.start_broker("broker-b", broker_name="broker-b")
+    await cluster.create_topic("T", 2)
+    await produce(cluster, [f"m{i}" for i in range(8)])
+    got: list[str] = []
+    async with consumer(cluster, got):
+        await wait_for(lambda: len(got) >= 8)
+        await wait_for(lambda: sum(cluster.offsets("g", "T", "broker-b").values()) > 0)
+        async with Admin(cluster.namesrv, network=cluster.network) as admin:
+            rows = await admin.reset_offset("g", "T", 0)
+        assert {r.queue.brokerName for r in rows} == {"broker-a", "broker-b"}
+        assert {r.new_offset for r in rows} == {0}
+        await wait_for(lambda: len(got) >= 16)
+    assert sorted(got[8:]) == sorted(got[:8])
