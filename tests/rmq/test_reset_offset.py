@@ -161,3 +161,44 @@ async def test_a_topic_on_two_brokers_is_reset_on_both(memory_cluster, autojump_
         assert {r.new_offset for r in rows} == {0}
         await wait_for(lambda: len(got) >= 16)
     assert sorted(got[8:]) == sorted(got[:8])
+
+
+@pytest.mark.parametrize("mode", ["orderly", "broadcasting"])
+async def test_orderly_and_broadcasting_consumers_follow_a_reset(
+    cluster, autojump_clock, tmp_path, mode
+):
+    await produce(cluster, [f"o{i}" for i in range(6)])
+    got: list[str] = []
+    c = PushConsumer(
+        f"g-{mode}",
+        cluster.namesrv,
+        network=cluster.network,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        message_model="BROADCASTING" if mode == "broadcasting" else "CLUSTERING",
+        offset_store_dir=tmp_path,
+    )
+    c.subscribe("T", "*")
+
+    async def listener(msgs: list[MessageExt]) -> None:
+        got.extend(m.body.decode() for m in msgs)
+
+    if mode == "orderly":
+        c.register_orderly_listener(listener)
+    else:
+        c.register_listener(listener)
+    async with c, Admin(cluster.namesrv, network=cluster.network) as admin:
+        await wait_for(lambda: len(got) >= 6)
+        await trio.sleep(6)  # offsets persisted (the broker's, or the local file)
+        if mode == "broadcasting":
+            # a broadcasting group keeps no offsets on the broker: give it some to reset
+            for q in (0, 1):
+                await admin.update_consumer_offset(c.group, MessageQueue("T", "broker-a", q), 3)
+        await admin.reset_offset(c.group, "T", 0)
+        await wait_for(lambda: len(got) >= 12)
+    for q in (0, 1):  # per queue, again from its first message (orderly: in order)
+        bodies = [m.body.decode() for m in cluster.messages("T", q)]
+        mine = [b for b in got if b in bodies]
+        if mode == "orderly":
+            assert mine == bodies + bodies
+        else:
+            assert sorted(mine) == sorted(bodies + bodies)
