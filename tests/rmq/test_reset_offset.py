@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from common.model import MessageQueue
-from rmq import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
+from rmq import Admin, ConsumeFromWhere, Message, MessageModel, Producer, PushConsumer
 from rmq.errors import ClientError
 
 if TYPE_CHECKING:
@@ -174,7 +174,9 @@ async def test_orderly_and_broadcasting_consumers_follow_a_reset(
         cluster.namesrv,
         network=cluster.network,
         consume_from=ConsumeFromWhere.FIRST_OFFSET,
-        message_model="BROADCASTING" if mode == "broadcasting" else "CLUSTERING",
+        message_model=MessageModel.BROADCASTING
+        if mode == "broadcasting"
+        else MessageModel.CLUSTERING,
         offset_store_dir=tmp_path,
     )
     c.subscribe("T", "*")
