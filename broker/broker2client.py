@@ -220,23 +220,17 @@ class Broker2Client:
             {**req.ext_fields, "brokerName": self.broker.config.broker_name},
             bytes(record),
         )
-        return await self._call_consumer(req, relayed.code, group, client_id, relayed)
+        return await self._call_consumer(req, group, client_id, relayed)
 
     async def _call_consumer(
-        self,
-        req: RemotingCommand,
-        code: int,
-        group: str,
-        client_id: str,
-        relayed: RemotingCommand | None = None,
+        self, req: RemotingCommand, group: str, client_id: str, relayed: RemotingCommand
     ) -> RemotingCommand:
+        """`relayed` to the member `client_id` of `group`; its answer as the answer to `req`."""
         member = self.broker.consumer_manager.find_channel(group, client_id)
         if member is None or member.channel.closed:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
             )
-        if relayed is None:
-            relayed = RemotingCommand.request(code, dict(req.ext_fields), req.body_bytes())
         try:
             resp = await member.channel.invoke(relayed, CALL_CLIENT_TIMEOUT)
         except RemotingTimeoutError as exc:
