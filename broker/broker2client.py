@@ -196,9 +196,10 @@ class Broker2Client:
         self, req: RemotingCommand, channel: Channel
     ) -> RemotingCommand:
         group, client_id = req.get_str("consumerGroup"), req.get_str("clientId")
-        return await self._call_consumer(
-            req, RequestCode.GET_CONSUMER_RUNNING_INFO, group, client_id
+        relayed = RemotingCommand.request(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, dict(req.ext_fields), req.body_bytes()
         )
+        return await self._call_consumer(req, group, client_id, relayed)
 
     async def consume_message_directly(
         self, req: RemotingCommand, channel: Channel
