@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from rmq.sync import Admin
 from tests.interop.test_cpp_client import DRIVER, produce
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -106,6 +107,17 @@ def reset(cluster: Any, *args: str, limit: float = 30.0) -> dict:
         time.sleep(0.5)
 
 
+def check_running_info(cluster: Any) -> None:
+    """GET_CONSUMER_RUNNING_INFO relayed to the C++ consumer: what `rmq group describe` shows."""
+    with Admin(cluster.namesrv_addr) as admin:
+        (member,) = admin.consumer_connections(GROUP)
+        assert member.language == "CPP"
+        info = admin.consumer_running_info(GROUP, member.client_id)
+    assert info.properties["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+    assert TOPIC in {s.get("topic") for s in info.subscriptions}
+    assert {mq.topic for mq, _ in info.mq_table} >= {TOPIC}
+
+
 def test_running_cpp_consumer_consumes_again_from_the_reset_time(tmp_path, module_cluster):
     produce(tmp_path, module_cluster, TOPIC, 12, prefix="a-")
     time.sleep(1.0)
@@ -121,6 +133,7 @@ def test_running_cpp_consumer_consumes_again_from_the_reset_time(tmp_path, modul
     try:
         first = driver.recv(24, 90)
         assert {e["body"] for e in first} == {f"a-body-{i}" for i in range(12)} | later
+        check_running_info(module_cluster)
         doc = reset(module_cluster, "--to-time", str(reset_ms))
         assert not doc["dry_run"] and doc["queues"]
         # each queue moves back to its first b-* message, read from what the client delivered
