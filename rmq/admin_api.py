@@ -140,6 +140,9 @@ def _int(value: Any, what: str) -> int:
         raise ProtocolError(f"{what} is not an integer: {value!r}") from None
 
 
+# ConsumerRunningInfo of a C++ member without queues (see AdminAPI.consumer_running_info)
+_CPP_EMPTY_MQ_TABLE = b'{"mqTable":},'
+
 # --- requests --------------------------------------------------------------------------------
 
 
@@ -282,8 +285,13 @@ class AdminAPI(RequestHelpers):
         resp = await self._call_ok(
             addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext, timeout=timeout
         )
+        body = resp.body_bytes()
+        if body.startswith(_CPP_EMPTY_MQ_TABLE):
+            # rocketmq-client-cpp writes an empty mqTable as `"mqTable":}` (its encoder cuts
+            # the `{` when no queue follows): a member that owns no queue
+            body = b'{"mqTable":{},' + body[len(_CPP_EMPTY_MQ_TABLE) :]
         try:
-            doc = parse_value(resp.body_bytes())
+            doc = parse_value(body)
             if not isinstance(doc, dict):
                 raise ValueError("not a JSON object")
             props = doc.get("properties") or {}
