@@ -22,7 +22,9 @@ class Fake:
         self.body, self.code = body, code
         self.sent: list[RemotingCommand] = []
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
+    ) -> RemotingCommand:
         self.sent.append(cmd)
         return cmd.response(self.code, "remark" if self.code else None, body=self.body)
 
