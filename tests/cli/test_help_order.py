@@ -32,7 +32,7 @@ TOP_LEVEL = [
 SUBCOMMANDS = {
     "topic": ["create", "update", "delete", "list", "route", "status"],
     "cluster": ["list"],
-    "group": ["list", "progress"],
+    "group": ["list", "progress", "reset"],
     "message": ["query"],
     "dledger": ["leadership-transfer"],
 }
