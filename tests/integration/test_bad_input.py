@@ -171,6 +171,23 @@ async def test_both_servers_survive_bad_input(ns_and_broker, nursery):
                     RequestCode.PULL_MESSAGE, {"consumerGroup": "g", "topic": TOPIC}
                 ),
                 "send_bad_topic_name": bad_name,
+                "reset_without_timestamp": RemotingCommand.request(
+                    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": TOPIC, "group": "g"}
+                ),
+                "reset_unknown_group": RemotingCommand.request(
+                    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                    {"topic": TOPIC, "group": "nobody", "timestamp": 0, "isForce": True},
+                ),
+                "status_of_offline_group": RemotingCommand.request(
+                    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": TOPIC, "group": "g"}
+                ),
+                "running_info_of_unknown_client": RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g", "clientId": "x"}
+                ),
+                "direct_consume_bad_msg_id": RemotingCommand.request(
+                    RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                    {"consumerGroup": "g", "clientId": "x", "msgId": "zz"},
+                ),
             },
         )
 
