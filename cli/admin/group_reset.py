@@ -81,32 +81,33 @@ def reset_doc(
 def render_reset(doc: dict[str, Any], *, as_json: bool) -> None:
     import json
 
-    from cli.admin.render import _table
+    from rich.table import Table
+
     from cli.render import _console, _line
 
     if as_json:
         _line(json.dumps(doc, indent=2))
         return
-    rows = [
-        (
+    if doc["dry_run"]:
+        title = f"{doc['group']} would move to {doc['to']} (dry run: nothing changed)"
+    else:
+        title = f"{doc['group']} moved to {doc['to']}"
+    table = Table(title=title)
+    for col in ("group", "topic", "broker"):
+        table.add_column(col)
+    for col in ("queue", "old offset", "new offset", "change"):
+        table.add_column(col, justify="right")
+    for q in doc["queues"]:
+        table.add_row(
             doc["group"],
             q["topic"],
             q["broker"],
-            q["queue"],
-            q["old_offset"] if q["old_offset"] >= 0 else "-",
-            q["new_offset"],
+            str(q["queue"]),
+            str(q["old_offset"]) if q["old_offset"] >= 0 else "-",
+            str(q["new_offset"]),
             "-" if q["moved"] is None else f"{q['moved']:+d}",
         )
-        for q in doc["queues"]
-    ]
-    verb = "would move (dry run, nothing changed)" if doc["dry_run"] else "moved"
-    _console(min_width=100).print(
-        _table(
-            f"{doc['group']} {verb} to {doc['to']}",
-            ("group", "topic", "broker", "queue", "old-offset", "new-offset", "change"),
-            rows,
-        )
-    )
+    _console(min_width=100).print(table)
 
 
 @examples(

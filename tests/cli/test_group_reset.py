@@ -114,8 +114,8 @@ def test_json_document(capsys):
 def test_table_says_old_and_new_per_queue_and_whether_anything_changed(capsys):
     render_reset(reset_doc("g", "T", "earliest", ROWS, dry_run=True), as_json=False)
     out = capsys.readouterr().out
-    assert "would move (dry run, nothing changed)" in out
-    assert "old-offset" in out and "new-offset" in out
+    assert "g would move to earliest (dry run: nothing changed)" in out
+    assert "old offset" in out and "new offset" in out
     line = next(ln for ln in out.splitlines() if "broker-a" in ln and " -6" in ln)
     assert "10" in line and "4" in line
     render_reset(reset_doc("g", "T", "latest", ROWS, dry_run=False), as_json=False)
