@@ -40,8 +40,9 @@ Theory of operation:
 from __future__ import annotations
 
 import inspect
+import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import trio
@@ -74,6 +75,9 @@ from rmq.topic_publish_info import (
     default_publish_info,
     publish_info_from_route,
 )
+from rmq.trace.dispatcher import MAX_MSG_SIZE, SEND_TIMEOUT, AsyncTraceDispatcher, running
+from rmq.trace.encoder import GROUP_NAME_PREFIX, now_ms
+from rmq.trace.hooks import SendTracer
 
 T = TypeVar("T")
 
@@ -124,6 +128,8 @@ class Producer(ClientBase):
         retry_another_broker_when_not_store_ok: bool = False,
         heartbeat_interval: float = 30.0,
         instance_name: str | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         super().__init__(
             namesrv,
@@ -149,9 +155,20 @@ class Producer(ClientBase):
         # (topic, brokerName, queueId, batch) -> request header with str values and placeholders for the
         # per-message fields g (born timestamp), i (properties), h (flag); never mutated
         self._headers: dict[tuple[str, str, int, bool], dict[str, str]] = {}
+        # message trace (Java's enableMsgTrace / customizedTraceTopic): a Pub record per send
+        self.enable_trace = enable_trace
+        self.trace_topic = trace_topic
+        self._send_tracer: SendTracer | None = None
 
     async def __aenter__(self) -> Producer:
         await super().__aenter__()
+        if self.enable_trace:
+            try:
+                dispatcher = await open_trace_dispatcher(self, "PRODUCER", self.trace_topic)
+            except BaseException:
+                await self.__aexit__(None, None, None)
+                raise
+            self._send_tracer = SendTracer(dispatcher, self.group)
         return self
 
     def heartbeat_producer_group(self) -> str | None:
@@ -257,7 +274,14 @@ class Producer(ClientBase):
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, props, flag, batch=False), body
 
-        return await self._send(msg.topic, build, uniq, timeout, queue)
+        tracer = self._send_tracer
+        if tracer is None:
+            return await self._send(msg.topic, build, uniq, timeout, queue)
+        start = now_ms()
+        result = await self._send(msg.topic, build, uniq, timeout, queue)
+        broker = self.client.cached_master_addr(result.message_queue.brokerName)
+        tracer.record(msg, result, broker or "", start)
+        return result
 
     async def send_orderly(
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
@@ -498,7 +522,36 @@ class Producer(ClientBase):
             queue_offset=sent.queue_offset,
             region_id=sent.region_id,
             transaction_id=sent.transaction_id,
+            trace_on=sent.trace_on,
         )
+
+
+_trace_seq = itertools.count(1)
+
+
+async def open_trace_dispatcher(
+    owner: ClientBase, kind: str, topic: str | None
+) -> AsyncTraceDispatcher:
+    """Start `owner`'s trace writer: its own producer (group
+    ``_INNER_TRACE_PRODUCER-<group>-<kind>-<n>`` as Java names it) and the dispatcher task,
+    both closed with `owner` (the dispatcher first, so the last traces still leave)."""
+    group = getattr(owner, "group", "")
+    carrier = Producer(
+        f"{GROUP_NAME_PREFIX}-{group}-{kind}-{next(_trace_seq)}",
+        owner._namesrv_addrs,
+        network=owner._network,
+        credentials=owner._credentials,
+        send_timeout=SEND_TIMEOUT,
+        max_message_size=MAX_MSG_SIZE,
+    )
+    stack = owner._stack
+    assert stack is not None
+    await stack.enter_async_context(carrier)
+
+    async def send(trace_topic: str, body: bytes, keys: Sequence[str]) -> None:
+        await carrier.send(Message(trace_topic, body, keys=list(keys)))
+
+    return await stack.enter_async_context(running(AsyncTraceDispatcher(send, topic)))
 
 
 async def _call_back(fn: Callable[[T], object], value: T) -> None:

@@ -139,7 +139,13 @@ class Producer(_SyncClient[_producer.Producer]):
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
-        if queue is None and selector is None and self._lease is not None and self._async.over_tcp:
+        if (
+            queue is None
+            and selector is None
+            and self._lease is not None
+            and self._async.over_tcp
+            and not self._async.enable_trace  # the trace records are written in the portal
+        ):
             return self._direct.send(msg, timeout)
         return self._run(
             self._async.send, msg, queue=queue, selector=selector, arg=arg, timeout=timeout

@@ -71,7 +71,7 @@ class ConsumeReturnType(enum.IntEnum):
     FAILED = 4
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
@@ -100,7 +100,7 @@ class TraceContext:
     """One trace record before encoding (``TraceContext``)."""
 
     trace_type: TraceType
-    time_stamp: int = attrs.Factory(_now_ms)
+    time_stamp: int = attrs.Factory(now_ms)
     region_id: str | None = ""
     group_name: str | None = ""
     cost_time: int = 0
@@ -234,7 +234,11 @@ def _decode_one(line: list[str]) -> TraceContext | None:
     kind = line[0]
     if kind == TraceType.Pub.value:
         ctx = TraceContext(
-            TraceType.Pub, time_stamp=int(line[1]), region_id=line[2], group_name=line[3]
+            TraceType.Pub,
+            time_stamp=int(line[1]),
+            region_id=line[2],
+            group_name=line[3],
+            request_id=None,
         )
         bean = TraceBean(
             topic=line[4],
@@ -282,6 +286,7 @@ def _decode_one(line: list[str]) -> TraceContext | None:
             time_stamp=int(line[1]),
             region_id=line[2],
             group_name=line[3],
+            request_id=None,
         )
         ctx.trace_beans = [
             TraceBean(

@@ -1,0 +1,127 @@
+"""Message trace through a real nameserver and broker in process: a traced producer and a
+traced push consumer write Pub, SubBefore and SubAfter records to the trace topic, and
+QUERY_MESSAGE on that topic by the message's msgId finds them all."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from rmq import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
+from rmq.trace.encoder import MessageType, TraceType, decode
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def traces_of(cluster, msg_id: str, topic: str = "RMQ_SYS_TRACE_TOPIC"):
+    async with Admin(cluster.namesrv, network=cluster.network) as admin:
+        found = await admin.query_message_by_key(topic, msg_id, 64)
+    return [
+        (m, c) for m in found for c in decode(m.body.decode()) if c.trace_beans[0].msg_id == msg_id
+    ]
+
+
+async def consume_one(cluster, **kw) -> list[str]:
+    got: list[str] = []
+
+    async def listener(msgs):
+        got.extend(m.uniq_key or "" for m in msgs)
+
+    c = PushConsumer(
+        "cg",
+        cluster.namesrv,
+        network=cluster.network,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        **kw,
+    )
+    c.subscribe("T")
+    c.register_listener(listener)
+    async with c:
+        with trio.fail_after(20):
+            while not got:  # noqa: ASYNC110 (polling a plain list)
+                await trio.sleep(0.1)
+    return got
+
+
+async def test_send_and_consume_are_traced(memory_cluster, autojump_clock):
+    cluster = memory_cluster
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=cluster.network, enable_trace=True) as p:
+        sent = await p.send(Message("T", b"hello", tags="TagA", keys="order-1"))
+        untraced_before = p._send_tracer.dispatcher.discarded if p._send_tracer else -1
+    assert untraced_before == 0
+    assert await consume_one(cluster, enable_trace=True) == [sent.msg_id]
+
+    found = await traces_of(cluster, sent.msg_id)
+    kinds = sorted(c.trace_type.value for _, c in found)
+    assert kinds == ["Pub", "SubAfter", "SubBefore"]
+    by = {c.trace_type: (m, c) for m, c in found}
+    m, pub = by[TraceType.Pub]
+    bean = pub.trace_beans[0]
+    assert (pub.group_name, bean.topic, bean.tags, bean.keys) == ("pg", "T", "TagA", "order-1")
+    assert bean.offset_msg_id == sent.offset_msg_id and bean.body_length == 5
+    assert bean.store_host == cluster.addr() and bean.msg_type is MessageType.Normal_Msg
+    assert pub.success and pub.region_id == "DefaultRegion"
+    # the trace message is keyed by the msgId and the message's keys
+    assert sent.msg_id in (m.keys or "").split(" ") and "order-1" in (m.keys or "").split(" ")
+    # written by the producer's own trace producer (Java's _INNER_TRACE_PRODUCER group)
+    _, before = by[TraceType.SubBefore]
+    _, after = by[TraceType.SubAfter]
+    assert before.group_name == after.group_name == "cg"
+    assert before.request_id == after.request_id and after.success
+    # the trace messages are found by the message's business key as well
+    async with Admin(cluster.namesrv, network=cluster.network) as admin:
+        by_key = await admin.query_message_by_key("RMQ_SYS_TRACE_TOPIC", "order-1", 64)
+    assert {x.commit_log_offset for x in by_key} == {x.commit_log_offset for x, _ in found}
+
+
+async def test_custom_trace_topic_and_untraced_clients(memory_cluster, autojump_clock):
+    cluster = memory_cluster
+    await cluster.create_topic("T", 1)
+    await cluster.create_topic("MyTrace", 1)
+    async with Producer(
+        "pg", cluster.namesrv, network=cluster.network, enable_trace=True, trace_topic="MyTrace"
+    ) as p:
+        traced = await p.send(Message("T", b"1"))
+    async with Producer("pg2", cluster.namesrv, network=cluster.network) as p:
+        plain = await p.send(Message("T", b"2"))
+    assert [c.trace_type for _, c in await traces_of(cluster, traced.msg_id, "MyTrace")] == [
+        TraceType.Pub
+    ]
+    assert await traces_of(cluster, plain.msg_id, "MyTrace") == []
+    assert cluster.messages("MyTrace", 0) and "RMQ_SYS_TRACE_TOPIC" not in (
+        cluster.broker().controller.topic_config_manager.table
+    )
+
+
+async def test_failed_listener_is_traced_as_failed(memory_cluster, autojump_clock):
+    cluster = memory_cluster
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
+        sent = await p.send(Message("T", b"x"))
+    calls = 0
+
+    async def listener(msgs):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+
+    c = PushConsumer(
+        "cg",
+        cluster.namesrv,
+        network=cluster.network,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        enable_trace=True,
+    )
+    c.subscribe("T")
+    c.register_listener(listener)
+    async with c:
+        with trio.fail_after(60):
+            while calls < 2:  # noqa: ASYNC110
+                await trio.sleep(0.5)
+    afters = sorted(
+        (c for _, c in await traces_of(cluster, sent.msg_id) if c.trace_type is TraceType.SubAfter),
+        key=lambda c: c.time_stamp,
+    )
+    assert [(a.success, a.context_code) for a in afters] == [(False, 2), (True, 0)]
