@@ -136,6 +136,8 @@ class BrokerConfig:
     register_broker_timeout: float = 6.0
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # SEND_REPLY_MESSAGE: also store the reply in <cluster>_REPLY_TOPIC after pushing it
+    store_reply_message_enable: bool = True
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time: float = 1.0
@@ -299,6 +301,7 @@ _PROPERTIES: dict[str, _Spec] = {
     "registerBrokerTimeoutMills": ("broker", "register_broker_timeout", _parse_ms),
     "regionId": ("broker", "region_id", _parse_str),
     "traceOn": ("broker", "trace_on", _parse_bool),
+    "storeReplyMessageEnable": ("broker", "store_reply_message_enable", _parse_bool),
     "brokerPermission": ("broker", "broker_permission", _parse_int),
     "longPollingEnable": ("broker", "long_polling_enable", _parse_bool),
     "shortPollingTimeMills": ("broker", "short_polling_time", _parse_ms),

@@ -165,6 +165,9 @@ class Producer(_AioClient[_producer.Producer]):
     ) -> SendResult:
         return await self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
 
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        return await self._run(self._async.request, msg, timeout)
+
     async def send_batch(
         self,
         msgs: Iterable[Message],

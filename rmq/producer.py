@@ -39,24 +39,28 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import trio
 
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
+from common.message import MessageExt
+from common.message_properties import MessageConst
 from common.model import MessageQueue
-from common.remoting.codes import ResponseCode
+from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
 from common.string_hash import java_string_hash
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
-from rmq.errors import InvalidMessageError, NoRouteInfoError
+from rmq.errors import InvalidMessageError, NoRouteInfoError, RequestTimeoutError
 from rmq.message import (
     Message,
     _body_bytes,
@@ -69,6 +73,7 @@ from rmq.message import (
     stored_record_size,
 )
 from rmq.remoting import Remoting
+from rmq.request_reply import RequestFutureHolder, reply_topic
 from rmq.send_result import SendResult, SendStatus
 from rmq.topic_publish_info import (
     TopicPublishInfo,
@@ -159,9 +164,15 @@ class Producer(ClientBase):
         self.enable_trace = enable_trace
         self.trace_topic = trace_topic
         self._send_tracer: SendTracer | None = None
+        # request() calls waiting for their reply, by correlation id
+        self._replies = RequestFutureHolder()
 
     async def __aenter__(self) -> Producer:
         await super().__aenter__()
+        # replies to request() are pushed to this client's connections
+        self.client.register_request_handler(
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self._replies.handle_push
+        )
         if self.enable_trace:
             try:
                 dispatcher = await open_trace_dispatcher(self, "PRODUCER", self.trace_topic)
@@ -282,6 +293,47 @@ class Producer(ClientBase):
         broker = self.client.cached_master_addr(result.message_queue.brokerName)
         tracer.record(msg, result, broker or "", start)
         return result
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send `msg` as a request and return its reply (RocketMQ 4.6+ request-reply).
+
+        The consumer of `msg` answers with ``create_reply_message(msg, body)`` sent by any
+        producer; the broker pushes that reply to this producer's connection. `timeout`
+        covers the send and the wait; RequestTimeoutError when the request was stored but no
+        reply came in time (see rmq/request_reply.py).
+        """
+        deadline = trio.current_time() + timeout
+        correlation_id = str(uuid.uuid4())
+        msg.properties = {
+            **msg.properties,
+            MessageConst.CORRELATION_ID: correlation_id,
+            MessageConst.REPLY_TO_CLIENT: self.client_id,
+            MessageConst.TTL: str(int(timeout * 1000)),
+        }
+        client = self.client
+        if client.cached_route(msg.topic) is None:
+            # the broker pushes the reply to the connection our heartbeat named: make sure
+            # every broker of the route has it before the first request (Java does the same)
+            await self.publish_info(msg.topic)
+            route = client.cached_route(msg.topic) or client.cached_route(self.create_topic_key)
+            # the reply goes to a broker of the reply topic, which may hold none of msg.topic
+            for cluster in sorted({bd.cluster for bd in route.brokerDatas} if route else ()):
+                with contextlib.suppress(RmqError):
+                    await client.fetch_route(reply_topic(cluster))
+            await client.send_heartbeat_to_all_brokers()
+        waiting = self._replies.open(correlation_id)
+        try:
+            await self.send(msg, timeout=max(deadline - trio.current_time(), 0.001))
+            with trio.move_on_at(deadline):
+                await waiting.done.wait()
+        finally:
+            self._replies.close(correlation_id)
+        if waiting.reply is None:
+            raise RequestTimeoutError(
+                f"send request message to <{msg.topic}> OK, but wait reply message timeout, "
+                f"{int(timeout * 1000)} ms."
+            )
+        return waiting.reply
 
     async def send_orderly(
         self, msg: Message, sharding_key: str, *, timeout: float | None = None

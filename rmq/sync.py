@@ -156,6 +156,9 @@ class Producer(_SyncClient[_producer.Producer]):
     ) -> SendResult:
         return self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
 
+    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        return self._run(self._async.request, msg, timeout)
+
     def send_async(
         self,
         msg: Message,

@@ -41,7 +41,7 @@ class Sink:
         self.got.append((topic, body, list(keys)))
 
 
-async def test_records_are_batched_after_the_wait_threshold(autojump_clock) -> None:
+async def test_records_are_batched_after_the_wait_threshold(autojump_clock: object) -> None:
     sink = Sink()
     d = AsyncTraceDispatcher(sink)
     async with running(d):
@@ -59,7 +59,7 @@ async def test_records_are_batched_after_the_wait_threshold(autojump_clock) -> N
     assert keys == ["MSG0000", "k1", "k2", "MSG0001", "MSG0002", "MSG0003", "MSG0004"]
 
 
-async def test_a_full_segment_leaves_at_once_and_custom_topic(autojump_clock) -> None:
+async def test_a_full_segment_leaves_at_once_and_custom_topic(autojump_clock: object) -> None:
     sink = Sink()
     d = AsyncTraceDispatcher(sink, "MyTrace", max_msg_size=10_000 + 300)
     async with running(d):
@@ -71,7 +71,7 @@ async def test_a_full_segment_leaves_at_once_and_custom_topic(autojump_clock) ->
     assert len(sent) == 20 and d.discarded == 0
 
 
-async def test_keys_are_capped_per_message(autojump_clock) -> None:
+async def test_keys_are_capped_per_message(autojump_clock: object) -> None:
     sink = Sink()
     d = AsyncTraceDispatcher(sink, max_keys_chars=100, max_in_flight=100)
     async with running(d):
@@ -82,7 +82,7 @@ async def test_keys_are_capped_per_message(autojump_clock) -> None:
     assert sum(len(decode(b.decode())) for _, b, _ in sink.got) == 30
 
 
-async def test_full_queue_drops_and_counts_never_blocks(autojump_clock) -> None:
+async def test_full_queue_drops_and_counts_never_blocks(autojump_clock: object) -> None:
     # the writer is stuck on a trace topic that never answers: every send slot is taken
     sink = Sink(block=True)
     d = AsyncTraceDispatcher(sink, queue_size=8, max_in_flight=1, flush_timeout=1.0)
@@ -99,7 +99,7 @@ async def test_full_queue_drops_and_counts_never_blocks(autojump_clock) -> None:
     assert sink.got == []
 
 
-async def test_failed_sends_are_counted_not_raised(autojump_clock) -> None:
+async def test_failed_sends_are_counted_not_raised(autojump_clock: object) -> None:
     sink = Sink(fail=True)
     d = AsyncTraceDispatcher(sink)
     async with running(d):
@@ -108,7 +108,7 @@ async def test_failed_sends_are_counted_not_raised(autojump_clock) -> None:
     assert d.send_failures == 1 and d.sent_messages == 0
 
 
-async def test_close_flushes_what_is_queued(autojump_clock) -> None:
+async def test_close_flushes_what_is_queued(autojump_clock: object) -> None:
     sink = Sink(delay=0.2)
     d = AsyncTraceDispatcher(sink)
     async with running(d):
@@ -119,7 +119,7 @@ async def test_close_flushes_what_is_queued(autojump_clock) -> None:
     assert not d.append(pub(9)) and d.discarded == 1  # closed: counted, not raised
 
 
-async def test_close_does_not_wait_forever_for_a_dead_trace_topic(autojump_clock) -> None:
+async def test_close_does_not_wait_forever_for_a_dead_trace_topic(autojump_clock: object) -> None:
     d = AsyncTraceDispatcher(Sink(block=True), flush_timeout=2.0)
     t0 = trio.current_time()
     async with running(d):

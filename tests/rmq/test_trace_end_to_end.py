@@ -4,16 +4,24 @@ QUERY_MESSAGE on that topic by the message's msgId finds them all."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import trio
 
+from common.message import MessageExt
 from rmq import Admin, ConsumeFromWhere, Message, Producer, PushConsumer
-from rmq.trace.encoder import MessageType, TraceType, decode
+from rmq.trace.encoder import MessageType, TraceContext, TraceType, decode
+
+if TYPE_CHECKING:
+    from tests.conftest import InProcessCluster
 
 pytestmark = pytest.mark.timeout(30)
 
 
-async def traces_of(cluster, msg_id: str, topic: str = "RMQ_SYS_TRACE_TOPIC"):
+async def traces_of(
+    cluster: InProcessCluster, msg_id: str, topic: str = "RMQ_SYS_TRACE_TOPIC"
+) -> list[tuple[MessageExt, TraceContext]]:
     async with Admin(cluster.namesrv, network=cluster.network) as admin:
         found = await admin.query_message_by_key(topic, msg_id, 64)
     return [
@@ -21,7 +29,7 @@ async def traces_of(cluster, msg_id: str, topic: str = "RMQ_SYS_TRACE_TOPIC"):
     ]
 
 
-async def consume_one(cluster, **kw) -> list[str]:
+async def consume_one(cluster: InProcessCluster, **kw: Any) -> list[str]:
     got: list[str] = []
 
     async def listener(msgs):
