@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from cli.admin import cluster, group, message, store, topic
+from cli.admin import cluster, group, message, message_trace, store, topic
 from cli.app import add_command, app, command_group
 from cli.bench import commands as bench
 from cli.chaos import commands as chaos
@@ -93,6 +93,7 @@ def register_commands(root: typer.Typer) -> None:
         "rmq message query --topic Orders --key order-1",
     )
     add_command(message_group, message.message_query, "query")
+    add_command(message_group, message_trace.message_trace, "trace")
     root.add_typer(message_group, name="message")
 
     bench_group = command_group(

@@ -33,6 +33,7 @@ from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
+from common.topics import RMQ_SYS_TRACE_TOPIC
 from rmq.admin_api import (
     AdminAPI,
     ConsumerConnection,
@@ -45,6 +46,7 @@ from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
 from rmq.remoting import Remoting
 from rmq.topic_publish_info import subscribe_queues
+from rmq.trace.view import TraceView, trace_views
 
 T = TypeVar("T")
 
@@ -331,6 +333,19 @@ class Admin(ClientBase):
                 found.append(m)
         found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
         return found[:max_num] if not unique else found
+
+    async def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        """The trace records of message `msg_id` (its UNIQ_KEY) that traced clients wrote to
+        `trace_topic` (default RMQ_SYS_TRACE_TOPIC), oldest first; [] when the trace topic
+        does not exist. See rmq/trace/."""
+        topic = trace_topic or RMQ_SYS_TRACE_TOPIC
+        try:
+            found = await self._query(topic, msg_id, max_num, unique=False)
+        except TopicNotExistError:
+            return []
+        return trace_views(msg_id, found)
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """The message with offset msgId or UNIQ_KEY `msg_id` (a UNIQ_KEY needs `topic`).

@@ -84,6 +84,7 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.trace.view import TraceView
 
 log = logging.getLogger(__name__)
 
@@ -463,6 +464,11 @@ class Admin(_AioClient[_admin.Admin]):
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return await self._run(self._async.view_message, msg_id, topic)
+
+    async def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        return await self._run(self._async.query_trace, msg_id, trace_topic, max_num)
 
     async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
         return await self._run(self._async.message_at, mq, offset)

@@ -71,6 +71,7 @@ from rmq.push_consumer import (
     allocate_averagely,
 )
 from rmq.sync_send import SyncSendPath
+from rmq.trace.view import TraceView
 
 log = logging.getLogger(__name__)
 
@@ -437,6 +438,11 @@ class Admin(_SyncClient[_admin.Admin]):
 
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return self._run(self._async.view_message, msg_id, topic)
+
+    def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        return self._run(self._async.query_trace, msg_id, trace_topic, max_num)
 
     def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
         return self._run(self._async.message_at, mq, offset)

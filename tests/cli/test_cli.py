@@ -33,6 +33,7 @@ COMMANDS = [
     ["group", "list"],
     ["group", "progress"],
     ["message", "query"],
+    ["message", "trace"],
 ]
 
 
@@ -73,6 +74,7 @@ def closed_port() -> int:
         ["group", "progress", "g"],
         ["message", "query", "--topic", "T", "--key", "k"],
         ["message", "query", "--id", "7F000001000029AF0000000000000000"],
+        ["message", "trace", "7F000001000029AF0000000000000000"],
     ],
     ids=lambda a: " ".join(a[:3]),
 )

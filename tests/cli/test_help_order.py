@@ -33,7 +33,7 @@ SUBCOMMANDS = {
     "topic": ["create", "update", "delete", "list", "route", "status"],
     "cluster": ["list"],
     "group": ["list", "progress"],
-    "message": ["query"],
+    "message": ["query", "trace"],
     "dledger": ["leadership-transfer"],
 }
 
