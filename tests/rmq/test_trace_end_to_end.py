@@ -4,6 +4,7 @@ QUERY_MESSAGE on that topic by the message's msgId finds them all."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -133,3 +134,37 @@ async def test_failed_listener_is_traced_as_failed(memory_cluster, autojump_cloc
         key=lambda c: c.time_stamp,
     )
     assert [(a.success, a.context_code) for a in afters] == [(False, 2), (True, 0)]
+
+
+async def _cluster(tmp_path: Path, nursery: trio.Nursery, **fields: Any) -> InProcessCluster:
+    from tests.conftest import InProcessCluster
+    from tests.support.memory_network import MemoryNetwork
+
+    cluster = InProcessCluster(MemoryNetwork(), nursery, tmp_path)
+    await cluster.start_namesrv()
+    await cluster.start_broker(**fields)
+    return cluster
+
+
+async def test_trace_topic_enable_without_auto_create(tmp_path, nursery, autojump_clock):
+    # RocketMQ's traceTopicEnable: the broker creates RMQ_SYS_TRACE_TOPIC itself
+    cluster = await _cluster(
+        tmp_path, nursery, auto_create_topic_enable=False, trace_topic_enable=True
+    )
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=cluster.network, enable_trace=True) as p:
+        sent = await p.send(Message("T", b"x"))
+    assert [c.trace_type for _, c in await traces_of(cluster, sent.msg_id)] == [TraceType.Pub]
+
+
+async def test_no_trace_topic_does_not_hurt_the_sends(tmp_path, nursery, autojump_clock):
+    cluster = await _cluster(tmp_path, nursery, auto_create_topic_enable=False)
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=cluster.network, enable_trace=True) as p:
+        for _ in range(5):
+            await p.send(Message("T", b"x"))
+        await trio.sleep(1)
+        assert p._send_tracer is not None
+        dispatcher = p._send_tracer.dispatcher
+        assert dispatcher.send_failures >= 1 and dispatcher.sent_messages == 0
+    assert len(cluster.messages("T", 0)) == 5
