@@ -141,7 +141,12 @@ class AsyncTraceDispatcher:
     def _add(self, ctx: TraceContext) -> None:
         if not ctx.trace_beans:
             return
-        bean = encode(ctx)
+        try:
+            bean = encode(ctx)
+        except Exception as exc:  # a record we cannot write is dropped, never the writer
+            self.discarded += 1
+            log.warning("trace: record dropped, it does not encode: %s", exc)
+            return
         keys = sum(len(k) + 1 for k in bean.trans_keys)
         if self._segment and self._segment_keys + keys > self.max_keys_chars:
             self._submit()

@@ -125,3 +125,13 @@ async def test_close_does_not_wait_forever_for_a_dead_trace_topic(autojump_clock
     async with running(d):
         d.append(pub(1))
     assert trio.current_time() - t0 == pytest.approx(2.0)
+
+
+async def test_a_record_that_does_not_encode_is_dropped_not_fatal(autojump_clock: object) -> None:
+    sink = Sink()
+    d = AsyncTraceDispatcher(sink)
+    async with running(d):
+        d.append(TraceContext(TraceType.Pub, trace_beans=[]))  # nothing to write: ignored
+        d.append(TraceContext(TraceType.EndTransaction, trace_beans=[None]))  # type: ignore[list-item]
+        d.append(pub(1))
+    assert d.discarded == 1 and len(sink.got) == 1
