@@ -84,6 +84,7 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.request_reply import create_reply_message
 from rmq.trace.view import TraceView
 
 log = logging.getLogger(__name__)
@@ -500,4 +501,5 @@ __all__ = [
     "SendStatus",
     "SessionCredentials",
     "allocate_averagely",
+    "create_reply_message",
 ]

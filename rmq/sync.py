@@ -70,6 +70,7 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.request_reply import create_reply_message
 from rmq.sync_send import SyncSendPath
 from rmq.trace.view import TraceView
 
@@ -474,4 +475,5 @@ __all__ = [
     "SendStatus",
     "SessionCredentials",
     "allocate_averagely",
+    "create_reply_message",
 ]
