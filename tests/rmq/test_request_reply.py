@@ -24,6 +24,7 @@ from rmq import (
     create_reply_message,
 )
 from rmq.errors import CreateReplyMessageError, RequestTimeoutError
+from rmq.trace.encoder import TraceType
 
 if TYPE_CHECKING:
     from tests.conftest import InProcessCluster
@@ -182,3 +183,43 @@ async def _start_in_cluster(
 
     cluster.nursery.start_soon(run)
     return scope
+
+
+def test_aio_request_reply_and_trace(portal_cluster: InProcessCluster) -> None:
+    import asyncio
+
+    from rmq import aio
+
+    cluster = portal_cluster
+    cluster.call(cluster.create_topic, "Req", 1)
+
+    async def main() -> tuple[MessageExt, list[TraceType]]:
+        net = cluster.network
+        async with aio.Producer("replier", cluster.namesrv, network=net) as replier:
+
+            async def listener(msgs: list[MessageExt]) -> None:
+                for m in msgs:
+                    await replier.send(aio.create_reply_message(m, b"pong"))
+
+            c = aio.PushConsumer(
+                "responders",
+                cluster.namesrv,
+                network=net,
+                consume_from=ConsumeFromWhere.FIRST_OFFSET,
+            )
+            c.subscribe("Req")
+            c.register_listener(listener)
+            async with (
+                c,
+                aio.Producer("requester", cluster.namesrv, network=net, enable_trace=True) as p,
+            ):
+                reply = await p.request(Message("Req", b"ping"), timeout=10)
+        [request] = cluster.call(cluster.messages, "Req", 0)
+        async with aio.Admin(cluster.namesrv, network=net) as admin:
+            # the traced requester wrote a Pub for its request
+            views = await admin.query_trace(request.uniq_key or "")
+        return reply, [v.trace_type for v in views]
+
+    reply, kinds = asyncio.run(main())
+    assert reply.body == b"pong"
+    assert kinds == [TraceType.Pub]
