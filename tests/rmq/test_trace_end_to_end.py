@@ -168,3 +168,46 @@ async def test_no_trace_topic_does_not_hurt_the_sends(tmp_path, nursery, autojum
         dispatcher = p._send_tracer.dispatcher
         assert dispatcher.send_failures >= 1 and dispatcher.sent_messages == 0
     assert len(cluster.messages("T", 0)) == 5
+
+
+async def test_traces_another_client_wrote_are_read(memory_cluster, autojump_clock):
+    # a Java trace producer's message as it reaches the broker: SEND_MESSAGE_V2 with the
+    # batch's records as body and every msgId / key in KEYS (space-separated)
+    from common.message_properties import encode_properties
+    from common.remoting.client import open_remoting_client
+    from common.remoting.codes import ResponseCode
+    from tests.support.wire import send_v2
+
+    cluster = memory_cluster
+    C, F = "\x01", "\x02"
+    mid, other = "AC1415116D1418B4AAC217FE1B4E0000", "AC1415116D1418B4AAC217FE1B4E0001"
+    body = (
+        f"Pub{C}1700000000000{C}DefaultRegion{C}PID-java{C}Orders{C}{mid}{C}TagA{C}k1{C}"
+        f"10.0.0.5:10911{C}26{C}7{C}0{C}0A00000500002A9F0000000000002329{C}true{F}"
+        f"Pub{C}1700000000001{C}DefaultRegion{C}PID-java{C}Orders{C}{other}{C}{C}{C}"
+        f"10.0.0.5:10911{C}1{C}2{C}0{C}0A00000500002A9F000000000000232A{C}true{F}"
+        f"SubBefore{C}1700000000050{C}DefaultRegion{C}CID-java{C}REQ{C}{mid}{C}0{C}k1{F}"
+        f"SubAfter{C}REQ{C}{mid}{C}12{C}true{C}k1{C}0{C}1700000000062{C}CID-java{F}"
+    ).encode()
+    cmd = send_v2("RMQ_SYS_TRACE_TOPIC", 0, body, group="_INNER_TRACE_PRODUCER-PID-java")
+    cmd.ext_fields["i"] = encode_properties({"KEYS": f"{mid} k1 {other}", "WAIT": "true"})
+    async with open_remoting_client(network=cluster.network) as raw:
+        r = await raw.invoke(cluster.addr(), cmd)
+    assert r.code == ResponseCode.SUCCESS
+    async with Admin(cluster.namesrv, network=cluster.network) as admin:
+        views = await admin.query_trace(mid)
+        assert [v.msg_id for v in await admin.query_trace(other)] == [other]
+    assert [(v.trace_type, v.group, v.cost_time) for v in views] == [
+        (TraceType.Pub, "PID-java", 7),
+        (TraceType.SubBefore, "CID-java", 0),
+        (TraceType.SubAfter, "CID-java", 12),
+    ]
+    pub = views[0]
+    assert (pub.topic, pub.tags, pub.keys, pub.store_host) == (
+        "Orders",
+        "TagA",
+        "k1",
+        "10.0.0.5:10911",
+    )
+    # the client is the trace message's born host: the raw connection that wrote it
+    assert pub.client_host.startswith("127.0.0.1:") and pub.client_host == views[2].client_host
