@@ -175,7 +175,7 @@ class Producer(ClientBase):
         )
         if self.enable_trace:
             try:
-                dispatcher = await open_trace_dispatcher(self, "PRODUCER", self.trace_topic)
+                dispatcher = await open_trace_dispatcher(self, "PRODUCE", self.trace_topic)
             except BaseException:
                 await self.__aexit__(None, None, None)
                 raise

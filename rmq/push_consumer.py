@@ -283,7 +283,7 @@ class PushConsumer(ClientBase):
         self._stack.callback(client.unregister_consumer, self.group)
         tracer = None
         if self.enable_trace:  # entered before the consume nursery: flushed after it stopped
-            dispatcher = await open_trace_dispatcher(self, "CONSUMER", self.trace_topic)
+            dispatcher = await open_trace_dispatcher(self, "CONSUME", self.trace_topic)
             tracer = ConsumeTracer(dispatcher, self.group)
         nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._stack.callback(nursery.cancel_scope.cancel)

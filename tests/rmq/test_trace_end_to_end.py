@@ -73,7 +73,6 @@ async def test_send_and_consume_are_traced(memory_cluster, autojump_clock):
     assert pub.success and pub.region_id == "DefaultRegion"
     # the trace message is keyed by the msgId and the message's keys
     assert sent.msg_id in (m.keys or "").split(" ") and "order-1" in (m.keys or "").split(" ")
-    # written by the producer's own trace producer (Java's _INNER_TRACE_PRODUCER group)
     _, before = by[TraceType.SubBefore]
     _, after = by[TraceType.SubAfter]
     assert before.group_name == after.group_name == "cg"
