@@ -35,6 +35,11 @@ Theory of operation:
   attempts remain; the last answer is returned.
 * Per message the client only validates, makes the UNIQ_KEY and the properties string, and
   copies a header prepared once per queue (`_header`): the send path is CPU-bound.
+* `enable_trace=True` (Java's enableMsgTrace): every send the broker answered hands a Pub
+  record to the trace writer (rmq/trace/), which never makes the send wait; the records leave
+  through a producer of their own (`open_trace_dispatcher`), as Java's trace producer.
+* `request(msg, timeout)`: request-reply (rmq/request_reply.py); the broker pushes the reply
+  to this client's connection, answered through the client's request-handler table.
 """
 
 from __future__ import annotations
