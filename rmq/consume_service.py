@@ -26,6 +26,10 @@ lands in the same place). The offset is committed after each successful call.
 
 Messages pulled from %RETRY%<group> get their original topic back from the RETRY_TOPIC
 property before the listener sees them (Java resetRetryAndNamespace).
+
+With a `tracer` (the consumer's enable_trace), every listener call is framed by a SubBefore
+and a SubAfter record (rmq/trace/hooks.py, Java's ConsumeMessageTraceHookImpl): success, and
+how the call ended (returned, failed, raised) as ConsumeReturnType.
 """
 
 from __future__ import annotations
