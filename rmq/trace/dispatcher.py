@@ -118,11 +118,7 @@ class AsyncTraceDispatcher:
                 await self._loop()
             # flush: the records still queued, the segment, then the sends in flight
             self._in.close()
-            while True:
-                try:
-                    self._add(self._out.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            self._drain()
             self._submit()
             self._all_sent = trio.Event()
             if self._in_flight:
@@ -135,8 +131,19 @@ class AsyncTraceDispatcher:
             with trio.move_on_after(self.polling):
                 while True:
                     self._add(await self._out.receive())
+                    # take what else is queued in this turn: one record per scheduling round
+                    # falls behind many clients' tasks, each finishing a send per round
+                    self._drain()
             if self._segment and trio.current_time() - self._first_added >= self.wait_threshold:
                 self._submit()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                ctx = self._out.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._add(ctx)
 
     def _add(self, ctx: TraceContext) -> None:
         if not ctx.trace_beans:

@@ -135,3 +135,22 @@ async def test_a_record_that_does_not_encode_is_dropped_not_fatal(autojump_clock
         d.append(TraceContext(TraceType.EndTransaction, trace_beans=[None]))  # type: ignore[list-item]
         d.append(pub(1))
     assert d.discarded == 1 and len(sink.got) == 1
+
+
+async def test_the_writer_keeps_up_with_many_busy_tasks(autojump_clock: object) -> None:
+    # 64 tasks each append a record every scheduling round: taking one record per round, the
+    # writer would fall behind and the full queue would drop records
+    sink = Sink()
+    d = AsyncTraceDispatcher(sink)
+    async with running(d):
+
+        async def client(k: int) -> None:
+            for i in range(50):
+                d.append(pub(k * 1000 + i))
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            for k in range(64):
+                nursery.start_soon(client, k)
+    assert d.discarded == 0
+    assert sum(len(decode(body.decode())) for _, body, _ in sink.got) == 64 * 50
