@@ -30,7 +30,7 @@ async def traces_of(
     ]
 
 
-async def consume_one(cluster: InProcessCluster, **kw: Any) -> list[str]:
+async def consume_one(cluster: InProcessCluster, *, orderly: bool = False, **kw: Any) -> list[str]:
     got: list[str] = []
 
     async def listener(msgs):
@@ -44,7 +44,10 @@ async def consume_one(cluster: InProcessCluster, **kw: Any) -> list[str]:
         **kw,
     )
     c.subscribe("T")
-    c.register_listener(listener)
+    if orderly:
+        c.register_orderly_listener(listener)
+    else:
+        c.register_listener(listener)
     async with c:
         with trio.fail_after(20):
             while not got:  # noqa: ASYNC110 (polling a plain list)
@@ -210,3 +213,13 @@ async def test_traces_another_client_wrote_are_read(memory_cluster, autojump_clo
     )
     # the client is the trace message's born host: the raw connection that wrote it
     assert pub.client_host.startswith("127.0.0.1:") and pub.client_host == views[2].client_host
+
+
+async def test_orderly_consumption_is_traced(memory_cluster, autojump_clock):
+    cluster = memory_cluster
+    await cluster.create_topic("T", 1)
+    async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
+        sent = await p.send(Message("T", b"x"))
+    assert await consume_one(cluster, orderly=True, enable_trace=True) == [sent.msg_id]
+    kinds = sorted(c.trace_type.value for _, c in await traces_of(cluster, sent.msg_id))
+    assert kinds == ["SubAfter", "SubBefore"]  # the producer was not traced
