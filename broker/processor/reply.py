@@ -19,7 +19,9 @@ The answer: SYSTEM_ERROR with RocketMQ's remark when REPLY_TO_CLIENT is missing,
 has no connection here, or the push failed; otherwise SUCCESS with msgId "0", queue offset 0.
 Then, with ``storeReplyMessageEnable`` (default true), the reply is also stored in its topic
 (properties as the replier sent them, no CLUSTER added) and a stored answer carries the real
-msgId and queue offset, as Java does; the code stays the push's.  Checks are the send path's
+msgId and queue offset, as Java does; the code stays the push's.  The store's own wait
+(SYNC_FLUSH, a DLedger commit) is awaited, a SYNC_MASTER's slave ack is not: the reply has
+already reached the requester, the stored copy is a record of it.  Checks are the send path's
 (``msg_check``: permissions, topic, queue id) with its codes and remarks.
 """
 
