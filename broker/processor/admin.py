@@ -22,6 +22,7 @@ import time
 import attrs
 import trio
 
+from broker.configuration import ConfigUpdateError, plan_update
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
@@ -84,6 +85,9 @@ class AdminBrokerProcessor:
         r(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_group)
         r(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
         r(RequestCode.GET_BROKER_CONFIG, self.get_broker_config)
+        r(RequestCode.UPDATE_BROKER_CONFIG, self.update_broker_config)
+        r(RequestCode.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
+        r(RequestCode.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
         r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
         r(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
@@ -247,10 +251,79 @@ class AdminBrokerProcessor:
             for line in _config_properties(b.config)
         ]
         text = "\n".join(lines) + "\n"
-        version = serde.to_json(b.topic_config_manager.data_version).decode()
+        version = serde.to_json(b.configuration.data_version).decode()
         return req.response(
             ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")
         )
+
+    async def update_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """Properties text -> the live keys applied, every key written to the config file
+        (broker/configuration.py says which keys are live, restart-only or refused)."""
+        b = self.broker
+        body = req.body_bytes()
+        if not body:
+            return req.response(ResponseCode.SUCCESS)  # RocketMQ: no body, nothing to do
+        try:
+            plan = plan_update(b.config, body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "the body is not UTF-8 text")
+        except ConfigUpdateError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("updateBrokerConfig from %s: %s", channel.remote_addr, dict(plan.raw))
+        if not await b.update_config(plan):
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"applied, but could not be written to {b.configuration.path}",
+            )
+        remark = None
+        if plan.restart:
+            remark = (
+                f"written to {b.configuration.path}; takes effect after a restart: "
+                + ", ".join(plan.restart)
+            )
+        return req.response(ResponseCode.SUCCESS, remark)
+
+    # --- producers ----------------------------------------------------------------------------
+    async def get_producer_connection_list(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        group = req.get_str("producerGroup")
+        chans = self.broker.producer_manager.groups.get(group)
+        if not chans:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {
+            "connectionSet": [
+                {
+                    "clientId": c.client_id,
+                    "clientAddr": c.channel.remote_addr,
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in chans.values()
+            ]
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def get_all_producer_info(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """ProducerTableInfo: every producer group with its clients (ProducerInfo)."""
+        # last heartbeat on the Trio clock -> wall-clock milliseconds, as Java reports it
+        skew = time.time() - trio.current_time()
+        data = {
+            group: [
+                {
+                    "clientId": c.client_id,
+                    "remoteIP": c.channel.remote_addr,
+                    "language": c.language,
+                    "version": c.version,
+                    "lastUpdateTimestamp": int((c.last_update + skew) * 1000),
+                }
+                for c in chans.values()
+            ]
+            for group, chans in self.broker.producer_manager.groups.items()
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps({"data": data}))
 
     async def get_consumer_connection_list(
         self, req: RemotingCommand, channel: Channel
