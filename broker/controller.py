@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from broker.broker_stats_manager import GroupGetNums
+from broker.broker_stats_manager import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
 from broker.configuration import Configuration, UpdatePlan, merge_properties
@@ -73,7 +73,8 @@ class BrokerStats:
     get_found: int = 0
     get_miss: int = 0
     send_back_count: int = 0
-    group_get_nums: GroupGetNums = attrs.field(factory=GroupGetNums)
+    # per topic, group and cluster, over a minute, an hour and a day (VIEW_BROKER_STATS_DATA)
+    manager: BrokerStatsManager = attrs.field(factory=BrokerStatsManager)
 
 
 @attrs.define(eq=False)

@@ -31,6 +31,15 @@ from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicCo
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
+from common.topics import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
+
+# QUERY_CONSUME_QUEUE answers at most this many units (mqadmin queryCq asks 10 by default)
+MAX_CONSUME_QUEUE_UNITS = 1024
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
@@ -88,6 +97,11 @@ class AdminBrokerProcessor:
         r(RequestCode.UPDATE_BROKER_CONFIG, self.update_broker_config)
         r(RequestCode.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
         r(RequestCode.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
+        r(RequestCode.VIEW_BROKER_STATS_DATA, self.view_broker_stats_data)
+        r(RequestCode.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats)
+        r(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
+        r(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
+        r(RequestCode.CLEAN_UNUSED_TOPIC, self.clean_unused_topic)
         r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
         r(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
@@ -185,9 +199,11 @@ class AdminBrokerProcessor:
 
     async def delete_group(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         self._refuse_on_slave()
-        self.broker.subscription_group_manager.delete_subscription_group_config(
-            req.get_str("groupName")
-        )
+        group = req.get_str("groupName")
+        self.broker.subscription_group_manager.delete_subscription_group_config(group)
+        # 4.9.7's DeleteSubscriptionGroupRequestHeader.removeOffset (mqadmin deleteSubGroup -r)
+        if req.get_bool("removeOffset", False):
+            self.broker.consumer_offset_manager.remove_offset(group)
         return await self._when_durable(req)
 
     # --- runtime ------------------------------------------------------------------------------
@@ -403,7 +419,7 @@ class AdminBrokerProcessor:
         now = trio.current_time()
         consume_tps = 0.0
         for topic in topics:
-            consume_tps += b.stats.group_get_nums.tps(topic, group, now)
+            consume_tps += b.stats.manager.tps_group_get_nums(topic, group, now)
             tc = b.topic_config_manager.select_topic_config(topic)
             if tc is None:
                 continue
@@ -425,3 +441,152 @@ class AdminBrokerProcessor:
             + b"}"
         )
         return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def get_broker_consume_stats(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """ConsumeStatsList: every subscription group's ConsumeStats per topic it has offsets
+        on (mqadmin brokerConsumeStats); ``isOrder`` keeps the ordered topics only."""
+        b = self.broker
+        only_order = req.get_bool("isOrder", False)
+        now = trio.current_time()
+        groups = []
+        total_diff = 0
+        for group in sorted(b.subscription_group_manager.table):
+            stats = []
+            for topic in sorted(b.consumer_offset_manager.topics_of_group(group)):
+                tc = b.topic_config_manager.select_topic_config(topic)
+                if tc is None or (only_order and not tc.order):
+                    continue
+                entries = []
+                for q in range(tc.writeQueueNums):
+                    broker_offset = max(b.store.get_max_offset_in_queue(topic, q), 0)
+                    consumer = max(b.consumer_offset_manager.query_offset(group, topic, q), 0)
+                    total_diff += broker_offset - consumer
+                    entries.append(
+                        (
+                            MessageQueue(topic, b.config.broker_name, q),
+                            {
+                                "brokerOffset": broker_offset,
+                                "consumerOffset": consumer,
+                                "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
+                            },
+                        )
+                    )
+                tps = b.stats.manager.tps_group_get_nums(topic, group, now)
+                stats.append(
+                    b'{"consumeTps":%s,"offsetTable":' % repr(tps).encode()
+                    + _mq_key_map(entries)
+                    + b"}"
+                )
+            groups.append(b"{" + json.dumps(group).encode() + b":[" + b",".join(stats) + b"]}")
+        body = (
+            b'{"brokerAddr":'
+            + json.dumps(b.broker_addr).encode()
+            + b',"consumeStatsList":['
+            + b",".join(groups)
+            + b'],"totalDiff":%d}' % total_diff
+        )
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def view_broker_stats_data(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """BrokerStatsData of one stats item: minute, hour and day (broker_stats_manager.py)."""
+        name = req.get_str("statsName")
+        key = req.get_str("statsKey")
+        item = self.broker.stats.manager.get(name, key)
+        if item is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        now = trio.current_time()
+        body = {
+            field: attrs.asdict(ring.snapshot(now))
+            for field, ring in (
+                ("statsMinute", item.minute),
+                ("statsHour", item.hour),
+                ("statsDay", item.day),
+            )
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def query_consume_queue(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """QueryConsumeQueueResponseBody: ``count`` units of one queue from ``index``
+        (mqadmin queryCq), with the group's subscription when one is named."""
+        b = self.broker
+        topic = req.get_str("topic")
+        queue_id = req.get_int("queueId")
+        index = req.get_int("index")
+        count = req.get_int("count")
+        group = req.ext_fields.get("consumerGroup")
+        max_offset = b.store.get_max_offset_in_queue(topic, queue_id)
+        if b.topic_config_manager.select_topic_config(topic) is None and max_offset <= 0:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
+        body: dict[str, object] = {
+            "maxQueueIndex": max_offset,
+            "minQueueIndex": b.store.get_min_offset_in_queue(topic, queue_id),
+        }
+        if group is not None:
+            sub = b.consumer_manager.find_subscription_data(group, topic)
+            if sub is None:
+                body["filterData"] = f"{group}@{topic} is not online!"
+            else:
+                body["subscriptionData"] = serde.converter.unstructure(sub)
+        if index < 0 or index >= max_offset or count <= 0:
+            return req.response(
+                ResponseCode.SUCCESS,
+                f"Index {index} of {queue_id}@{topic} is not exist!",
+                body=serde.dumps(body),
+            )
+        units = []
+        for offset in range(index, min(index + count, index + MAX_CONSUME_QUEUE_UNITS, max_offset)):
+            unit = b.store.get_queue_unit(topic, queue_id, offset)
+            if unit is None:
+                break
+            phys, size, tags_code = unit
+            units.append(
+                {"physicOffset": phys, "physicSize": size, "tagsCode": tags_code, "eval": False}
+            )
+        body["queueData"] = units
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def clean_expired_consume_queue(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """Drop the consume queues of topics whose every message left the CommitLog
+        (RocketMQ ``cleanExpiredConsumerQueue``; it drops single queues, we whole topics, the
+        store deleting by topic)."""
+        b = self.broker
+        store = b.store
+        min_phys = store.get_min_phy_offset()
+        expired = []
+        for topic, queues in store.topic_queues().items():
+            if topic == SCHEDULE_TOPIC:
+                continue
+            lasts = []
+            for q in queues:
+                mx = store.get_max_offset_in_queue(topic, q)
+                unit = store.get_queue_unit(topic, q, mx - 1) if mx > 0 else None
+                lasts.append(unit[0] if unit is not None else -1)
+            # -1: a queue with nothing readable may have just been created; keep it
+            if lasts and all(0 <= last < min_phys for last in lasts):
+                expired.append(topic)
+        if expired:
+            log.warning("cleanExpiredConsumeQueue: %s", expired)
+            store.delete_topics(expired)
+        return req.response(ResponseCode.SUCCESS)
+
+    async def clean_unused_topic(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """Drop the consume queues of topics the topic table no longer has (RocketMQ
+        ``cleanUnusedTopic``; the delay and transaction queues stay, whether in the table or not)."""
+        b = self.broker
+        keep = set(b.topic_config_manager.table) | {
+            SCHEDULE_TOPIC,
+            RMQ_SYS_TRANS_HALF_TOPIC,
+            RMQ_SYS_TRANS_OP_HALF_TOPIC,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        }
+        unused = [t for t in b.store.topic_queues() if t not in keep]
+        if unused:
+            log.warning("cleanUnusedTopic: %s", unused)
+            b.store.delete_topics(unused)
+        return req.response(ResponseCode.SUCCESS)

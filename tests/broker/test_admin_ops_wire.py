@@ -187,3 +187,123 @@ async def test_producer_connection_list_and_all_producer_info(tmp_path: Path) ->
 
         r = await call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {})
         assert r.code == ResponseCode.SYSTEM_ERROR and "producerGroup" in (r.remark or "")
+
+
+# --- stats, consume queue, cleaning --------------------------------------------------------
+
+
+def send_v2(topic: str, queue_id: int, body: bytes) -> dict[str, Any]:
+    return {"a": "pg", "b": topic, "c": "TBW102", "d": 2, "e": queue_id} | {
+        "f": 0,
+        "g": 0,
+        "h": 0,
+        "i": "TAGS\x01tagA\x02",
+    }
+
+
+def pull(group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": 32,
+        "sysFlag": 4,  # PullSysFlag.FLAG_SUBSCRIPTION: the subscription is in the header
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
+
+
+async def test_view_broker_stats_data_and_broker_consume_stats(tmp_path: Path) -> None:
+    async with broker(tmp_path) as (b, call):
+        for i in range(5):
+            r = await call(RequestCode.SEND_MESSAGE_V2, send_v2("ST", 0, b"m%d" % i), b"m")
+            assert r.code == ResponseCode.SUCCESS
+        r = await call(RequestCode.PULL_MESSAGE, pull("SG", "ST", 0, 0))
+        assert r.code == ResponseCode.SUCCESS
+        r = await call(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "SG", "topic": "ST", "queueId": 0, "commitOffset": 3},
+        )
+        assert r.code == ResponseCode.SUCCESS
+
+        r = await call(
+            RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "ST"}
+        )
+        assert r.code == ResponseCode.SUCCESS
+        data = json.loads(r.body_bytes())
+        assert data["statsMinute"] == {"sum": 5, "tps": 5 / 60, "avgpt": 1.0}
+        assert data["statsDay"]["sum"] == 5
+        r = await call(
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": "GROUP_GET_NUMS", "statsKey": "ST@SG"},
+        )
+        assert json.loads(r.body_bytes())["statsMinute"]["sum"] == 5
+        r = await call(
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": "BROKER_PUT_NUMS", "statsKey": "DefaultCluster"},
+        )
+        assert json.loads(r.body_bytes())["statsHour"]["sum"] == 5
+        r = await call(
+            RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "no"}
+        )
+        assert (r.code, r.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "The stats <TOPIC_PUT_NUMS> <no> not exist",
+        )
+        r = await call(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS"})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "statsKey" in (r.remark or "")
+
+        r = await call(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+        assert r.code == ResponseCode.SUCCESS
+        text = r.body_bytes().decode()
+        assert text.startswith('{"brokerAddr":"' + b.addr + '"') and text.endswith('"totalDiff":2}')
+        assert '{"SG":[{"consumeTps":' in text and '"consumerOffset":3' in text
+        r = await call(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "true"})
+        assert '"SG":[]' in r.body_bytes().decode()
+        r = await call(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "perhaps"})
+        assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_query_consume_queue(tmp_path: Path) -> None:
+    async with broker(tmp_path) as (_b, call):
+        for i in range(3):
+            await call(RequestCode.SEND_MESSAGE_V2, send_v2("QT", 1, b""), b"body%d" % i)
+        ext = {"topic": "QT", "queueId": 1, "index": 1, "count": 10}
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, ext)
+        assert r.code == ResponseCode.SUCCESS
+        body = json.loads(r.body_bytes())
+        assert (body["minQueueIndex"], body["maxQueueIndex"]) == (0, 3)
+        units = body["queueData"]
+        assert len(units) == 2 and units[0]["physicOffset"] < units[1]["physicOffset"]
+        assert all(u["physicSize"] > 0 for u in units)
+        from common.message import tags_code
+
+        assert {u["tagsCode"] for u in units} == {tags_code("tagA")}
+
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, consumerGroup="nobody"))
+        assert json.loads(r.body_bytes())["filterData"] == "nobody@QT is not online!"
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, index=99))
+        assert r.code == ResponseCode.SUCCESS and r.remark == "Index 99 of 1@QT is not exist!"
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, topic="Nope"))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "1@Nope is not exist!")
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, count=2**62))
+        assert len(json.loads(r.body_bytes())["queueData"]) == 2
+        r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, queueId="x"))
+        assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_clean_unused_topic_and_expired_consume_queue(tmp_path: Path) -> None:
+    async with broker(tmp_path) as (b, call):
+        await call(RequestCode.SEND_MESSAGE_V2, send_v2("Keep", 0, b""), b"x")
+        await call(RequestCode.SEND_MESSAGE_V2, send_v2("Gone", 0, b""), b"x")
+        # the topic left the table, its queues did not (what cleanUnusedTopic is for)
+        b.controller.topic_config_manager.delete_topic_config("Gone")
+        assert "Gone" in b.store.topic_queues()
+        assert (await call(RequestCode.CLEAN_UNUSED_TOPIC)).code == ResponseCode.SUCCESS
+        assert "Gone" not in b.store.topic_queues() and "Keep" in b.store.topic_queues()
+        # nothing expired yet: every queue stays
+        assert (await call(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)).code == ResponseCode.SUCCESS
+        assert "Keep" in b.store.topic_queues()
