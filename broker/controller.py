@@ -28,6 +28,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from broker.acl.validator import PlainAccessValidator
 from broker.broker_stats_manager import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
@@ -124,6 +125,8 @@ class BrokerController:
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
+    # the plain ACL in force when aclEnable (the ACL admin requests edit its file)
+    acl: PlainAccessValidator | None = None
     # the DataVersion of GET_BROKER_CONFIG and the file updates are written to
     configuration: Configuration = attrs.field(init=False)
     # one UPDATE_BROKER_CONFIG at a time rewrites the file (RocketMQ: a synchronized method)

@@ -18,10 +18,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import PurePath
 
 import attrs
 import trio
 
+from broker.acl.permission_manager import (
+    AccountUpdate,
+    AclEditError,
+    delete_account,
+    set_global_white,
+    split_list,
+    update_account,
+)
+from broker.acl.validator import Edit, PlainAccessValidator
 from broker.configuration import ConfigUpdateError, plan_update
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
@@ -102,6 +112,11 @@ class AdminBrokerProcessor:
         r(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
         r(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
         r(RequestCode.CLEAN_UNUSED_TOPIC, self.clean_unused_topic)
+        r(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self.update_and_create_acl_config)
+        r(RequestCode.DELETE_ACL_CONFIG, self.delete_acl_config)
+        r(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, self.get_broker_cluster_acl_info)
+        r(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self.update_global_white_addrs_config)
+        r(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, self.get_broker_cluster_acl_config)
         r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
         r(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
@@ -590,3 +605,79 @@ class AdminBrokerProcessor:
             log.warning("cleanUnusedTopic: %s", unused)
             b.store.delete_topics(unused)
         return req.response(ResponseCode.SUCCESS)
+
+    # --- ACL admin (broker/acl/permission_manager.py) ------------------------------------------
+    def _acl(self, req: RemotingCommand, failed: int) -> PlainAccessValidator:
+        acl = self.broker.acl
+        if acl is None:
+            raise RequestError(failed, "ACL is not enabled on this broker (aclEnable=false)")
+        return acl
+
+    async def _acl_edit(self, req: RemotingCommand, failed: int, edit: Edit) -> RemotingCommand:
+        acl = self._acl(req, failed)
+        try:
+            await acl.rewrite(edit)
+        except AclEditError as exc:
+            return req.response(failed, str(exc))
+        return req.response(ResponseCode.SUCCESS)
+
+    async def update_and_create_acl_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        failed = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        update = AccountUpdate(
+            access_key=req.get_str("accessKey"),
+            secret_key=req.ext_fields.get("secretKey"),
+            white_remote_address=req.ext_fields.get("whiteRemoteAddress"),
+            admin=req.get_bool("admin", False),
+            default_topic_perm=req.ext_fields.get("defaultTopicPerm"),
+            default_group_perm=req.ext_fields.get("defaultGroupPerm"),
+            topic_perms=split_list(req.ext_fields.get("topicPerms")),
+            group_perms=split_list(req.ext_fields.get("groupPerms")),
+        )
+        return await self._acl_edit(req, failed, lambda doc: update_account(doc, update))
+
+    async def delete_acl_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        access_key = req.get_str("accessKey")
+        return await self._acl_edit(
+            req, ResponseCode.DELETE_ACL_CONFIG_FAILED, lambda doc: delete_account(doc, access_key)
+        )
+
+    async def update_global_white_addrs_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        failed = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+        acl = self._acl(req, failed)
+        addrs = split_list(req.get_str("globalWhiteAddrs")) or []
+        # a file named from the network is only ever the broker's own ACL file
+        path = req.ext_fields.get("aclFileFullPath")
+        if path and PurePath(path) != PurePath(acl.path):
+            return req.response(failed, f"{path} is not this broker's ACL file ({acl.path})")
+        return await self._acl_edit(req, failed, lambda doc: set_global_white(doc, addrs))
+
+    async def get_broker_cluster_acl_info(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        b = self.broker
+        acl = self._acl(req, ResponseCode.SYSTEM_ERROR)
+        version = serde.to_json(acl.data_version).decode()
+        ext = {
+            "version": version,
+            "allAclFileVersion": json.dumps({acl.path: json.loads(version)}),
+            "brokerName": b.config.broker_name,
+            "brokerAddr": b.broker_addr,
+            "clusterName": b.config.broker_cluster_name,
+        }
+        return req.response(ResponseCode.SUCCESS, None, ext)
+
+    async def get_broker_cluster_acl_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GetBrokerClusterAclConfigResponseBody (4.9.7; removed in 4.9.8)."""
+        acl = self._acl(req, ResponseCode.SYSTEM_ERROR)
+        doc = acl.document
+        body = {
+            "globalWhiteAddrs": doc.get("globalWhiteRemoteAddresses") or [],
+            "plainAccessConfigs": doc.get("accounts") or [],
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))

@@ -307,3 +307,110 @@ async def test_clean_unused_topic_and_expired_consume_queue(tmp_path: Path) -> N
         # nothing expired yet: every queue stays
         assert (await call(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)).code == ResponseCode.SUCCESS
         assert "Keep" in b.store.topic_queues()
+
+
+# --- ACL admin ------------------------------------------------------------------------------
+
+ACL_FILE = """\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: adminKey1
+    secretKey: adminSecret1
+    whiteRemoteAddress: 127.0.0.1
+    admin: true
+"""
+
+
+async def test_acl_admin_updates_deletes_and_white_list(tmp_path: Path) -> None:
+    import yaml
+
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL_FILE)
+    async with broker(tmp_path, acl_enable=True, acl_file=str(acl_file)) as (b, call):
+        me = {"AccessKey": "adminKey1"}
+        r = await call(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, me)
+        assert r.code == ResponseCode.SUCCESS
+        v0 = json.loads(r.ext_fields["version"])
+        assert r.ext_fields["brokerName"] == "broker-a" and r.ext_fields["brokerAddr"] == b.addr
+        assert str(acl_file) in json.loads(r.ext_fields["allAclFileVersion"])
+
+        create = me | {
+            "accessKey": "newUser1",
+            "secretKey": "newSecret1",
+            "defaultTopicPerm": "DENY",
+            "topicPerms": "T1=PUB,T2=SUB",
+            "admin": "false",
+        }
+        r = await call(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, create)
+        assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
+        acl = b.controller.acl
+        assert acl is not None and "newUser1" in acl.config.accounts
+        doc = yaml.safe_load(acl_file.read_text())
+        (user,) = [a for a in doc["accounts"] if a["accessKey"] == "newUser1"]
+        assert user["topicPerms"] == ["T1=PUB", "T2=SUB"] and user["admin"] is False
+        # an update keeps what it does not name
+        r = await call(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+            me | {"accessKey": "newUser1", "whiteRemoteAddress": "10.0.0.*"},
+        )
+        assert r.code == ResponseCode.SUCCESS
+        doc = yaml.safe_load(acl_file.read_text())
+        (user,) = [a for a in doc["accounts"] if a["accessKey"] == "newUser1"]
+        assert user["secretKey"] == "newSecret1" and user["whiteRemoteAddress"] == "10.0.0.*"
+        r = await call(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, me)
+        assert json.loads(r.ext_fields["version"])["counter"] == v0["counter"] + 2
+
+        # refused edits leave the file alone
+        before = acl_file.read_text()
+        r = await call(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, me | {"accessKey": "short", "secretKey": "x"}
+        )
+        assert r.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        assert "longer than 6" in (r.remark or "")
+        r = await call(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+            me | {"accessKey": "otherUser", "secretKey": "otherSecret", "whiteRemoteAddress": "x"},
+        )
+        assert r.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        r = await call(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, me)
+        assert r.code == ResponseCode.SYSTEM_ERROR and "accessKey" in (r.remark or "")
+        r = await call(RequestCode.DELETE_ACL_CONFIG, me | {"accessKey": "nobody12"})
+        assert r.code == ResponseCode.DELETE_ACL_CONFIG_FAILED
+        assert acl_file.read_text() == before
+
+        r = await call(RequestCode.DELETE_ACL_CONFIG, me | {"accessKey": "newUser1"})
+        assert r.code == ResponseCode.SUCCESS and "newUser1" not in acl.config.accounts
+
+        white = me | {"globalWhiteAddrs": "10.1.1.*,192.168.0.1"}
+        r = await call(
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, white | {"aclFileFullPath": "/etc/x"}
+        )
+        assert r.code == ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+        r = await call(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, white)
+        assert r.code == ResponseCode.SUCCESS
+        doc = yaml.safe_load(acl_file.read_text())
+        assert doc["globalWhiteRemoteAddresses"] == ["10.1.1.*", "192.168.0.1"]
+        r = await call(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, me)
+        assert json.loads(r.body_bytes())["globalWhiteAddrs"] == ["10.1.1.*", "192.168.0.1"]
+        # a bad address rule is refused, not written
+        r = await call(
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, me | {"globalWhiteAddrs": "1.2.3.x/"}
+        )
+        assert r.code == ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+        # without the account's AccessKey nothing passes the guard
+        r = await call(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "adminKey1"})
+        assert r.code == ResponseCode.NO_PERMISSION
+
+
+async def test_acl_admin_without_acl_enabled(tmp_path: Path) -> None:
+    async with broker(tmp_path) as (_b, call):
+        r = await call(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+            {"accessKey": "newUser1", "secretKey": "s" * 8},
+        )
+        assert r.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        assert "aclEnable=false" in (r.remark or "")
+        r = await call(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "newUser1"})
+        assert r.code == ResponseCode.DELETE_ACL_CONFIG_FAILED
+        r = await call(RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        assert r.code == ResponseCode.SYSTEM_ERROR
