@@ -31,7 +31,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from broker.config import _PROPERTIES, BrokerConfig, _FieldValues, parse_properties
+from broker.config import _PROPERTIES, BrokerConfig, _FieldValues, _parse_ms, parse_properties
 from common.model import DataVersion
 
 # property names whose new value holds from the next request (see the module docstring)
@@ -139,6 +139,50 @@ def merge_properties(text: str, changes: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _property_names() -> dict[tuple[str, str], tuple[str, bool]]:
+    """(config, field) -> (its property name, whether it counts milliseconds); of two
+    spellings of one field the later in the table (the fixed one) wins."""
+    out = {}
+    for name, (target, field, parse) in _PROPERTIES.items():
+        out[(target, field)] = (name, parse is _parse_ms)
+    return out
+
+
+_NAMES = _property_names()
+
+
+def _text(value: object, ms: bool) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if ms and isinstance(value, int | float):
+        return str(round(value * 1000))
+    return str(value)
+
+
+def _camel(field: str) -> str:
+    head, *rest = field.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def config_properties(config: BrokerConfig, live: Mapping[str, str] | None = None) -> str:
+    """GET_BROKER_CONFIG's body: every setting as ``key=value`` lines, under the property name
+    UPDATE_BROKER_CONFIG and broker.conf take, in that name's unit (milliseconds for the
+    ``...Mills``/``...Interval`` keys); settings of ours with no property keep their field
+    name in camelCase.  ``live`` overrides values (brokerId and brokerRole follow DLedger)."""
+    pairs: dict[str, str] = {}
+    for target, obj in (("broker", config), ("store", config.store)):
+        for f in attrs.fields(type(obj)):
+            value = getattr(obj, f.name)
+            if attrs.has(type(value)):
+                continue
+            name, ms = _NAMES.get((target, f.name), (_camel(f.name), False))
+            pairs[name] = _text(value, ms)
+    pairs.update(live or {})
+    return "".join(f"{k}={v}\n" for k, v in sorted(pairs.items()))
+
+
 @attrs.define(eq=False)
 class Configuration:
     """The DataVersion GET_BROKER_CONFIG reports, and where updates are persisted."""
@@ -156,6 +200,7 @@ __all__ = [
     "ConfigUpdateError",
     "Configuration",
     "UpdatePlan",
+    "config_properties",
     "merge_properties",
     "plan_update",
 ]

@@ -32,7 +32,7 @@ from broker.acl.permission_manager import (
     update_account,
 )
 from broker.acl.validator import Edit, PlainAccessValidator
-from broker.configuration import ConfigUpdateError, plan_update
+from broker.configuration import ConfigUpdateError, config_properties, plan_update
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
@@ -70,22 +70,6 @@ def _mq_key_map(entries: list[tuple[MessageQueue, dict[str, int]]]) -> bytes:
         )
         parts.append(key + ":" + json.dumps(value, separators=(",", ":"), sort_keys=True))
     return ("{" + ",".join(parts) + "}").encode("utf-8")
-
-
-def _config_properties(obj: attrs.AttrsInstance, prefix: str = "") -> list[str]:
-    lines = []
-    for f in attrs.fields(type(obj)):
-        v = getattr(obj, f.name)
-        if attrs.has(type(v)):
-            lines.extend(_config_properties(v))
-            continue
-        camel = "".join(
-            p if i == 0 else p[:1].upper() + p[1:] for i, p in enumerate(f.name.split("_"))
-        )
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        lines.append(f"{prefix}{camel}={'' if v is None else v}")
-    return lines
 
 
 class AdminBrokerProcessor:
@@ -276,12 +260,9 @@ class AdminBrokerProcessor:
     async def get_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         # brokerId and brokerRole are the live ones: in DLedger mode the Raft role sets them
-        live = {"brokerId": str(b.broker_id), "brokerRole": b.broker_role}
-        lines = [
-            f"{k}={live[k]}" if (k := line.partition("=")[0]) in live else line
-            for line in _config_properties(b.config)
-        ]
-        text = "\n".join(lines) + "\n"
+        text = config_properties(
+            b.config, {"brokerId": str(b.broker_id), "brokerRole": b.broker_role}
+        )
         version = serde.to_json(b.configuration.data_version).decode()
         return req.response(
             ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")

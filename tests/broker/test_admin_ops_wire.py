@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.configuration import merge_properties, plan_update
+from broker.configuration import LIVE_KEYS, merge_properties, plan_update
 from broker.service import BrokerHandle, run_broker
 from broker.store import MessageStoreConfig, run_memory_store
 from common.remoting.client import open_remoting_client
@@ -75,13 +75,27 @@ async def test_update_broker_config_live_key_persists_and_bumps_version(tmp_path
         v1 = json.loads(after.ext_fields["version"])
         assert v1["counter"] == v0["counter"] + 1
         p = props(after.body_bytes())
-        assert p["longPollingEnable"] == "false" and p["shortPollingTime"] == "0.5"
+        assert p["longPollingEnable"] == "false" and p["shortPollingTimeMills"] == "500"
         # the live config is what the pull path reads
         assert b.controller.config.long_polling_enable is False
         # the file keeps its comment and order; the changed line is replaced in place
         assert conf.read_text() == (
             "# ours\nbrokerName=broker-a\nlongPollingEnable=false\nshortPollingTimeMills=500\n"
         )
+
+
+async def test_what_get_broker_config_shows_can_be_set_back(tmp_path: Path) -> None:
+    """GET_BROKER_CONFIG names each setting as UPDATE_BROKER_CONFIG takes it, in its unit."""
+    async with broker(tmp_path) as (b, call):
+        shown = props((await call(RequestCode.GET_BROKER_CONFIG)).body_bytes())
+        assert shown["brokerName"] == "broker-a" and shown["brokerRole"] == "ASYNC_MASTER"
+        assert shown["registerNameServerPeriod"] == "30000"  # milliseconds, as in broker.conf
+        assert shown["mappedFileSizeCommitLog"] == str(1024**3)
+        before = b.controller.config
+        for key in sorted(LIVE_KEYS):
+            r = await call(RequestCode.UPDATE_BROKER_CONFIG, None, f"{key}={shown[key]}".encode())
+            assert (r.code, r.remark) == (ResponseCode.SUCCESS, None), key
+        assert b.controller.config == before
 
 
 async def test_broker_permission_update_is_live_and_re_registers(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_broker_config_get_and_set(ns):
         "set": {"shortPollingTimeMills": "700"},
         "brokers": [{"addr": addr, "note": None}],
     }
-    assert ok_json(ns, "broker", "config", "get", addr)["config"]["shortPollingTime"] == "0.7"
+    assert ok_json(ns, "broker", "config", "get", addr)["config"]["shortPollingTimeMills"] == "700"
     # on every broker of the cluster; a key that waits for a restart is named
     text = rmq(ns, "broker", "config", "set", "-c", "DefaultCluster", "maxMessageSize=4194304")
     assert text.exit_code == 0, text.output
