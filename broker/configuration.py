@@ -64,8 +64,9 @@ REFUSED_KEYS = frozenset(
     }
 )
 
-# the body of one request is at most this many keys (a config has fewer than 100)
+# the body of one request is at most this many keys and bytes (a config has fewer than 100)
 MAX_KEYS = 500
+MAX_BODY = 64 * 1024
 
 
 class ConfigUpdateError(ValueError):

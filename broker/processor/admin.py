@@ -32,7 +32,7 @@ from broker.acl.permission_manager import (
     update_account,
 )
 from broker.acl.validator import Edit, PlainAccessValidator
-from broker.configuration import ConfigUpdateError, config_properties, plan_update
+from broker.configuration import MAX_BODY, ConfigUpdateError, config_properties, plan_update
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
@@ -275,6 +275,10 @@ class AdminBrokerProcessor:
         body = req.body_bytes()
         if not body:
             return req.response(ResponseCode.SUCCESS)  # RocketMQ: no body, nothing to do
+        if len(body) > MAX_BODY:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"the body is {len(body)} bytes, at most {MAX_BODY}"
+            )
         try:
             plan = plan_update(b.config, body.decode("utf-8"))
         except UnicodeDecodeError:
