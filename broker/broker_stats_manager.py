@@ -141,6 +141,10 @@ class BrokerStatsManager:
         self.sets[GROUP_GET_NUMS].add(key, nums, now)
         self.sets[GROUP_GET_SIZE].add(key, size, now)
 
+    def inc_send_back(self, topic: str, group: str, now: float) -> None:
+        """One message a consumer of ``group`` sent back (its original topic)."""
+        self.sets[SNDBCK_PUT_NUMS].add(f"{topic}@{group}", 1, now)
+
     def inc_broker(self, name: str, cluster: str, nums: int, now: float) -> None:
         self.sets[name].add(cluster, nums, now)
 

@@ -1,5 +1,6 @@
 from broker.broker_stats_manager import (
     GROUP_GET_NUMS,
+    SNDBCK_PUT_NUMS,
     TOPIC_PUT_NUMS,
     BrokerStatsManager,
     StatsItemSet,
@@ -50,3 +51,12 @@ def test_a_set_keeps_at_most_max_keys_dropping_the_least_recently_updated() -> N
     for i in range(10_000):
         s.add(f"k{i}", 1, now=float(i))
     assert len(s) == 3
+
+
+def test_send_back_is_counted_per_topic_and_group() -> None:
+    stats = BrokerStatsManager()
+    stats.inc_send_back("T", "g", now=5.0)
+    stats.inc_send_back("T", "g", now=6.0)
+    item = stats.get(SNDBCK_PUT_NUMS, "T@g")
+    assert item is not None and item.minute.snapshot(7.0).sum == 2
+    assert stats.get("NO_SUCH_STATS", "T@g") is None
