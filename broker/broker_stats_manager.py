@@ -10,8 +10,9 @@ GROUP_GET_NUMS; GET_CONSUME_STATS reports GROUP_GET_NUMS' minute rate as ``consu
 
 Java samples cumulative counters on timers (every 10 s, minute, hour) and divides differences.
 We keep, per key, three rings of buckets instead: 60 one-second buckets, 60 one-minute buckets
-and 24 one-hour buckets, each ``[start, sum, times]``, filled as increments arrive; a window's
-numbers are the buckets still inside it, the rate being the sum over the whole window length.
+and 24 one-hour buckets, each ``[start, sum, times]``; a window's numbers are the buckets still
+inside it, the rate being the sum over the whole window length.  Increments are summed per
+second first and reach the rings once a second (or when read), so a send pays two additions.
 No sampling task runs, idle keys cost nothing, and time comes from the caller (Trio's clock in
 the broker), so tests drive it with plain numbers.
 
@@ -90,17 +91,42 @@ class StatsItem:
     minute: _Ring = attrs.field(factory=lambda: _Ring(1, 60))
     hour: _Ring = attrs.field(factory=lambda: _Ring(60, 60))
     day: _Ring = attrs.field(factory=lambda: _Ring(3600, 24))
+    # the second being counted, and its sum and increments so far: the send path adds here
+    # (two additions), the rings see each second once, when the next one starts or a
+    # snapshot is taken
+    _second: int = -1
+    _sum: int = 0
+    _times: int = 0
 
-    def add(self, value: int, times: int, now: float) -> None:
-        for ring in (self.minute, self.hour, self.day):
-            ring.add(value, times, now)
+    def add(self, value: int, times: int, now: float) -> bool:
+        """Count ``value``; True when this started a new second (the caller's LRU hint)."""
+        second = int(now)
+        if second == self._second:
+            self._sum += value
+            self._times += times
+            return False
+        self._flush()
+        self._second, self._sum, self._times = second, value, times
+        return True
+
+    def _flush(self) -> None:
+        if self._times or self._sum:
+            for ring in (self.minute, self.hour, self.day):
+                ring.add(self._sum, self._times, self._second)
+            self._sum = self._times = 0
+
+    def snapshot(self, window: str, now: float) -> StatsSnapshot:
+        """``window``: "minute", "hour" or "day"."""
+        self._flush()
+        ring: _Ring = getattr(self, window)
+        return ring.snapshot(now)
 
 
 @attrs.define(eq=False)
 class StatsItemSet:
     name: str
     max_keys: int = MAX_KEYS
-    # least recently updated first
+    # least recently updated first (updated: a new second started for it)
     _items: collections.OrderedDict[str, StatsItem] = attrs.field(factory=collections.OrderedDict)
 
     def add(self, key: str, value: int, now: float, times: int = 1) -> None:
@@ -109,9 +135,9 @@ class StatsItemSet:
             item = self._items[key] = StatsItem()
             if len(self._items) > self.max_keys:
                 self._items.popitem(last=False)
-        else:
+            item.add(value, times, now)
+        elif item.add(value, times, now):
             self._items.move_to_end(key)
-        item.add(value, times, now)
 
     def get(self, key: str) -> StatsItem | None:
         return self._items.get(key)
@@ -151,4 +177,4 @@ class BrokerStatsManager:
     def tps_group_get_nums(self, topic: str, group: str, now: float) -> float:
         """GROUP_GET_NUMS' minute rate: what GET_CONSUME_STATS calls consumeTps."""
         item = self.get(GROUP_GET_NUMS, f"{topic}@{group}")
-        return item.minute.snapshot(now).tps if item is not None else 0.0
+        return item.snapshot("minute", now).tps if item is not None else 0.0

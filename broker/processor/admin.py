@@ -500,11 +500,11 @@ class AdminBrokerProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
         now = trio.current_time()
         body = {
-            field: attrs.asdict(ring.snapshot(now))
-            for field, ring in (
-                ("statsMinute", item.minute),
-                ("statsHour", item.hour),
-                ("statsDay", item.day),
+            field: attrs.asdict(item.snapshot(window, now))
+            for field, window in (
+                ("statsMinute", "minute"),
+                ("statsHour", "hour"),
+                ("statsDay", "day"),
             )
         }
         return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
