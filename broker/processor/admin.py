@@ -1,4 +1,5 @@
-"""Admin requests (RocketMQ ``AdminBrokerProcessor``): topics, groups, offsets, runtime info.
+"""Admin requests (RocketMQ ``AdminBrokerProcessor``): topics, groups, offsets, runtime info,
+the broker's configuration, producers, statistics, consume queues and the ACL file.
 
 Theory of operation
 -------------------
@@ -9,6 +10,12 @@ persist the file and (for topics) trigger an immediate re-registration.  Reads s
 in Java's wrapper shapes (``common/protocol/body/ConsumerOffsetSerializeWrapper.java``,
 ``SubscriptionGroupWrapper.java``, ``TopicConfigSerializeWrapper.java``; ``common.model``) so a Java
 slave or tool can parse them.
+
+The operations keep their logic where the concept lives and only translate here: which config
+keys apply live (``broker/configuration.py``), the stats windows
+(``broker/broker_stats_manager.py``), the ACL file edits (``broker/acl/permission_manager.py``).
+Bodies with ``Map<MessageQueue, V>`` (ConsumeStats, ConsumeStatsList) are written as fastjson
+writes them (``_mq_key_map``).
 
 Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 """
