@@ -307,6 +307,12 @@ async def test_query_consume_queue(tmp_path: Path) -> None:
         assert len(json.loads(r.body_bytes())["queueData"]) == 2
         r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, queueId="x"))
         assert r.code == ResponseCode.SYSTEM_ERROR
+        for odd in ({"queueId": -1}, {"index": -5}, {"count": -1}, {"index": 2**63 - 1}):
+            r = await call(RequestCode.QUERY_CONSUME_QUEUE, dict(ext, **odd))
+            assert r.code in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR), odd
+            assert r.code == ResponseCode.SYSTEM_ERROR or "queueData" not in json.loads(
+                r.body_bytes()
+            ), odd
 
 
 async def test_clean_unused_topic_and_expired_consume_queue(tmp_path: Path) -> None:
