@@ -157,6 +157,10 @@ class BrokerConfig:
     # DLedger mode: a follower's slave sync period (ours; the consumer offsets a new leader
     # starts from are at most this old, so it is far shorter than the classic 60 s)
     dledger_slave_sync_interval: float = 5.0
+    # where UPDATE_BROKER_CONFIG writes changed keys (broker/configuration.py): the -c file the
+    # broker was started with; None: <storePathRootDir>/config/broker.properties, as RocketMQ's
+    # BrokerPathConfigHelper (which is not read back at start, there as here)
+    broker_config_path: str | None = None
 
     @property
     def broker_role(self) -> str:

@@ -13,7 +13,17 @@ import sys
 
 import typer
 
-from cli.admin import cluster, group, message, message_trace, store, topic
+from cli.admin import (
+    broker_ops,
+    cluster,
+    group,
+    message,
+    message_trace,
+    producer,
+    stats,
+    store,
+    topic,
+)
 from cli.app import add_command, app, command_group
 from cli.bench import commands as bench
 from cli.chaos import commands as chaos
@@ -79,6 +89,22 @@ def register_commands(root: typer.Typer) -> None:
         cls=cluster.BrokerGroup,
     )
     add_command(broker_group, cluster.broker_status_cmd, "status")
+    broker_config_group = command_group(
+        "A running broker's settings (mqadmin getBrokerConfig / updateBrokerConfig).",
+        "rmq broker config get 127.0.0.1:10911",
+        "rmq broker config set 127.0.0.1:10911 longPollingEnable=false",
+    )
+    add_command(broker_config_group, broker_ops.config_get, "get")
+    add_command(broker_config_group, broker_ops.config_set, "set")
+    broker_group.add_typer(broker_config_group, name="config")
+    perm_group = command_group(
+        "A broker's write permission on the nameservers (mqadmin wipeWritePerm / addWritePerm).",
+        "rmq broker perm wipe broker-a",
+        "rmq broker perm add broker-a",
+    )
+    add_command(perm_group, broker_ops.perm_wipe, "wipe")
+    add_command(perm_group, broker_ops.perm_add, "add")
+    broker_group.add_typer(perm_group, name="perm")
     root.add_typer(broker_group, name="broker")
 
     consumer_groups = command_group(
@@ -86,7 +112,16 @@ def register_commands(root: typer.Typer) -> None:
     )
     add_command(consumer_groups, group.group_list, "list")
     add_command(consumer_groups, group.group_progress, "progress")
+    add_command(consumer_groups, group.group_create, "create")
+    add_command(consumer_groups, group.group_delete, "delete")
+    add_command(consumer_groups, group.group_describe, "describe")
     root.add_typer(consumer_groups, name="group")
+
+    producer_group = command_group("Producer groups and their online clients.", "rmq producer list")
+    add_command(producer_group, producer.producer_list, "list")
+    root.add_typer(producer_group, name="producer")
+
+    add_command(root, stats.stats, "stats")
 
     message_group = command_group(
         "Find messages by key, msgId or queue offset.",
