@@ -136,6 +136,8 @@ class BrokerConfig:
     register_broker_timeout: float = 6.0
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    # SEND_REPLY_MESSAGE: also store the reply in <cluster>_REPLY_TOPIC after pushing it
+    store_reply_message_enable: bool = True
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time: float = 1.0
@@ -155,6 +157,10 @@ class BrokerConfig:
     # DLedger mode: a follower's slave sync period (ours; the consumer offsets a new leader
     # starts from are at most this old, so it is far shorter than the classic 60 s)
     dledger_slave_sync_interval: float = 5.0
+    # where UPDATE_BROKER_CONFIG writes changed keys (broker/configuration.py): the -c file the
+    # broker was started with; None: <storePathRootDir>/config/broker.properties, as RocketMQ's
+    # BrokerPathConfigHelper (which is not read back at start, there as here)
+    broker_config_path: str | None = None
 
     @property
     def broker_role(self) -> str:
@@ -299,6 +305,7 @@ _PROPERTIES: dict[str, _Spec] = {
     "registerBrokerTimeoutMills": ("broker", "register_broker_timeout", _parse_ms),
     "regionId": ("broker", "region_id", _parse_str),
     "traceOn": ("broker", "trace_on", _parse_bool),
+    "storeReplyMessageEnable": ("broker", "store_reply_message_enable", _parse_bool),
     "brokerPermission": ("broker", "broker_permission", _parse_int),
     "longPollingEnable": ("broker", "long_polling_enable", _parse_bool),
     "shortPollingTimeMills": ("broker", "short_polling_time", _parse_ms),

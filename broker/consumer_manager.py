@@ -222,17 +222,28 @@ class ProducerManager:
     clock: Callable[[], float] = trio.current_time
     # group -> channel -> client
     groups: dict[str, dict[Channel, ClientChannelInfo]] = attrs.field(factory=dict, init=False)
+    # client id -> its channel (ProducerManager.clientChannelTable): where a reply to a
+    # request-reply producer is pushed
+    client_channels: dict[str, Channel] = attrs.field(factory=dict, init=False)
 
     def register_producer(self, group: str, client: ClientChannelInfo) -> None:
         client.last_update = self.clock()
         self.groups.setdefault(group, {})[client.channel] = client
+        self.client_channels[client.client_id] = client.channel
 
     def unregister_producer(self, group: str, channel: Channel) -> None:
         chans = self.groups.get(group)
         if chans is not None:
-            chans.pop(channel, None)
+            info = chans.pop(channel, None)
+            if info is not None and self.client_channels.get(info.client_id) is channel:
+                del self.client_channels[info.client_id]
             if not chans:
                 del self.groups[group]
+
+    def find_channel(self, client_id: str) -> Channel | None:
+        """The live connection of the producer client `client_id`, if it sent a heartbeat."""
+        channel = self.client_channels.get(client_id)
+        return None if channel is None or channel.closed else channel
 
     def do_channel_close_event(self, channel: Channel) -> None:
         for group in list(self.groups):
@@ -245,6 +256,8 @@ class ProducerManager:
             for ch, c in list(chans.items()):
                 if now - c.last_update > self.channel_expired_timeout:
                     del chans[ch]
+                    if self.client_channels.get(c.client_id) is ch:
+                        del self.client_channels[c.client_id]
                     dropped.append((group, c.client_id))
                     ch.close()
             if not chans:

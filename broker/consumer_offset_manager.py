@@ -79,6 +79,13 @@ class ConsumerOffsetManager(DirtyConfigManager):
                 del self._table[k]
                 self._dirty = True
 
+    def remove_offset(self, group: str) -> None:
+        """Forget every offset of ``group`` (deleteSubGroup with removeOffset)."""
+        for k in list(self._table):
+            if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group:
+                del self._table[k]
+                self._dirty = True
+
     def put_all(self, table: dict[str, dict[int, int]]) -> None:
         """Slave sync: adopt the master's offsets (RocketMQ ``offsetTable.putAll``)."""
         for k, queues in table.items():

@@ -28,9 +28,11 @@ from pathlib import Path
 import attrs
 import trio
 
-from broker.broker_stats_manager import GroupGetNums
+from broker.acl.validator import PlainAccessValidator
+from broker.broker_stats_manager import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
+from broker.configuration import Configuration, UpdatePlan, merge_properties
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
 from broker.ha.service import HABroker, HAService
@@ -72,7 +74,8 @@ class BrokerStats:
     get_found: int = 0
     get_miss: int = 0
     send_back_count: int = 0
-    group_get_nums: GroupGetNums = attrs.field(factory=GroupGetNums)
+    # per topic, group and cluster, over a minute, an hour and a day (VIEW_BROKER_STATS_DATA)
+    manager: BrokerStatsManager = attrs.field(factory=BrokerStatsManager)
 
 
 @attrs.define(eq=False)
@@ -122,10 +125,20 @@ class BrokerController:
     # the topic table changed since it was last written
     _topics_dirty: bool = attrs.field(default=False, init=False)
     _groups_dirty: bool = attrs.field(default=False, init=False)
+    # the plain ACL in force when aclEnable (the ACL admin requests edit its file)
+    acl: PlainAccessValidator | None = None
+    # the DataVersion of GET_BROKER_CONFIG and the file updates are written to
+    configuration: Configuration = attrs.field(init=False)
+    # one UPDATE_BROKER_CONFIG at a time rewrites the file (RocketMQ: a synchronized method)
+    _config_update_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.config_writer = WriteBehind(in_thread=self.io_threads)
         c = self.config
+        self.configuration = Configuration(
+            c.broker_config_path
+            or str(config_dir(c.store.store_path_root_dir) / "broker.properties")
+        )
         self.topic_config_manager = TopicConfigManager(
             broker_name=c.broker_name,
             cluster_name=c.broker_cluster_name,
@@ -264,6 +277,42 @@ class BrokerController:
         self.persist_topics()
         self.persist_groups()
         self.persist_offsets(force=True)
+
+    async def update_config(self, plan: UpdatePlan) -> bool:
+        """Apply an UPDATE_BROKER_CONFIG (broker/configuration.py): the live keys now, every
+        key to the config file; False when the file could not be written."""
+        async with self._config_update_lock:
+            self.config = c = plan.config
+            tcm = self.topic_config_manager
+            tcm.auto_create_topic_enable = c.auto_create_topic_enable
+            tcm.auto_create_topic_max = c.auto_create_topic_max
+            self.subscription_group_manager.auto_create_subscription_group = (
+                c.auto_create_subscription_group
+            )
+            self.configuration.bump()
+            if "brokerPermission" in plan.raw:
+                # as RocketMQ: the new permission goes to the nameservers at once, on every topic
+                tcm.data_version = tcm.data_version.next_version()
+                if self.registrar is not None:
+                    self.registrar.request_register()
+            path = Path(self.configuration.path)
+
+            def write() -> None:
+                try:
+                    old = path.read_text(encoding="utf-8")
+                except FileNotFoundError:
+                    old = ""
+                atomic_write(path, merge_properties(old, plan.raw).encode("utf-8"))
+
+            try:
+                if self.io_threads:
+                    await trio.to_thread.run_sync(write)
+                else:
+                    write()
+            except (OSError, UnicodeDecodeError) as exc:
+                log.error("could not write the broker config to %s: %s", path, exc)
+                return False
+            return True
 
     # --- registration -------------------------------------------------------------------------
     def register_headers(self) -> dict[str, str]:

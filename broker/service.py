@@ -158,6 +158,7 @@ async def run_broker(
                             acl = PlainAccessValidator(config.acl_file_path)
                             await nursery.start(run_acl_watch, acl, config.acl_watch_interval)
                             dispatcher.guard = acl.guard
+                            controller.acl = acl
                         serve = partial(serve_remoting, network=network)
                         main = await nursery.start(
                             serve, dispatcher, config.listen_host, config.listen_port

@@ -13,7 +13,18 @@ import sys
 
 import typer
 
-from cli.admin import cluster, group, group_reset, message, store, topic
+from cli.admin import (
+    broker_ops,
+    cluster,
+    group,
+    group_reset,
+    message,
+    message_trace,
+    producer,
+    stats,
+    store,
+    topic,
+)
 from cli.app import add_command, app, command_group
 from cli.bench import commands as bench
 from cli.chaos import commands as chaos
@@ -79,6 +90,22 @@ def register_commands(root: typer.Typer) -> None:
         cls=cluster.BrokerGroup,
     )
     add_command(broker_group, cluster.broker_status_cmd, "status")
+    broker_config_group = command_group(
+        "A running broker's settings (mqadmin getBrokerConfig / updateBrokerConfig).",
+        "rmq broker config get 127.0.0.1:10911",
+        "rmq broker config set 127.0.0.1:10911 longPollingEnable=false",
+    )
+    add_command(broker_config_group, broker_ops.config_get, "get")
+    add_command(broker_config_group, broker_ops.config_set, "set")
+    broker_group.add_typer(broker_config_group, name="config")
+    perm_group = command_group(
+        "A broker's write permission on the nameservers (mqadmin wipeWritePerm / addWritePerm).",
+        "rmq broker perm wipe broker-a",
+        "rmq broker perm add broker-a",
+    )
+    add_command(perm_group, broker_ops.perm_wipe, "wipe")
+    add_command(perm_group, broker_ops.perm_add, "add")
+    broker_group.add_typer(perm_group, name="perm")
     root.add_typer(broker_group, name="broker")
 
     consumer_groups = command_group(
@@ -86,14 +113,24 @@ def register_commands(root: typer.Typer) -> None:
     )
     add_command(consumer_groups, group.group_list, "list")
     add_command(consumer_groups, group.group_progress, "progress")
+    add_command(consumer_groups, group.group_create, "create")
+    add_command(consumer_groups, group.group_delete, "delete")
+    add_command(consumer_groups, group.group_describe, "describe")
     add_command(consumer_groups, group_reset.group_reset, "reset")
     root.add_typer(consumer_groups, name="group")
+
+    producer_group = command_group("Producer groups and their online clients.", "rmq producer list")
+    add_command(producer_group, producer.producer_list, "list")
+    root.add_typer(producer_group, name="producer")
+
+    add_command(root, stats.stats, "stats")
 
     message_group = command_group(
         "Find messages by key, msgId or queue offset.",
         "rmq message query --topic Orders --key order-1",
     )
     add_command(message_group, message.message_query, "query")
+    add_command(message_group, message_trace.message_trace, "trace")
     root.add_typer(message_group, name="message")
 
     bench_group = command_group(

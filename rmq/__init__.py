@@ -21,6 +21,7 @@ from rmq.push_consumer import (
     PushConsumer,
     allocate_averagely,
 )
+from rmq.request_reply import create_reply_message
 
 __all__ = [
     "Admin",
@@ -46,4 +47,5 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SessionCredentials",
+    "create_reply_message",
 ]

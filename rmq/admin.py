@@ -21,7 +21,7 @@ asked with QUERY_MESSAGE (`_UNIQUE_KEY_QUERY`). Key queries drop index hash coll
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -33,14 +33,16 @@ from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
-from common.topics import RETRY_GROUP_TOPIC_PREFIX
+from common.topics import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from rmq.admin_api import (
     AdminAPI,
+    BrokerStatsData,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
     ConsumerRunningInfo,
     ConsumeStats,
     OffsetReset,
+    ProducerInfo,
     QueueConsumeStats,
     QueueStats,
 )
@@ -49,8 +51,11 @@ from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
 from rmq.remoting import Remoting
 from rmq.topic_publish_info import subscribe_queues
+from rmq.trace.view import TraceView, trace_views
 
 T = TypeVar("T")
+
+RELAY_TIMEOUT = 12.0
 
 __all__ = [
     "Admin",
@@ -58,6 +63,8 @@ __all__ = [
     "ConsumerConnection",
     "MessageNotFoundError",
     "OffsetReset",
+    "ProducerInfo",
+    "StatsRow",
     "QueueConsumeStats",
     "QueueOffsets",
     "QueueStats",
@@ -73,6 +80,19 @@ class QueueOffsets:
     queue: MessageQueue
     min_offset: int
     max_offset: int
+
+
+@attrs.frozen
+class StatsRow:
+    """One line of mqadmin statsAll: a topic and one of its consumer groups ("" when none)."""
+
+    topic: str
+    group: str
+    accumulation: int
+    in_tps: float
+    out_tps: float
+    in_msg_24h: int
+    out_msg_24h: int
 
 
 class Admin(ClientBase):
@@ -264,7 +284,7 @@ class Admin(ClientBase):
         for addr in await self._group_brokers(group):
             try:
                 return await api.consumer_running_info(
-                    addr, group, client_id, jstack=jstack, timeout=self.timeout
+                    addr, group, client_id, jstack=jstack, timeout=self._relay_timeout
                 )
             except (RemotingError, BrokerResponseError) as exc:
                 last = exc
@@ -280,8 +300,14 @@ class Admin(ClientBase):
         except ValueError:
             raise ClientError(f"malformed msgId {msg_id!r}: expected an offset msgId") from None
         return await self._admin_api.consume_message_directly(
-            f"{host}:{port}", group, client_id, msg_id.strip().upper(), timeout=self.timeout
+            f"{host}:{port}", group, client_id, msg_id.strip().upper(), timeout=self._relay_timeout
         )
+
+    @property
+    def _relay_timeout(self) -> float:
+        """What a request the broker relays to a client may take: the broker's own wait
+        (10 s, Broker2Client.callClient) and a margin, so its CONSUME_MSG_TIMEOUT arrives."""
+        return max(self.timeout, RELAY_TIMEOUT)
 
     # --- runtime, groups, stats, deletion, messages -------------------------------------------
 
@@ -433,6 +459,19 @@ class Admin(ClientBase):
         found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
         return found[:max_num] if not unique else found
 
+    async def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        """The trace records of message `msg_id` (its UNIQ_KEY) that traced clients wrote to
+        `trace_topic` (default RMQ_SYS_TRACE_TOPIC), oldest first; [] when the trace topic
+        does not exist. See rmq/trace/."""
+        topic = trace_topic or RMQ_SYS_TRACE_TOPIC
+        try:
+            found = await self._query(topic, msg_id, max_num, unique=False)
+        except TopicNotExistError:
+            return []
+        return trace_views(msg_id, found)
+
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """The message with offset msgId or UNIQ_KEY `msg_id` (a UNIQ_KEY needs `topic`).
 
@@ -502,3 +541,194 @@ class Admin(ClientBase):
             else f"no message at offset {offset} of {mq.topic} {mq.brokerName}:{mq.queueId} "
             "(the queue is empty)"
         )
+
+    # --- operations: broker config, producers, groups, write permission, stats ----------------
+
+    async def _cluster_addrs(self, cluster: str | None) -> list[str]:
+        """Every broker (masters and slaves) of `cluster` (or of the only cluster there is)."""
+        info = await self.cluster_info()
+        masters = await self.master_addrs(cluster)
+        names = {
+            n
+            for n, bd in info.brokerAddrTable.items()
+            if set(bd.brokerAddrs.values()) & set(masters)
+        }
+        return [
+            addr
+            for name in sorted(names)
+            for _, addr in sorted(info.brokerAddrTable[name].brokerAddrs.items())
+        ]
+
+    async def broker_config(self, addr: str) -> tuple[dict[str, str], str]:
+        """GET_BROKER_CONFIG of the broker at `addr`: (properties, DataVersion JSON)."""
+        return await self._admin_api.broker_config(addr, timeout=self.timeout)
+
+    async def update_broker_config(
+        self,
+        props: dict[str, str],
+        *,
+        broker_addr: str | None = None,
+        cluster: str | None = None,
+    ) -> list[tuple[str, str | None]]:
+        """UPDATE_BROKER_CONFIG on one broker or every broker (masters and slaves) of a cluster,
+        as mqadmin updateBrokerConfig -b / -c; (address, the broker's remark) per broker."""
+        if not props:
+            raise ClientError("nothing to set: pass KEY=VALUE")
+        api = self._admin_api
+        addrs = [broker_addr] if broker_addr else await self._cluster_addrs(cluster)
+        remarks = await self._each(
+            addrs, lambda addr: api.update_broker_config(addr, props, timeout=self.timeout)
+        )
+        return list(zip(addrs, remarks, strict=True))
+
+    async def producers(self, group: str | None = None) -> list[ProducerInfo]:
+        """Producer clients the masters see (GET_ALL_PRODUCER_INFO), one per group and client id."""
+        api = self._admin_api
+        answers = await self._each(
+            await self._all_masters(),
+            lambda addr: api.all_producer_info(addr, timeout=self.timeout),
+        )
+        seen: dict[tuple[str, str], ProducerInfo] = {}
+        for infos in answers:
+            for p in infos:
+                if group is None or p.group == group:
+                    key = (p.group, p.client_id)
+                    if key not in seen or p.last_update_timestamp > seen[key].last_update_timestamp:
+                        seen[key] = p
+        return [seen[k] for k in sorted(seen)]
+
+    async def create_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
+        consume_broadcast: bool = True,
+        consume_enable: bool = True,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on one broker or every master of a cluster
+        (mqadmin updateSubGroup); the addresses it was created on."""
+        if not group or len(group) > 255:
+            raise ClientError("a group name is 1 to 255 characters")
+        if retry_max_times < 0 or retry_queue_nums < 1:
+            raise ClientError("retry-max-times must be >= 0 and retry-queues >= 1")
+        config: dict[str, object] = {
+            "groupName": group,
+            "consumeEnable": consume_enable,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": consume_broadcast,
+            "retryQueueNums": retry_queue_nums,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
+        api = self._admin_api
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
+        await self._each(
+            addrs, lambda addr: api.create_subscription_group(addr, config, timeout=self.timeout)
+        )
+        return addrs
+
+    async def delete_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        remove_offset: bool = True,
+    ) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP on one broker or every master of a cluster; with a cluster
+        also its %RETRY% and %DLQ% topics, as mqadmin deleteSubGroup -c does."""
+        api = self._admin_api
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
+        await self._each(
+            addrs,
+            lambda addr: api.delete_subscription_group(
+                addr, group, remove_offset, timeout=self.timeout
+            ),
+        )
+        if broker_addr is None:
+            from common.topics import dlq_topic, retry_topic
+
+            for topic in (retry_topic(group), dlq_topic(group)):
+                try:
+                    await self.delete_topic(topic, cluster)
+                except (TopicNotExistError, RemotingError):
+                    pass  # no such topic: nothing to delete
+        return addrs
+
+    async def write_perm(self, broker_name: str, *, wipe: bool) -> list[tuple[str, int]]:
+        """mqadmin wipeWritePerm / addWritePerm: on every nameserver, (address, topics changed)."""
+        api = self._admin_api
+        out = []
+        for ns in self.client.namesrv_addrs:
+            count = await api.write_perm_of_broker(ns, broker_name, wipe=wipe, timeout=self.timeout)
+            out.append((ns, count))
+        return out
+
+    async def broker_stats(self, addr: str, name: str, key: str) -> BrokerStatsData | None:
+        return await self._admin_api.broker_stats(addr, name, key, timeout=self.timeout)
+
+    async def stats_all(
+        self, topic: str | None = None, *, include_system: bool = False
+    ) -> list[StatsRow]:
+        """mqadmin statsAll: per topic and consumer group, the accumulation, in/out TPS over
+        the last minute and messages in/out over the last 24 hours, summed over the masters."""
+        from common.topics import (
+            DLQ_GROUP_TOPIC_PREFIX,
+            RETRY_GROUP_TOPIC_PREFIX,
+            is_system_topic,
+        )
+
+        if topic is not None:
+            topics = [topic]
+        else:
+            info = await self.cluster_info()
+            own = set(info.clusterAddrTable) | set(info.brokerAddrTable)
+            topics = [
+                t
+                for t in await self.topic_list()
+                if not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+                and (include_system or not is_system_topic(t, own))
+            ]
+        rows: list[StatsRow] = []
+        for t in sorted(topics):
+            rows.extend(await self._topic_stats_rows(t))
+        return rows
+
+    async def _topic_stats_rows(self, topic: str) -> list[StatsRow]:
+        api = self._admin_api
+        route = await self.topic_route(topic)
+        masters = sorted(bd.brokerAddrs[0] for bd in route.brokerDatas if 0 in bd.brokerAddrs)
+
+        async def stats(name: str, key: str) -> tuple[float, int]:
+            answers = await self._each(
+                masters, lambda addr: api.broker_stats(addr, name, key, timeout=self.timeout)
+            )
+            found = [a for a in answers if a is not None]
+            return sum(a.minute.tps for a in found), sum(a.sum_24h() for a in found)
+
+        in_tps, in_24h = await stats("TOPIC_PUT_NUMS", topic)
+        groups: set[str] = set()
+        for addr in masters:
+            groups.update(await api.consume_by_who(addr, topic, timeout=self.timeout))
+        if not groups:
+            return [StatsRow(topic, "", 0, in_tps, 0.0, in_24h, 0)]
+        rows = []
+        for group in sorted(groups):
+            out_tps, out_24h = await stats("GROUP_GET_NUMS", f"{topic}@{group}")
+            consume = await self.consume_stats(group, topic)
+            rows.append(StatsRow(topic, group, consume.lag, in_tps, out_tps, in_24h, out_24h))
+        return rows
+
+    async def group_config(self, group: str) -> dict[str, Any] | None:
+        """The group's SubscriptionGroupConfig as the first master that has it holds it."""
+        api = self._admin_api
+        tables = await self._each(
+            await self._all_masters(),
+            lambda addr: api.subscription_group_configs(addr, timeout=self.timeout),
+        )
+        return next((t[group] for t in tables if group in t), None)

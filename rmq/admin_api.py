@@ -11,6 +11,7 @@ relayed from clients) are fastjson renderings of a `Map<MessageQueue, V>`, whose
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -128,6 +129,38 @@ class QueueStats:
     @property
     def count(self) -> int:
         return max(self.max_offset - self.min_offset, 0)
+
+
+@attrs.frozen
+class ProducerInfo:
+    """One producer client as a broker sees it (Java ProducerInfo of GET_ALL_PRODUCER_INFO)."""
+
+    group: str
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+    last_update_timestamp: int  # wall-clock ms of its last heartbeat
+
+
+@attrs.frozen
+class StatsWindow:
+    """One window of VIEW_BROKER_STATS_DATA (Java BrokerStatsItem)."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+
+@attrs.frozen
+class BrokerStatsData:
+    minute: StatsWindow
+    hour: StatsWindow
+    day: StatsWindow
+
+    def sum_24h(self) -> int:
+        """mqadmin statsAll's compute24HourSum: the day, else the hour, else the minute."""
+        return self.day.sum or self.hour.sum or self.minute.sum
 
 
 # --- Map<MessageQueue, V> bodies: common.mq_map (re-exported: callers import it from here)
@@ -376,3 +409,123 @@ class AdminAPI(RequestHelpers):
         if not records:
             raise ProtocolError(f"{addr} answered VIEW_MESSAGE_BY_ID with no record")
         return records[0]
+
+    # --- operations (broker config, producers, groups, permissions, stats) --------------------
+
+    async def broker_config(self, addr: str, *, timeout: float) -> tuple[dict[str, str], str]:
+        """GET_BROKER_CONFIG: (properties in the broker's order, the DataVersion JSON)."""
+        resp = await self._call_ok(addr, RequestCode.GET_BROKER_CONFIG, timeout=timeout)
+        props: dict[str, str] = {}
+        for line in resp.body_bytes().decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key.strip()] = value.strip()
+        return props, str((resp.ext_fields or {}).get("version", ""))
+
+    async def update_broker_config(
+        self, addr: str, props: dict[str, str], *, timeout: float
+    ) -> str | None:
+        """UPDATE_BROKER_CONFIG; the broker's remark (which keys wait for a restart) or None."""
+        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
+        resp = await self._call_ok(
+            addr, RequestCode.UPDATE_BROKER_CONFIG, None, body, timeout=timeout
+        )
+        return resp.remark
+
+    async def all_producer_info(self, addr: str, *, timeout: float) -> list[ProducerInfo]:
+        """GET_ALL_PRODUCER_INFO: every producer client of every group on this broker."""
+        resp = await self._call_ok(addr, RequestCode.GET_ALL_PRODUCER_INFO, {}, timeout=timeout)
+        try:
+            data = loads(resp.body_bytes()).get("data") or {}
+            return [
+                ProducerInfo(
+                    str(group),
+                    str(p.get("clientId", "")),
+                    str(p.get("remoteIP", "")),
+                    str(p.get("language", "")),
+                    _int(p.get("version", 0), "version"),
+                    _int(p.get("lastUpdateTimestamp", 0), "lastUpdateTimestamp"),
+                )
+                for group, infos in data.items()
+                for p in infos or []
+            ]
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad ProducerTableInfo: {exc}") from None
+
+    async def create_subscription_group(
+        self, addr: str, config: dict[str, object], *, timeout: float
+    ) -> None:
+        body = json.dumps(config).encode("utf-8")
+        await self._call_ok(
+            addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body, timeout=timeout
+        )
+
+    async def delete_subscription_group(
+        self, addr: str, group: str, remove_offset: bool, *, timeout: float
+    ) -> None:
+        ext = {"groupName": group, "removeOffset": "true" if remove_offset else "false"}
+        await self._call_ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext, timeout=timeout)
+
+    async def write_perm_of_broker(
+        self, namesrv: str, broker_name: str, *, wipe: bool, timeout: float
+    ) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER / ADD_WRITE_PERM_OF_BROKER on one nameserver: how many
+        topics changed (wipeTopicCount / addTopicCount)."""
+        code = (
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER if wipe else RequestCode.ADD_WRITE_PERM_OF_BROKER
+        )
+        resp = await self._call_ok(namesrv, code, {"brokerName": broker_name}, timeout=timeout)
+        field = "wipeTopicCount" if wipe else "addTopicCount"
+        return _int((resp.ext_fields or {}).get(field, 0), field)
+
+    async def broker_stats(
+        self, addr: str, name: str, key: str, *, timeout: float
+    ) -> BrokerStatsData | None:
+        """VIEW_BROKER_STATS_DATA; None when the broker has no such item (nothing counted)."""
+        resp = await self._call(
+            addr,
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": name, "statsKey": key},
+            timeout=timeout,
+        )
+        if resp.code == ResponseCode.SYSTEM_ERROR and "not exist" in (resp.remark or ""):
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_response(resp.code, resp.remark)
+        try:
+            doc = loads(resp.body_bytes())
+
+            def window(field: str) -> StatsWindow:
+                w = doc.get(field) or {}
+                return StatsWindow(
+                    _int(w.get("sum", 0), "sum"),
+                    float(w.get("tps", 0.0)),
+                    float(w.get("avgpt", 0.0)),
+                )
+
+            return BrokerStatsData(window("statsMinute"), window("statsHour"), window("statsDay"))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad BrokerStatsData: {exc}") from None
+
+    async def consume_by_who(self, addr: str, topic: str, *, timeout: float) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume (or have offsets on) `topic`."""
+        resp = await self._call_ok(
+            addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}, timeout=timeout
+        )
+        try:
+            return sorted(str(g) for g in loads(resp.body_bytes()).get("groupList") or [])
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad GroupList: {exc}") from None
+
+    async def subscription_group_configs(
+        self, addr: str, *, timeout: float
+    ) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its SubscriptionGroupConfig fields."""
+        resp = await self._call_ok(
+            addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, timeout=timeout
+        )
+        try:
+            table = loads(resp.body_bytes()).get("subscriptionGroupTable") or {}
+            return {str(g): dict(c) for g, c in table.items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ProtocolError(f"{addr} sent a bad SubscriptionGroupWrapper: {exc}") from None

@@ -69,13 +69,15 @@ from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
-from rmq.admin import QueueOffsets
+from rmq.admin import QueueOffsets, StatsRow
 from rmq.admin_api import (
+    BrokerStatsData,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
     ConsumerRunningInfo,
     ConsumeStats,
     OffsetReset,
+    ProducerInfo,
     QueueStats,
 )
 from rmq.consume_service import Listener
@@ -91,6 +93,8 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.request_reply import create_reply_message
+from rmq.trace.view import TraceView
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +175,9 @@ class Producer(_AioClient[_producer.Producer]):
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
     ) -> SendResult:
         return await self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        return await self._run(self._async.request, msg, timeout)
 
     async def send_batch(
         self,
@@ -488,8 +495,82 @@ class Admin(_AioClient[_admin.Admin]):
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return await self._run(self._async.view_message, msg_id, topic)
 
+    async def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        return await self._run(self._async.query_trace, msg_id, trace_topic, max_num)
+
     async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
         return await self._run(self._async.message_at, mq, offset)
+
+    async def broker_config(self, addr: str) -> tuple[dict[str, str], str]:
+        return await self._run(self._async.broker_config, addr)
+
+    async def update_broker_config(
+        self,
+        props: dict[str, str],
+        *,
+        broker_addr: str | None = None,
+        cluster: str | None = None,
+    ) -> list[tuple[str, str | None]]:
+        return await self._run(
+            self._async.update_broker_config, props, broker_addr=broker_addr, cluster=cluster
+        )
+
+    async def producers(self, group: str | None = None) -> list[ProducerInfo]:
+        return await self._run(self._async.producers, group)
+
+    async def create_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
+        consume_broadcast: bool = True,
+        consume_enable: bool = True,
+    ) -> list[str]:
+        return await self._run(
+            self._async.create_group,
+            group,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            retry_max_times=retry_max_times,
+            retry_queue_nums=retry_queue_nums,
+            consume_broadcast=consume_broadcast,
+            consume_enable=consume_enable,
+        )
+
+    async def delete_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        remove_offset: bool = True,
+    ) -> list[str]:
+        return await self._run(
+            self._async.delete_group,
+            group,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            remove_offset=remove_offset,
+        )
+
+    async def write_perm(self, broker_name: str, *, wipe: bool) -> list[tuple[str, int]]:
+        return await self._run(self._async.write_perm, broker_name, wipe=wipe)
+
+    async def broker_stats(self, addr: str, name: str, key: str) -> BrokerStatsData | None:
+        return await self._run(self._async.broker_stats, addr, name, key)
+
+    async def stats_all(
+        self, topic: str | None = None, *, include_system: bool = False
+    ) -> list[StatsRow]:
+        return await self._run(self._async.stats_all, topic, include_system=include_system)
+
+    async def group_config(self, group: str) -> dict[str, Any] | None:
+        return await self._run(self._async.group_config, group)
 
 
 # Every public name of `rmq`: the clients above in their asyncio form, the rest as the same objects,
@@ -518,4 +599,5 @@ __all__ = [
     "SendStatus",
     "SessionCredentials",
     "allocate_averagely",
+    "create_reply_message",
 ]

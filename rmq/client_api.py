@@ -14,7 +14,7 @@ import attrs
 
 from common.errors import ProtocolError, error_for_response
 from common.message import MessageExt, decode_records
-from common.message_properties import encode_properties
+from common.message_properties import decode_properties, encode_properties
 from common.model import (
     ClusterInfo,
     GetConsumerListByGroupResponseBody,
@@ -80,10 +80,17 @@ class PullResponse:
 
 def send_code(header: Mapping[str, object]) -> int:
     """SEND_BATCH_MESSAGE when header `m` is true (a bool, or the string a prepared header
-    carries), else SEND_MESSAGE_V2."""
+    carries), SEND_REPLY_MESSAGE_V2 for a reply, else SEND_MESSAGE_V2."""
     m = header.get("m")
     batch = m is True or m == "true"
-    return RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    if batch:
+        return RequestCode.SEND_BATCH_MESSAGE
+    # a reply (MSG_TYPE=reply, rmq.request_reply) goes as SEND_REPLY_MESSAGE_V2, as in Java
+    props = header.get("i")
+    if isinstance(props, str) and "MSG_TYPE\x01reply" in props:
+        if decode_properties(props).get("MSG_TYPE") == "reply":
+            return RequestCode.SEND_REPLY_MESSAGE_V2
+    return RequestCode.SEND_MESSAGE_V2
 
 
 def send_response(resp: RemotingCommand, header: Mapping[str, object]) -> SendResponse:

@@ -54,7 +54,7 @@ from common.errors import (
     unwrap_group,
 )
 from common.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData, TopicRouteData
-from common.remoting.channel import Channel
+from common.remoting.channel import Channel, Handler
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network, TcpNetwork
@@ -154,6 +154,10 @@ class ClientInstance:
     producer_groups: set[str] = attrs.field(factory=set, init=False)
     # set when something registers, so `run` starts its periodic work
     _registered: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # request code -> handler of what brokers send this client, for the codes a part of the
+    # client serves itself (PUSH_REPLY_MESSAGE_TO_CLIENT: the producer's request-reply);
+    # consulted before the built-in ones below
+    request_handlers: dict[int, Handler] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.api = ClientAPI(self.remoting)
@@ -310,9 +314,15 @@ class ClientInstance:
 
     # --- requests from brokers (ClientRemotingProcessor) -----------------------------------
 
+    def register_request_handler(self, code: int, handler: Handler) -> None:
+        self.request_handlers[int(code)] = handler
+
     async def handle_request(
         self, cmd: RemotingCommand, channel: Channel
     ) -> RemotingCommand | None:
+        handler = self.request_handlers.get(cmd.code)
+        if handler is not None:
+            return await handler(cmd, channel)
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             consumer = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
             if consumer is not None:

@@ -26,6 +26,10 @@ lands in the same place). The offset is committed after each successful call.
 
 Messages pulled from %RETRY%<group> get their original topic back from the RETRY_TOPIC
 property before the listener sees them (Java resetRetryAndNamespace).
+
+With a `tracer` (the consumer's enable_trace), every listener call is framed by a SubBefore
+and a SubAfter record (rmq/trace/hooks.py, Java's ConsumeMessageTraceHookImpl): success, and
+how the call ended (returned, failed, raised) as ConsumeReturnType.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.offset_store import OffsetStore
 from rmq.process_queue import ProcessQueue
 from rmq.rebalance import RebalanceImpl
+from rmq.trace.encoder import ConsumeReturnType
+from rmq.trace.hooks import ConsumeTracer
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +114,17 @@ def reset_retry_topic(msgs: list[MessageExt], group: str) -> None:
 
 
 class ConsumeMessageConcurrentlyService:
-    def __init__(self, consumer: Consumer, listener: Listener, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        listener: Listener,
+        nursery: trio.Nursery,
+        tracer: ConsumeTracer | None = None,
+    ) -> None:
         self.c = consumer
         self.listener = listener
         self.nursery = nursery
+        self.tracer = tracer
         self.limiter = trio.CapacityLimiter(consumer.consume_concurrency)
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
@@ -120,16 +133,23 @@ class ConsumeMessageConcurrentlyService:
             self.nursery.start_soon(self._consume, msgs[i : i + size], pq, mq)
 
     async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        tracer = self.tracer
+        before = None if tracer is None else tracer.before(msgs)
+        how = ConsumeReturnType.SUCCESS
         try:
             status = await self.listener(msgs)
         except Exception:
             log.exception("listener failed on %d message(s) of %s: will reconsume", len(msgs), mq)
-            return ConsumeStatus.RECONSUME_LATER
+            status, how = ConsumeStatus.RECONSUME_LATER, ConsumeReturnType.EXCEPTION
         if status is None:
-            return ConsumeStatus.SUCCESS
-        if not isinstance(status, ConsumeStatus):
+            status = ConsumeStatus.SUCCESS
+        elif not isinstance(status, ConsumeStatus):
             log.warning("listener returned %r, not a ConsumeStatus: reconsume later", status)
-            return ConsumeStatus.RECONSUME_LATER
+            status = ConsumeStatus.RECONSUME_LATER
+        if status is ConsumeStatus.RECONSUME_LATER and how is ConsumeReturnType.SUCCESS:
+            how = ConsumeReturnType.FAILED
+        if tracer is not None and before is not None:
+            tracer.after(before, len(msgs), status is ConsumeStatus.SUCCESS, how)
         return status
 
     async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
@@ -166,10 +186,17 @@ class ConsumeMessageConcurrentlyService:
 
 
 class ConsumeMessageOrderlyService:
-    def __init__(self, consumer: Consumer, listener: Listener, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        listener: Listener,
+        nursery: trio.Nursery,
+        tracer: ConsumeTracer | None = None,
+    ) -> None:
         self.c = consumer
         self.listener = listener
         self.nursery = nursery
+        self.tracer = tracer
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         if not pq.consuming_task:
@@ -177,16 +204,23 @@ class ConsumeMessageOrderlyService:
             self.nursery.start_soon(self._consume_queue, pq, mq)
 
     async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> OrderlyStatus:
+        tracer = self.tracer
+        before = None if tracer is None else tracer.before(msgs)
+        how = ConsumeReturnType.SUCCESS
         try:
             status = await self.listener(msgs)
         except Exception:
             log.exception("orderly listener failed on %s: suspend a moment", mq)
-            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            status, how = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT, ConsumeReturnType.EXCEPTION
         if status is None:
-            return OrderlyStatus.SUCCESS
-        if not isinstance(status, OrderlyStatus):
+            status = OrderlyStatus.SUCCESS
+        elif not isinstance(status, OrderlyStatus):
             log.warning("orderly listener returned %r, not an OrderlyStatus: suspend", status)
-            return OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if status is not OrderlyStatus.SUCCESS and how is ConsumeReturnType.SUCCESS:
+            how = ConsumeReturnType.FAILED
+        if tracer is not None and before is not None:
+            tracer.after(before, len(msgs), status is OrderlyStatus.SUCCESS, how)
         return status
 
     async def _consume_queue(self, pq: ProcessQueue, mq: MessageQueue) -> None:

@@ -38,3 +38,13 @@ class BrokerNotFoundError(ClientError):
 
 class InvalidMessageError(ClientError, ValueError):
     """A message no broker would accept (what MESSAGE_ILLEGAL would say), caught before sending."""
+
+
+class RequestTimeoutError(ClientError):
+    """A request-reply call's request was stored but no reply came within its timeout
+    (Java RequestTimeoutException, REQUEST_TIMEOUT_EXCEPTION)."""
+
+
+class CreateReplyMessageError(ClientError):
+    """The message to reply to is not a request: it lacks the CLUSTER property the broker
+    adds (Java CREATE_REPLY_MESSAGE_EXCEPTION)."""

@@ -35,27 +35,37 @@ Theory of operation:
   attempts remain; the last answer is returned.
 * Per message the client only validates, makes the UNIQ_KEY and the properties string, and
   copies a header prepared once per queue (`_header`): the send path is CPU-bound.
+* `enable_trace=True` (Java's enableMsgTrace): every send the broker answered hands a Pub
+  record to the trace writer (rmq/trace/), which never makes the send wait; the records leave
+  through a producer of their own (`open_trace_dispatcher`), as Java's trace producer.
+* `request(msg, timeout)`: request-reply (rmq/request_reply.py); the broker pushes the reply
+  to this client's connection, answered through the client's request-handler table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import itertools
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import trio
 
 from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
+from common.message import MessageExt
+from common.message_properties import MessageConst
 from common.model import MessageQueue
-from common.remoting.codes import ResponseCode
+from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
 from common.string_hash import java_string_hash
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
-from rmq.errors import InvalidMessageError, NoRouteInfoError
+from rmq.errors import InvalidMessageError, NoRouteInfoError, RequestTimeoutError
 from rmq.message import (
     Message,
     _body_bytes,
@@ -68,12 +78,16 @@ from rmq.message import (
     stored_record_size,
 )
 from rmq.remoting import Remoting
+from rmq.request_reply import RequestFutureHolder, reply_topic
 from rmq.send_result import SendResult, SendStatus
 from rmq.topic_publish_info import (
     TopicPublishInfo,
     default_publish_info,
     publish_info_from_route,
 )
+from rmq.trace.dispatcher import MAX_MSG_SIZE, SEND_TIMEOUT, AsyncTraceDispatcher, running
+from rmq.trace.encoder import GROUP_NAME_PREFIX, now_ms
+from rmq.trace.hooks import SendTracer
 
 T = TypeVar("T")
 
@@ -124,6 +138,8 @@ class Producer(ClientBase):
         retry_another_broker_when_not_store_ok: bool = False,
         heartbeat_interval: float = 30.0,
         instance_name: str | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         super().__init__(
             namesrv,
@@ -149,9 +165,26 @@ class Producer(ClientBase):
         # (topic, brokerName, queueId, batch) -> request header with str values and placeholders for the
         # per-message fields g (born timestamp), i (properties), h (flag); never mutated
         self._headers: dict[tuple[str, str, int, bool], dict[str, str]] = {}
+        # message trace (Java's enableMsgTrace / customizedTraceTopic): a Pub record per send
+        self.enable_trace = enable_trace
+        self.trace_topic = trace_topic
+        self._send_tracer: SendTracer | None = None
+        # request() calls waiting for their reply, by correlation id
+        self._replies = RequestFutureHolder()
 
     async def __aenter__(self) -> Producer:
         await super().__aenter__()
+        # replies to request() are pushed to this client's connections
+        self.client.register_request_handler(
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self._replies.handle_push
+        )
+        if self.enable_trace:
+            try:
+                dispatcher = await open_trace_dispatcher(self, "PRODUCE", self.trace_topic)
+            except BaseException:
+                await self.__aexit__(None, None, None)
+                raise
+            self._send_tracer = SendTracer(dispatcher, self.group)
         return self
 
     def heartbeat_producer_group(self) -> str | None:
@@ -257,7 +290,55 @@ class Producer(ClientBase):
         def build(mq: MessageQueue) -> tuple[dict[str, str], bytes]:
             return self._header(mq, props, flag, batch=False), body
 
-        return await self._send(msg.topic, build, uniq, timeout, queue)
+        tracer = self._send_tracer
+        if tracer is None:
+            return await self._send(msg.topic, build, uniq, timeout, queue)
+        start = now_ms()
+        result = await self._send(msg.topic, build, uniq, timeout, queue)
+        broker = self.client.cached_master_addr(result.message_queue.brokerName)
+        tracer.record(msg, result, broker or "", start)
+        return result
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send `msg` as a request and return its reply (RocketMQ 4.6+ request-reply).
+
+        The consumer of `msg` answers with ``create_reply_message(msg, body)`` sent by any
+        producer; the broker pushes that reply to this producer's connection. `timeout`
+        covers the send and the wait; RequestTimeoutError when the request was stored but no
+        reply came in time (see rmq/request_reply.py).
+        """
+        deadline = trio.current_time() + timeout
+        correlation_id = str(uuid.uuid4())
+        msg.properties = {
+            **msg.properties,
+            MessageConst.CORRELATION_ID: correlation_id,
+            MessageConst.REPLY_TO_CLIENT: self.client_id,
+            MessageConst.TTL: str(int(timeout * 1000)),
+        }
+        client = self.client
+        if client.cached_route(msg.topic) is None:
+            # the broker pushes the reply to the connection our heartbeat named: make sure
+            # every broker of the route has it before the first request (Java does the same)
+            await self.publish_info(msg.topic)
+            route = client.cached_route(msg.topic) or client.cached_route(self.create_topic_key)
+            # the reply goes to a broker of the reply topic, which may hold none of msg.topic
+            for cluster in sorted({bd.cluster for bd in route.brokerDatas} if route else ()):
+                with contextlib.suppress(RmqError):
+                    await client.fetch_route(reply_topic(cluster))
+            await client.send_heartbeat_to_all_brokers()
+        waiting = self._replies.open(correlation_id)
+        try:
+            await self.send(msg, timeout=max(deadline - trio.current_time(), 0.001))
+            with trio.move_on_at(deadline):
+                await waiting.done.wait()
+        finally:
+            self._replies.close(correlation_id)
+        if waiting.reply is None:
+            raise RequestTimeoutError(
+                f"send request message to <{msg.topic}> OK, but wait reply message timeout, "
+                f"{int(timeout * 1000)} ms."
+            )
+        return waiting.reply
 
     async def send_orderly(
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
@@ -498,7 +579,36 @@ class Producer(ClientBase):
             queue_offset=sent.queue_offset,
             region_id=sent.region_id,
             transaction_id=sent.transaction_id,
+            trace_on=sent.trace_on,
         )
+
+
+_trace_seq = itertools.count(1)
+
+
+async def open_trace_dispatcher(
+    owner: ClientBase, kind: str, topic: str | None
+) -> AsyncTraceDispatcher:
+    """Start `owner`'s trace writer: its own producer (group
+    ``_INNER_TRACE_PRODUCER-<group>-<kind>-<n>`` as Java names it) and the dispatcher task,
+    both closed with `owner` (the dispatcher first, so the last traces still leave)."""
+    group = getattr(owner, "group", "")
+    carrier = Producer(
+        f"{GROUP_NAME_PREFIX}-{group}-{kind}-{next(_trace_seq)}",
+        owner._namesrv_addrs,
+        network=owner._network,
+        credentials=owner._credentials,
+        send_timeout=SEND_TIMEOUT,
+        max_message_size=MAX_MSG_SIZE,
+    )
+    stack = owner._stack
+    assert stack is not None
+    await stack.enter_async_context(carrier)
+
+    async def send(trace_topic: str, body: bytes, keys: Sequence[str]) -> None:
+        await carrier.send(Message(trace_topic, body, keys=list(keys)))
+
+    return await stack.enter_async_context(running(AsyncTraceDispatcher(send, topic)))
 
 
 async def _call_back(fn: Callable[[T], object], value: T) -> None:

@@ -79,10 +79,12 @@ from rmq.offset_store import (
     RemoteBrokerOffsetStore,
 )
 from rmq.process_queue import ProcessQueue
+from rmq.producer import open_trace_dispatcher
 from rmq.pull_consumer import parse_tag_expression
 from rmq.pull_service import PullMessageService
 from rmq.rebalance import RebalanceImpl, allocate_averagely
 from rmq.remoting import Remoting
+from rmq.trace.hooks import ConsumeTracer
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,8 @@ class PushConsumer(ClientBase):
         remoting: Remoting | None = None,
         network: Network | None = None,
         credentials: SessionCredentials | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         super().__init__(
             namesrv,
@@ -192,6 +196,9 @@ class PushConsumer(ClientBase):
         self._live: ClientInstance | None = None
         self.stats_consumed = 0
         self.stats_failed = 0
+        # message trace: SubBefore/SubAfter records around each listener call
+        self.enable_trace = enable_trace
+        self.trace_topic = trace_topic
 
     @property
     def client(self) -> ClientInstance:
@@ -276,6 +283,10 @@ class PushConsumer(ClientBase):
         self._offset_store = store
         client.register_consumer(self.group, self)
         self._stack.callback(client.unregister_consumer, self.group)
+        tracer = None
+        if self.enable_trace:  # entered before the consume nursery: flushed after it stopped
+            dispatcher = await open_trace_dispatcher(self, "CONSUME", self.trace_topic)
+            tracer = ConsumeTracer(dispatcher, self.group)
         nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._stack.callback(nursery.cancel_scope.cancel)
         # runs first on exit (LIFO): persist/unlock/unregister while the connections are alive
@@ -283,7 +294,7 @@ class PushConsumer(ClientBase):
         service = (
             ConsumeMessageOrderlyService if self.orderly else ConsumeMessageConcurrentlyService
         )
-        self._consume_service = service(self, listener, nursery)
+        self._consume_service = service(self, listener, nursery, tracer)
         self._pull_service = PullMessageService(self, self._consume_service, nursery)
         await client.update_routes()
         await client.send_heartbeat_to_all_brokers()

@@ -25,3 +25,5 @@ class SendResult:
     queue_offset: int  # logical offset in the queue (first one for a batch)
     region_id: str = "DefaultRegion"
     transaction_id: str | None = None
+    # the broker's TRACE_ON: False asks traced clients not to record this send
+    trace_on: bool = True

@@ -55,13 +55,15 @@ from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
-from rmq.admin import QueueOffsets
+from rmq.admin import QueueOffsets, StatsRow
 from rmq.admin_api import (
+    BrokerStatsData,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
     ConsumerRunningInfo,
     ConsumeStats,
     OffsetReset,
+    ProducerInfo,
     QueueStats,
 )
 from rmq.consume_service import Listener
@@ -77,7 +79,9 @@ from rmq.push_consumer import (
     OrderlyStatus,
     allocate_averagely,
 )
+from rmq.request_reply import create_reply_message
 from rmq.sync_send import SyncSendPath
+from rmq.trace.view import TraceView
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +150,13 @@ class Producer(_SyncClient[_producer.Producer]):
         arg: object = None,
         timeout: float | None = None,
     ) -> SendResult:
-        if queue is None and selector is None and self._lease is not None and self._async.over_tcp:
+        if (
+            queue is None
+            and selector is None
+            and self._lease is not None
+            and self._async.over_tcp
+            and not self._async.enable_trace  # the trace records are written in the portal
+        ):
             return self._direct.send(msg, timeout)
         return self._run(
             self._async.send, msg, queue=queue, selector=selector, arg=arg, timeout=timeout
@@ -156,6 +166,9 @@ class Producer(_SyncClient[_producer.Producer]):
         self, msg: Message, sharding_key: str, *, timeout: float | None = None
     ) -> SendResult:
         return self._run(self._async.send_orderly, msg, sharding_key, timeout=timeout)
+
+    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        return self._run(self._async.request, msg, timeout)
 
     def send_async(
         self,
@@ -456,8 +469,82 @@ class Admin(_SyncClient[_admin.Admin]):
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return self._run(self._async.view_message, msg_id, topic)
 
+    def query_trace(
+        self, msg_id: str, trace_topic: str | None = None, max_num: int = 64
+    ) -> list[TraceView]:
+        return self._run(self._async.query_trace, msg_id, trace_topic, max_num)
+
     def message_at(self, mq: MessageQueue, offset: int) -> MessageExt:
         return self._run(self._async.message_at, mq, offset)
+
+    def broker_config(self, addr: str) -> tuple[dict[str, str], str]:
+        return self._run(self._async.broker_config, addr)
+
+    def update_broker_config(
+        self,
+        props: dict[str, str],
+        *,
+        broker_addr: str | None = None,
+        cluster: str | None = None,
+    ) -> list[tuple[str, str | None]]:
+        return self._run(
+            self._async.update_broker_config, props, broker_addr=broker_addr, cluster=cluster
+        )
+
+    def producers(self, group: str | None = None) -> list[ProducerInfo]:
+        return self._run(self._async.producers, group)
+
+    def create_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
+        consume_broadcast: bool = True,
+        consume_enable: bool = True,
+    ) -> list[str]:
+        return self._run(
+            self._async.create_group,
+            group,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            retry_max_times=retry_max_times,
+            retry_queue_nums=retry_queue_nums,
+            consume_broadcast=consume_broadcast,
+            consume_enable=consume_enable,
+        )
+
+    def delete_group(
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        remove_offset: bool = True,
+    ) -> list[str]:
+        return self._run(
+            self._async.delete_group,
+            group,
+            cluster=cluster,
+            broker_addr=broker_addr,
+            remove_offset=remove_offset,
+        )
+
+    def write_perm(self, broker_name: str, *, wipe: bool) -> list[tuple[str, int]]:
+        return self._run(self._async.write_perm, broker_name, wipe=wipe)
+
+    def broker_stats(self, addr: str, name: str, key: str) -> BrokerStatsData | None:
+        return self._run(self._async.broker_stats, addr, name, key)
+
+    def stats_all(
+        self, topic: str | None = None, *, include_system: bool = False
+    ) -> list[StatsRow]:
+        return self._run(self._async.stats_all, topic, include_system=include_system)
+
+    def group_config(self, group: str) -> dict[str, Any] | None:
+        return self._run(self._async.group_config, group)
 
 
 # Every public name of `rmq`: the clients above in their blocking form, the rest as the same objects,
@@ -486,4 +573,5 @@ __all__ = [
     "SendStatus",
     "SessionCredentials",
     "allocate_averagely",
+    "create_reply_message",
 ]

@@ -58,6 +58,11 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        # ours: RocketMQ 4.9 lets any signed account change the ACL itself
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
     }
 )
 

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 import trio
+import yaml
 
+from broker.acl.permission_manager import AclEditError
 from broker.acl.plain_acl import AclConfig, AclDenied, AclFileError, Perm, judge, parse_plain_acl
 from broker.acl.remote_address import peer_ip
+from common.config_file import atomic_write
 from common.errors import RequestError
-from common.model import HeartbeatData
+from common.model import DataVersion, HeartbeatData
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.server import Channel
@@ -92,6 +97,12 @@ class PlainAccessValidator:
     # (mtime_ns, size) of the file the config came from; None: not read yet or missing
     _seen: tuple[int, int] | None = None
     denied: int = 0
+    # bumped whenever a new config comes in force (GET_BROKER_CLUSTER_ACL_INFO's version)
+    data_version: DataVersion = attrs.field(factory=DataVersion.now)
+    # the YAML document the config in force was read from (GET_BROKER_CLUSTER_ACL_CONFIG)
+    document: dict[str, object] = attrs.field(factory=dict)
+    # one ACL admin request rewrites the file at a time
+    _rewrite_lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     def guard(self, cmd: RemotingCommand, channel: Channel) -> None:
         """Raise RequestError(NO_PERMISSION) unless the ACL lets ``cmd`` through."""
@@ -125,14 +136,28 @@ class PlainAccessValidator:
                 self._seen = None
             return False
         self._seen = read.seen
-        if read.config is None:
+        if read.config is None or read.document is None:
             log.error(
                 "ACL file %s not loaded, the accounts read before stay: %s", self.path, read.error
             )
             return False
         self.config = read.config
+        self.document = read.document
+        self.data_version = self.data_version.next_version()
         log.info("ACL file %s loaded: %d accounts", self.path, len(read.config.accounts))
         return True
+
+    async def rewrite(self, edit: Edit) -> None:
+        """Apply ``edit`` to the file and put the result in force (ACL admin requests);
+        AclEditError, file and config unchanged, when it is refused."""
+        async with self._rewrite_lock:
+            read = await trio.to_thread.run_sync(_rewrite_file, self.path, edit)
+            assert read.config is not None and read.document is not None
+            self._seen = read.seen
+            self.config = read.config
+            self.document = read.document
+            self.data_version = self.data_version.next_version()
+            log.info("ACL file %s rewritten: %d accounts", self.path, len(read.config.accounts))
 
 
 @attrs.frozen
@@ -144,6 +169,7 @@ class _FileRead:
     # the parsed file; None when missing or unusable (then ``error`` says why)
     config: AclConfig | None = None
     error: str = ""
+    document: dict[str, object] | None = None
 
 
 def _read_if_changed(path: str, seen: tuple[int, int] | None) -> _FileRead | None:
@@ -160,9 +186,44 @@ def _read_if_changed(path: str, seen: tuple[int, int] | None) -> _FileRead | Non
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            return _FileRead(now, parse_plain_acl(f.read()))
+            text = f.read()
+        config = parse_plain_acl(text)
+        doc = yaml.safe_load(text)  # parse_plain_acl proved it is a mapping
+        return _FileRead(now, config, document=doc)
     except (OSError, UnicodeDecodeError, AclFileError) as exc:
         return _FileRead(now, error=str(exc))
+
+
+Edit = Callable[[dict[str, object]], dict[str, object]]
+
+
+def _rewrite_file(path: str, edit: Edit) -> _FileRead:
+    """Read, edit, check and replace the file (blocking: a worker thread runs it).
+
+    AclEditError when the edit is refused or its result would not load; the file is kept."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f.read())
+    except FileNotFoundError:
+        doc = None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise AclEditError(f"cannot read the ACL file {path}: {exc}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise AclEditError(f"the ACL file {path} is not a mapping")
+    new = edit(doc)
+    text = yaml.safe_dump(new, sort_keys=False, allow_unicode=True)
+    try:
+        config = parse_plain_acl(text)
+    except AclFileError as exc:
+        raise AclEditError(str(exc)) from None
+    try:
+        atomic_write(Path(path), text.encode("utf-8"))
+        st = os.stat(path)
+    except OSError as exc:
+        raise AclEditError(f"cannot write the ACL file {path}: {exc}") from None
+    return _FileRead((st.st_mtime_ns, st.st_size), config, document=new)
 
 
 async def run_acl_watch(

@@ -1,4 +1,5 @@
-"""Admin requests (RocketMQ ``AdminBrokerProcessor``): topics, groups, offsets, runtime info.
+"""Admin requests (RocketMQ ``AdminBrokerProcessor``): topics, groups, offsets, runtime info,
+the broker's configuration, producers, statistics, consume queues and the ACL file.
 
 Theory of operation
 -------------------
@@ -10,6 +11,12 @@ in Java's wrapper shapes (``common/protocol/body/ConsumerOffsetSerializeWrapper.
 ``SubscriptionGroupWrapper.java``, ``TopicConfigSerializeWrapper.java``; ``common.model``) so a Java
 slave or tool can parse them.
 
+The operations keep their logic where the concept lives and only translate here: which config
+keys apply live (``broker/configuration.py``), the stats windows
+(``broker/broker_stats_manager.py``), the ACL file edits (``broker/acl/permission_manager.py``).
+Bodies with ``Map<MessageQueue, V>`` (ConsumeStats, ConsumeStatsList) are written as fastjson
+writes them (``_mq_key_map``).
+
 Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 """
 
@@ -18,10 +25,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import PurePath
 
 import attrs
 import trio
 
+from broker.acl.permission_manager import (
+    AccountUpdate,
+    AclEditError,
+    delete_account,
+    set_global_white,
+    split_list,
+    update_account,
+)
+from broker.acl.validator import Edit, PlainAccessValidator
+from broker.configuration import MAX_BODY, ConfigUpdateError, config_properties, plan_update
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
@@ -30,6 +48,15 @@ from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicCo
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
+from common.topics import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
+
+# QUERY_CONSUME_QUEUE answers at most this many units (mqadmin queryCq asks 10 by default)
+MAX_CONSUME_QUEUE_UNITS = 1024
 
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
@@ -52,22 +79,6 @@ def _mq_key_map(entries: list[tuple[MessageQueue, dict[str, int]]]) -> bytes:
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
-def _config_properties(obj: attrs.AttrsInstance, prefix: str = "") -> list[str]:
-    lines = []
-    for f in attrs.fields(type(obj)):
-        v = getattr(obj, f.name)
-        if attrs.has(type(v)):
-            lines.extend(_config_properties(v))
-            continue
-        camel = "".join(
-            p if i == 0 else p[:1].upper() + p[1:] for i, p in enumerate(f.name.split("_"))
-        )
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        lines.append(f"{prefix}{camel}={'' if v is None else v}")
-    return lines
-
-
 class AdminBrokerProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -84,6 +95,19 @@ class AdminBrokerProcessor:
         r(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_group)
         r(RequestCode.GET_BROKER_RUNTIME_INFO, self.get_broker_runtime_info)
         r(RequestCode.GET_BROKER_CONFIG, self.get_broker_config)
+        r(RequestCode.UPDATE_BROKER_CONFIG, self.update_broker_config)
+        r(RequestCode.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
+        r(RequestCode.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
+        r(RequestCode.VIEW_BROKER_STATS_DATA, self.view_broker_stats_data)
+        r(RequestCode.GET_BROKER_CONSUME_STATS, self.get_broker_consume_stats)
+        r(RequestCode.QUERY_CONSUME_QUEUE, self.query_consume_queue)
+        r(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, self.clean_expired_consume_queue)
+        r(RequestCode.CLEAN_UNUSED_TOPIC, self.clean_unused_topic)
+        r(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, self.update_and_create_acl_config)
+        r(RequestCode.DELETE_ACL_CONFIG, self.delete_acl_config)
+        r(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, self.get_broker_cluster_acl_info)
+        r(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self.update_global_white_addrs_config)
+        r(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, self.get_broker_cluster_acl_config)
         r(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         r(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, self.query_topic_consume_by_who)
         r(RequestCode.GET_TOPIC_STATS_INFO, self.get_topic_stats_info)
@@ -181,9 +205,11 @@ class AdminBrokerProcessor:
 
     async def delete_group(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         self._refuse_on_slave()
-        self.broker.subscription_group_manager.delete_subscription_group_config(
-            req.get_str("groupName")
-        )
+        group = req.get_str("groupName")
+        self.broker.subscription_group_manager.delete_subscription_group_config(group)
+        # 4.9.7's DeleteSubscriptionGroupRequestHeader.removeOffset (mqadmin deleteSubGroup -r)
+        if req.get_bool("removeOffset", False):
+            self.broker.consumer_offset_manager.remove_offset(group)
         return await self._when_durable(req)
 
     # --- runtime ------------------------------------------------------------------------------
@@ -241,16 +267,86 @@ class AdminBrokerProcessor:
     async def get_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
         # brokerId and brokerRole are the live ones: in DLedger mode the Raft role sets them
-        live = {"brokerId": str(b.broker_id), "brokerRole": b.broker_role}
-        lines = [
-            f"{k}={live[k]}" if (k := line.partition("=")[0]) in live else line
-            for line in _config_properties(b.config)
-        ]
-        text = "\n".join(lines) + "\n"
-        version = serde.to_json(b.topic_config_manager.data_version).decode()
+        text = config_properties(
+            b.config, {"brokerId": str(b.broker_id), "brokerRole": b.broker_role}
+        )
+        version = serde.to_json(b.configuration.data_version).decode()
         return req.response(
             ResponseCode.SUCCESS, None, {"version": version}, body=text.encode("utf-8")
         )
+
+    async def update_broker_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """Properties text -> the live keys applied, every key written to the config file
+        (broker/configuration.py says which keys are live, restart-only or refused)."""
+        b = self.broker
+        body = req.body_bytes()
+        if not body:
+            return req.response(ResponseCode.SUCCESS)  # RocketMQ: no body, nothing to do
+        if len(body) > MAX_BODY:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"the body is {len(body)} bytes, at most {MAX_BODY}"
+            )
+        try:
+            plan = plan_update(b.config, body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "the body is not UTF-8 text")
+        except ConfigUpdateError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("updateBrokerConfig from %s: %s", channel.remote_addr, dict(plan.raw))
+        if not await b.update_config(plan):
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"applied, but could not be written to {b.configuration.path}",
+            )
+        remark = None
+        if plan.restart:
+            remark = (
+                f"written to {b.configuration.path}; takes effect after a restart: "
+                + ", ".join(plan.restart)
+            )
+        return req.response(ResponseCode.SUCCESS, remark)
+
+    # --- producers ----------------------------------------------------------------------------
+    async def get_producer_connection_list(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        group = req.get_str("producerGroup")
+        chans = self.broker.producer_manager.groups.get(group)
+        if not chans:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {
+            "connectionSet": [
+                {
+                    "clientId": c.client_id,
+                    "clientAddr": c.channel.remote_addr,
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in chans.values()
+            ]
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def get_all_producer_info(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """ProducerTableInfo: every producer group with its clients (ProducerInfo)."""
+        # last heartbeat on the Trio clock -> wall-clock milliseconds, as Java reports it
+        skew = time.time() - trio.current_time()
+        data = {
+            group: [
+                {
+                    "clientId": c.client_id,
+                    "remoteIP": c.channel.remote_addr,
+                    "language": c.language,
+                    "version": c.version,
+                    "lastUpdateTimestamp": int((c.last_update + skew) * 1000),
+                }
+                for c in chans.values()
+            ]
+            for group, chans in self.broker.producer_manager.groups.items()
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps({"data": data}))
 
     async def get_consumer_connection_list(
         self, req: RemotingCommand, channel: Channel
@@ -330,7 +426,7 @@ class AdminBrokerProcessor:
         now = trio.current_time()
         consume_tps = 0.0
         for topic in topics:
-            consume_tps += b.stats.group_get_nums.tps(topic, group, now)
+            consume_tps += b.stats.manager.tps_group_get_nums(topic, group, now)
             tc = b.topic_config_manager.select_topic_config(topic)
             if tc is None:
                 continue
@@ -352,3 +448,228 @@ class AdminBrokerProcessor:
             + b"}"
         )
         return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def get_broker_consume_stats(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """ConsumeStatsList: every subscription group's ConsumeStats per topic it has offsets
+        on (mqadmin brokerConsumeStats); ``isOrder`` keeps the ordered topics only."""
+        b = self.broker
+        only_order = req.get_bool("isOrder", False)
+        now = trio.current_time()
+        groups = []
+        total_diff = 0
+        for group in sorted(b.subscription_group_manager.table):
+            stats = []
+            for topic in sorted(b.consumer_offset_manager.topics_of_group(group)):
+                tc = b.topic_config_manager.select_topic_config(topic)
+                if tc is None or (only_order and not tc.order):
+                    continue
+                entries = []
+                for q in range(tc.writeQueueNums):
+                    broker_offset = max(b.store.get_max_offset_in_queue(topic, q), 0)
+                    consumer = max(b.consumer_offset_manager.query_offset(group, topic, q), 0)
+                    total_diff += broker_offset - consumer
+                    entries.append(
+                        (
+                            MessageQueue(topic, b.config.broker_name, q),
+                            {
+                                "brokerOffset": broker_offset,
+                                "consumerOffset": consumer,
+                                "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
+                            },
+                        )
+                    )
+                tps = b.stats.manager.tps_group_get_nums(topic, group, now)
+                stats.append(
+                    b'{"consumeTps":%s,"offsetTable":' % repr(tps).encode()
+                    + _mq_key_map(entries)
+                    + b"}"
+                )
+            groups.append(b"{" + json.dumps(group).encode() + b":[" + b",".join(stats) + b"]}")
+        body = (
+            b'{"brokerAddr":'
+            + json.dumps(b.broker_addr).encode()
+            + b',"consumeStatsList":['
+            + b",".join(groups)
+            + b'],"totalDiff":%d}' % total_diff
+        )
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def view_broker_stats_data(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """BrokerStatsData of one stats item: minute, hour and day (broker_stats_manager.py)."""
+        name = req.get_str("statsName")
+        key = req.get_str("statsKey")
+        item = self.broker.stats.manager.get(name, key)
+        if item is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        now = trio.current_time()
+        body = {
+            field: attrs.asdict(item.snapshot(window, now))
+            for field, window in (
+                ("statsMinute", "minute"),
+                ("statsHour", "hour"),
+                ("statsDay", "day"),
+            )
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def query_consume_queue(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """QueryConsumeQueueResponseBody: ``count`` units of one queue from ``index``
+        (mqadmin queryCq), with the group's subscription when one is named."""
+        b = self.broker
+        topic = req.get_str("topic")
+        queue_id = req.get_int("queueId")
+        index = req.get_int("index")
+        count = req.get_int("count")
+        group = req.ext_fields.get("consumerGroup")
+        max_offset = b.store.get_max_offset_in_queue(topic, queue_id)
+        if b.topic_config_manager.select_topic_config(topic) is None and max_offset <= 0:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
+        body: dict[str, object] = {
+            "maxQueueIndex": max_offset,
+            "minQueueIndex": b.store.get_min_offset_in_queue(topic, queue_id),
+        }
+        if group is not None:
+            sub = b.consumer_manager.find_subscription_data(group, topic)
+            if sub is None:
+                body["filterData"] = f"{group}@{topic} is not online!"
+            else:
+                body["subscriptionData"] = serde.converter.unstructure(sub)
+        if index < 0 or index >= max_offset or count <= 0:
+            return req.response(
+                ResponseCode.SUCCESS,
+                f"Index {index} of {queue_id}@{topic} is not exist!",
+                body=serde.dumps(body),
+            )
+        units = []
+        for offset in range(index, min(index + count, index + MAX_CONSUME_QUEUE_UNITS, max_offset)):
+            unit = b.store.get_queue_unit(topic, queue_id, offset)
+            if unit is None:
+                break
+            phys, size, tags_code = unit
+            units.append(
+                {"physicOffset": phys, "physicSize": size, "tagsCode": tags_code, "eval": False}
+            )
+        body["queueData"] = units
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
+
+    async def clean_expired_consume_queue(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """Drop the consume queues of topics whose every message left the CommitLog
+        (RocketMQ ``cleanExpiredConsumerQueue``; it drops single queues, we whole topics, the
+        store deleting by topic)."""
+        b = self.broker
+        store = b.store
+        min_phys = store.get_min_phy_offset()
+        expired = []
+        for topic, queues in store.topic_queues().items():
+            if topic == SCHEDULE_TOPIC:
+                continue
+            lasts = []
+            for q in queues:
+                mx = store.get_max_offset_in_queue(topic, q)
+                unit = store.get_queue_unit(topic, q, mx - 1) if mx > 0 else None
+                lasts.append(unit[0] if unit is not None else -1)
+            # -1: a queue with nothing readable may have just been created; keep it
+            if lasts and all(0 <= last < min_phys for last in lasts):
+                expired.append(topic)
+        if expired:
+            log.warning("cleanExpiredConsumeQueue: %s", expired)
+            store.delete_topics(expired)
+        return req.response(ResponseCode.SUCCESS)
+
+    async def clean_unused_topic(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """Drop the consume queues of topics the topic table no longer has (RocketMQ
+        ``cleanUnusedTopic``; the delay and transaction queues stay, whether in the table or not)."""
+        b = self.broker
+        keep = set(b.topic_config_manager.table) | {
+            SCHEDULE_TOPIC,
+            RMQ_SYS_TRANS_HALF_TOPIC,
+            RMQ_SYS_TRANS_OP_HALF_TOPIC,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        }
+        unused = [t for t in b.store.topic_queues() if t not in keep]
+        if unused:
+            log.warning("cleanUnusedTopic: %s", unused)
+            b.store.delete_topics(unused)
+        return req.response(ResponseCode.SUCCESS)
+
+    # --- ACL admin (broker/acl/permission_manager.py) ------------------------------------------
+    def _acl(self, req: RemotingCommand, failed: int) -> PlainAccessValidator:
+        acl = self.broker.acl
+        if acl is None:
+            raise RequestError(failed, "ACL is not enabled on this broker (aclEnable=false)")
+        return acl
+
+    async def _acl_edit(self, req: RemotingCommand, failed: int, edit: Edit) -> RemotingCommand:
+        acl = self._acl(req, failed)
+        try:
+            await acl.rewrite(edit)
+        except AclEditError as exc:
+            return req.response(failed, str(exc))
+        return req.response(ResponseCode.SUCCESS)
+
+    async def update_and_create_acl_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        failed = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        update = AccountUpdate(
+            access_key=req.get_str("accessKey"),
+            secret_key=req.ext_fields.get("secretKey"),
+            white_remote_address=req.ext_fields.get("whiteRemoteAddress"),
+            admin=req.get_bool("admin", False),
+            default_topic_perm=req.ext_fields.get("defaultTopicPerm"),
+            default_group_perm=req.ext_fields.get("defaultGroupPerm"),
+            topic_perms=split_list(req.ext_fields.get("topicPerms")),
+            group_perms=split_list(req.ext_fields.get("groupPerms")),
+        )
+        return await self._acl_edit(req, failed, lambda doc: update_account(doc, update))
+
+    async def delete_acl_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        access_key = req.get_str("accessKey")
+        return await self._acl_edit(
+            req, ResponseCode.DELETE_ACL_CONFIG_FAILED, lambda doc: delete_account(doc, access_key)
+        )
+
+    async def update_global_white_addrs_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        failed = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+        acl = self._acl(req, failed)
+        addrs = split_list(req.get_str("globalWhiteAddrs")) or []
+        # a file named from the network is only ever the broker's own ACL file
+        path = req.ext_fields.get("aclFileFullPath")
+        if path and PurePath(path) != PurePath(acl.path):
+            return req.response(failed, f"{path} is not this broker's ACL file ({acl.path})")
+        return await self._acl_edit(req, failed, lambda doc: set_global_white(doc, addrs))
+
+    async def get_broker_cluster_acl_info(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        b = self.broker
+        acl = self._acl(req, ResponseCode.SYSTEM_ERROR)
+        version = serde.to_json(acl.data_version).decode()
+        ext = {
+            "version": version,
+            "allAclFileVersion": json.dumps({acl.path: json.loads(version)}),
+            "brokerName": b.config.broker_name,
+            "brokerAddr": b.broker_addr,
+            "clusterName": b.config.broker_cluster_name,
+        }
+        return req.response(ResponseCode.SUCCESS, None, ext)
+
+    async def get_broker_cluster_acl_config(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """GetBrokerClusterAclConfigResponseBody (4.9.7; removed in 4.9.8)."""
+        acl = self._acl(req, ResponseCode.SYSTEM_ERROR)
+        doc = acl.document
+        body = {
+            "globalWhiteAddrs": doc.get("globalWhiteRemoteAddresses") or [],
+            "plainAccessConfigs": doc.get("accounts") or [],
+        }
+        return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))

@@ -9,6 +9,7 @@ from broker.processor.client_manage import ClientManageProcessor
 from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.pull import PullMessageProcessor
 from broker.processor.query_message import QueryMessageProcessor
+from broker.processor.reply import ReplyMessageProcessor
 from broker.processor.send import SendMessageProcessor
 from common.remoting.server import RequestDispatcher
 
@@ -24,6 +25,7 @@ def build_dispatcher(controller: BrokerController) -> RequestDispatcher:
         QueryMessageProcessor(controller),
         AdminBrokerProcessor(controller),
         Broker2Client(controller),
+        ReplyMessageProcessor(controller),
     ):
         proc.register(d)
     d.add_close_listener(controller.on_channel_closed)

@@ -37,6 +37,7 @@ from typing import final
 
 import trio
 
+from broker.broker_stats_manager import BROKER_GET_NUMS
 from broker.controller import BrokerController
 from broker.processor.pull_hold import ParkedPull
 from broker.store.api import MessageStore
@@ -246,7 +247,13 @@ class PullMessageProcessor:
 
         if code == ResponseCode.SUCCESS:
             b.stats.get_found += result.message_count
-            b.stats.group_get_nums.add(topic, group, result.message_count, trio.current_time())
+            now = trio.current_time()
+            stats = b.stats.manager
+            size = sum(len(buf) for buf in result.buffers)
+            stats.inc_group_get(topic, group, result.message_count, size, now)
+            stats.inc_broker(
+                BROKER_GET_NUMS, b.config.broker_cluster_name, result.message_count, now
+            )
             return req.response(code, result.status.name, ext, body=list(result.buffers))
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             if cfg.long_polling_enable:

@@ -38,6 +38,9 @@ import logging
 import random
 from collections.abc import Awaitable
 
+import trio
+
+from broker.broker_stats_manager import BROKER_PUT_NUMS
 from broker.controller import BrokerController
 from broker.ha.service import HAService
 from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
@@ -465,6 +468,13 @@ class SendMessageProcessor:
             ext["queueId"] = str(queue_id_hint)
             ext["queueOffset"] = str(append.logics_offset)
             b.stats.put_count += append.msg_num
+            # the topic as the header names it (SEND_MESSAGE_V2 shortens it to "b")
+            topic = req.ext_fields.get("b") or req.ext_fields.get("topic")
+            if topic:
+                now = trio.current_time()
+                stats = b.stats.manager
+                stats.inc_topic_put(topic, append.msg_num, append.wrote_bytes, now)
+                stats.inc_broker(BROKER_PUT_NUMS, b.config.broker_cluster_name, append.msg_num, now)
         else:
             b.stats.put_failed += 1
         # req.response() without stringify_fields: every value is a str already

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import random
 
+import trio
+
 from broker.controller import BrokerController
 from broker.processor.send_header import header_int
 from broker.store.results import PutMessageStatus
@@ -129,6 +131,7 @@ async def consumer_send_msg_back(broker: BrokerController, req: RemotingCommand)
     result = await b.store.put_message(msg)
     if result.status is PutMessageStatus.PUT_OK:
         b.stats.send_back_count += 1
+        b.stats.manager.inc_send_back(orig.topic, group, trio.current_time())
         return req.response(ResponseCode.SUCCESS)
     # Java answers SUCCESS only for PUT_OK (a flush timeout here is an error for the client)
     return req.response(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)

@@ -117,6 +117,12 @@ class StoreQueries:
 
     # --- the lookups ------------------------------------------------------------------------
 
+    def get_queue_unit(
+        self, topic: str, queue_id: int, cq_offset: int
+    ) -> tuple[int, int, int] | None:
+        """(commit log offset, size, tagsCode) of the unit at ``cq_offset`` (QUERY_CONSUME_QUEUE)."""
+        return self._queue_unit(topic, queue_id, cq_offset)
+
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         u = self._queue_unit(topic, queue_id, cq_offset)
         return 0 if u is None else u[0]

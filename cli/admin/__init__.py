@@ -7,7 +7,9 @@ tables or, with `--json`, one JSON document on stdout. One module per area, shar
 
 * `cluster.py`: `rmq cluster [list]`, `rmq broker status ADDR`;
 * `topic.py`: `rmq topic create|update|delete|list|route|status`;
-* `group.py`: `rmq group list|progress`;
+* `group.py`: `rmq group list|progress|create|delete|describe`;
+* `broker_ops.py`: `rmq broker config get|set`, `rmq broker perm wipe|add`;
+* `producer.py`: `rmq producer list`; `stats.py`: `rmq stats` (their output: `render_ops.py`);
 * `message.py`: `rmq message query`;
 * `store.py`: `rmq store verify`, offline, over `store_verify.py`.
 """

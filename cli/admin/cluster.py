@@ -81,7 +81,9 @@ class BrokerGroup(typer.core.TyperGroup):
                 # a fresh object per call: extending its epilog changes nobody else's
                 server.epilog = (server.epilog or "") + (
                     "\n\n\b\nAsk a running broker instead:\n"
-                    "  rmq broker status 127.0.0.1:10911 [--json]"
+                    "  rmq broker status 127.0.0.1:10911 [--json]\n"
+                    "  rmq broker config get|set 127.0.0.1:10911 ...\n"
+                    "  rmq broker perm wipe|add broker-a"
                 )
                 return server
         return None

@@ -114,6 +114,6 @@ def broker(
     props = broker_properties(conf_text, overrides)
     props.setdefault("namesrvAddr", _namesrv(ctx))
     try:
-        serve_broker(props, data_dir=data_dir, watch_stdin=watch_stdin)
+        serve_broker(props, data_dir=data_dir, watch_stdin=watch_stdin, config_file=config_file)
     except Exit as exc:  # the error line is printed already
         raise typer.Exit(exc.code) from None

@@ -135,12 +135,18 @@ def serve_namesrv(
 
 
 def serve_broker(
-    props: dict[str, str], *, data_dir: Path | None = None, watch_stdin: bool = False
+    props: dict[str, str],
+    *,
+    data_dir: Path | None = None,
+    watch_stdin: bool = False,
+    config_file: Path | None = None,
 ) -> None:
     """Run a broker configured by broker.conf `props` until Ctrl-C, SIGTERM (or stdin EOF)."""
     configure_logging()
     if data_dir is not None:
         make_data_dir(data_dir)
+    # UPDATE_BROKER_CONFIG writes changed keys back to the -c file, as RocketMQ does
+    config_path = str(config_file.resolve()) if config_file is not None else None
 
     async def main() -> None:
         from broker.config import BrokerConfig
@@ -148,7 +154,9 @@ def serve_broker(
         from cli import render
         from cli.servers.serve import serve_until_stopped
 
-        config = BrokerConfig.from_properties(properties_text(props))
+        config = BrokerConfig.from_properties(
+            properties_text(props), broker_config_path=config_path
+        )
         await serve_until_stopped(
             run_broker,
             config,
@@ -229,7 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             render.error(f"cannot read config file: {config_file_error(args.config_file, exc)}")
             return 1
-        serve_broker(props, data_dir=args.data_dir, watch_stdin=args.watch_stdin)
+        serve_broker(
+            props,
+            data_dir=args.data_dir,
+            watch_stdin=args.watch_stdin,
+            config_file=args.config_file,
+        )
     except Exit as exc:
         return exc.code
     return 0

@@ -34,6 +34,7 @@ COMMANDS = [
     ["group", "progress"],
     ["message", "query"],
     ["group", "reset"],
+    ["message", "trace"],
 ]
 
 
@@ -75,6 +76,7 @@ def closed_port() -> int:
         ["group", "reset", "g", "--topic", "T", "--to-latest"],
         ["message", "query", "--topic", "T", "--key", "k"],
         ["message", "query", "--id", "7F000001000029AF0000000000000000"],
+        ["message", "trace", "7F000001000029AF0000000000000000"],
     ],
     ids=lambda a: " ".join(a[:3]),
 )

@@ -21,9 +21,11 @@ TOP_LEVEL = [
     "broker",
     "top",
     "chaos",
+    "stats",
     "topic",
     "cluster",
     "group",
+    "producer",
     "message",
     "bench",
     "dledger",
@@ -32,8 +34,9 @@ TOP_LEVEL = [
 SUBCOMMANDS = {
     "topic": ["create", "update", "delete", "list", "route", "status"],
     "cluster": ["list"],
-    "group": ["list", "progress", "reset"],
-    "message": ["query"],
+    "group": ["list", "progress", "create", "delete", "describe", "reset"],
+    "producer": ["list"],
+    "message": ["query", "trace"],
     "dledger": ["leadership-transfer"],
 }
 

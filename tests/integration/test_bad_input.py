@@ -188,6 +188,25 @@ async def test_both_servers_survive_bad_input(ns_and_broker, nursery):
                     RequestCode.CONSUME_MESSAGE_DIRECTLY,
                     {"consumerGroup": "g", "clientId": "x", "msgId": "zz"},
                 ),
+                "update_broker_config_unknown_key": RemotingCommand.request(
+                    RequestCode.UPDATE_BROKER_CONFIG, None, b"noSuchKey=1"
+                ),
+                "update_broker_config_huge_body": RemotingCommand.request(
+                    RequestCode.UPDATE_BROKER_CONFIG, None, b"k=v\n" * (2 << 20)
+                ),
+                "producer_connections_without_group": RemotingCommand.request(
+                    RequestCode.GET_PRODUCER_CONNECTION_LIST, {}
+                ),
+                "stats_without_key": RemotingCommand.request(
+                    RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS"}
+                ),
+                "query_cq_bad_queue": RemotingCommand.request(
+                    RequestCode.QUERY_CONSUME_QUEUE,
+                    {"topic": TOPIC, "queueId": "x", "index": 0, "count": 1},
+                ),
+                "acl_update_without_acl": RemotingCommand.request(
+                    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "abcdefgh"}
+                ),
             },
         )
 

@@ -243,6 +243,11 @@ class DLedgerMessageStore(PutSteps):
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         return self.classic.get_commit_log_offset_in_queue(topic, queue_id, cq_offset)
 
+    def get_queue_unit(
+        self, topic: str, queue_id: int, cq_offset: int
+    ) -> tuple[int, int, int] | None:
+        return self.classic.get_queue_unit(topic, queue_id, cq_offset)
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.classic.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
