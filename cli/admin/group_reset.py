@@ -124,8 +124,8 @@ def group_reset(
         str | None,
         typer.Option(
             "--to-time",
-            help="Consume again from this time: epoch ms, now, -15m/-2h/-1d, an ISO time "
-            "(local unless it has a zone) or yyyy-MM-dd#HH:mm:ss:SSS.",
+            help="Consume again from this time: epoch ms, -15m/-2h/-1d, an ISO time "
+            "(local unless it has a zone) or yyyy-MM-dd#HH:mm:ss:SSS; now = --to-latest.",
         ),
     ] = None,
     to_earliest: Annotated[
@@ -150,7 +150,9 @@ def group_reset(
             "give exactly one of --to-time TIME, --to-earliest, --to-latest",
             param_hint="--to-time/--to-earliest/--to-latest",
         )
-    if to_time is not None:
+    if to_time is not None and to_time.strip() == "now":
+        timestamp, target = -1, "now"  # mqadmin resetOffsetByTime -s now: each queue's end
+    elif to_time is not None:
         try:
             timestamp, target = parse_time(to_time), to_time
         except ValueError as exc:
