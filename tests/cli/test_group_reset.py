@@ -120,3 +120,41 @@ def test_table_says_old_and_new_per_queue_and_whether_anything_changed(capsys):
     assert "10" in line and "4" in line
     render_reset(reset_doc("g", "T", "latest", ROWS, dry_run=False), as_json=False)
     assert "g moved to latest" in capsys.readouterr().out
+
+
+class FakeAdmin:
+    """Stands in for rmq.Admin: records what `group reset` asks for."""
+
+    calls: list[tuple[str, str, int, bool]] = []
+
+    async def __aenter__(self) -> FakeAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def reset_offset(
+        self, group: str, topic: str, timestamp: int, *, dry_run: bool = False
+    ) -> list[OffsetReset]:
+        self.calls.append((group, topic, timestamp, dry_run))
+        return ROWS
+
+
+@pytest.mark.parametrize(
+    ("args", "timestamp"),
+    [
+        (["--to-time", "now"], -1),  # as mqadmin resetOffsetByTime -s now
+        (["--to-latest"], -1),
+        (["--to-earliest"], 0),
+        (["--to-time", "1700000000000"], 1700000000000),
+    ],
+)
+def test_targets_become_the_timestamps_mqadmin_sends(monkeypatch, args, timestamp):
+    import cli.admin.group_reset as mod
+
+    FakeAdmin.calls = []
+    monkeypatch.setattr(mod, "open_admin", lambda ctx: FakeAdmin())
+    r = runner.invoke(app, ["group", "reset", "g", "-t", "T", *args, "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    assert FakeAdmin.calls == [("g", "T", timestamp, True)]
+    assert json.loads(r.stdout)["dry_run"] is True
