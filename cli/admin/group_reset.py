@@ -57,12 +57,18 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
 
 
 def reset_doc(
-    group: str, topic: str, target: str, rows: list[OffsetReset], dry_run: bool
+    group: str,
+    topic: str,
+    target: str,
+    rows: list[OffsetReset],
+    dry_run: bool,
+    timestamp: int | None = None,
 ) -> dict[str, Any]:
     return {
         "group": group,
         "topic": topic,
         "to": target,
+        "timestamp_ms": timestamp if timestamp is not None and timestamp > 0 else None,
         "dry_run": dry_run,
         "queues": [
             {
@@ -154,9 +160,12 @@ def group_reset(
         timestamp, target = -1, "now"  # mqadmin resetOffsetByTime -s now: each queue's end
     elif to_time is not None:
         try:
-            timestamp, target = parse_time(to_time), to_time
+            timestamp = parse_time(to_time)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--to-time") from None
+        from cli.admin.render import iso_ms
+
+        target = iso_ms(timestamp) or str(timestamp)
     elif to_earliest:
         timestamp, target = 0, "earliest"
     else:
@@ -167,4 +176,4 @@ def group_reset(
             return await admin.reset_offset(group, topic, timestamp, dry_run=dry_run)
 
     rows = _run(main)
-    render_reset(reset_doc(group, topic, target, rows, dry_run), as_json=as_json)
+    render_reset(reset_doc(group, topic, target, rows, dry_run, timestamp), as_json=as_json)
