@@ -139,9 +139,8 @@ class Broker2Client:
             False: encode_reset_offset_body(table),
             True: encode_reset_offset_body_for_c(table),
         }
-        for ch, member in list(info.channels.items()):
-            if ch.closed:
-                continue
+
+        async def push(ch: Channel, member: ClientChannelInfo) -> None:
             cmd = RemotingCommand.request(
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
                 header,
@@ -153,6 +152,11 @@ class Broker2Client:
                     await ch.send_oneway(cmd)
             except RmqError as exc:
                 log.info("[reset-offset] push to %s of %s failed: %s", member.client_id, group, exc)
+
+        async with trio.open_nursery() as nursery:
+            for ch, member in list(info.channels.items()):
+                if not ch.closed:
+                    nursery.start_soon(push, ch, member)
 
     # --- consumer status -----------------------------------------------------------------------
 

@@ -242,7 +242,7 @@ class Admin(ClientBase):
             tables = await self._each(
                 [addr for _, addr in await self._topic_masters(topic)],
                 lambda addr: admin_api.reset_offset(
-                    addr, topic, group, timestamp, True, timeout=self.timeout
+                    addr, topic, group, timestamp, True, timeout=self._relay_timeout
                 ),
             )
             new = {mq: off for t in tables for mq, off in t.items()}
