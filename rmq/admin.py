@@ -16,6 +16,13 @@ Message lookup follows DefaultMQAdminExtImpl: an offset msgId names the broker (
 and the CommitLog offset, so VIEW_MESSAGE_BY_ID goes straight there; an id that is not the
 offset id of a known broker is taken as a UNIQ_KEY and needs the topic, whose brokers are
 asked with QUERY_MESSAGE (`_UNIQUE_KEY_QUERY`). Key queries drop index hash collisions.
+
+Offset reset (`reset_offset`) is DefaultMQAdminExtImpl.resetOffsetByTimestamp: one
+INVOKE_BROKER_TO_RESET_OFFSET per broker of the topic; each broker sets the group's offsets
+and tells the group's live members itself (broker/broker2client.py). Requests a broker
+relays to one client (running info, direct consume) wait `RELAY_TIMEOUT`, longer than the
+broker waits for the client, so a silent client comes back as the broker's
+CONSUME_MSG_TIMEOUT rather than as our own timeout.
 """
 
 from __future__ import annotations
