@@ -83,6 +83,9 @@ class ProduceStats:
     lines_read: int = 0
     # set once the input ended (or reading was stopped): lines_read is then the total
     input_done: bool = False
+    # the topic had no route: the queues the producer took from the auto-create topic's
+    # (TBW102) route, where the broker creates the topic with the first message; empty if not
+    auto_created: list[MessageQueue] = attrs.Factory(list)
 
     @property
     def not_durable(self) -> int:
@@ -225,6 +228,8 @@ async def send_batches(
         return
     info = await producer.publish_info(template.topic)
     queues = list(info.queues)
+    if info.from_default:
+        stats.auto_created = queues
     n = max(1, min(senders, len(queues)))
 
     async def send_one(lines: list[bytes], mq: MessageQueue) -> list[SendResult] | None:

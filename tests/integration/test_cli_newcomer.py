@@ -39,3 +39,21 @@ def at(addr: str, *args: str, input: str | None = None) -> Result:
 def test_a_broker_address_given_as_nameserver_is_named_as_such(ns, args):
     result = at(ns[1], *args)
     one_error_line(result, ns[1], "is a broker, not a nameserver")
+
+
+@pytest.mark.parametrize("how", ["args", "stdin", "json"])
+def test_a_send_that_auto_creates_the_topic_says_so_once(ns, how):
+    topic = f"CliAuto{how.capitalize()}"
+    if how == "stdin":
+        first = at(ns[0], "produce", "-t", topic, input="".join(f"m{i}\n" for i in range(600)))
+    else:
+        extra = ["--json"] if how == "json" else []
+        first = at(ns[0], "produce", "-t", topic, "a", "b", "c", *extra)
+    assert first.exit_code == 0, first.output
+    notes = [line for line in first.stderr.splitlines() if "did not exist" in line]
+    assert len(notes) == 1, first.stderr
+    assert f"note: topic {topic} did not exist; the broker created it" in notes[0]
+    assert "4 queue(s) on broker-a" in notes[0]
+    # the topic exists now: no note the second time
+    again = at(ns[0], "produce", "-t", topic, "d")
+    assert again.exit_code == 0 and "did not exist" not in again.stderr, again.stderr
