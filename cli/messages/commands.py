@@ -138,6 +138,13 @@ def produce(
         raise typer.Exit(1)
 
 
+def new_group_note(group: str, topic: str, stored: int) -> str:
+    return (
+        f"note: group {group} is new on {topic} and starts at the end; "
+        f"--from-beginning reads the {stored} stored message(s)"
+    )
+
+
 def _stdin_is_tty() -> bool:
     try:
         return sys.stdin.isatty()
@@ -212,10 +219,17 @@ def consume(
         else:
             render.message(m, verbose=verbose, served_by=served["by"])
 
-    async def main() -> None:
+    skipped: list[int] = []  # the new group's skipped messages, told once (see below)
+
+    def on_new_group(n: int) -> None:
+        skipped.append(n)
+        if follow:  # waiting for new messages: say now why the stored ones are not shown
+            render.note(new_group_note(group, topic, n))
+
+    async def main() -> int:
         from cli.messages.consume import consume_topic
 
-        await consume_topic(
+        return await consume_topic(
             _namesrv(ctx),
             topic,
             group=group,
@@ -226,8 +240,11 @@ def consume(
             on_message=on_message,
             follow=follow,
             served_by=lambda addr: served.update(by=addr),
+            on_new_group=on_new_group,
         )
 
-    _run(main)
+    handed = _run(main)
+    if skipped and not follow and handed == 0:
+        render.note(new_group_note(group, topic, skipped[0]))
     if as_json:
         consumed_json(topic, collected)

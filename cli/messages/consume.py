@@ -59,12 +59,17 @@ async def consume_topic(
     follow: bool = True,
     remoting: Remoting | None = None,
     served_by: Callable[[str], None] | None = None,
+    on_new_group: Callable[[int], None] | None = None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`.
 
     `served_by`, if given, is told the address of the node that answered each pull right
     before that pull's messages go to `on_message` (no checkpoint in between, so it names
-    the right node even with one task per queue)."""
+    the right node even with one task per queue).
+
+    `on_new_group(n)`, if given, is told once, before the first pull, that the group has no
+    offset on any queue of the topic and so starts at the end, skipping the `n` messages
+    stored (only without `from_beginning`, and only when `n` is not 0)."""
     from rmq import PullConsumer, PullStatus
 
     handed = 0
@@ -94,6 +99,12 @@ async def consume_topic(
                 offsets[mq] = stored[mq]
             else:
                 offsets[mq] = await consumer.max_offset(mq)
+        if on_new_group is not None and not from_beginning and all(v < 0 for v in stored.values()):
+            skipped = 0
+            for mq in queues:
+                skipped += offsets[mq] - await consumer.min_offset(mq)
+            if skipped:
+                on_new_group(skipped)
         last_message_at = trio.current_time()
 
         async def pull_loop(mq: MessageQueue, stop: trio.CancelScope) -> None:

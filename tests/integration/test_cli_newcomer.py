@@ -57,3 +57,23 @@ def test_a_send_that_auto_creates_the_topic_says_so_once(ns, how):
     # the topic exists now: no note the second time
     again = at(ns[0], "produce", "-t", topic, "d")
     assert again.exit_code == 0 and "did not exist" not in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["caught-up", "follow"])
+def test_a_new_group_that_reads_nothing_says_it_starts_at_the_end(ns, follow):
+    topic = f"CliNewGroup{int(follow)}"
+    assert at(ns[0], "produce", "-t", topic, "one", "two", "three").exit_code == 0
+    extra = ["-f", "--idle-timeout", "0.3"] if follow else []
+    first = at(ns[0], "consume", "-t", topic, "-g", f"cg-new-{int(follow)}", *extra)
+    assert first.exit_code == 0, first.output
+    assert first.stdout == ""
+    assert first.stderr.splitlines() == [
+        f"note: group cg-new-{int(follow)} is new on {topic} and starts at the end; "
+        "--from-beginning reads the 3 stored message(s)"
+    ]
+    # once: the group has offsets now
+    again = at(ns[0], "consume", "-t", topic, "-g", f"cg-new-{int(follow)}", *extra)
+    assert again.exit_code == 0 and again.stderr == "", again.stderr
+    # a new group that starts at the beginning has nothing to be told
+    whole = at(ns[0], "consume", "-t", topic, "-g", f"cg-whole-{int(follow)}", "--from-beginning")
+    assert whole.exit_code == 0 and whole.stderr == "" and len(whole.stdout.splitlines()) == 3
