@@ -125,6 +125,9 @@ def produce(
         return stats, seconds
 
     stats, _seconds = _run(main)
+    if stats.refused is not None:  # after the lines sent before it were shown
+        render.error(str(stats.refused))
+        raise typer.Exit(1)
     if not stats.sent:
         render.error("nothing to send: give BODY arguments or lines on stdin")
         raise typer.Exit(1)

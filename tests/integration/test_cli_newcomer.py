@@ -12,7 +12,7 @@ from typer.testing import Result
 
 from cli.main import app
 from tests.integration import test_cli_admin
-from tests.integration.test_cli_admin import one_error_line, runner
+from tests.integration.test_cli_admin import ok_json, one_error_line, runner
 
 ns = test_cli_admin.ns  # the module's servers: a nameserver and a broker (memory store)
 
@@ -77,3 +77,34 @@ def test_a_new_group_that_reads_nothing_says_it_starts_at_the_end(ns, follow):
     # a new group that starts at the beginning has nothing to be told
     whole = at(ns[0], "consume", "-t", topic, "-g", f"cg-whole-{int(follow)}", "--from-beginning")
     assert whole.exit_code == 0 and whole.stderr == "" and len(whole.stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    "size", [5 * 1024 * 1024, 4 * 1024 * 1024 - 64], ids=["over-4MiB", "record-over-limit"]
+)
+def test_stdin_produce_reports_what_was_stored_before_a_line_too_long(ns, size):
+    topic = f"CliLong{size}"
+    lines = "a\nb\n\n" + "x" * size + "\nc\n"
+    result = at(ns[0], "produce", "-t", topic, input=lines)
+    assert result.exit_code == 1, result.output
+    out = result.stdout.splitlines()
+    # the two lines before it were stored, and said so
+    assert [line.split()[0] for line in out] == ["SEND_OK", "SEND_OK", "sent"], out
+    assert out[-1].startswith(f"sent 2 message(s) to {topic}")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    # the length when the line ended within what was read, else that it is longer
+    said = f"{size} bytes, over" if size < 4 * 1024 * 1024 else "longer than"
+    assert f"line 4 of stdin is {said} the " in errors[0], errors[0]
+    assert "not sent, nor any line after it" in errors[0], errors[0]
+    got = ok_json(ns, "consume", "-t", topic, "-g", f"cg-{topic}", "--from-beginning")
+    assert sorted(m["body"] for m in got["messages"]) == ["a", "b"]
+
+
+def test_stdin_produce_sends_a_line_just_under_the_limit(ns):
+    from cli.messages.produce import MessageTemplate, max_line_bytes
+
+    limit = max_line_bytes(MessageTemplate("CliLongOk"))
+    result = at(ns[0], "produce", "-t", "CliLongOk", input="x" * limit + "\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("SEND_OK")
