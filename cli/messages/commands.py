@@ -7,6 +7,7 @@ Both are thin: the sending and pulling loops are `produce.py` and `consume.py`, 
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Any, BinaryIO
 
@@ -14,6 +15,7 @@ import typer
 
 from cli.admin.options import JsonOpt
 from cli.app import _namesrv, _run, examples
+from cli.errors import INTERRUPTED
 
 # Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
 PROGRESS_THRESHOLD = 1000
@@ -125,6 +127,8 @@ def produce(
         return stats, seconds
 
     stats, _seconds = _run(main)
+    if stats.stopped_by == signal.SIGINT:  # what was read is sent and shown: Ctrl-C's status
+        raise typer.Exit(INTERRUPTED)
     if stats.refused is not None:  # after the lines sent before it were shown
         render.error(str(stats.refused))
         raise typer.Exit(1)
@@ -223,6 +227,7 @@ def consume(
             render.message(m, verbose=verbose, served_by=served["by"])
 
     skipped: list[int] = []  # the new group's skipped messages, told once (see below)
+    stopped_by: list[int] = []  # the signal that ended the run (offsets are committed)
 
     def on_new_group(n: int) -> None:
         skipped.append(n)
@@ -244,6 +249,7 @@ def consume(
             follow=follow,
             served_by=lambda addr: served.update(by=addr),
             on_new_group=on_new_group,
+            on_signal=stopped_by.append,
         )
 
     handed = _run(main)
@@ -251,3 +257,5 @@ def consume(
         render.note(new_group_note(group, topic, skipped[0]))
     if as_json:
         consumed_json(topic, collected)
+    if signal.SIGINT in stopped_by:
+        raise typer.Exit(INTERRUPTED)

@@ -93,6 +93,8 @@ class ProduceStats:
     auto_created: list[MessageQueue] = attrs.Factory(list)
     # the stdin line that could not be sent (reading stopped there), None if none
     refused: LineTooLongError | None = None
+    # the signal (SIGINT, SIGTERM) that stopped reading, None if the input ended
+    stopped_by: int | None = None
 
     @property
     def not_durable(self) -> int:
@@ -368,7 +370,8 @@ async def produce(
 
             async def signal_watch() -> None:
                 with watching, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as sigs:
-                    async for _ in sigs:
+                    async for signum in sigs:
+                        stats.stopped_by = signum
                         reading.cancel()
                         return
 
