@@ -242,6 +242,26 @@ class Admin(ClientBase):
         )
         return sorted({g for groups in lists for g in groups})
 
+    async def offset_topics_by_group(
+        self, cluster: str | None = None, *, topic: str | None = None
+    ) -> dict[str, set[str]]:
+        """group -> the topics it has consumer offsets for, over the masters of `cluster` (all
+        clusters when None), or with `topic` over that topic's brokers and for it alone."""
+        api = self._admin_api
+        if topic is not None:
+            addrs = [addr for _, addr in await self._topic_masters(topic)]
+        else:
+            addrs = await self._all_masters(cluster)
+        answers = await self._each(
+            addrs, lambda addr: api.offset_topics_by_group(addr, timeout=self.timeout)
+        )
+        merged: dict[str, set[str]] = {}
+        for answer in answers:
+            for group, topics in answer.items():
+                if topic is None or topic in topics:
+                    merged.setdefault(group, set()).update({topic} if topic else topics)
+        return merged
+
     async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         """The group's per-queue progress (mqadmin consumerProgress): broker offset, consumer
         offset, last consumed store time and lag; over `topic`'s brokers or every master."""

@@ -108,3 +108,40 @@ def test_stdin_produce_sends_a_line_just_under_the_limit(ns):
     result = at(ns[0], "produce", "-t", "CliLongOk", input="x" * limit + "\n")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("SEND_OK")
+
+
+def test_topic_delete_asks_and_says_what_happens_to_the_groups_offsets(ns):
+    assert at(ns[0], "produce", "-t", "CliDel", "a", "b").exit_code == 0
+    got = ok_json(ns, "consume", "-t", "CliDel", "-g", "cg-del", "--from-beginning")
+    assert got["count"] == 2
+    assert "cg-del" in at(ns[0], "group", "list").stdout.splitlines()
+    # no answer (stdin ends) and "n" both keep the topic; the question names the group
+    for answer in (None, "n\n"):
+        kept = at(ns[0], "topic", "delete", "CliDel", input=answer)
+        assert kept.exit_code == 1, kept.output
+        assert "Delete topic CliDel?" in kept.stderr
+        assert "the offsets of group(s) cg-del on it are deleted with it" in kept.stderr
+        assert kept.stderr.splitlines()[-1] == (
+            "error: topic CliDel not deleted (--yes deletes without asking)"
+        )
+        assert "CliDel" in ok_json(ns, "topic", "list")["topics"]
+    gone = at(ns[0], "topic", "delete", "CliDel", input="y\n")
+    assert gone.exit_code == 0, gone.output
+    assert "deleted the offsets of group(s) cg-del on CliDel" in gone.stdout
+    assert "group(s) cg-del have no offsets left" in gone.stdout
+    # group list tells the truth: the group is still there, without offsets
+    assert "cg-del  (no offsets)" in at(ns[0], "group", "list").stdout.splitlines()
+    assert "cg-del" in ok_json(ns, "group", "list")["without_offsets"]
+
+
+def test_topic_delete_yes_json_names_the_groups(ns):
+    assert at(ns[0], "produce", "-t", "CliDelJ", "a").exit_code == 0
+    ok_json(ns, "consume", "-t", "CliDelJ", "-g", "cg-delj", "--from-beginning")
+    # the group also reads another topic: it keeps offsets there
+    assert at(ns[0], "produce", "-t", "CliKeepJ", "a").exit_code == 0
+    ok_json(ns, "consume", "-t", "CliKeepJ", "-g", "cg-delj", "--from-beginning")
+    doc = ok_json(ns, "topic", "delete", "CliDelJ", "--yes")
+    assert doc["offsets_deleted_for_groups"] == ["cg-delj"]
+    assert doc["groups_without_offsets"] == []
+    listed = ok_json(ns, "group", "list")
+    assert "cg-delj" in listed["groups"] and "cg-delj" not in listed["without_offsets"]
