@@ -55,3 +55,25 @@ async def test_the_groups_stay_when_the_master_is_gone_from_the_nameserver(
     [g] = [g for g in snap.groups if g.group == GROUP]
     assert g.error is None, g.error
     assert g.topics == (TOPIC,) and g.lag == 4, g
+
+
+async def test_the_groups_stay_while_a_listed_master_does_not_answer(
+    memory_cluster, autojump_clock, monkeypatch
+):
+    # the nameserver still lists the master (it has not noticed yet): the reads try it, get no
+    # connection, and go on to the slave
+    await _cluster_with_a_consumed_group(memory_cluster)
+    master = memory_cluster.addr("broker-a")
+    async with Admin(memory_cluster.namesrv, network=memory_cluster.network, timeout=2.0) as admin:
+        listed = await admin.cluster_info()
+    await memory_cluster.stop_broker("broker-a")
+
+    async def stale_cluster_info(self: Admin) -> object:
+        return listed
+
+    monkeypatch.setattr(Admin, "cluster_info", stale_cluster_info)
+    assert listed.brokerAddrTable["broker-a"].brokerAddrs[0] == master
+    snap = await _groups(memory_cluster)
+    assert snap.groups_error is None, snap.groups_error
+    [g] = [g for g in snap.groups if g.group == GROUP]
+    assert g.error is None and g.topics == (TOPIC,) and g.lag == 4, g
