@@ -3,7 +3,7 @@
 The collector runs over the real Admin client against an in-process master + slave on the
 in-memory network (autojump clock: the slave's metadata sync, 3 s after start then every
 60 s, copies the group and its offsets). The master is then stopped as SIGTERM stops it (it
-unregisters: the nameserver lists the slave alone).
+unregisters: the nameserver lists the slave alone), or while the nameserver still lists it.
 """
 
 from __future__ import annotations
