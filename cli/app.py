@@ -6,6 +6,10 @@ commands themselves are plain functions in the subpackages of `cli/` (`cli/local
 lists them. A command function carries its `Examples:` epilog with `@examples(...)`, which
 `add_command` hands to typer when it registers the function.
 
+`-n/--namesrv` is accepted after the command too (`rmq topic list -n HOST:PORT`): every command
+and group registered through `add_command` / `command_group` carries it (`_NamesrvOption`), and
+what it is given there replaces the global value for that run.
+
 Errors a user can cause (connection refused, unknown topic, bad config, port in use) print ONE
 line on stderr and exit with status 1; no traceback (`_run`, over `cli/errors.py`).
 """
@@ -61,16 +65,73 @@ def examples(*lines: str) -> Callable[[F], F]:
     return attach
 
 
+_NAMESRV_DECLS = ("--namesrv", "-n")
+_NAMESRV_HELP = "Nameserver address(es), 'host:port[;host:port]'."
+
+
+def _set_namesrv(ctx: typer.Context, value: str | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        root = ctx.find_root()
+        root.obj = {**(root.obj or {}), "namesrv": value}
+
+
+def _namesrv_option(decls: tuple[str, ...]) -> Any:  # Any: typer's vendored click.Parameter
+    """The `-n/--namesrv` option of a command (only `decls`, the ones it does not use for
+    something else), built by typer from a one-parameter function, so it parses and shows in
+    the help like the global one. It sets the root context's value and is not passed on."""
+    import typer.main
+
+    def namesrv(value: str | None = None) -> None: ...
+
+    # set here, not written in the signature: this module's annotations are strings, and
+    # `decls` is a local typer could not resolve from one
+    namesrv.__annotations__ = {
+        "value": Annotated[
+            str | None,
+            typer.Option(*decls, expose_value=False, callback=_set_namesrv, help=_NAMESRV_HELP),
+        ],
+        "return": None,
+    }
+    holder = typer.Typer(add_completion=False)
+    holder.command()(namesrv)
+    [param] = typer.main.get_command(holder).params
+    return param
+
+
+def _add_namesrv_option(params: list[Any]) -> None:
+    taken = {opt for p in params for opt in getattr(p, "opts", ())}
+    decls = tuple(d for d in _NAMESRV_DECLS if d not in taken)
+    if decls:  # `rmq broker` has a --namesrv of its own (namesrvAddr): it gets -n only
+        params.append(_namesrv_option(decls))
+
+
+class NamesrvCommand(typer.core.TyperCommand):
+    """A command that also takes `-n/--namesrv` after its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_namesrv_option(self.params)
+
+
+class NamesrvGroup(typer.core.TyperGroup):
+    """A group (`rmq topic`, `rmq cluster`) that also takes `-n/--namesrv` after its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_namesrv_option(self.params)
+
+
 def add_command(group: typer.Typer, fn: Callable[..., Any], name: str | None = None) -> None:
     """Register `fn` as a command of `group` (named after the function unless `name` is
-    given), with the examples `@examples` gave it."""
-    group.command(name, epilog=_EPILOGS.get(fn))(fn)
+    given), with the examples `@examples` gave it and `-n/--namesrv` after its name."""
+    group.command(name, epilog=_EPILOGS.get(fn), cls=NamesrvCommand)(fn)
 
 
 def command_group(help: str, *example_lines: str, **settings: Any) -> typer.Typer:
     """A group of subcommands (`rmq topic ...`): its help line, examples and typer settings
     (by default it shows its help when called without a subcommand)."""
     settings.setdefault("no_args_is_help", True)
+    settings.setdefault("cls", NamesrvGroup)
     epilog = _examples(*example_lines) if example_lines else None
     return typer.Typer(help=help, epilog=epilog, rich_markup_mode=None, **settings)
 
@@ -104,7 +165,7 @@ def _global(
             "--namesrv",
             "-n",
             envvar=NAMESRV_ENV,
-            help="Nameserver address(es), 'host:port[;host:port]'.",
+            help=_NAMESRV_HELP + " Also accepted after the command.",
         ),
     ] = DEFAULT_NAMESRV,
     version: Annotated[

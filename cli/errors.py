@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+# The exit status of a command stopped by Ctrl-C (SIGINT), as shells report a process the
+# signal ended: 128 + 2. Commands that stop cleanly on SIGINT (commit offsets, send what was
+# read, stop their nodes) still leave with it, so `cmd && next` does not go on after a Ctrl-C.
+INTERRUPTED = 130
+
 
 class CliError(Exception):
     """An expected failure of a command (bad input, a node that would not start, ...)."""
@@ -39,7 +44,7 @@ def run_main(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> A
     except BaseException as exc:  # classified below, re-raised when unknown
         inner = unwrap_group(exc)
         if isinstance(inner, KeyboardInterrupt):
-            raise Exit(130) from None
+            raise Exit(INTERRUPTED) from None
         if isinstance(inner, CliError | RmqError | ValueError):
             render.error(describe(inner))
             raise Exit(1) from None

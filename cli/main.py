@@ -170,9 +170,9 @@ def main() -> None:
             local.up(**fast)
         except typer.Exit as exc:
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:  # before trio.run took over the signal: what click says
+        except KeyboardInterrupt:  # before trio.run took over the signal: Ctrl-C's status
             print("Aborted!", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(130)
         return
     # Tests and `rmq up` children run with the repo as cwd; nothing to set up here beyond typer.
     app(prog_name=os.path.basename(sys.argv[0]) if sys.argv[0].endswith("rmq") else "rmq")

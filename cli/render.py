@@ -38,6 +38,11 @@ def error(text: str) -> None:
     print(f"error: {text}", file=sys.stderr, flush=True)
 
 
+def note(text: str) -> None:
+    """A remark on stderr that does not change the outcome (stdout stays the data)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def rate(value: float | None) -> str:
     """A rate (messages per second) as people read it: whole numbers from 10 on (with
     thousands separators), one decimal below; '-' when unknown."""

@@ -351,6 +351,35 @@ class Admin(ClientBase):
                 addrs.append(addr)
         return addrs
 
+    async def _each_broker(
+        self, cluster: str | None, call: Callable[[str], Awaitable[T]]
+    ) -> list[T]:
+        """`call(addr)` once per broker name of `cluster` (all clusters when None), all
+        concurrently: on its master, else (no master listed, or the master does not answer)
+        on its slaves in brokerId order. For reads a slave serves as well (groups, offsets,
+        connections), so they go on while a master is down."""
+        info = await self.cluster_info()
+        if cluster is not None and cluster not in info.clusterAddrTable:
+            raise ClientError(f"cluster {cluster!r} is not registered with the nameserver")
+        names = info.clusterAddrTable[cluster] if cluster is not None else info.brokerAddrTable
+        nodes = []
+        for name in sorted(names):
+            bd = info.brokerAddrTable.get(name)
+            if bd is not None and bd.brokerAddrs:
+                nodes.append([bd.brokerAddrs[i] for i in sorted(bd.brokerAddrs)])
+
+        async def first_answer(addrs: list[str]) -> T:
+            for addr in addrs[:-1]:
+                try:
+                    return await call(addr)
+                except RemotingError:  # gone or not answering: the next member
+                    continue
+            return await call(addrs[-1])
+
+        return await self._each(
+            [str(i) for i in range(len(nodes))], lambda i: first_answer(nodes[int(i)])
+        )
+
     async def _topic_masters(self, topic: str) -> list[tuple[str, str]]:
         """(broker name, address) of each broker of `topic`'s route: the master, else any node
         (a slave still answers reads when its master is gone)."""
@@ -368,25 +397,48 @@ class Admin(ClientBase):
         return await self._admin_api.broker_runtime_info(addr, timeout=self.timeout)
 
     async def group_list(self, cluster: str | None = None) -> list[str]:
-        """Subscription groups known to the masters of `cluster` (all clusters when None)."""
+        """Subscription groups known to the brokers of `cluster` (all clusters when None): a
+        master's, or its slave's while it is down."""
         api = self._admin_api
-        lists = await self._each(
-            await self._all_masters(cluster),
-            lambda addr: api.subscription_groups(addr, timeout=self.timeout),
+        lists = await self._each_broker(
+            cluster, lambda addr: api.subscription_groups(addr, timeout=self.timeout)
         )
         return sorted({g for groups in lists for g in groups})
 
+    async def offset_topics_by_group(
+        self, cluster: str | None = None, *, topic: str | None = None
+    ) -> dict[str, set[str]]:
+        """group -> the topics it has consumer offsets for, over the brokers of `cluster` (all
+        clusters when None), or with `topic` over that topic's brokers and for it alone."""
+        api = self._admin_api
+
+        def ask(addr: str) -> Awaitable[dict[str, set[str]]]:
+            return api.offset_topics_by_group(addr, timeout=self.timeout)
+
+        if topic is not None:
+            answers = await self._each([a for _, a in await self._topic_masters(topic)], ask)
+        else:
+            answers = await self._each_broker(cluster, ask)
+        merged: dict[str, set[str]] = {}
+        for answer in answers:
+            for group, topics in answer.items():
+                if topic is None or topic in topics:
+                    merged.setdefault(group, set()).update({topic} if topic else topics)
+        return merged
+
     async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         """The group's per-queue progress (mqadmin consumerProgress): broker offset, consumer
-        offset, last consumed store time and lag; over `topic`'s brokers or every master."""
+        offset, last consumed store time and lag; over `topic`'s brokers or every broker (its
+        master, or its slave while the master is down)."""
         api = self._admin_api
+
+        def ask(addr: str) -> Awaitable[tuple[float, list[QueueConsumeStats]]]:
+            return api.consume_stats(addr, group, topic, timeout=self.timeout)
+
         if topic is not None:
-            addrs = [addr for _, addr in await self._topic_masters(topic)]
+            answers = await self._each([a for _, a in await self._topic_masters(topic)], ask)
         else:
-            addrs = await self._all_masters()
-        answers = await self._each(
-            addrs, lambda addr: api.consume_stats(addr, group, topic, timeout=self.timeout)
-        )
+            answers = await self._each_broker(None, ask)
         queues = sorted(
             (q for _, qs in answers for q in qs),
             key=lambda q: (q.queue.topic, q.queue.brokerName, q.queue.queueId),
@@ -394,11 +446,11 @@ class Admin(ClientBase):
         return ConsumeStats(group, tuple(queues), sum(tps for tps, _ in answers))
 
     async def consumer_connections(self, group: str) -> list[ConsumerConnection]:
-        """Online clients of `group` as the masters see them, one entry per client id."""
+        """Online clients of `group` as the brokers see them (a master, or its slave while it
+        is down), one entry per client id."""
         api = self._admin_api
-        answers = await self._each(
-            await self._all_masters(),
-            lambda addr: api.consumer_connections(addr, group, timeout=self.timeout),
+        answers = await self._each_broker(
+            None, lambda addr: api.consumer_connections(addr, group, timeout=self.timeout)
         )
         seen: dict[str, ConsumerConnection] = {}
         for conns in answers:

@@ -194,6 +194,23 @@ class AdminAPI(RequestHelpers):
             raise ProtocolError(f"{addr} sent a runtime info body without a table")
         return {str(k): str(v) for k, v in table.items()}
 
+    async def offset_topics_by_group(self, addr: str, *, timeout: float) -> dict[str, set[str]]:
+        """group -> the topics it has a consumer offset for on the broker at `addr`, from
+        GET_ALL_CONSUMER_OFFSET (ConsumerOffsetSerializeWrapper, keyed `topic@group`)."""
+        resp = await self._call_ok(addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=timeout)
+        try:
+            table = loads(resp.body_bytes() or b"{}").get("offsetTable") or {}
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(
+                f"{addr} sent a bad ConsumerOffsetSerializeWrapper: {exc}"
+            ) from None
+        groups: dict[str, set[str]] = {}
+        for key, queues in table.items():
+            topic, at, group = str(key).rpartition("@")
+            if at and queues:
+                groups.setdefault(group, set()).add(topic)
+        return groups
+
     async def subscription_groups(self, addr: str, *, timeout: float) -> list[str]:
         """Group names of GET_ALL_SUBSCRIPTIONGROUP_CONFIG (SubscriptionGroupWrapper)."""
         resp = await self._call_ok(

@@ -455,6 +455,11 @@ class Admin(_AioClient[_admin.Admin]):
     async def group_list(self, cluster: str | None = None) -> list[str]:
         return await self._run(self._async.group_list, cluster)
 
+    async def offset_topics_by_group(
+        self, cluster: str | None = None, *, topic: str | None = None
+    ) -> dict[str, set[str]]:
+        return await self._run(self._async.offset_topics_by_group, cluster, topic=topic)
+
     async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         return await self._run(self._async.consume_stats, group, topic)
 

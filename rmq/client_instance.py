@@ -51,6 +51,7 @@ from common.errors import (
     RemotingConnectError,
     RemotingSendError,
     RemotingTimeoutError,
+    RequestCodeNotSupportedError,
     unwrap_group,
 )
 from common.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData, TopicRouteData
@@ -61,7 +62,7 @@ from common.remoting.network import TCP, Network, TcpNetwork
 from common.reset_offset_body import decode_offset_table, encode_consumer_status_body
 from common.session_credentials import SessionCredentials
 from rmq.client_api import ClientAPI
-from rmq.errors import BrokerNotFoundError, ClientError
+from rmq.errors import BrokerNotFoundError, ClientError, NotANameserverError
 from rmq.remoting import Remoting
 from rmq.topic_publish_info import find_broker_addr_in_subscribe
 
@@ -173,6 +174,9 @@ class ClientInstance:
             except _NAMESRV_FAILOVER as exc:
                 last = exc
                 continue
+            except RequestCodeNotSupportedError as exc:
+                # every call made here is a nameserver request; only a broker refuses those
+                raise NotANameserverError(self.namesrv_addrs[i], exc.remark) from None
             self._ns_index = i
             return result
         assert last is not None

@@ -26,6 +26,20 @@ class NoRouteInfoError(ClientError):
         self.topic = topic
 
 
+class NotANameserverError(ClientError):
+    """The address given as the nameserver answered a nameserver-only request (routes, the
+    cluster table, the topic list) with REQUEST_CODE_NOT_SUPPORTED: a broker does that, so
+    the address is a broker's (a common slip: 10911 given where 9876 was meant)."""
+
+    def __init__(self, addr: str, remark: str | None = None) -> None:
+        said = f" (it answered '{remark.strip()}')" if remark else ""
+        super().__init__(
+            f"{addr} is a broker, not a nameserver{said}: give -n/--namesrv the nameserver's "
+            "address (port 9876 by default)"
+        )
+        self.addr = addr
+
+
 class BrokerNotFoundError(ClientError):
     """A route names a broker whose (master) address is unknown or gone."""
 

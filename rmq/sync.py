@@ -431,6 +431,11 @@ class Admin(_SyncClient[_admin.Admin]):
     def group_list(self, cluster: str | None = None) -> list[str]:
         return self._run(self._async.group_list, cluster)
 
+    def offset_topics_by_group(
+        self, cluster: str | None = None, *, topic: str | None = None
+    ) -> dict[str, set[str]]:
+        return self._run(self._async.offset_topics_by_group, cluster, topic=topic)
+
     def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
         return self._run(self._async.consume_stats, group, topic)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.admin.options import JsonOpt, open_admin
-from cli.app import _namesrv, _run, app, examples
+from cli.app import NamesrvGroup, _namesrv, _run, app, examples
 
 if TYPE_CHECKING:
     # typer vendors click: the Command and Context its groups take are these
@@ -66,7 +66,7 @@ def cluster_list(
     _cluster_list(ctx, broker_addr, as_json)
 
 
-class BrokerGroup(typer.core.TyperGroup):
+class BrokerGroup(NamesrvGroup):
     """`rmq broker status ADDR`, and anything else goes to the `rmq broker` server command."""
 
     def _server(self) -> Command | None:

@@ -25,17 +25,19 @@ def group_list(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the consumer (subscription) groups the masters know."""
+    """List the consumer (subscription) groups the masters know; a group without any
+    consumer offset (new, or its topic was deleted) is marked "(no offsets)"."""
     from cli.admin import render
 
-    async def main() -> list[str]:
+    async def main() -> tuple[list[str], dict[str, set[str]]]:
         async with open_admin(ctx) as admin:
-            return await admin.group_list(cluster)
+            return await admin.group_list(cluster), await admin.offset_topics_by_group(cluster)
 
-    groups = _run(main)
+    groups, offsets = _run(main)
     if not show_all:
         groups = [g for g in groups if not is_system_group(g)]
-    render.group_list(groups, as_json=as_json)
+    without = {g for g in groups if g not in offsets}
+    render.group_list(groups, without_offsets=without, as_json=as_json)
 
 
 @examples("rmq group progress cg1", "rmq group progress cg1 --topic Orders --json")

@@ -95,6 +95,32 @@ def topic_changed(action: str, topic: str, addrs: list[str], *, as_json: bool = 
         _line(f"deleted topic {topic} from the nameserver")
 
 
+def topic_deleted(
+    topic: str, addrs: list[str], groups: list[str], without: list[str], *, as_json: bool = False
+) -> None:
+    """`rmq topic delete`: where it was deleted, whose offsets went with it (`groups`), and
+    which of those groups have no offset left anywhere (`without`)."""
+    if as_json:
+        _json(
+            {
+                "topic": topic,
+                "action": "deleted",
+                "brokers": addrs,
+                "offsets_deleted_for_groups": groups,
+                "groups_without_offsets": without,
+            }
+        )
+        return
+    topic_changed("deleted", topic, addrs)
+    if groups:
+        _line(f"deleted the offsets of group(s) {', '.join(groups)} on {topic}")
+    if without:
+        _line(
+            f"group(s) {', '.join(without)} have no offsets left: `rmq group list` shows "
+            "them as (no offsets); their next consumer starts as a new group"
+        )
+
+
 def topic_list_doc(topics: list[str]) -> dict[str, Any]:
     return {"topics": sorted(topics)}
 
@@ -208,12 +234,17 @@ def topic_status(topic: str, stats: list[QueueStats], *, as_json: bool = False) 
 # --- groups -------------------------------------------------------------------------------
 
 
-def group_list(groups: list[str], *, as_json: bool = False) -> None:
+def group_list(
+    groups: list[str], *, without_offsets: set[str] | None = None, as_json: bool = False
+) -> None:
+    """Group names; those in `without_offsets` (no consumer offset on any topic, e.g. after
+    their topic was deleted) are marked so."""
+    bare = sorted(set(groups) & (without_offsets or set()))
     if as_json:
-        _json({"groups": sorted(groups)})
+        _json({"groups": sorted(groups), "without_offsets": bare})
         return
     for g in sorted(groups):
-        _line(g)
+        _line(f"{g}  (no offsets)" if g in bare else g)
 
 
 def group_progress_doc(

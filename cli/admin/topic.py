@@ -58,6 +58,15 @@ def topic_create(
     render.topic_changed("created", topic, _run(main), as_json=as_json)
 
 
+def _stdin_is_tty() -> bool:
+    import sys
+
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _check_perm(perm: int | None) -> None:
     if perm is not None and perm not in (2, 4, 6):
         raise typer.BadParameter(
@@ -112,21 +121,63 @@ def topic_update(
     render.topic_changed("updated", topic, _run(main), as_json=as_json)
 
 
-@examples("rmq topic delete Orders", "rmq topic delete Orders --cluster DefaultCluster")
+@examples(
+    "rmq topic delete Orders                     # asks first",
+    "rmq topic delete Orders --yes --cluster DefaultCluster",
+)
 def topic_delete(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic name.")],
     cluster: ClusterOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete a topic from its brokers (its messages become unreachable) and the nameserver."""
+    """Delete a topic from its brokers (its messages become unreachable) and the nameserver.
+
+    The brokers delete the consumer offsets every group has on the topic with it (as
+    RocketMQ's ConsumerOffsetManager.cleanOffsetByTopic does); a group left without any offset
+    stays a subscription group, and `rmq group list` shows it as "(no offsets)". Asks for
+    confirmation on the terminal (or a "y" line on stdin) unless --yes is given.
+    """
     from cli.admin import render
 
-    async def main() -> list[str]:
+    async def survey() -> list[str]:
         async with open_admin(ctx) as admin:
-            return await admin.delete_topic(topic, cluster)
+            if cluster is None:  # the topic's brokers; TopicNotExistError: one line
+                groups = await admin.offset_topics_by_group(topic=topic)
+            else:
+                groups = await admin.offset_topics_by_group(cluster)
+            return sorted(g for g, topics in groups.items() if topic in topics)
 
-    render.topic_changed("deleted", topic, _run(main), as_json=as_json)
+    groups = _run(survey)
+    if not yes:
+        what = f"topic {topic}" + (f" in cluster {cluster}" if cluster else "")
+        offsets = (
+            f"; the offsets of group(s) {', '.join(groups)} on it are deleted with it"
+            if groups
+            else "; no group has offsets on it"
+        )
+        question = f"Delete {what}? Its messages become unreachable{offsets}."
+        try:
+            ok = typer.confirm(question, default=False, err=True)
+        except typer.Abort:  # stdin ended without an answer
+            ok = False
+        if not _stdin_is_tty():  # no Enter was echoed: end the question's line
+            typer.echo("", err=True)
+        if not ok:
+            from cli.render import error
+
+            error(f"topic {topic} not deleted (--yes deletes without asking)")
+            raise typer.Exit(1)
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with open_admin(ctx) as admin:
+            addrs = await admin.delete_topic(topic, cluster)
+            left = await admin.offset_topics_by_group(cluster)
+            return addrs, [g for g in groups if g not in left]
+
+    addrs, without = _run(main)
+    render.topic_deleted(topic, addrs, groups, without, as_json=as_json)
 
 
 @examples("rmq topic list", "rmq -n 10.0.0.1:9876 topic list --json")

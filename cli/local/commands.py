@@ -180,8 +180,6 @@ def up(
     report = render.up_event_json if as_json else render.up_event
 
     async def main() -> None:
-        import signal
-
         import trio
 
         from cli.local.supervisor import run_up
@@ -194,12 +192,20 @@ def up(
                     nursery.cancel_scope.cancel()  # `rmq down`: done
 
                 nursery.start_soon(supervise)
-                async for _ in signals:
+                async for signum in signals:
+                    stopped_by.append(signum)
                     nursery.cancel_scope.cancel()
                     break
 
+    import signal
+
+    from cli.errors import INTERRUPTED
+
+    stopped_by: list[int] = []
     _run(main)
     render.up_stopped(as_json=as_json)
+    if stopped_by == [signal.SIGINT]:  # every node stopped cleanly; Ctrl-C's status all the same
+        raise typer.Exit(INTERRUPTED)
 
 
 def _typed(ctx: typer.Context | None, param: str) -> bool:

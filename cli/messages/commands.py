@@ -7,6 +7,7 @@ Both are thin: the sending and pulling loops are `produce.py` and `consume.py`, 
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Any, BinaryIO
 
@@ -14,6 +15,7 @@ import typer
 
 from cli.admin.options import JsonOpt
 from cli.app import _namesrv, _run, examples
+from cli.errors import INTERRUPTED
 
 # Beyond this many stdin lines (stdin not a terminal), `rmq produce` shows a progress bar.
 PROGRESS_THRESHOLD = 1000
@@ -125,6 +127,11 @@ def produce(
         return stats, seconds
 
     stats, _seconds = _run(main)
+    if stats.stopped_by == signal.SIGINT:  # what was read is sent and shown: Ctrl-C's status
+        raise typer.Exit(INTERRUPTED)
+    if stats.refused is not None:  # after the lines sent before it were shown
+        render.error(str(stats.refused))
+        raise typer.Exit(1)
     if not stats.sent:
         render.error("nothing to send: give BODY arguments or lines on stdin")
         raise typer.Exit(1)
@@ -136,6 +143,13 @@ def produce(
             "--allow-not-replicated accepts that"
         )
         raise typer.Exit(1)
+
+
+def new_group_note(group: str, topic: str, stored: int) -> str:
+    return (
+        f"note: group {group} is new on {topic} and starts at the end; "
+        f"--from-beginning reads the {stored} stored message(s)"
+    )
 
 
 def _stdin_is_tty() -> bool:
@@ -212,10 +226,18 @@ def consume(
         else:
             render.message(m, verbose=verbose, served_by=served["by"])
 
-    async def main() -> None:
+    skipped: list[int] = []  # the new group's skipped messages, told once (see below)
+    stopped_by: list[int] = []  # the signal that ended the run (offsets are committed)
+
+    def on_new_group(n: int) -> None:
+        skipped.append(n)
+        if follow:  # waiting for new messages: say now why the stored ones are not shown
+            render.note(new_group_note(group, topic, n))
+
+    async def main() -> int:
         from cli.messages.consume import consume_topic
 
-        await consume_topic(
+        return await consume_topic(
             _namesrv(ctx),
             topic,
             group=group,
@@ -226,8 +248,14 @@ def consume(
             on_message=on_message,
             follow=follow,
             served_by=lambda addr: served.update(by=addr),
+            on_new_group=on_new_group,
+            on_signal=stopped_by.append,
         )
 
-    _run(main)
+    handed = _run(main)
+    if skipped and not follow and handed == 0:
+        render.note(new_group_note(group, topic, skipped[0]))
     if as_json:
         consumed_json(topic, collected)
+    if signal.SIGINT in stopped_by:
+        raise typer.Exit(INTERRUPTED)

@@ -59,12 +59,21 @@ async def consume_topic(
     follow: bool = True,
     remoting: Remoting | None = None,
     served_by: Callable[[str], None] | None = None,
+    on_new_group: Callable[[int], None] | None = None,
+    on_signal: Callable[[int], None] | None = None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`.
 
     `served_by`, if given, is told the address of the node that answered each pull right
     before that pull's messages go to `on_message` (no checkpoint in between, so it names
-    the right node even with one task per queue)."""
+    the right node even with one task per queue).
+
+    `on_new_group(n)`, if given, is told once, before the first pull, that the group has no
+    offset on any queue of the topic and so starts at the end, skipping the `n` messages
+    stored (only without `from_beginning`, and only when `n` is not 0).
+
+    `on_signal(signum)`, if given, is told the signal (SIGINT, SIGTERM) that ended the run,
+    once the offsets are committed; the run itself returns normally."""
     from rmq import PullConsumer, PullStatus
 
     handed = 0
@@ -94,7 +103,14 @@ async def consume_topic(
                 offsets[mq] = stored[mq]
             else:
                 offsets[mq] = await consumer.max_offset(mq)
+        if on_new_group is not None and not from_beginning and all(v < 0 for v in stored.values()):
+            skipped = 0
+            for mq in queues:
+                skipped += offsets[mq] - await consumer.min_offset(mq)
+            if skipped:
+                on_new_group(skipped)
         last_message_at = trio.current_time()
+        stopped_by: int | None = None  # the signal that ended the run
 
         async def pull_loop(mq: MessageQueue, stop: trio.CancelScope) -> None:
             nonlocal handed, last_message_at
@@ -129,8 +145,10 @@ async def consume_topic(
                 await trio.sleep_until(deadline)
 
         async def signal_watch(stop: trio.CancelScope) -> None:
+            nonlocal stopped_by
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
+                async for signum in signals:
+                    stopped_by = signum
                     stop.cancel()
                     return
 
@@ -156,6 +174,8 @@ async def consume_topic(
                         # a commit that fails must not hide why the loop ended
                         with contextlib.suppress(RmqError):
                             await consumer.commit_offset(mq, offset)
+        if stopped_by is not None and on_signal is not None:
+            on_signal(stopped_by)
     return handed
 
 

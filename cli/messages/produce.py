@@ -20,7 +20,9 @@ another broker; only such a batch may land out of order. Delayed messages cannot
 `senders` in flight.
 
 The loop ends at end of input once every batch is answered, or on SIGINT/SIGTERM: reading
-stops, what was already read is still sent. `ProduceStats` counts what was sent and every
+stops, what was already read is still sent. A line longer than a message body can be
+(`max_line_bytes`) ends reading the same way: the lines before it are sent and reported, it
+and everything after it are not, and `ProduceStats.refused` says which line it was. `ProduceStats` counts what was sent and every
 answer other than SEND_OK; the command decides what those mean (`rmq produce` fails on a
 message that was stored but not replicated or flushed, unless told to accept it).
 """
@@ -37,8 +39,11 @@ import trio
 
 from cli.app import credentials_from_env
 from common.errors import RmqError
+from common.message_properties import encode_properties
 from common.model import MessageQueue
 from rmq import Message, Producer, SendResult, SendStatus
+from rmq.message import default_generator, stored_batch_record_size, stored_record_size
+from rmq.producer import MAX_MESSAGE_SIZE
 from rmq.remoting import Remoting
 
 MAX_LINES = 512  # lines per SEND_BATCH_MESSAGE
@@ -83,6 +88,13 @@ class ProduceStats:
     lines_read: int = 0
     # set once the input ended (or reading was stopped): lines_read is then the total
     input_done: bool = False
+    # the topic had no route: the queues the producer took from the auto-create topic's
+    # (TBW102) route, where the broker creates the topic with the first message; empty if not
+    auto_created: list[MessageQueue] = attrs.Factory(list)
+    # the stdin line that could not be sent (reading stopped there), None if none
+    refused: LineTooLongError | None = None
+    # the signal (SIGINT, SIGTERM) that stopped reading, None if the input ended
+    stopped_by: int | None = None
 
     @property
     def not_durable(self) -> int:
@@ -90,7 +102,37 @@ class ProduceStats:
 
 
 class LineTooLongError(RmqError):
-    """A line without its end within the message size limit."""
+    """A stdin line longer than a message body can be: it is not sent, and reading stops
+    there (`length` None: the line had not ended after `limit` bytes)."""
+
+    def __init__(self, number: int, length: int | None, limit: int) -> None:
+        size = f"{length} bytes, over" if length is not None else "longer than"
+        super().__init__(
+            f"line {number} of stdin is {size} the {limit} bytes a message body can have "
+            "here (the broker's maxMessageSize less the record's topic and properties): "
+            "it was not sent, nor any line after it"
+        )
+        self.number = number
+        self.length = length
+        self.limit = limit
+
+
+# what a broker's cluster name may add to a record (the CLUSTER property), besides the rest
+_CLUSTER_NAME_SLACK = 255
+
+
+def max_line_bytes(template: MessageTemplate, max_message_size: int = MAX_MESSAGE_SIZE) -> int:
+    """The longest line `template` can carry as a body: maxMessageSize less what the stored
+    record adds (topic, properties, a cluster name of up to `_CLUSTER_NAME_SLACK` bytes), as a
+    single message and as a one-message batch, whichever adds more."""
+    props, _ = template.message(b"-").wire_properties_string(default_generator().create())
+    topic = template.topic
+    overhead = max(
+        stored_record_size(topic, 0, props, ""),
+        # the properties the broker adds to each message of a batch (WAIT=true)
+        stored_batch_record_size(topic, 0, props, encode_properties({"WAIT": "true"}), ""),
+    )
+    return max_message_size - overhead - _CLUSTER_NAME_SLACK
 
 
 def read_batches(
@@ -104,18 +146,25 @@ def read_batches(
 ) -> None:
     """Read `stream` to its end, calling `put(batch)` for each batch of non-empty lines
     (without their line end); blocking, meant for a worker thread. `put` may block: that is
-    the back pressure."""
+    the back pressure. A line longer than `max_line` raises LineTooLongError once every line
+    before it was put; nothing after it is read."""
     read = _reader(stream)
     tail = b""
+    before = 0  # lines (empty ones too) that ended before the current chunk
     while True:
         data = read(READ_SIZE)
         if not data:
             break
         lines = (tail + data).split(b"\n") if tail else data.split(b"\n")
         tail = lines.pop()
-        if len(tail) > max_line:
-            raise LineTooLongError(f"a stdin line is longer than {max_line} bytes")
+        for i, line in enumerate(lines):
+            if len(line) > max_line:
+                _put_lines(lines[:i], put, stats, max_lines, max_bytes)
+                raise LineTooLongError(before + i + 1, len(line), max_line)
         _put_lines(lines, put, stats, max_lines, max_bytes)
+        before += len(lines)
+        if len(tail) > max_line:
+            raise LineTooLongError(before + 1, None, max_line)
     if tail:
         _put_lines([tail], put, stats, max_lines, max_bytes)
 
@@ -171,6 +220,9 @@ async def read_stream(
             await trio.to_thread.run_sync(
                 lambda: read_batches(stream, put, stats, **limits), abandon_on_cancel=True
             )
+        except LineTooLongError as exc:
+            # what was read before it is still sent; the command reports both
+            stats.refused = exc
         finally:
             stats.input_done = True
 
@@ -225,6 +277,8 @@ async def send_batches(
         return
     info = await producer.publish_info(template.topic)
     queues = list(info.queues)
+    if info.from_default:
+        stats.auto_created = queues
     n = max(1, min(senders, len(queues)))
 
     async def send_one(lines: list[bytes], mq: MessageQueue) -> list[SendResult] | None:
@@ -297,6 +351,7 @@ async def produce(
     """Send `bodies`, or every line of `stream` as it arrives; returns the counts."""
     stats = stats if stats is not None else ProduceStats()
     template.message(b"-").validate()  # a bad topic or property is said before connecting
+    limits.setdefault("max_line", max_line_bytes(template))
     send, receive = trio.open_memory_channel[list[bytes]](channel_batches)
     creds = credentials_from_env() if remoting is None else None
     async with Producer(group, namesrv, remoting=remoting, credentials=creds) as producer:
@@ -315,7 +370,8 @@ async def produce(
 
             async def signal_watch() -> None:
                 with watching, trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as sigs:
-                    async for _ in sigs:
+                    async for signum in sigs:
+                        stats.stopped_by = signum
                         reading.cancel()
                         return
 

@@ -32,6 +32,20 @@ def produce_summary(topic: str, sent: int, seconds: float, statuses: dict[str, i
     )
 
 
+def auto_create_note(topic: str, queues: list[Any]) -> str:
+    """Said once, when the first message to a topic the nameserver did not know was stored:
+    the broker created it (autoCreateTopicEnable) with the auto-create topic's queue count."""
+    per_broker: dict[str, int] = {}
+    for mq in queues:
+        per_broker[mq.brokerName] = per_broker.get(mq.brokerName, 0) + 1
+    where = ", ".join(f"{n} queue(s) on {b}" for b, n in sorted(per_broker.items()))
+    return (
+        f"note: topic {topic} did not exist; the broker created it with the first message "
+        f"(autoCreateTopicEnable): {where}. `rmq topic create {topic} --queues N` creates "
+        "a topic beforehand with the queues you choose."
+    )
+
+
 class ProduceDisplay:
     """What `rmq produce` shows while it sends, in one of four modes.
 
@@ -62,6 +76,7 @@ class ProduceDisplay:
         self._held: list[SendResult] | None = []
         self._bar: Any = None  # (rich Progress, task id) while a bar is shown
         self._json_count = 0
+        self._said_auto_create = False
         if mode == "json":
             head = json.dumps(self.topic, ensure_ascii=False)
             print(f'{{\n  "topic": {head},\n  "results": [', end="")
@@ -86,12 +101,24 @@ class ProduceDisplay:
             self._maybe_switch()
 
     def sent(self, n: int) -> None:
+        if self.stats.auto_created and not self._said_auto_create:
+            self._said_auto_create = True
+            self._note(auto_create_note(self.topic, self.stats.auto_created))
         if self.mode == "auto" and self._held is not None:
             self._maybe_switch()
         if self._bar is not None:
             bar, task = self._bar
             total = self.stats.lines_read if self.stats.input_done else None
             bar.update(task, completed=self.stats.sent, total=total)
+
+    def _note(self, text: str) -> None:
+        """A line on stderr, above the bar when one is shown."""
+        if self._bar is not None:
+            self._bar[0].console.print(text, highlight=False, markup=False, soft_wrap=True)
+        else:
+            import sys
+
+            print(text, file=sys.stderr, flush=True)
 
     def _maybe_switch(self) -> None:
         import trio

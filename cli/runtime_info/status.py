@@ -231,6 +231,10 @@ async def cluster_status(namesrv: str, *, timeout: float = 3.0) -> list[BrokerSt
         resp = await remoting.invoke(
             addrs[0], RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout
         )
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            from rmq.errors import NotANameserverError
+
+            raise NotANameserverError(addrs[0], resp.remark)
         if resp.code != ResponseCode.SUCCESS:
             raise StatusError(f"nameserver answered cluster info with {resp.code}: {resp.remark}")
         info = loads(resp.body_bytes())

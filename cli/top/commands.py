@@ -45,9 +45,4 @@ def top(
 
         await run_top(namesrv, interval=interval, once=once, timeout=timeout, show_system=system)
 
-    try:
-        _run(main)
-    except typer.Exit as exc:
-        if exc.exit_code == 130:  # ctrl-C is how one leaves top: not a failure
-            raise typer.Exit(0) from None
-        raise
+    _run(main)  # ctrl-C: 130, as every command stopped by it

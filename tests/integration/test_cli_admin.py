@@ -145,7 +145,7 @@ def test_topic_lifecycle_create_update_status_delete(ns):
     assert all(q["last_update"] for q in status["queues"] if q["messages"])
     text = rmq(ns, "topic", "status", "CliLife")
     assert text.exit_code == 0 and "total" in text.stdout
-    deleted = ok_json(ns, "topic", "delete", "CliLife")
+    deleted = ok_json(ns, "topic", "delete", "CliLife", "--yes")
     assert deleted["action"] == "deleted" and deleted["brokers"] == [ns[1]]
     assert "CliLife" not in ok_json(ns, "topic", "list")["topics"]
     one_error_line(rmq(ns, "topic", "route", "CliLife"), "topic does not exist")
