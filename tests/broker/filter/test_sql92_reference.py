@@ -80,9 +80,7 @@ def ref_double(s: str) -> object:
 
 
 def jclass(v: object) -> str:
-    return {bool: "Boolean", Int32: "Integer", int: "Long", float: "Double", str: "String"}[
-        type(v)
-    ]
+    return {bool: "Boolean", Int32: "Integer", int: "Long", float: "Double", str: "String"}[type(v)]
 
 
 def ref_compare_same(a: object, b: object) -> int:
@@ -106,12 +104,14 @@ def ref_compare(a: object, b: object) -> object:
         return ref_compare_same(conv(a), conv(b))
     if ca == "String" and cb in numbers:
         parsed = {"Integer": lambda: ref_int(a, 32), "Long": lambda: ref_int(a, 64)}.get(  # type: ignore[arg-type]
-            cb, lambda: ref_double(a)  # type: ignore[arg-type]
+            cb,
+            lambda: ref_double(a),  # type: ignore[arg-type]
         )()
         return ERR if parsed is ERR else ref_compare_same(parsed, b)
     if cb == "String" and ca in numbers:
         parsed = {"Integer": lambda: ref_int(b, 32), "Long": lambda: ref_int(b, 64)}.get(  # type: ignore[arg-type]
-            ca, lambda: ref_double(b)  # type: ignore[arg-type]
+            ca,
+            lambda: ref_double(b),  # type: ignore[arg-type]
         )()
         return ERR if parsed is ERR else ref_compare_same(a, parsed)
     if ca == "String" and cb == "Boolean":
@@ -244,18 +244,16 @@ def _cond(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 
 leaf = st.one_of(
-    st.tuples(operand, st.sampled_from(["=", "<>", ">", ">=", "<", "<="]), operand).map(
-        " ".join
-    ),
+    st.tuples(operand, st.sampled_from(["=", "<>", ">", ">=", "<", "<="]), operand).map(" ".join),
     st.tuples(operand, st.sampled_from(["IS NULL", "IS NOT NULL"])).map(" ".join),
     st.tuples(
         st.sampled_from(NAMES),
         st.sampled_from(["IN", "NOT IN"]),
         st.lists(st.sampled_from(["'x'", "'1'", "'true'", "''"]), min_size=1, max_size=3),
     ).map(lambda t: f"{t[0]} {t[1]} ({', '.join(t[2])})"),
-    st.tuples(
-        operand, st.sampled_from(["BETWEEN", "NOT BETWEEN"]), operand, operand
-    ).map(lambda t: f"{t[0]} {t[1]} {t[2]} AND {t[3]}"),
+    st.tuples(operand, st.sampled_from(["BETWEEN", "NOT BETWEEN"]), operand, operand).map(
+        lambda t: f"{t[0]} {t[1]} {t[2]} AND {t[3]}"
+    ),
     st.sampled_from(NAMES + ["TRUE", "FALSE", "NULL"]),
 )
 selectors = st.recursive(leaf, _cond, max_leaves=8)
