@@ -53,6 +53,7 @@ async def consume_topic(
     from_beginning: bool = False,
     count: int | None = None,
     tags: str = "*",
+    sql: str | None = None,
     idle_timeout: float | None = None,
     long_poll: float = LONG_POLL,
     handle_signals: bool = True,
@@ -64,8 +65,15 @@ async def consume_topic(
 
     `served_by`, if given, is told the address of the node that answered each pull right
     before that pull's messages go to `on_message` (no checkpoint in between, so it names
-    the right node even with one task per queue)."""
-    from rmq import PullConsumer, PullStatus
+    the right node even with one task per queue).
+
+    `sql` selects by a SQL92 expression over the messages' properties instead of `tags`; a
+    broker of the topic is asked first whether it takes it (ClientError with its reason)."""
+    from rmq import MessageSelector, PullConsumer, PullStatus
+
+    selector = MessageSelector.by_sql(sql) if sql is not None else None
+    if selector is not None and tags.strip() not in ("", "*"):
+        raise ClientError("--sql and --tags select in different ways: give one of them")
 
     handed = 0
     # after the block, not in it: leaving a client can swallow an exception (its nursery's own
@@ -75,6 +83,8 @@ async def consume_topic(
         queues = await consumer.fetch_queues(topic)
         if not queues:
             raise ClientError(f"topic {topic} has no readable queue")
+        if selector is not None:
+            await consumer.check_selector(topic, selector)
         offsets: dict[MessageQueue, int] = {}
         # what the broker has stored for the group (-1: nothing); we commit where it differs,
         # so after one run the group has a position on every queue, not only on those it read
@@ -100,7 +110,9 @@ async def consume_topic(
             nonlocal handed, last_message_at
             while True:
                 suspend = long_poll if follow else 0.0
-                result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=suspend)
+                result = await consumer.pull(
+                    mq, offsets[mq], tags=tags, suspend=suspend, selector=selector
+                )
                 if served_by is not None and result.messages:
                     served_by(result.broker_addr)
                 for msg in result.messages:
