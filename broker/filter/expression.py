@@ -27,6 +27,9 @@ class Int32(int):
     def __repr__(self) -> str:
         return f"Int32({int(self)})"
 
+    def __str__(self) -> str:
+        return str(int(self))
+
 
 JavaValue = None | bool | str | float | int
 

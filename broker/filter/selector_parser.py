@@ -59,6 +59,8 @@ MAX_DEPTH = 100
 
 NULL = Constant(None, boolean=True)
 _COMPARISONS = {Kind.GT: Op.GT, Kind.GE: Op.GE, Kind.LT: Op.LT, Kind.LE: Op.LE}
+_EQUALITY_OPS = {Kind.EQ, Kind.NE, Kind.IS}
+_COMPARISON_OPS = {*_COMPARISONS, Kind.BETWEEN, Kind.IN, Kind.NOT}
 _LITERALS = {Kind.TRUE, Kind.FALSE, Kind.NULL, Kind.DECIMAL, Kind.FLOAT, Kind.STRING}
 _DOUBLE_MIN_VALUE = 5e-324
 
@@ -66,8 +68,11 @@ _DOUBLE_MIN_VALUE = 5e-324
 def parse_selector(text: str) -> Expr:
     """The expression tree of ``text``; :class:`SelectorSyntaxError` if RocketMQ refuses it."""
     p = _Parser(text)
-    start = p.lx.peek()
-    tree = p.as_boolean(p.or_expression(), start)
+    try:
+        start = p.lx.peek()
+        tree = p.as_boolean(p.or_expression(), start)
+    except RecursionError:  # MAX_DEPTH keeps well below the limit; this is a safety net
+        raise SelectorSyntaxError(f"Expression nests deeper than {MAX_DEPTH} levels") from None
     if _depth(tree) > MAX_DEPTH:
         raise SelectorSyntaxError(f"Expression nests deeper than {MAX_DEPTH} levels")
     return tree
@@ -94,19 +99,23 @@ def _depth(root: Expr) -> int:
 
 
 def _describe(tok: Token) -> str:
-    return "<EOF>" if tok.kind is Kind.EOF else f'"{tok.image}"'
+    if tok.kind is Kind.EOF:
+        return "<EOF>"
+    image = tok.image if len(tok.image) <= 40 else tok.image[:37] + "..."
+    return f'"{image}"'
 
 
 class _Parser:
     def __init__(self, text: str) -> None:
         self.lx = Lexer(text)
         self.depth = 0  # nesting of unary(): parentheses, NOT, minus
+        self.operators = 0  # binary operators so far: each may deepen the tree by one level
 
     # --- tokens ---------------------------------------------------------------------------
 
     def fail(self, tok: Token, expected: str) -> SelectorSyntaxError:
         return SelectorSyntaxError(
-            f"Encountered {_describe(tok)}, was expecting {expected}", tok.line, tok.column
+            f"Encountered {_describe(tok)}, was expecting {expected}", *self.lx.position(tok.pos)
         )
 
     def expect(self, kind: Kind) -> Token:
@@ -115,9 +124,15 @@ class _Parser:
             raise self.fail(tok, f'"{kind.value}"' if kind is not Kind.STRING else "a string")
         return tok
 
-    @staticmethod
-    def invalid(tok: Token, why: str) -> SelectorSyntaxError:
-        return SelectorSyntaxError(f"{why} (near {_describe(tok)})", tok.line, tok.column)
+    def invalid(self, tok: Token, why: str) -> SelectorSyntaxError:
+        return SelectorSyntaxError(f"{why} (near {_describe(tok)})", *self.lx.position(tok.pos))
+
+    def deepen(self, tok: Token) -> None:
+        """A chain of operators longer than MAX_DEPTH nests deeper than that: refused early,
+        before a long input is parsed to the end (the tree's depth is checked at the end)."""
+        self.operators += 1
+        if self.operators > 4 * MAX_DEPTH:
+            raise self.invalid(tok, f"Expression nests deeper than {MAX_DEPTH} levels")
 
     # --- the grammar ----------------------------------------------------------------------
 
@@ -125,7 +140,7 @@ class _Parser:
         start = self.lx.peek()
         left = self.and_expression()
         while self.lx.peek().kind is Kind.OR:
-            self.lx.next()
+            self.deepen(self.lx.next())
             right_start = self.lx.peek()
             right = self.and_expression()
             left = Or(self.as_boolean(left, start), self.as_boolean(right, right_start))
@@ -135,7 +150,7 @@ class _Parser:
         start = self.lx.peek()
         left = self.equality_expression()
         while self.lx.peek().kind is Kind.AND:
-            self.lx.next()
+            self.deepen(self.lx.next())
             right_start = self.lx.peek()
             right = self.equality_expression()
             left = And(self.as_boolean(left, start), self.as_boolean(right, right_start))
@@ -145,6 +160,8 @@ class _Parser:
         left = self.comparison_expression()
         while True:
             tok = self.lx.peek()
+            if tok.kind in _EQUALITY_OPS:
+                self.deepen(tok)
             if tok.kind is Kind.EQ or tok.kind is Kind.NE:
                 self.lx.next()
                 eq = self.create_equal(left, self.comparison_expression(), tok)
@@ -168,6 +185,8 @@ class _Parser:
         left = self.unary_expression()
         while True:
             tok = self.lx.peek()
+            if tok.kind in _COMPARISON_OPS:
+                self.deepen(tok)
             op = _COMPARISONS.get(tok.kind)
             if op is not None:
                 self.lx.next()
@@ -235,7 +254,7 @@ class _Parser:
         tok = self.lx.next()
         kind = tok.kind
         if kind in _LITERALS:
-            return _literal(tok)
+            return self.literal(tok)
         if kind is Kind.ID:
             return Property(tok.image)
         if kind is Kind.LPAREN:
@@ -243,6 +262,29 @@ class _Parser:
             self.expect(Kind.RPAREN)
             return inner
         raise self.fail(tok, 'a literal, a property, "(", "NOT", "+" or "-"')
+
+    def literal(self, tok: Token) -> Constant:
+        kind = tok.kind
+        if kind is Kind.TRUE:
+            return Constant(True, boolean=True)
+        if kind is Kind.FALSE:
+            return Constant(False, boolean=True)
+        if kind is Kind.NULL:
+            return NULL
+        if kind is Kind.STRING:
+            return Constant(_string(tok))
+        if kind is Kind.DECIMAL:
+            digits = tok.image.rstrip("lL")
+            v = int(digits) if len(digits) <= 19 else 2**63
+            if v > 2**63 - 1:
+                raise self.invalid(tok, "Decimal literal out of the long range")
+            return Constant(Int32(v) if v <= 2**31 - 1 else v)
+        f = float(tok.image)
+        if f == float("inf"):
+            raise self.invalid(tok, "Floating literal is greater than Double.MAX_VALUE")
+        if f < _DOUBLE_MIN_VALUE:
+            raise self.invalid(tok, "Floating literal is less than Double.MIN_VALUE")
+        return Constant(f)
 
     # --- RocketMQ's construction checks ---------------------------------------------------
 
@@ -289,7 +331,7 @@ class _Parser:
                 order = -1
             if order < 0:
                 raise self.invalid(
-                    tok, f"Illegal values of BETWEEN: low ({lv}) must be <= high ({hv})"
+                    tok, f"Illegal values of BETWEEN: low ({lv!s}) must be <= high ({hv!s})"
                 )
         return And(
             self.create_compare(Op.GE, value, low, tok),
@@ -304,26 +346,3 @@ class _Parser:
 
 def _string(tok: Token) -> str:
     return tok.image[1:-1].replace("''", "'")
-
-
-def _literal(tok: Token) -> Constant:
-    kind = tok.kind
-    if kind is Kind.TRUE:
-        return Constant(True, boolean=True)
-    if kind is Kind.FALSE:
-        return Constant(False, boolean=True)
-    if kind is Kind.NULL:
-        return NULL
-    if kind is Kind.STRING:
-        return Constant(_string(tok))
-    if kind is Kind.DECIMAL:
-        v = int(tok.image.rstrip("lL"))
-        if v > 2**63 - 1:
-            raise _Parser.invalid(tok, "Decimal literal out of the long range")
-        return Constant(Int32(v) if v <= 2**31 - 1 else v)
-    f = float(tok.image)
-    if f == float("inf"):
-        raise _Parser.invalid(tok, "Floating literal is greater than Double.MAX_VALUE")
-    if f < _DOUBLE_MIN_VALUE:
-        raise _Parser.invalid(tok, "Floating literal is less than Double.MIN_VALUE")
-    return Constant(f)

@@ -88,8 +88,7 @@ KEYWORDS = {
 class Token:
     kind: Kind
     image: str
-    line: int
-    column: int
+    pos: int  # index of its first character (line and column only when an error is reported)
 
 
 _SKIP = re.compile(r"(?:[ \t\n\r\f]+|--[^\n\r]*(?:\r\n|\n|\r)|/\*[^*]*\*+(?:[^*/][^*]*\*+)*/)+")
@@ -144,9 +143,8 @@ class Lexer:
         if m:
             self._pos = m.end()
         pos = self._pos
-        line, col = self.position(pos)
         if pos >= len(text):
-            return Token(Kind.EOF, "", line, col)
+            return Token(Kind.EOF, "", pos)
         best: tuple[int, Kind] | None = None
         for regex, kind in ((_FLOAT, Kind.FLOAT), (_DECIMAL, Kind.DECIMAL), (_STRING, Kind.STRING)):
             m = regex.match(text, pos)
@@ -162,7 +160,8 @@ class Lexer:
                     best = (pos + len(op), kind)
                     break
         if best is None:
+            line, col = self.position(pos)
             raise SelectorSyntaxError(f"Lexical error: unexpected {text[pos]!r}", line, col)
         end, kind = best
         self._pos = end
-        return Token(kind, text[pos:end], line, col)
+        return Token(kind, text[pos:end], pos)

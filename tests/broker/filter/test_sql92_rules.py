@@ -260,3 +260,9 @@ def test_nesting_is_bounded() -> None:
     refused("NOT " * 200 + "TRUE")
     refused(" OR ".join(["a = 1"] * 200))
     parse_selector(" OR ".join(["a = 1"] * 50))
+
+
+def test_huge_input_is_refused_quickly_with_a_short_message() -> None:
+    e = refused("a = " + "9" * 10_000)  # beyond Python's int-from-string limit too
+    assert len(str(e)) < 200
+    refused(" AND ".join(["a = 1"] * 100_000))  # stops at the depth bound, not at the end
