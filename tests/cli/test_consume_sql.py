@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -10,9 +11,14 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.messages.consume import consume_topic
-from common.remoting.client import open_remoting_client
+from common.remoting.client import RemotingClient, open_remoting_client
 from rmq import Message, Producer
 from rmq.errors import ClientError
+
+if TYPE_CHECKING:
+    from trio.testing import MockClock
+
+    from tests.conftest import InProcessCluster
 
 
 @pytest.fixture
@@ -21,12 +27,12 @@ def broker_fields() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def remoting(memory_cluster):
+async def remoting(memory_cluster: InProcessCluster) -> AsyncIterator[RemotingClient]:
     async with open_remoting_client(network=memory_cluster.network) as client:
         yield client
 
 
-async def fill(cluster) -> None:
+async def fill(cluster: InProcessCluster) -> None:
     await cluster.create_topic("T", 2)
     async with Producer("pg", cluster.namesrv, network=cluster.network) as p:
         for i in range(6):
@@ -34,11 +40,15 @@ async def fill(cluster) -> None:
                                  properties={"n": str(i)}))  # fmt: skip
 
 
-def consume(cluster, remoting, **kw: Any):
+def consume(
+    cluster: InProcessCluster, remoting: RemotingClient, **kw: Any
+) -> Coroutine[Any, Any, int]:
     return consume_topic(cluster.namesrv, "T", handle_signals=False, remoting=remoting, **kw)
 
 
-async def test_sql_selects_by_properties(memory_cluster, remoting, autojump_clock) -> None:
+async def test_sql_selects_by_properties(
+    memory_cluster: InProcessCluster, remoting: RemotingClient, autojump_clock: MockClock
+) -> None:
     await fill(memory_cluster)
     seen: list[bytes] = []
     with trio.fail_after(60):
@@ -55,7 +65,7 @@ async def test_sql_selects_by_properties(memory_cluster, remoting, autojump_cloc
 
 
 async def test_a_bad_expression_fails_before_anything_is_read(
-    memory_cluster, remoting, autojump_clock
+    memory_cluster: InProcessCluster, remoting: RemotingClient, autojump_clock: MockClock
 ) -> None:
     await fill(memory_cluster)
     with pytest.raises(ClientError, match="line 1, column 3"):

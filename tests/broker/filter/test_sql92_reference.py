@@ -8,6 +8,8 @@ code with ``broker/filter/evaluation.py`` (closures, conversion tables) beyond t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -100,8 +102,8 @@ def ref_compare(a: object, b: object) -> object:
     numbers = ["Integer", "Long", "Double"]
     if ca in numbers and cb in numbers:
         wider = max(numbers.index(ca), numbers.index(cb))
-        conv = [lambda x: Int32(x), int, float][wider]
-        return ref_compare_same(conv(a), conv(b))
+        convert: list[Callable[[Any], object]] = [Int32, int, float]
+        return ref_compare_same(convert[wider](a), convert[wider](b))
     if ca == "String" and cb in numbers:
         parsed = {"Integer": lambda: ref_int(a, 32), "Long": lambda: ref_int(a, 64)}.get(  # type: ignore[arg-type]
             cb,
@@ -187,9 +189,11 @@ def ref(e: Expr, props: dict[str, str]) -> object:
                 return ERR
             c = ref_compare_same(a, b)
         else:
-            c = ref_compare(a, b)  # type: ignore[assignment]
-            if c is ERR:
+            found = ref_compare(a, b)
+            if found is ERR:
                 return ERR
+            assert isinstance(found, int)
+            c = found
         return {Op.GT: c > 0, Op.GE: c >= 0, Op.LT: c < 0, Op.LE: c <= 0}[e.op]
     if isinstance(e, And):
         a = ref(e.left, props)
