@@ -187,7 +187,10 @@ class PullMessageProcessor:
             try:
                 sub = build_subscription_data(topic, expression, expression_type, sub_version)
                 if not is_tag_type(expression_type):
-                    sql_filter = b.consumer_filter_manager.get(expression_type, expression or "")
+                    if not expression:
+                        raise ValueError(f"Expression can't be null! {expression_type}")
+                    if cfg.enable_property_filter:  # else refused below, whatever it says
+                        sql_filter = b.consumer_filter_manager.get(expression_type, expression)
             except ValueError as exc:
                 # Deviation: RocketMQ 4.9 answers a SQL92 expression that does not compile with
                 # an unfiltered pull (ConsumerFilterManager.build returns null); we refuse it

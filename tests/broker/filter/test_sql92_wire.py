@@ -157,6 +157,8 @@ async def test_off_pulls_are_refused_with_the_same_answer(off: Env) -> None:
     await send_orders(off, "OffT")
     r = await call(off, pull("OffT", 0, "amount > 100"))
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, NOT_SUPPORTED)
+    r = await call(off, pull("OffT", 0, "amount >"))  # not even parsed, as RocketMQ
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, NOT_SUPPORTED)
     # a heartbeat is accepted, as RocketMQ accepts it (it also carries the client's other
     # groups); the group's pulls without the SUBSCRIPTION flag are refused like the others
     r = await off.call(RequestCode.HEART_BEAT, None, heartbeat_body("pushg", "OffT", "a > 1"))
