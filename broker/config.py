@@ -144,6 +144,8 @@ class BrokerConfig:
     # Cap on how long one PULL may be held, whatever suspendTimeoutMillis the client asks for.
     max_pull_suspend: float = 15.0
     slave_read_enable: bool = False
+    # SQL92 subscriptions (broker/filter); off by default, as in RocketMQ
+    enable_property_filter: bool = False
     offset_check_in_slave: bool = False
     flush_consumer_offset_interval: float = 5.0
     channel_expired_timeout: float = 120.0
@@ -310,6 +312,7 @@ _PROPERTIES: dict[str, _Spec] = {
     "longPollingEnable": ("broker", "long_polling_enable", _parse_bool),
     "shortPollingTimeMills": ("broker", "short_polling_time", _parse_ms),
     "slaveReadEnable": ("broker", "slave_read_enable", _parse_bool),
+    "enablePropertyFilter": ("broker", "enable_property_filter", _parse_bool),
     "offsetCheckInSlave": ("broker", "offset_check_in_slave", _parse_bool),
     "flushConsumerOffsetInterval": ("broker", "flush_consumer_offset_interval", _parse_ms),
     "fastChannelEnable": ("broker", "fast_channel_enable", _parse_bool),

@@ -35,6 +35,7 @@ from broker.config_manager import atomic_write
 from broker.configuration import Configuration, UpdatePlan, merge_properties
 from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
+from broker.filter.consumer_filter_manager import ConsumerFilterManager
 from broker.ha.service import HABroker, HAService
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
@@ -93,6 +94,8 @@ class BrokerController:
     producer_manager: ProducerManager = attrs.field(init=False)
     lock_manager: RebalanceLockManager = attrs.field(init=False)
     pull_hold: PullRequestHoldService = attrs.field(factory=PullRequestHoldService)
+    # compiled SQL92 filters of the pulls (bounded)
+    consumer_filter_manager: ConsumerFilterManager = attrs.field(factory=ConsumerFilterManager)
     schedule_service: ScheduleMessageService = attrs.field(init=False)
     stats: BrokerStats = attrs.field(factory=BrokerStats)
     registrar: BrokerRegistrar | None = None

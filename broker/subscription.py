@@ -91,7 +91,7 @@ class TagMessageFilter:
             return True
         return tags_code in self.codes
 
-    def is_matched_by_commit_log(self, *_args: object) -> bool:
+    def is_matched_by_commit_log(self, record: object) -> bool:
         return True
 
 

@@ -489,3 +489,31 @@ def decode_records(buf: RecordBuffer, *, check_crc: bool = False) -> list[Messag
         out.append(m)
         pos += m.store_size
     return out
+
+
+def record_properties(buf: RecordBuffer, offset: int = 0) -> dict[str, str]:
+    """The properties of the record at ``offset``, without decoding the rest (for filters that
+    read only them, as RocketMQ's ``MessageDecoder.decodeProperties``); RecordDecodeError if the
+    bytes are not a well-formed record."""
+    try:
+        (size, magic) = struct.unpack_from(">ii", buf, offset)
+        (sys_flag,) = _I.unpack_from(buf, offset + SYSFLAG_POSITION)
+        if magic != MESSAGE_MAGIC_CODE or size <= 0 or offset + size > len(buf):
+            raise RecordDecodeError(f"not a message record at {offset}")
+        pos = offset + BORN_HOST_POSITION
+        pos += 20 if sys_flag & MessageSysFlag.BORNHOST_V6 else 8
+        pos += 8  # STORETIMESTAMP
+        pos += 20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6 else 8
+        pos += 12  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET
+        (body_len,) = _I.unpack_from(buf, pos)
+        pos += 4 + body_len
+        (topic_len,) = _B.unpack_from(buf, pos)
+        pos += 1 + topic_len
+        (props_len,) = _H.unpack_from(buf, pos)
+        pos += 2
+        end = offset + size
+        if body_len < 0 or props_len < 0 or pos + props_len != end:
+            raise RecordDecodeError(f"record at {offset}: fields do not add up to TOTALSIZE")
+        return decode_properties(str(buf[pos:end], "utf-8"))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise RecordDecodeError(f"record at {offset}: {exc}") from exc

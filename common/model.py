@@ -287,6 +287,15 @@ class GetConsumerListByGroupResponseBody:
 
 
 @attrs.define
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body: a consumer asks whether the broker takes its subscription."""
+
+    clientId: str | None = None
+    group: str | None = None
+    subscriptionData: SubscriptionData | None = None
+
+
+@attrs.define
 class LockBatchRequestBody:
     consumerGroup: str = ""
     clientId: str = ""

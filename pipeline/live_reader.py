@@ -96,7 +96,7 @@ def read_task(task: PullTask) -> Iterator:
     it.  Errors of the pull loop (data loss, broker errors) are raised here, unchanged.
     """
     from pipeline.record_batch import decode_records as decode
-    from rmq.pull_consumer import parse_tag_expression
+    from rmq.message_selector import parse_tag_expression
 
     wanted = parse_tag_expression(task.tags)
     chunk: list[bytes] = []

@@ -23,7 +23,7 @@ import attrs
 from pipeline.errors import OptionError
 from pipeline.source_offsets import OffsetSpec, parse_offset_spec
 from rmq.errors import ClientError
-from rmq.pull_consumer import parse_tag_expression
+from rmq.message_selector import parse_tag_expression
 
 __all__ = ["DEFAULT_GROUP", "OptionError", "ReaderOptions", "parse_reader_options"]
 

@@ -11,6 +11,7 @@ from rmq.admin import Admin, QueueOffsets
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.lite_pull_consumer import LitePullConsumer
 from rmq.message import Message
+from rmq.message_selector import MessageSelector
 from rmq.producer import Producer, SendResult, SendStatus
 from rmq.pull_consumer import PullConsumer, PullResult, PullStatus
 from rmq.push_consumer import (
@@ -38,6 +39,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageQueue",
+    "MessageSelector",
     "NoRouteInfoError",
     "Producer",
     "PullConsumer",

@@ -83,6 +83,7 @@ from rmq.admin_api import (
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
+from rmq.message_selector import MessageSelector
 from rmq.portal import Lease, get_portal, hold, takes_arguments_of
 from rmq.producer import MessageQueueSelector, SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
@@ -258,10 +259,21 @@ class PullConsumer(_AioClient[_pull.PullConsumer]):
         tags: str = "*",
         suspend: float = 0.0,
         timeout: float | None = None,
+        selector: MessageSelector | None = None,
     ) -> PullResult:
         return await self._run(
-            self._async.pull, mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout
+            self._async.pull,
+            mq,
+            offset,
+            max_nums,
+            tags=tags,
+            suspend=suspend,
+            timeout=timeout,
+            selector=selector,
         )
+
+    async def check_selector(self, topic: str, selector: MessageSelector) -> None:
+        return await self._run(self._async.check_selector, topic, selector)
 
     async def query_offset(self, mq: MessageQueue) -> int:
         return await self._run(self._async.query_offset, mq)
@@ -312,6 +324,9 @@ class LitePullConsumer(_AioClient[_lite.LitePullConsumer]):
 
     def assignment(self) -> frozenset[MessageQueue]:
         return self._async.assignment()
+
+    def set_selector(self, topic: str, selector: str | MessageSelector) -> None:
+        self._async.set_selector(topic, selector)
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         return await self._run(self._async.seek, mq, offset)
@@ -374,7 +389,7 @@ class PushConsumer(_AioClient[_push.PushConsumer]):
     def client_id(self) -> str:
         return self._async.client_id
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._async.subscribe(topic, expression)
 
     def register_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
@@ -592,6 +607,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "NoRouteInfoError",
     "OrderlyStatus",
     "Producer",

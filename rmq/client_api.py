@@ -16,12 +16,14 @@ from common.errors import ProtocolError, error_for_response
 from common.message import MessageExt, decode_records
 from common.message_properties import decode_properties, encode_properties
 from common.model import (
+    CheckClientRequestBody,
     ClusterInfo,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageQueue,
+    SubscriptionData,
     TopicConfig,
     TopicList,
     TopicRouteData,
@@ -204,6 +206,7 @@ class ClientAPI(RequestHelpers):
         subscription: str,
         sub_version: int,
         timeout: float,
+        expression_type: str = "TAG",
     ) -> PullResponse:
         header = {
             "consumerGroup": group,
@@ -216,7 +219,7 @@ class ClientAPI(RequestHelpers):
             "suspendTimeoutMillis": suspend_ms,
             "subscription": subscription,
             "subVersion": sub_version,
-            "expressionType": "TAG",
+            "expressionType": expression_type,
             "bname": mq.brokerName,
         }
         resp = await self._call(addr, RequestCode.PULL_MESSAGE, header, timeout=timeout)
@@ -348,6 +351,15 @@ class ClientAPI(RequestHelpers):
         if consumer_group:
             ext["consumerGroup"] = consumer_group
         await self._call_ok(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=timeout)
+
+    async def check_client_config(
+        self, addr: str, group: str, client_id: str, sub: SubscriptionData, *, timeout: float
+    ) -> None:
+        """CHECK_CLIENT_CONFIG: does the broker take this (SQL92) subscription? Raises if not."""
+        body = to_json(
+            CheckClientRequestBody(clientId=client_id, group=group, subscriptionData=sub)
+        )
+        await self._call_ok(addr, RequestCode.CHECK_CLIENT_CONFIG, None, body, timeout=timeout)
 
     async def get_consumer_id_list(self, addr: str, group: str, *, timeout: float) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP; the broker answers 1 when the group has no member."""

@@ -52,9 +52,17 @@ from common.errors import (
     RemotingSendError,
     RemotingTimeoutError,
     RequestCodeNotSupportedError,
+    RmqError,
     unwrap_group,
 )
-from common.model import ConsumerData, HeartbeatData, MessageQueue, ProducerData, TopicRouteData
+from common.model import (
+    ConsumerData,
+    HeartbeatData,
+    MessageQueue,
+    ProducerData,
+    SubscriptionData,
+    TopicRouteData,
+)
 from common.remoting.channel import Channel, Handler
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -239,6 +247,27 @@ class ClientInstance:
         if found is None:
             raise BrokerNotFoundError(broker_name)
         return found
+
+    async def check_client_in_broker(
+        self, group: str, sub: SubscriptionData, timeout: float
+    ) -> None:
+        """MQClientInstance.checkClientInBroker for one subscription: a broker of its topic is
+        asked whether it takes the (non-TAG) expression; ClientError with its reason if not."""
+        if not sub.expressionType or sub.expressionType == "TAG":
+            return
+        route = await self.route(sub.topic)
+        addrs = [a for bd in route.brokerDatas if (a := bd.select_broker_addr())]
+        if not addrs:
+            return
+        try:
+            await self.api.check_client_config(
+                addrs[0], group, self.client_id, sub, timeout=timeout
+            )
+        except RmqError as exc:
+            raise ClientError(
+                f"broker {addrs[0]} refuses the {sub.expressionType} subscription "
+                f"{sub.subString!r} of topic {sub.topic}: {exc}"
+            ) from None
 
     # --- groups, heartbeats, background work (MQClientInstance) ---------------------------
 

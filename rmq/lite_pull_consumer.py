@@ -16,6 +16,8 @@ Theory of operation:
   restart or a missing topic never kills the consumer. An empty answer that comes back
   before the long poll is over (a broker that does not hold pulls) is followed by a pause
   of up to 1 s, so such a broker is not asked in a tight loop.
+* `set_selector(topic, selector)` narrows what is pulled of a topic (tags, or SQL92 that the
+  broker evaluates; a SQL92 selector is checked with a broker when the consumer starts).
 * A queue's start offset is the group's committed offset; with none, `consume_from`
   decides (LAST_OFFSET -> the queue's max offset, FIRST_OFFSET -> its min offset,
   TIMESTAMP -> the offset of `consume_timestamp_ms`), as computePullFromWhere does.
@@ -47,6 +49,7 @@ from common.message import MessageExt
 from common.model import MessageQueue
 from common.remoting.network import Network
 from rmq.errors import ClientError
+from rmq.message_selector import MessageSelector
 from rmq.pull_consumer import PullConsumer, PullStatus
 from rmq.remoting import Remoting
 
@@ -128,11 +131,18 @@ class LitePullConsumer:
         self._rr = 0
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        # topic -> what to pull of it (absent: every message)
+        self._selectors: dict[str, MessageSelector] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def __aenter__(self) -> LitePullConsumer:
         await self._pull.__aenter__()
+        try:
+            await self._check_selectors()
+        except BaseException:
+            await self._pull.__aexit__(None, None, None)
+            raise
         try:
             self._nursery_cm = trio.open_nursery()
             self._nursery = await self._nursery_cm.__aenter__()
@@ -197,6 +207,21 @@ class LitePullConsumer:
 
     def assignment(self) -> frozenset[MessageQueue]:
         return frozenset(self._queues)
+
+    def set_selector(self, topic: str, selector: str | MessageSelector) -> None:
+        """Pull only what `selector` selects of `topic`'s assigned queues: a tag expression
+        ('A || B') or `MessageSelector.by_sql(...)` (Java's setSubExpression4Assign). Before
+        `async with`, which asks a broker whether it takes a SQL92 selector."""
+        if self._nursery is not None:
+            raise ClientError("set selectors before entering `async with LitePullConsumer(...)`")
+        if not topic:
+            raise ClientError("topic is empty")
+        self._selectors[topic] = MessageSelector.of(selector)
+
+    async def _check_selectors(self) -> None:
+        for topic, selector in self._selectors.items():
+            if selector.is_sql:
+                await self._pull.check_selector(topic, selector)
 
     def _state(self, mq: MessageQueue) -> _QueueState:
         state = self._queues.get(mq)
@@ -333,7 +358,11 @@ class LitePullConsumer:
         with trio.CancelScope() as state.pull_scope:
             started = trio.current_time()
             result = await self._pull.pull(
-                state.mq, state.pull_offset, self.pull_batch_size, suspend=self.long_poll
+                state.mq,
+                state.pull_offset,
+                self.pull_batch_size,
+                suspend=self.long_poll,
+                selector=self._selectors.get(state.mq.topic),
             )
             if result.status is PullStatus.NO_NEW_MSG:
                 # A broker that does not hold pulls answers at once; pause like its short

@@ -11,7 +11,9 @@ Theory of operation:
   e.g. a slave when the master is behind), falling back to the master or any live node.
 * Response codes 0/19/20/21 are outcomes (FOUND / NO_NEW_MSG / NO_MATCHED_MSG /
   OFFSET_ILLEGAL), anything else raises. Messages are filtered again by tag on the client,
-  because the broker's consume-queue filter compares only tag hash codes.
+  because the broker's consume-queue filter compares only tag hash codes; a SQL92 selector
+  (`MessageSelector.by_sql`) is evaluated by the broker alone (and refused by one without
+  `enablePropertyFilter`: the pull raises with the broker's reason).
 * Offsets: `query_offset` / `commit_offset` read and store the group's offset on the
   broker (master); -1 means the broker has none for the group yet.
 """
@@ -31,6 +33,7 @@ from common.session_credentials import SessionCredentials
 from rmq.client_api import PULL_SUBSCRIPTION, PULL_SUSPEND
 from rmq.client_instance import ClientBase
 from rmq.errors import ClientError
+from rmq.message_selector import MessageSelector
 from rmq.remoting import Remoting
 from rmq.topic_publish_info import subscribe_queues
 
@@ -60,16 +63,6 @@ class PullResult:
     # the node that answered: the master, or a slave serving reads (a message's store_host
     # names the master that stored it, even when a slave serves it)
     broker_addr: str = ""
-
-
-def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
-    """'*' (or empty) -> None (everything); 'A || B' -> {'A', 'B'} (FilterAPI)."""
-    if expression is None or expression.strip() in ("", "*"):
-        return None
-    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-    if not tags:
-        raise ClientError(f"bad tag expression {expression!r}")
-    return tags
 
 
 class PullConsumer(ClientBase):
@@ -119,13 +112,19 @@ class PullConsumer(ClientBase):
         tags: str = "*",
         suspend: float = 0.0,
         timeout: float | None = None,
+        selector: MessageSelector | None = None,
     ) -> PullResult:
-        """Pull up to `max_nums` messages from `offset`; `suspend` > 0 long-polls that long."""
+        """Pull up to `max_nums` messages from `offset`; `suspend` > 0 long-polls that long.
+
+        `tags` ('A || B') or a `selector` (`MessageSelector.by_sql(...)`) say which messages."""
         if offset < 0:
             raise ClientError(f"offset must be >= 0, got {offset}")
         if not 1 <= max_nums <= 1024:
             raise ClientError("max_nums must be within 1..1024")
-        wanted = parse_tag_expression(tags)
+        if selector is not None and tags.strip() not in ("", "*"):
+            raise ClientError("pass tags or a selector, not both")
+        chosen = selector if selector is not None else MessageSelector.by_tag(tags)
+        wanted = chosen.tags()
         sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend > 0 else 0)
         invoke_timeout = (self.timeout if timeout is None else timeout) + max(0.0, suspend)
         client = self.client
@@ -142,8 +141,9 @@ class PullConsumer(ClientBase):
                 sys_flag=sys_flag,
                 commit_offset=0,
                 suspend_ms=int(max(0.0, suspend) * 1000),
-                subscription=tags if wanted is not None else "*",
+                subscription=chosen.expression,
                 sub_version=int(time.time() * 1000),
+                expression_type=chosen.expression_type,
                 timeout=invoke_timeout,
             )
         except Exception as exc:
@@ -162,6 +162,13 @@ class PullConsumer(ClientBase):
             resp.max_offset,
             messages,
             addr,
+        )
+
+    async def check_selector(self, topic: str, selector: MessageSelector) -> None:
+        """Ask a broker of `topic` whether it takes `selector` (CHECK_CLIENT_CONFIG, as Java's
+        consumers do at start); ClientError with the broker's reason when it does not."""
+        await self.client.check_client_in_broker(
+            self.group, selector.subscription(topic), self.timeout
         )
 
     # --- offsets ---------------------------------------------------------------------------

@@ -116,7 +116,8 @@ class PullMessageService:
     async def pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         c = self.c
         sub = c.subscriptions.get(mq.topic)
-        wanted = set(sub.tagsSet) if sub is not None and not sub.subscribes_all else None
+        # the tags to check again here; none for '*' and for SQL92 (the broker evaluated it)
+        wanted = set(sub.tagsSet) if sub is not None and sub.tagsSet else None
         while not pq.dropped:
             if pq.msg_count > c.pull_threshold_for_queue or pq.msg_size > c.pull_threshold_size:
                 await trio.sleep(PULL_DELAY_WHEN_FLOW_CONTROL)
@@ -185,4 +186,5 @@ class PullMessageService:
             subscription=sub.subString,
             sub_version=sub.subVersion,
             timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
+            expression_type=sub.expressionType or "TAG",
         )

@@ -61,7 +61,6 @@ from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
-from common.string_hash import java_string_hash
 from common.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq.client_instance import ClientBase, ClientInstance
 from rmq.consume_service import (
@@ -72,6 +71,7 @@ from rmq.consume_service import (
     OrderlyStatus,
 )
 from rmq.errors import ClientError
+from rmq.message_selector import MessageSelector
 from rmq.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
@@ -80,7 +80,6 @@ from rmq.offset_store import (
 )
 from rmq.process_queue import ProcessQueue
 from rmq.producer import open_trace_dispatcher
-from rmq.pull_consumer import parse_tag_expression
 from rmq.pull_service import PullMessageService
 from rmq.rebalance import RebalanceImpl, allocate_averagely
 from rmq.remoting import Remoting
@@ -100,19 +99,9 @@ __all__ = [
 LOCK_INTERVAL = 20.0
 
 
-def build_subscription(topic: str, expression: str) -> SubscriptionData:
-    """FilterAPI.buildSubscriptionData: tags split on '||', hash codes of each."""
-    tags = parse_tag_expression(expression)
-    if tags is None:
-        return SubscriptionData(topic, "*", subVersion=int(time.time() * 1000))
-    ordered = sorted(tags)
-    return SubscriptionData(
-        topic,
-        expression.strip(),
-        tagsSet=ordered,
-        codeSet=[java_string_hash(t) for t in ordered],
-        subVersion=int(time.time() * 1000),
-    )
+def build_subscription(topic: str, expression: str | MessageSelector) -> SubscriptionData:
+    """FilterAPI.build: tags split on '||', hash codes of each; a SQL92 expression as it is."""
+    return MessageSelector.of(expression).subscription(topic)
 
 
 class PushConsumer(ClientBase):
@@ -231,7 +220,9 @@ class PushConsumer(ClientBase):
 
     # --- configuration -----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume ``topic``: a tag expression ('A || B', '*') or a MessageSelector
+        (``MessageSelector.by_sql("amount > 100")``, evaluated by the broker)."""
         if self._stack is not None:
             raise ClientError("subscribe before entering `async with PushConsumer(...)`")
         if not topic:
@@ -297,6 +288,8 @@ class PushConsumer(ClientBase):
         self._consume_service = service(self, listener, nursery, tracer)
         self._pull_service = PullMessageService(self, self._consume_service, nursery)
         await client.update_routes()
+        for sub in self.subscriptions.values():  # before the heartbeat, as Java's start
+            await client.check_client_in_broker(self.group, sub, self.timeout)
         await client.send_heartbeat_to_all_brokers()
         await self.rebalance.do_rebalance()
         nursery.start_soon(self._rebalance_loop)

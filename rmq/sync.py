@@ -69,6 +69,7 @@ from rmq.admin_api import (
 from rmq.consume_service import Listener
 from rmq.errors import BrokerNotFoundError, ClientError, InvalidMessageError, NoRouteInfoError
 from rmq.message import Message
+from rmq.message_selector import MessageSelector
 from rmq.portal import Lease, get_portal, takes_arguments_of
 from rmq.producer import MessageQueueSelector, SendResult, SendStatus
 from rmq.pull_consumer import PullResult, PullStatus
@@ -260,10 +261,21 @@ class PullConsumer(_SyncClient[_pull.PullConsumer]):
         tags: str = "*",
         suspend: float = 0.0,
         timeout: float | None = None,
+        selector: MessageSelector | None = None,
     ) -> PullResult:
         return self._run(
-            self._async.pull, mq, offset, max_nums, tags=tags, suspend=suspend, timeout=timeout
+            self._async.pull,
+            mq,
+            offset,
+            max_nums,
+            tags=tags,
+            suspend=suspend,
+            timeout=timeout,
+            selector=selector,
         )
+
+    def check_selector(self, topic: str, selector: MessageSelector) -> None:
+        return self._run(self._async.check_selector, topic, selector)
 
     def query_offset(self, mq: MessageQueue) -> int:
         return self._run(self._async.query_offset, mq)
@@ -303,6 +315,9 @@ class LitePullConsumer(_SyncClient[_lite.LitePullConsumer]):
 
     def assignment(self) -> frozenset[MessageQueue]:
         return self._async.assignment()
+
+    def set_selector(self, topic: str, selector: str | MessageSelector) -> None:
+        self._async.set_selector(topic, selector)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         return self._run(self._async.seek, mq, offset)
@@ -350,7 +365,7 @@ class PushConsumer(_SyncClient[_push.PushConsumer]):
     def client_id(self) -> str:
         return self._async.client_id
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._async.subscribe(topic, expression)
 
     def register_listener(self, fn: Callable[[list[MessageExt]], object]) -> None:
@@ -566,6 +581,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "NoRouteInfoError",
     "OrderlyStatus",
     "Producer",

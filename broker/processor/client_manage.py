@@ -12,6 +12,11 @@ client can pull its retries before any message failed.  Then the consumer manage
 member and its subscriptions; a change of membership or subscriptions makes the broker push a
 oneway NOTIFY_CONSUMER_IDS_CHANGED to every member (wired in the broker service).
 
+A heartbeat with a SQL92 subscription is accepted whatever the broker's ``enablePropertyFilter``,
+as RocketMQ accepts it (its subscriptions of other groups must not be lost with it): consumers
+ask CHECK_CLIENT_CONFIG at start, which refuses them (1, or 23 for a bad expression), and their
+pulls are refused the same way.
+
 GET_CONSUMER_LIST_BY_GROUP answers with the client ids of the group's live members - the C++
 client allocates queues only if its own id is in that list.  Enum fields of the heartbeat arrive
 as names (Java) or ints (C++); the model accepts both.
@@ -24,9 +29,11 @@ from typing import TypeVar
 
 from broker.consumer_manager import ClientChannelInfo
 from broker.controller import BrokerController
+from broker.filter.consumer_filter_manager import is_tag_type
 from common import serde
 from common.errors import RequestError
 from common.model import (
+    CheckClientRequestBody,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -112,7 +119,26 @@ class ClientManageProcessor:
         return req.response(ResponseCode.SUCCESS)
 
     async def check_client_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
-        # Only TAG filtering is supported; anything else is refused at pull time.
+        """What a consumer asks at start for each non-TAG subscription (ClientManageProcessor.
+        checkClientConfig): 1 when ``enablePropertyFilter`` is off, 23 with the parser's
+        message (it says where) when the expression does not compile, else 0."""
+        body = req.body_bytes()
+        sub = (
+            _parse_body(req, CheckClientRequestBody, "CHECK_CLIENT_CONFIG").subscriptionData
+            if body
+            else None
+        )
+        if sub is None or is_tag_type(sub.expressionType):
+            return req.response(ResponseCode.SUCCESS)
+        if not self.broker.config.enable_property_filter:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {sub.expressionType}",
+            )
+        try:
+            self.broker.consumer_filter_manager.get(sub.expressionType, sub.subString)
+        except ValueError as exc:
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         return req.response(ResponseCode.SUCCESS)
 
     async def get_consumer_list(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -140,6 +140,12 @@ def select_messages(
             next_phy_file_start = commit_log_roll_next_file(phys)
             i += CQ_UNIT_SIZE
             continue
+        if message_filter is not None and not message_filter.is_matched_by_commit_log(rec):
+            # SQL92: the record's properties do not match (skipped, as the unit above)
+            if total == 0:
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
+            i += CQ_UNIT_SIZE
+            continue
         buffers.append(rec)
         qoffs.append(offset + i // CQ_UNIT_SIZE)
         total += size

@@ -142,6 +142,9 @@ class QueryMessageResult:
 
 
 class MessageFilter(Protocol):
-    """Consume-queue level filter (the broker builds one from the subscription's tag codes)."""
+    """A pull's filter (RocketMQ ``MessageFilter``): by the ConsumeQueue unit's tags code first
+    (tag subscriptions), then by the record itself (SQL92 subscriptions read its properties)."""
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
+
+    def is_matched_by_commit_log(self, record: Record) -> bool: ...

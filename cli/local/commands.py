@@ -119,6 +119,8 @@ def up(
     group has elected a leader, which serves as master); runs until Ctrl-C,
     SIGTERM or `rmq down`, then stops every node. A node that dies is shown with its exit
     code and last log lines; `rmq restart <node>` starts it again. Logs: <data-dir>/logs/.
+    Brokers run with enablePropertyFilter=true (SQL92 subscriptions; RocketMQ's default is
+    off, and [broker_conf] in the --config file can turn it off).
     """
     from cli.errors import Exit
     from cli.local import render

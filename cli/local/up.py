@@ -35,6 +35,9 @@ Theory of operation:
   and `cli/local/state.py` serves `rmq status/kill/restart/down` while the cluster runs.
   `plan_cluster` takes per-node ports and broker.conf properties; `cli/local/topology.py` builds
   them from flags and a TOML file.
+* Every broker of a local cluster gets `LOCAL_BROKER_DEFAULTS` under its own properties: SQL92
+  subscriptions on (`enablePropertyFilter`, off in RocketMQ and in a bare `rmq broker`), so the
+  README's SQL92 example runs against `rmq up`; `[broker_conf]` can turn it off again.
 """
 
 from __future__ import annotations
@@ -194,6 +197,10 @@ def plan_cluster(
     return plan
 
 
+# broker.conf properties every broker of `rmq up` starts with unless its own say otherwise
+LOCAL_BROKER_DEFAULTS: dict[str, str] = {"enablePropertyFilter": "true"}
+
+
 def customised(
     plan: ClusterPlan, ports: Mapping[str, int], properties: Mapping[str, Mapping[str, str]]
 ) -> ClusterPlan:
@@ -209,7 +216,10 @@ def customised(
         raise PlanError("broker.conf properties are for brokers, not the nameserver")
 
     def custom(node: NodeSpec) -> NodeSpec:
-        props = tuple(sorted((k, str(v)) for k, v in properties.get(node.name, {}).items()))
+        given = {k: str(v) for k, v in properties.get(node.name, {}).items()}
+        if node.kind == "broker":
+            given = {**LOCAL_BROKER_DEFAULTS, **given}
+        props = tuple(sorted(given.items()))
         return attrs.evolve(node, port=ports.get(node.name, node.port), properties=props)
 
     return ClusterPlan(custom(plan.namesrv), tuple(custom(b) for b in plan.brokers))

@@ -172,6 +172,7 @@ def _stdin_bytes() -> BinaryIO:
     "rmq consume --topic TopicTest -f                 # new messages, until Ctrl-C",
     "rmq consume --topic TopicTest --from-beginning --count 10 --json",
     "rmq consume --topic TopicTest --group cg1 --tags 'TagA||TagB' -v -f",
+    "rmq consume --topic Orders --sql \"TAGS = 'paid' AND amount > 100\" --from-beginning",
 )
 def consume(
     ctx: typer.Context,
@@ -198,6 +199,14 @@ def consume(
         int | None, typer.Option("--count", "-c", min=1, help="Stop after N messages.")
     ] = None,
     tags: Annotated[str, typer.Option("--tags", help="Tag expression: '*' or 'A||B'.")] = "*",
+    sql: Annotated[
+        str | None,
+        typer.Option(
+            "--sql",
+            help="SQL92 expression over the message properties (TAGS among them), evaluated by "
+            "the broker; it needs enablePropertyFilter=true (docs/sql92.md).",
+        ),
+    ] = None,
     idle_timeout: Annotated[
         float | None,
         typer.Option("--idle-timeout", help="Stop after this many seconds without a message."),
@@ -244,6 +253,7 @@ def consume(
             from_beginning=from_beginning,
             count=count,
             tags=tags,
+            sql=sql,
             idle_timeout=idle_timeout,
             on_message=on_message,
             follow=follow,

@@ -53,6 +53,7 @@ async def consume_topic(
     from_beginning: bool = False,
     count: int | None = None,
     tags: str = "*",
+    sql: str | None = None,
     idle_timeout: float | None = None,
     long_poll: float = LONG_POLL,
     handle_signals: bool = True,
@@ -73,8 +74,15 @@ async def consume_topic(
     stored (only without `from_beginning`, and only when `n` is not 0).
 
     `on_signal(signum)`, if given, is told the signal (SIGINT, SIGTERM) that ended the run,
-    once the offsets are committed; the run itself returns normally."""
-    from rmq import PullConsumer, PullStatus
+    once the offsets are committed; the run itself returns normally.
+
+    `sql` selects by a SQL92 expression over the messages' properties instead of `tags`; a
+    broker of the topic is asked first whether it takes it (ClientError with its reason)."""
+    from rmq import MessageSelector, PullConsumer, PullStatus
+
+    selector = MessageSelector.by_sql(sql) if sql is not None else None
+    if selector is not None and tags.strip() not in ("", "*"):
+        raise ClientError("--sql and --tags select in different ways: give one of them")
 
     handed = 0
     # after the block, not in it: leaving a client can swallow an exception (its nursery's own
@@ -84,6 +92,8 @@ async def consume_topic(
         queues = await consumer.fetch_queues(topic)
         if not queues:
             raise ClientError(f"topic {topic} has no readable queue")
+        if selector is not None:
+            await consumer.check_selector(topic, selector)
         offsets: dict[MessageQueue, int] = {}
         # what the broker has stored for the group (-1: nothing); we commit where it differs,
         # so after one run the group has a position on every queue, not only on those it read
@@ -116,7 +126,9 @@ async def consume_topic(
             nonlocal handed, last_message_at
             while True:
                 suspend = long_poll if follow else 0.0
-                result = await consumer.pull(mq, offsets[mq], tags=tags, suspend=suspend)
+                result = await consumer.pull(
+                    mq, offsets[mq], tags=tags, suspend=suspend, selector=selector
+                )
                 if served_by is not None and result.messages:
                     served_by(result.broker_addr)
                 for msg in result.messages:

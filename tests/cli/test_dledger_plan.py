@@ -11,7 +11,14 @@ from cli.chaos.port_blocks import free_port_block
 from cli.local.dledger_plan import LAPTOP_TIMING, peers_of
 from cli.local.render import spec_json
 from cli.local.topology import TopologyError, resolve
-from cli.local.up import ClusterPlan, NodeSpec, busy_ports, dledger_ready, node_command
+from cli.local.up import (
+    LOCAL_BROKER_DEFAULTS,
+    ClusterPlan,
+    NodeSpec,
+    busy_ports,
+    dledger_ready,
+    node_command,
+)
 
 
 def props(node: NodeSpec) -> dict[str, str]:
@@ -34,6 +41,7 @@ def test_dledger_3_is_one_group_of_three_members_on_the_broker_blocks():
         assert b.ports() == [b.port - 2, b.port, b.port + 1, b.port + 2]
         assert props(b) == {
             **LAPTOP_TIMING,
+            **LOCAL_BROKER_DEFAULTS,
             "enableDLegerCommitLog": "true",
             "dLegerGroup": "broker-a",
             "dLegerPeers": peers,

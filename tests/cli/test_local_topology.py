@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from cli.local.topology import TopologyError, resolve
-from cli.local.up import node_command, node_config_path, write_node_config
+from cli.local.up import (
+    LOCAL_BROKER_DEFAULTS,
+    node_command,
+    node_config_path,
+    write_node_config,
+)
 from cli.local.up_arguments import fast_up_arguments
 
 TOML = """
@@ -50,9 +55,14 @@ def test_a_file_describes_the_whole_cluster(tmp_path: Path) -> None:
         ("broker-b-s1", "SLAVE", 1, 30030, "Local"),
     ]
     props = {b.name: dict(b.properties) for b in plan.brokers}
-    assert props["broker-a"] == {"flushDiskType": "SYNC_FLUSH", "maxMessageSize": "1048576"}
+    assert props["broker-a"] == {
+        **LOCAL_BROKER_DEFAULTS,
+        "flushDiskType": "SYNC_FLUSH",
+        "maxMessageSize": "1048576",
+    }
     # a node's own properties win over the cluster-wide ones
     assert props["broker-b"] == {
+        **LOCAL_BROKER_DEFAULTS,
         "flushDiskType": "SYNC_FLUSH",
         "maxMessageSize": "2048",
         "slaveReadEnable": "true",
@@ -89,7 +99,9 @@ def test_no_file_and_no_flags_is_the_default_cluster():
         ("broker-a", "SYNC_MASTER", 10911),
         ("broker-a-s1", "SLAVE", 10921),
     ]
-    assert all(b.properties == () for b in plan.brokers)
+    # only what every local broker gets (SQL92 filters on, for the README's example)
+    assert all(dict(b.properties) == LOCAL_BROKER_DEFAULTS for b in plan.brokers)
+    assert plan.namesrv.properties == ()
 
 
 @pytest.mark.parametrize(
@@ -146,7 +158,7 @@ def test_extra_properties_reach_the_broker_through_a_config_file(tmp_path: Path)
     # the plan's own flags are still on the command line, so they win over the file
     assert cmd[cmd.index("--port") + 1] == "31000"
     plain = resolve(None).plan()
-    assert "--config" not in node_command(plain.brokers[0], plain, tmp_path)
+    assert "--config" not in node_command(plain.namesrv, plain, tmp_path)
     assert node_command(plain.namesrv, plain, tmp_path)[:4] == [
         sys.executable,
         "-m",

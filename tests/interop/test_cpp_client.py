@@ -158,3 +158,15 @@ def test_send_to_unknown_topic_auto_creates_it(tmp_path, module_cluster):
     assert done["complete"], done
     got = {e["body"] for e in events if e["event"] == "recv"}
     assert got == {f"auto-body-{i}" for i in range(10)}
+
+
+def test_a_tag_expression_selects_on_the_broker(tmp_path, module_cluster):
+    # the C++ client's TAG subscriptions beside SQL92 support (broker/filter): unchanged
+    produce(tmp_path, module_cluster, "InteropTags", 20, tags="TagA,TagB,TagC")
+    events, done = consume(
+        tmp_path, module_cluster, "InteropTags", "interop-tags", 13,
+        extra=("--expression", "TagA || TagC"),
+    )  # fmt: skip
+    assert done["complete"], done
+    recv = [e for e in events if e["event"] == "recv"]
+    assert len(recv) == 13 and {e["tags"] for e in recv} == {"TagA", "TagC"}

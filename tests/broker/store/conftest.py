@@ -43,6 +43,9 @@ class TagsFilter:
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:
         return tags_code in self.codes
 
+    def is_matched_by_commit_log(self, record: object) -> bool:
+        return True
+
 
 @pytest.fixture
 def tags_filter():

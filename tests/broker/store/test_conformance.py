@@ -314,6 +314,9 @@ async def test_delay_rewrite(open_store):
                 self.seen.append(code)
                 return True
 
+            def is_matched_by_commit_log(self, record):
+                return True
+
         f = All()
         store.get_message("g", "SCHEDULE_TOPIC_XXXX", 2, 0, 32, f)
         assert f.seen == [clock.now + 10_000]  # tagsCode = deliver time (level 3 = 10s)
