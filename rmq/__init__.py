@@ -21,6 +21,11 @@ from rmq.push_consumer import (
     PushConsumer,
     allocate_averagely,
 )
+from rmq.transaction_producer import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
@@ -46,4 +51,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SessionCredentials",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

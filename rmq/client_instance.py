@@ -21,7 +21,8 @@ every topic in use every 30 s, so rebalancing sees new queues and brokers withou
 a send error. A client with nothing registered (a plain Producer or PullConsumer) sends nothing
 in the background. `handle_request` answers what brokers ask clients
 (ClientRemotingProcessor): NOTIFY_CONSUMER_IDS_CHANGED wakes the group's rebalance,
-GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs
+GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo,
+CHECK_TRANSACTION_STATE goes to the TransactionProducer of the half message's group, CONSUME_MESSAGE_DIRECTLY runs
 the listener on the given message.
 
 `ClientBase` is the async-context-manager shell of the three public clients: it opens (or
@@ -50,6 +51,7 @@ from common.errors import (
     RemotingTimeoutError,
     unwrap_group,
 )
+from common.message import RecordDecodeError, decode_record
 from common.model import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
@@ -144,6 +146,10 @@ class ClientInstance:
     consumers: dict[str, RegisteredConsumer] = attrs.field(factory=dict, init=False)
     # producer groups registered with this instance (heartbeats only)
     producer_groups: set[str] = attrs.field(factory=set, init=False)
+    # producer group -> what takes CHECK_TRANSACTION_STATE for it (a TransactionProducer)
+    transaction_checkers: dict[str, Callable[[RemotingCommand, Channel], None]] = attrs.field(
+        factory=dict, init=False
+    )
     # set when something registers, so `run` starts its periodic work
     _registered: trio.Event = attrs.field(factory=trio.Event, init=False)
 
@@ -241,6 +247,12 @@ class ClientInstance:
 
     def unregister_producer(self, group: str) -> None:
         self.producer_groups.discard(group)
+        self.transaction_checkers.pop(group, None)
+
+    def register_transaction_checker(
+        self, group: str, checker: Callable[[RemotingCommand, Channel], None]
+    ) -> None:
+        self.transaction_checkers[group] = checker
 
     def topics_in_use(self) -> set[str]:
         topics = set(self._routes)
@@ -311,6 +323,15 @@ class ClientInstance:
                 log.info("group %s: broker says the members changed", consumer.group)
                 consumer.rebalance_immediately()
             return None
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            # oneway: the producer answers later with END_TRANSACTION (ClientRemotingProcessor
+            # .checkTransactionState finds the producer by the half message's PGROUP)
+            checker = self.transaction_checkers.get(_producer_group_of(cmd.body_bytes()))
+            if checker is None:
+                log.warning("CHECK_TRANSACTION_STATE for a group this client does not produce")
+            else:
+                checker(cmd, channel)
+            return None
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             group = cmd.ext_fields.get("consumerGroup", "")
             consumer = self.consumers.get(group)
@@ -332,6 +353,14 @@ class ClientInstance:
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+
+def _producer_group_of(record: bytes) -> str:
+    """PGROUP of the half message a check carries ("" when the body is no record)."""
+    try:
+        return decode_record(record).properties.get("PGROUP", "")
+    except RecordDecodeError:
+        return ""
 
 
 class ClientBase:
