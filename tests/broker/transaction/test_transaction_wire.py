@@ -227,3 +227,66 @@ async def test_end_transaction_on_a_slave(
         )
         r = await client.invoke(c.addr("broker-a-s"), req)
         assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+
+async def test_immunity_time_delays_the_first_check(
+    memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock
+) -> None:
+    c = memory_cluster
+    async with java_tx_producer("TXG", "p1", network=c.network) as p:
+        p.answer = lambda m: COMMIT
+        await p.heartbeat(c.addr())
+        started = trio.current_time()
+        await p.send_half(c.addr(), "TxT", b"slow", props={"CHECK_IMMUNITY_TIME_IN_SECONDS": "8"})
+        with trio.fail_after(20):
+            await p.check_arrived.wait()
+        assert trio.current_time() - started >= 8  # not at transactionTimeOut (1 s)
+        await trio.sleep(2)
+        assert [m.body for m in queue(c, "TxT")] == [b"slow"] and len(p.checks) == 1
+
+
+async def test_commit_already_in_its_topic_is_not_delivered_again(
+    memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock
+) -> None:
+    """The crash window: the real message was put, the master died before the op.  The check
+    finds the committed message and writes the op instead of asking (or delivering) again."""
+    from broker.transaction.bridge import end_message_inner
+
+    c = memory_cluster
+    store = c.broker().store
+    async with java_tx_producer("TXG", "p1", network=c.network) as p:
+        p.answer = lambda m: COMMIT
+        await p.heartbeat(c.addr())
+        h = await p.send_half(c.addr(), "TxT", b"once")
+        half = store.look_message_by_offset(h.commit_log_offset)
+        assert half is not None
+        inner = end_message_inner(half, h.commit_log_offset)
+        assert inner is not None
+        assert (await store.put_message(inner)).ok  # ... and no op: the "crash"
+        await trio.sleep(5)
+        assert [m.body for m in queue(c, "TxT")] == [b"once"]
+        assert p.checks == []
+        assert c.broker().controller.transaction_service.stats.repaired == 1
+        await p.end(c.addr(), h, COMMIT)  # a late commit of it: nothing more
+        await trio.sleep(1)
+        assert [m.body for m in queue(c, "TxT")] == [b"once"]
+
+
+@pytest.mark.parametrize("offset", ["-5", "1", "99999999999", "123"])
+async def test_end_transaction_at_any_offset_is_refused_and_the_broker_stays_up(
+    memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock, offset: str
+) -> None:
+    c = memory_cluster
+    async with java_tx_producer("TXG", "p1", network=c.network) as p:
+        h = await p.send_half(c.addr(), "TxT", b"x")
+        req = p.end_request(h, COMMIT)
+        req.flag = 0
+        req.ext_fields["commitLogOffset"] = offset
+        r = await p.client.invoke(c.addr(), req)
+        # (inside the half record, before the log, past its end)
+        assert (r.code, r.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "Find prepared transaction message failed",
+        )
+        req.ext_fields["commitLogOffset"] = str(h.commit_log_offset)
+        assert (await p.client.invoke(c.addr(), req)).code == ResponseCode.SUCCESS
