@@ -21,9 +21,9 @@ every topic in use every 30 s, so rebalancing sees new queues and brokers withou
 a send error. A client with nothing registered (a plain Producer or PullConsumer) sends nothing
 in the background. `handle_request` answers what brokers ask clients
 (ClientRemotingProcessor): NOTIFY_CONSUMER_IDS_CHANGED wakes the group's rebalance,
-GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo,
-CHECK_TRANSACTION_STATE goes to the TransactionProducer of the half message's group, CONSUME_MESSAGE_DIRECTLY runs
-the listener on the given message.
+GET_CONSUMER_RUNNING_INFO returns a minimal ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs
+the listener on the given message, CHECK_TRANSACTION_STATE goes to the TransactionProducer of
+the half message's group (rmq/transaction_producer.py).
 
 `ClientBase` is the async-context-manager shell of the three public clients: it opens (or
 borrows) one RemotingClient and closes it on exit, unwrapping single-exception groups so a

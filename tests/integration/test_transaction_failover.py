@@ -158,6 +158,8 @@ async def queue_max(client: RemotingClient, addr: str, topic: str) -> int:
 
 
 async def same_max(client: RemotingClient, a: str, b: str, topic: str) -> bool:
+    """Both brokers' queue 0 of ``topic`` ends at the same offset (polled: no Event crosses
+    a process boundary)."""
     return await queue_max(client, a, topic) == await queue_max(client, b, topic)
 
 
@@ -175,8 +177,10 @@ async def test_sync_master_killed_mid_check_resumes_after_restart(
         async with java_tx_producer("TXFG", "java-1") as p:
             nursery.start_soon(heartbeats, p, lambda: [live["master"].addr])
             with trio.fail_after(60):  # a SYNC_MASTER answers SEND_OK once its slave is there
-                while (h := await p.send_half(master.addr, TOPIC, b"probe")).code != 0:  # noqa: ASYNC110
+                h = await p.send_half(master.addr, TOPIC, b"probe")
+                while h.code != ResponseCode.SUCCESS:
                     await trio.sleep(0.2)
+                    h = await p.send_half(master.addr, TOPIC, b"probe")
             await p.end(master.addr, h, ROLLBACK)
             decisions, _ = await send_all(p, master.addr)
             p.answer = settle_on_second_check(decisions)
