@@ -272,7 +272,7 @@ async def test_commit_already_in_its_topic_is_not_delivered_again(
         assert [m.body for m in queue(c, "TxT")] == [b"once"]
 
 
-@pytest.mark.parametrize("offset", ["-5", "1", "99999999999", "123"])
+@pytest.mark.parametrize("offset", ["-5", "1", "99999999999", "123", str(2**70)])
 async def test_end_transaction_at_any_offset_is_refused_and_the_broker_stays_up(
     memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock, offset: str
 ) -> None:
