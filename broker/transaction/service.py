@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from broker.consumer_offset_manager import ConsumerOffsetManager
+from broker.schedule import trio_wall_clock_ms
 from broker.store.api import MessageStore
 from broker.store.results import PutMessageResult, PutMessageStatus
 from broker.transaction import bridge
@@ -48,7 +49,14 @@ from broker.transaction.check import (
     transaction_key,
 )
 from broker.transaction.check import check_times as _check_times
-from common.message import MessageExt, MessageExtBrokerInner, MessageSysFlag, decode_records
+from common.message import (
+    MessageExt,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    decode_record,
+    decode_records,
+)
+from common.message_encoder import encode_record
 from common.message_properties import MessageConst
 from common.remoting.codes import ResponseCode
 from common.topics import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
@@ -125,8 +133,6 @@ class TransactionalMessageService:
 
     def _now(self) -> int:
         if self.now_ms is None:
-            from broker.schedule import trio_wall_clock_ms
-
             self.now_ms = trio_wall_clock_ms()
         return self.now_ms()
 
@@ -371,9 +377,6 @@ def check_request(copy: MessageExtBrokerInner, put: PutMessageResult) -> CheckRe
     """The CHECK_TRANSACTION_STATE of a re-put copy (``sendCheckMessage``): its offsets in the
     header, and as body the record as Java's ``MessageDecoder.encode`` writes it, with the real
     topic and queue in place of the half topic's."""
-    from common.message import decode_record
-    from common.message_encoder import encode_record
-
     append = put.append
     assert append is not None
     props = copy.properties
