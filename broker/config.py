@@ -163,6 +163,14 @@ class BrokerConfig:
     # broker was started with; None: <storePathRootDir>/config/broker.properties, as RocketMQ's
     # BrokerPathConfigHelper (which is not read back at start, there as here)
     broker_config_path: str | None = None
+    # transactional messages (broker/transaction): RocketMQ's names and defaults
+    reject_transaction_message: bool = False
+    # a half message younger than this is not checked back yet (transactionTimeOut, 6 s)
+    transaction_timeout: float = 6.0
+    # checks of one half message before it is moved to TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_max: int = 15
+    # the period of the check rounds (transactionCheckInterval, 60 s)
+    transaction_check_interval: float = 60.0
 
     @property
     def broker_role(self) -> str:
@@ -320,6 +328,10 @@ _PROPERTIES: dict[str, _Spec] = {
     "slaveSyncInterval": ("broker", "slave_sync_interval", _parse_ms),
     # ours too: the same for a DLedger follower
     "dLegerSlaveSyncInterval": ("broker", "dledger_slave_sync_interval", _parse_ms),
+    "rejectTransactionMessage": ("broker", "reject_transaction_message", _parse_bool),
+    "transactionTimeOut": ("broker", "transaction_timeout", _parse_ms),
+    "transactionCheckMax": ("broker", "transaction_check_max", _parse_positive_int),
+    "transactionCheckInterval": ("broker", "transaction_check_interval", _parse_ms),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

@@ -26,6 +26,7 @@ anyone.  All times are read from ``clock`` (Trio's clock by default) so tests ca
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterable
 
 import attrs
@@ -248,6 +249,12 @@ class ProducerManager:
     def do_channel_close_event(self, channel: Channel) -> None:
         for group in list(self.groups):
             self.unregister_producer(group, channel)
+
+    def get_available_channel(self, group: str) -> Channel | None:
+        """A live connection of the group, picked at random (RocketMQ
+        ``ProducerManager.getAvailableChannel``: the transaction check asks one member)."""
+        live = [ch for ch in self.groups.get(group, {}) if not ch.closed]
+        return random.choice(live) if live else None
 
     def scan_not_active_channel(self) -> list[tuple[str, str]]:
         now = self.clock()

@@ -44,6 +44,10 @@ from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
 from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
 from broker.topic_config import TopicConfigManager
+from broker.transaction.check import CheckConfig
+from broker.transaction.check_listener import DefaultTransactionalMessageCheckListener
+from broker.transaction.check_service import run_transaction_check
+from broker.transaction.service import TransactionalMessageService
 from common import serde
 from common.config_file import WriteBehind
 from common.errors import RmqError
@@ -97,6 +101,10 @@ class BrokerController:
     # compiled SQL92 filters of the pulls (bounded)
     consumer_filter_manager: ConsumerFilterManager = attrs.field(factory=ConsumerFilterManager)
     schedule_service: ScheduleMessageService = attrs.field(init=False)
+    # half messages, END_TRANSACTION and the check (broker/transaction); the check runs on a
+    # master only (run_transaction_check)
+    transaction_service: TransactionalMessageService = attrs.field(init=False)
+    transaction_check_listener: DefaultTransactionalMessageCheckListener = attrs.field(init=False)
     stats: BrokerStats = attrs.field(factory=BrokerStats)
     registrar: BrokerRegistrar | None = None
     boot_timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
@@ -165,6 +173,20 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(
             self.store, self.pull_hold, parse_delay_levels(c.store.message_delay_level)
         )
+        self.transaction_service = TransactionalMessageService(
+            self.store,
+            self.consumer_offset_manager,
+            lambda: self.store_host,
+            CheckConfig(
+                transaction_timeout_ms=int(c.transaction_timeout * 1000),
+                transaction_check_max=c.transaction_check_max,
+                file_reserved_hours=c.store.file_reserved_time,
+            ),
+            ensure_topic=self._ensure_check_max_time_topic,
+        )
+        self.transaction_check_listener = DefaultTransactionalMessageCheckListener(
+            self.producer_manager
+        )
         if self.store_host == ("127.0.0.1", 0):
             self.store_host = (c.broker_ip1, c.listen_port)
         if c.dledger:
@@ -183,6 +205,21 @@ class BrokerController:
         self.broker_id = broker_id
         self.broker_role = role
         self.store.broker_role = role
+
+    async def run_transaction_check(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The transaction check of a master (started and stopped with the master role)."""
+        await run_transaction_check(
+            self.transaction_service,
+            self.transaction_check_listener,
+            self.config.transaction_check_interval,
+            task_status=task_status,
+        )
+
+    def _ensure_check_max_time_topic(self, topic: str) -> None:
+        # RocketMQ createTopicOfTranCheckMaxTime: one queue, READ|WRITE
+        self.topic_config_manager.create_topic_in_send_message_back_method(topic, 1, 6)
 
     # --- addresses ---------------------------------------------------------------------------
     @property

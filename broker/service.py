@@ -16,10 +16,11 @@ Theory of operation
    ``listenPort+1`` and sets ``controller.ha``;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
-   10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and on
-   slaves the metadata sync from the master (``broker/slave_sync.py``); in DLedger mode the
-   role handler (``broker/dledger/broker/roles.py``) instead, which switches brokerId, role and
-   those two services as the Raft role changes (brokerId -1, no registration, until it is known);
+   10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and the
+   transaction check (``broker/transaction/``), and on slaves the metadata sync from the
+   master (``broker/slave_sync.py``); in DLedger mode the role handler
+   (``broker/dledger/broker/roles.py``) instead, which switches brokerId, role and those
+   services as the Raft role changes (brokerId -1, no registration, until it is known);
 5. ``task_status.started(BrokerHandle(...))``; serve until cancelled;
 6. on cancellation: UNREGISTER_BROKER to every nameserver and a final persist of every config
    file, both shielded and bounded, then the store shuts down.
@@ -200,6 +201,7 @@ async def run_broker(
                             await nursery.start(roles.run)
                         elif not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
+                            await nursery.start(controller.run_transaction_check)
                         else:
                             await nursery.start(run_slave_sync, controller, client)
                         await nursery.start(registrar.run)

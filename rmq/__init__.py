@@ -23,6 +23,11 @@ from rmq.push_consumer import (
     allocate_averagely,
 )
 from rmq.request_reply import create_reply_message
+from rmq.transaction_producer import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
@@ -50,4 +55,7 @@ __all__ = [
     "SendStatus",
     "SessionCredentials",
     "create_reply_message",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

@@ -69,6 +69,7 @@ from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
+from rmq import transaction_producer as _txn
 from rmq.admin import QueueOffsets, StatsRow
 from rmq.admin_api import (
     BrokerStatsData,
@@ -96,6 +97,7 @@ from rmq.push_consumer import (
 )
 from rmq.request_reply import create_reply_message
 from rmq.trace.view import TraceView
+from rmq.transaction_producer import LocalTransactionState, TransactionSendResult
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +229,52 @@ class Producer(_AioClient[_producer.Producer]):
         if self._inflight:
             await asyncio.wait(list(self._inflight))
         await super().__aexit__(*exc_info)
+
+
+class TransactionProducer(Producer):
+    """asyncio twin of `rmq.TransactionProducer`: `execute_local` and `check_local` are
+    functions or coroutine functions of the asyncio program, run on the caller's loop."""
+
+    _async_cls = _txn.TransactionProducer
+    _async: _txn.TransactionProducer
+
+    @takes_arguments_of(_txn.TransactionProducer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._execute_local = kwargs.pop("execute_local", None)
+        self._check_local = kwargs.pop("check_local", None)
+        super().__init__(*args, **kwargs)
+
+    async def __aenter__(self) -> Self:
+        if self._check_local is not None:
+            self._async.check_local = _loop_call(self._check_local, asyncio.get_running_loop())
+        return await super().__aenter__()
+
+    async def send_in_transaction(
+        self, msg: Message, arg: object = None, *, timeout: float | None = None
+    ) -> TransactionSendResult:
+        if self._execute_local is None:
+            raise ClientError("send_in_transaction needs execute_local")
+        sent = await self._run(self._async._send_half, msg, timeout=timeout)
+        state, error = LocalTransactionState.ROLLBACK_MESSAGE, None
+        if sent.status is SendStatus.SEND_OK:
+            try:
+                state = _txn.local_state(await _maybe_result(self._execute_local(msg, arg)))
+            except Exception as exc:  # as the Trio producer: UNKNOW, the broker checks back
+                state, error = LocalTransactionState.UNKNOW, exc
+        await self._run(self._async._end_transaction, sent, state, error)
+        return _txn.transaction_result(sent, state)
+
+
+def _loop_call(
+    fn: Callable[[MessageExt], object], loop: asyncio.AbstractEventLoop
+) -> Callable[[MessageExt], Awaitable[LocalTransactionState]]:
+    """A Trio coroutine function that runs `fn(msg)` on the asyncio `loop` and waits."""
+    listener = _loop_listener(lambda msgs: fn(msgs[0]), loop)
+
+    async def call(msg: MessageExt) -> LocalTransactionState:
+        return _txn.local_state(await listener([msg]))
+
+    return call
 
 
 async def _maybe_await(value: object) -> None:
@@ -621,4 +669,7 @@ __all__ = [
     "SessionCredentials",
     "allocate_averagely",
     "create_reply_message",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

@@ -24,7 +24,8 @@ in the background. `handle_request` answers what brokers ask clients
 RESET_CONSUMER_CLIENT_OFFSET moves the group's queues to the offsets in its body (either
 ResetOffsetBody form), GET_CONSUMER_STATUS_FROM_CLIENT answers the in-memory offsets of a
 topic, GET_CONSUMER_RUNNING_INFO the ConsumerRunningInfo, CONSUME_MESSAGE_DIRECTLY runs the
-listener on the given message.
+listener on the given message, CHECK_TRANSACTION_STATE goes to the TransactionProducer of the
+half message's group (rmq/transaction_producer.py).
 
 `ClientBase` is the async-context-manager shell of the three public clients: it opens (or
 borrows) one RemotingClient and closes it on exit, unwrapping single-exception groups so a
@@ -55,6 +56,7 @@ from common.errors import (
     RmqError,
     unwrap_group,
 )
+from common.message import RecordDecodeError, decode_record
 from common.model import (
     ConsumerData,
     HeartbeatData,
@@ -161,6 +163,10 @@ class ClientInstance:
     consumers: dict[str, RegisteredConsumer] = attrs.field(factory=dict, init=False)
     # producer groups registered with this instance (heartbeats only)
     producer_groups: set[str] = attrs.field(factory=set, init=False)
+    # producer group -> what takes CHECK_TRANSACTION_STATE for it (a TransactionProducer)
+    transaction_checkers: dict[str, Callable[[RemotingCommand, Channel], None]] = attrs.field(
+        factory=dict, init=False
+    )
     # set when something registers, so `run` starts its periodic work
     _registered: trio.Event = attrs.field(factory=trio.Event, init=False)
     # request code -> handler of what brokers send this client, for the codes a part of the
@@ -286,6 +292,12 @@ class ClientInstance:
 
     def unregister_producer(self, group: str) -> None:
         self.producer_groups.discard(group)
+        self.transaction_checkers.pop(group, None)
+
+    def register_transaction_checker(
+        self, group: str, checker: Callable[[RemotingCommand, Channel], None]
+    ) -> None:
+        self.transaction_checkers[group] = checker
 
     def topics_in_use(self) -> set[str]:
         topics = set(self._routes)
@@ -373,6 +385,15 @@ class ClientInstance:
                 else consumer.offset_table_of(cmd.ext_fields.get("topic", ""))
             )
             return cmd.response(body=encode_consumer_status_body(table))
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            # oneway: the producer answers later with END_TRANSACTION (ClientRemotingProcessor
+            # .checkTransactionState finds the producer by the half message's PGROUP)
+            checker = self.transaction_checkers.get(_producer_group_of(cmd.body_bytes()))
+            if checker is None:
+                log.warning("CHECK_TRANSACTION_STATE for a group this client does not produce")
+            else:
+                checker(cmd, channel)
+            return None
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             group = cmd.ext_fields.get("consumerGroup", "")
             consumer = self.consumers.get(group)
@@ -410,6 +431,14 @@ class ClientInstance:
             "[reset-offset] broker asks group %s to move %d queues of %s", group, len(table), topic
         )
         await consumer.reset_offset_table(topic, table)
+
+
+def _producer_group_of(record: bytes) -> str:
+    """PGROUP of the half message a check carries ("" when the body is no record)."""
+    try:
+        return decode_record(record).properties.get("PGROUP", "")
+    except RecordDecodeError:
+        return ""
 
 
 class ClientBase:

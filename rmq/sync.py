@@ -55,6 +55,7 @@ from rmq import lite_pull_consumer as _lite
 from rmq import producer as _producer
 from rmq import pull_consumer as _pull
 from rmq import push_consumer as _push
+from rmq import transaction_producer as _txn
 from rmq.admin import QueueOffsets, StatsRow
 from rmq.admin_api import (
     BrokerStatsData,
@@ -83,6 +84,7 @@ from rmq.push_consumer import (
 from rmq.request_reply import create_reply_message
 from rmq.sync_send import SyncSendPath
 from rmq.trace.view import TraceView
+from rmq.transaction_producer import LocalTransactionState, TransactionSendResult
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,37 @@ class Producer(_SyncClient[_producer.Producer]):
 
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         return self._run(self._async.send_oneway, msg, queue=queue)
+
+
+class TransactionProducer(Producer):
+    """Blocking twin of `rmq.TransactionProducer`: `execute_local` runs in the calling thread,
+    `check_local` (the broker's check-back) in a worker thread; both plain functions."""
+
+    _async_cls = _txn.TransactionProducer
+    _async: _txn.TransactionProducer
+
+    @takes_arguments_of(_txn.TransactionProducer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._execute_local = kwargs.pop("execute_local", None)
+        check = kwargs.pop("check_local", None)
+        if check is not None:
+            kwargs["check_local"] = functools.partial(trio.to_thread.run_sync, check)
+        super().__init__(*args, **kwargs)
+
+    def send_in_transaction(
+        self, msg: Message, arg: object = None, *, timeout: float | None = None
+    ) -> TransactionSendResult:
+        if self._execute_local is None:
+            raise ClientError("send_in_transaction needs execute_local")
+        sent = self._run(self._async._send_half, msg, timeout=timeout)
+        state, error = LocalTransactionState.ROLLBACK_MESSAGE, None
+        if sent.status is SendStatus.SEND_OK:
+            try:
+                state = _txn.local_state(self._execute_local(msg, arg))
+            except Exception as exc:  # as the Trio producer: UNKNOW, the broker checks back
+                state, error = LocalTransactionState.UNKNOW, exc
+        self._run(self._async._end_transaction, sent, state, error)
+        return _txn.transaction_result(sent, state)
 
 
 async def _send_then_call(
@@ -595,4 +628,7 @@ __all__ = [
     "SessionCredentials",
     "allocate_averagely",
     "create_reply_message",
+    "LocalTransactionState",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

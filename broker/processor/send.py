@@ -292,11 +292,13 @@ class SendMessageProcessor:
         raw_props = h.get("properties") or ""
         props = decode_properties(raw_props)
         if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
-            return self._response(
-                req,
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden",
-            )
+            if b.config.reject_transaction_message:
+                return self._response(
+                    req,
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden",
+                )
+            return self._send_half(req, h, channel, topic, queue_id, body, props)
         stored = None
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
@@ -316,6 +318,24 @@ class SendMessageProcessor:
         # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue the
         # store moved a delayed message to
         return self._answer_append(req, appended, queue_id, self._replica_to_wait(msg))
+
+    def _send_half(
+        self,
+        req: RemotingCommand,
+        h: dict[str, str],
+        channel: Channel,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        props: dict[str, str],
+    ) -> SendAnswer:
+        """TRAN_MSG=true: stored as a half message (broker/transaction), answered like a send
+        (the producer's END_TRANSACTION names the offsets of this answer)."""
+        b = self.broker
+        msg = self._inner(h, channel, topic, queue_id, body, props, header_int(h, "flag", 0))
+        half = b.transaction_service.prepare_message(msg)
+        appended = b.store.append_message(half)
+        return self._answer_append(req, appended, queue_id, self._replica_to_wait(half))
 
     def _send_batch(
         self,
@@ -348,6 +368,11 @@ class SendMessageProcessor:
         for flag, mbody, raw in parts:
             props = decode_properties(raw)
             props.update(batch_props)
+            if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
+                # RocketMQ's store refuses a batch of transactional messages (CommitLog)
+                return self._response(
+                    req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional"
+                )
             if props.get(MessageConst.DELAY, "0") not in ("", "0"):
                 return self._response(
                     req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed"

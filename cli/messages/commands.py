@@ -27,6 +27,8 @@ PROGRESS_THRESHOLD = 1000
     "rmq produce --topic TopicTest --tags TagA --keys order-1 'payload'",
     "seq 100000 | rmq produce -t TopicTest --json > results.json   # progress bar on stderr",
     "tail -f app.log | rmq produce -t Logs           # each line sent as it arrives",
+    "rmq produce -t Orders --transaction commit 'order 1'     # half message, then commit",
+    "rmq produce -t Orders --transaction unknown --check-answer rollback 'order 2'",
 )
 def produce(
     ctx: typer.Context,
@@ -64,6 +66,30 @@ def produce(
         ),
     ] = False,
     as_json: JsonOpt = False,
+    transaction: Annotated[
+        str | None,
+        typer.Option(
+            "--transaction",
+            metavar="commit|rollback|unknown",
+            help="Send each message in a transaction (a half message, then this outcome of "
+            "the local transaction; unknown leaves it to the broker's check-back).",
+        ),
+    ] = None,
+    check_answer: Annotated[
+        str | None,
+        typer.Option(
+            "--check-answer",
+            metavar="commit|rollback|unknown",
+            help="With --transaction: stay connected and answer the broker's check-backs "
+            "with this (it checks every transactionCheckInterval, 60 s by default).",
+        ),
+    ] = None,
+    check_wait: Annotated[
+        float,
+        typer.Option(
+            "--check-wait", min=0, help="Seconds to wait for the check-backs (--check-answer)."
+        ),
+    ] = 90.0,
     bodies: Annotated[
         list[str] | None,
         typer.Argument(
@@ -90,6 +116,19 @@ def produce(
             raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
         properties[k] = v
     from_stdin = not bodies
+    if transaction is not None or check_answer is not None:
+        _produce_in_transaction(
+            ctx,
+            topic,
+            {"tags": tags, "keys": keys, "properties": properties, "delay_level": delay_level},
+            bodies,
+            group=group,
+            transaction=transaction,
+            check_answer=check_answer,
+            check_wait=check_wait,
+            as_json=as_json,
+        )
+        return
     if as_json:
         mode = "json"
     elif progress is not None:
@@ -150,6 +189,105 @@ def new_group_note(group: str, topic: str, stored: int) -> str:
         f"note: group {group} is new on {topic} and starts at the end; "
         f"--from-beginning reads the {stored} stored message(s)"
     )
+
+
+# stdin lines one `rmq produce --transaction` reads (all before sending: a check-back must
+# not wait behind a blocked read)
+MAX_TRANSACTION_LINES = 1000
+
+
+def _outcome(value: str | None, option: str) -> Any:
+    from cli.messages.transaction import Outcome
+
+    if value is None:
+        return None
+    try:
+        return Outcome(value.lower())
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected commit, rollback or unknown, got {value!r}", param_hint=option
+        ) from None
+
+
+def _produce_in_transaction(
+    ctx: typer.Context,
+    topic: str,
+    options: dict[str, Any],
+    bodies: list[str] | None,
+    *,
+    group: str,
+    transaction: str | None,
+    check_answer: str | None,
+    check_wait: float,
+    as_json: bool,
+) -> None:
+    """`rmq produce --transaction`: one transaction per message (cli/messages/transaction.py)."""
+    import json
+
+    from cli import render
+    from cli.messages.produce_display import send_result_doc
+    from cli.messages.transaction import produce_in_transaction
+    from rmq import Message
+
+    outcome = _outcome(transaction, "--transaction")
+    answer = _outcome(check_answer, "--check-answer")
+    if outcome is None:
+        raise typer.BadParameter("needs --transaction", param_hint="--check-answer")
+    if options["delay_level"]:
+        raise typer.BadParameter(
+            "transactional messages cannot be delayed", param_hint="--delay-level"
+        )
+    lines: list[bytes] = [b.encode() for b in bodies or []]
+    if not lines:
+        for raw in _stdin_bytes():
+            line = raw.rstrip(b"\r\n")
+            if line:
+                lines.append(line)
+            if len(lines) > MAX_TRANSACTION_LINES:
+                render.error(f"--transaction sends at most {MAX_TRANSACTION_LINES} messages")
+                raise typer.Exit(1)
+    if not lines:
+        render.error("nothing to send: give BODY arguments or lines on stdin")
+        raise typer.Exit(1)
+    msgs = [Message(topic, line, **options) for line in lines]
+    for m in msgs:
+        m.validate()  # a bad topic or property is said before connecting
+    docs: list[dict[str, Any]] = []
+
+    def on_result(r: Any) -> None:
+        if as_json:
+            docs.append(send_result_doc(r) | {"transaction": r.local_transaction_state.name})
+        else:
+            render.send_result(r)
+            render._line(f"  transaction {r.msg_id}: {r.local_transaction_state.name}")
+
+    def on_check(msg: Any, state: Any) -> None:
+        if not as_json:
+            render._line(f"  check-back for {msg.uniq_key}: answered {state.name}")
+
+    async def main() -> Any:
+        return await produce_in_transaction(
+            _namesrv(ctx),
+            msgs,
+            group=group,
+            outcome=outcome,
+            check_answer=answer,
+            check_wait=check_wait,
+            on_result=on_result,
+            on_check=on_check,
+        )
+
+    run = _run(main)
+    if as_json:
+        checks = {k: v.name for k, v in run.checks.items()}
+        print(json.dumps({"topic": topic, "results": docs, "check_backs": checks}, indent=2))
+    left = run.unresolved()
+    if answer is not None and left:
+        render.error(
+            f"{len(left)} transaction(s) not checked back within {check_wait:g} s: the broker "
+            "asks the group again later (transactionCheckInterval)"
+        )
+        raise typer.Exit(1)
 
 
 def _stdin_is_tty() -> bool:

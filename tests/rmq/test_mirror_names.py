@@ -14,7 +14,14 @@ import pytest
 
 import rmq
 
-CLIENTS = {"Admin", "LitePullConsumer", "Producer", "PullConsumer", "PushConsumer"}
+CLIENTS = {
+    "Admin",
+    "LitePullConsumer",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+    "TransactionProducer",
+}
 
 
 def test_clients_are_in_rmq_all() -> None:

@@ -23,7 +23,14 @@ import rmq
 from rmq import aio, sync
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENTS = ["Admin", "LitePullConsumer", "Producer", "PullConsumer", "PushConsumer"]
+CLIENTS = [
+    "Admin",
+    "LitePullConsumer",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+    "TransactionProducer",
+]
 BRIDGES = [sync, aio]
 
 # Public members of the Trio clients the bridges leave out: what the client's own machinery

@@ -8,10 +8,10 @@ change; the events go through a channel to one task, :meth:`run`, which handles 
 time, in order (RocketMQ's single-thread executor), so two changes never interleave.
 
 * FOLLOWER: ``change_to_slave``: brokerId ``k + 1`` for member ``n<k>``, role SLAVE (the store
-  refuses puts), the delay-level schedule service stopped, the slave sync started (metadata
-  and consumer offsets from the master, offsets committed here handed to it), the master
-  address forgotten and a registration sent at once (the nameserver's "same address, new
-  brokerId" rule replaces this address's old entry).
+  refuses puts), the delay-level schedule service and the transaction check stopped, the
+  slave sync started (metadata and consumer offsets from the master, offsets committed here
+  handed to it), the master address forgotten and a registration sent at once (the
+  nameserver's "same address, new brokerId" rule replaces this address's old entry).
 * CANDIDATE: ``change_to_slave`` only when this broker was the master: a leader that lost its
   quorum must stop acting as one; a member that never led stays as it is.
 * LEADER: every ``poll_interval`` (100 ms) until the member is no longer the leader of that
@@ -19,7 +19,9 @@ time, in order (RocketMQ's single-thread executor), so two changes never interle
   end == committed == applied, nothing left to dispatch: ``DLedgerMessageStore.caught_up``);
   then the leader-side queue table is rebuilt from the applied state
   (``become_master``), brokerId 0, role SYNC_MASTER, slave sync stopped, schedule service
-  started, registration sent at once.  Until then the broker answers writes as a slave does.
+  and transaction check started (the check rebuilds its state from the replicated half and
+  op records: no decision of the old leader is lost), registration sent at once.  Until then
+  the broker answers writes as a slave does.
 
 At start the broker has brokerId -1 and registers nothing (the registrar skips a -1 broker)
 until the first role is known; a member that already is leader or follower when the handler
@@ -225,6 +227,7 @@ class DLedgerRoleChangeHandler:
                         )
                     else:
                         await nursery.start(c.schedule_service.run)
+                        await nursery.start(c.run_transaction_check)
                     task_status.started()
         finally:
             if slave:
