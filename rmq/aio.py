@@ -261,7 +261,7 @@ class TransactionProducer(Producer):
                 state = _txn.local_state(await _maybe_result(self._execute_local(msg, arg)))
             except Exception as exc:  # as the Trio producer: UNKNOW, the broker checks back
                 state, error = LocalTransactionState.UNKNOW, exc
-        await self._run(self._async._end_transaction, sent, state, error)
+        await self._run(self._async._end_transaction, msg, sent, state, error)
         return _txn.transaction_result(sent, state)
 
 

@@ -33,6 +33,10 @@ so it is known at once).  The client's request handler hands it here; ``check_lo
 in a task of this producer and its answer goes back as END_TRANSACTION with
 fromTransactionCheck=true on the connection the check came on.  An exception or UNKNOW answers
 unknown: the broker asks again next round, up to its transactionCheckMax.
+
+With ``enable_trace=True`` (Java's enableMsgTrace on a TransactionMQProducer) the half message
+gives a Pub record of type Trans_Msg_Half, and every END_TRANSACTION, from step 3 or from a
+check, an EndTransaction record (rmq/trace/hooks.py), both through the one trace writer.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import trio
 
 from common.message import MessageExt, decode_record
 from common.message_id import decode_offset_msg_id
+from common.message_properties import MessageConst
 from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode
 from common.remoting.command import RemotingCommand
@@ -55,6 +60,8 @@ from rmq.errors import ClientError
 from rmq.message import Message
 from rmq.producer import Producer
 from rmq.send_result import SendResult, SendStatus
+from rmq.trace.encoder import MessageType, now_ms
+from rmq.trace.hooks import EndTransactionTracer
 
 log = logging.getLogger(__name__)
 
@@ -144,17 +151,25 @@ class TransactionProducer(Producer):
         *,
         execute_local: ExecuteLocal | None = None,
         check_local: CheckLocal | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """``kwargs``: the Producer's keyword arguments (network, send_timeout, ...)."""
-        super().__init__(group, namesrv, **kwargs)
+        """``kwargs``: the Producer's other keyword arguments (network, send_timeout, ...)."""
+        super().__init__(
+            group, namesrv, enable_trace=enable_trace, trace_topic=trace_topic, **kwargs
+        )
         self.execute_local = execute_local
         self.check_local = check_local
         # brokers this producer's group was announced to by a heartbeat
         self._announced: set[str] = set()
+        # EndTransaction records, through the Pub records' trace writer
+        self._end_tracer: EndTransactionTracer | None = None
 
     async def __aenter__(self) -> TransactionProducer:
         await super().__aenter__()
+        if self._send_tracer is not None:
+            self._end_tracer = EndTransactionTracer(self._send_tracer.dispatcher, self.group)
         self.client.register_transaction_checker(self.group, self._on_check)
         return self
 
@@ -173,7 +188,7 @@ class TransactionProducer(Producer):
             except Exception as exc:  # Java: logged, UNKNOW, the remark says why
                 log.info("local transaction of %s raised %r: UNKNOW", sent.msg_id, exc)
                 state, error = LocalTransactionState.UNKNOW, exc
-        await self._end_transaction(sent, state, error)
+        await self._end_transaction(msg, sent, state, error)
         return transaction_result(sent, state)
 
     async def _send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
@@ -189,7 +204,12 @@ class TransactionProducer(Producer):
             header["f"] = str(int(header.get("f", "0")) | _TRANSACTION_PREPARED)
             return header, body
 
+        tracer = self._send_tracer
+        start = now_ms()
         sent = await self._send(msg.topic, build, uniq, timeout, None)
+        if tracer is not None:
+            broker = self.client.cached_master_addr(sent.message_queue.brokerName)
+            tracer.record(msg, sent, broker or "", start, MessageType.Trans_Msg_Half)
         await self._announce(sent.message_queue.brokerName)
         return sent
 
@@ -207,11 +227,12 @@ class TransactionProducer(Producer):
 
     async def _end_transaction(
         self,
+        msg: Message,
         sent: SendResult,
         state: LocalTransactionState,
         error: BaseException | None = None,
     ) -> None:
-        """Step 3: END_TRANSACTION, oneway, to the broker holding the half message."""
+        """Step 3: END_TRANSACTION, oneway, to the broker holding `msg`'s half message."""
         _, commit_log_offset = decode_offset_msg_id(sent.offset_msg_id)
         header = end_transaction_header(
             self.group,
@@ -228,6 +249,18 @@ class TransactionProducer(Producer):
         addr = await self.client.master_addr(
             sent.message_queue.brokerName, sent.message_queue.topic
         )
+        if self._end_tracer is not None:
+            # Java's client makes the msgId the transactionId of the message it traces
+            self._end_tracer.record(
+                topic=msg.topic,
+                msg_id=sent.msg_id,
+                tags=msg.tags,
+                keys=msg.keys,
+                store_host=addr,
+                state=state.value,
+                transaction_id=sent.msg_id,
+                from_check=False,
+            )
         await self.client.remoting.invoke_oneway(addr, cmd, self.send_timeout)
 
     # --- the broker's check ----------------------------------------------------------------
@@ -270,6 +303,18 @@ class TransactionProducer(Producer):
             return
         end = RemotingCommand.request(RequestCode.END_TRANSACTION, header, oneway=True)
         end.remark = remark
+        if self._end_tracer is not None:
+            self._end_tracer.record(
+                topic=msg.topic,
+                msg_id=header["msgId"],
+                tags=msg.tags,
+                keys=msg.keys,
+                store_host=channel.remote_addr,
+                state=state.value,
+                transaction_id=msg.uniq_key,
+                from_check=True,
+                region_id=msg.properties.get(MessageConst.MSG_REGION),
+            )
         try:
             with trio.move_on_after(self.send_timeout):
                 await channel.send(end)

@@ -43,6 +43,8 @@ CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
 # TraceConstants.GROUP_NAME_PREFIX: the group of the producer that writes a client's traces
 GROUP_NAME_PREFIX = "_INNER_TRACE_PRODUCER"
+# MixAll.DEFAULT_TRACE_REGION_ID: an EndTransaction's region when the message names none
+DEFAULT_TRACE_REGION_ID = "DefaultRegion"
 
 
 class TraceType(enum.Enum):
@@ -325,6 +327,7 @@ def decode(data: str) -> list[TraceContext]:
 
 __all__ = [
     "CONTENT_SPLITOR",
+    "DEFAULT_TRACE_REGION_ID",
     "FIELD_SPLITOR",
     "GROUP_NAME_PREFIX",
     "ConsumeReturnType",

@@ -1,11 +1,20 @@
-"""The records a traced client writes (RocketMQ ``SendMessageTraceHookImpl`` and
-``ConsumeMessageTraceHookImpl``).
+"""The records a traced client writes (RocketMQ ``SendMessageTraceHookImpl``,
+``EndTransactionTraceHookImpl`` and ``ConsumeMessageTraceHookImpl``).
 
 - A send that the broker answered (stored, flushed or not) gives one ``Pub`` record: the
   producer group, the message's topic, msgId (UNIQ_KEY), offsetMsgId, tags, keys and body
   length, the broker's address, the time from before the send to the answer, and whether it
   was SEND_OK.  A send that failed gives none, nor a send to the trace topic itself, nor one
-  the broker answered with TRACE_ON=false; as in Java.
+  the broker answered with TRACE_ON=false; as in Java.  The message type is Trans_Msg_Half
+  for a transaction's half message, Delay_Msg for one with a delay level, else Normal_Msg.
+- Each END_TRANSACTION a transactional producer sends gives one ``EndTransaction`` record,
+  written just before the request leaves (after the local transaction, or after the broker's
+  check-back): the group, the message's topic, msgId, tags and keys, the broker it goes to,
+  the state sent (``LocalTransactionState``'s name), the transactionId (the msgId, as Java's
+  client sets it) and whether it answers a check.  Java writes the type Trans_msg_Commit
+  whatever the state, and the region of the message's MSG_REGION, else DefaultRegion; so do
+  we.  Unlike a Pub it does not wait for the broker (END_TRANSACTION is oneway), so it has no
+  cost and counts as a success.
 - A listener call gives a ``SubBefore`` record per message before the call (group, msgId,
   reconsume times, keys, and a request id shared by the call) and a ``SubAfter`` per message
   after it, with the call's time divided by the number of messages, whether it succeeded, and
@@ -22,6 +31,7 @@ from rmq.message import Message
 from rmq.send_result import SendResult, SendStatus
 from rmq.trace.dispatcher import AsyncTraceDispatcher
 from rmq.trace.encoder import (
+    DEFAULT_TRACE_REGION_ID,
     ConsumeReturnType,
     MessageType,
     TraceBean,
@@ -39,10 +49,20 @@ class SendTracer:
     def traced(self, topic: str) -> bool:
         return not topic.startswith(self.dispatcher.topic)
 
-    def record(self, msg: Message, result: SendResult, store_host: str, start_ms: int) -> None:
-        """A ``Pub`` for a send that started at `start_ms` and got `result` from `store_host`."""
+    def record(
+        self,
+        msg: Message,
+        result: SendResult,
+        store_host: str,
+        start_ms: int,
+        msg_type: MessageType | None = None,
+    ) -> None:
+        """A ``Pub`` for a send that started at `start_ms` and got `result` from `store_host`
+        (`msg_type`: Trans_Msg_Half for a half message; by default from the delay level)."""
         if not self.traced(msg.topic) or not result.trace_on:
             return
+        if msg_type is None:
+            msg_type = MessageType.Delay_Msg if msg.delay_level > 0 else MessageType.Normal_Msg
         cost = now_ms() - start_ms
         bean = TraceBean(
             topic=msg.topic,
@@ -52,7 +72,7 @@ class SendTracer:
             keys=msg.keys,
             store_host=store_host,
             body_length=len(msg.body),
-            msg_type=MessageType.Delay_Msg if msg.delay_level > 0 else MessageType.Normal_Msg,
+            msg_type=msg_type,
             store_time=start_ms + cost // 2,
         )
         self.dispatcher.append(
@@ -63,6 +83,49 @@ class SendTracer:
                 group_name=self.group,
                 cost_time=cost,
                 success=result.status is SendStatus.SEND_OK,
+                trace_beans=[bean],
+            )
+        )
+
+
+class EndTransactionTracer:
+    def __init__(self, dispatcher: AsyncTraceDispatcher, group: str) -> None:
+        self.dispatcher = dispatcher
+        self.group = group
+
+    def record(
+        self,
+        *,
+        topic: str,
+        msg_id: str,
+        tags: str | None,
+        keys: str | None,
+        store_host: str,
+        state: str,
+        transaction_id: str | None,
+        from_check: bool,
+        region_id: str | None = None,
+    ) -> None:
+        """An ``EndTransaction`` for the END_TRANSACTION about to go to `store_host`."""
+        if topic.startswith(self.dispatcher.topic):
+            return
+        bean = TraceBean(
+            topic=topic,
+            msg_id=msg_id,
+            tags=tags,
+            keys=keys,
+            store_host=store_host,
+            msg_type=MessageType.Trans_msg_Commit,
+            transaction_state=state,
+            transaction_id=transaction_id,
+            from_transaction_check=from_check,
+        )
+        self.dispatcher.append(
+            TraceContext(
+                TraceType.EndTransaction,
+                region_id=region_id or DEFAULT_TRACE_REGION_ID,
+                group_name=self.group,
+                request_id=None,
                 trace_beans=[bean],
             )
         )
@@ -119,4 +182,4 @@ class ConsumeTracer:
         )
 
 
-__all__ = ["ConsumeTracer", "SendTracer"]
+__all__ = ["ConsumeTracer", "EndTransactionTracer", "SendTracer"]

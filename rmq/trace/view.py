@@ -3,9 +3,9 @@
 The trace messages that QUERY_MESSAGE finds under a msgId hold records of other messages too
 (a trace message is a batch); :func:`trace_views` keeps the records of that msgId and adds
 what the record does not say itself: the client that wrote it, which is the trace message's
-born host (as Java's TraceView takes it).  The records come back ordered by time, with Java's
-type order (Pub, SubBefore, SubAfter) between equal times; one trace message found twice (a
-hash collision of the index) counts once.
+born host (as Java's TraceView takes it).  The records come back ordered by time, with the
+type order Pub, EndTransaction, SubBefore, SubAfter between equal times; one trace message
+found twice (a hash collision of the index) counts once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import attrs
 
 from common.message import MessageExt
-from rmq.trace.encoder import TraceType, decode
+from rmq.trace.encoder import MessageType, TraceType, decode
 
 _ORDER = {
     TraceType.Pub: 0,
@@ -46,6 +46,14 @@ class TraceView:
     context_code: int  # SubAfter: ConsumeReturnType ordinal
     region_id: str
     trace_message_id: str  # offset msgId of the trace message that held the record
+    # Pub: Normal_Msg, Trans_Msg_Half, Delay_Msg; EndTransaction: Trans_msg_Commit
+    msg_type: MessageType | None = None
+    # EndTransaction: the state sent (COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW), the
+    # transactionId, and whether it answered the broker's check rather than the local
+    # transaction's first outcome
+    transaction_state: str = ""
+    transaction_id: str = ""
+    from_transaction_check: bool = False
 
     @property
     def status(self) -> str:
@@ -90,6 +98,10 @@ def trace_views(msg_id: str, trace_messages: Iterable[MessageExt]) -> list[Trace
                     context_code=ctx.context_code,
                     region_id=_str(ctx.region_id),
                     trace_message_id=m.msg_id,
+                    msg_type=bean.msg_type,
+                    transaction_state=_str(bean.transaction_state),
+                    transaction_id=_str(bean.transaction_id),
+                    from_transaction_check=bean.from_transaction_check,
                 )
             )
     out.sort(key=lambda v: (v.time_stamp, _ORDER[v.trace_type]))
