@@ -2,9 +2,11 @@
 view of RocketMQ's dashboard, from what traced clients wrote: rmq/trace/).
 
 The records are grouped into what a person asks about a message: who sent it (the ``Pub``
-records: producer group, client, time to the broker's answer, status), where it is stored (the
-message itself, looked up by its msgId in the topic the Pub names: broker, queue, offset,
-store time), and who consumed it (each ``SubBefore`` with the ``SubAfter`` of the same listener
+records: producer group, client, time to the broker's answer, status; a transaction's half
+message says so), how its transaction ended (each ``EndTransaction`` record: commit, rollback
+or unknown, and whether it answered the broker's check-back or came straight from the local
+transaction), where it is stored (the message itself, looked up by its msgId in the topic the
+Pub names: broker, queue, offset, store time), and who consumed it (each ``SubBefore`` with the ``SubAfter`` of the same listener
 call: group, client, attempt, status, time in the listener).  A consumption whose SubAfter is
 missing is shown as ``running`` (the listener has not returned, or its trace was dropped).
 """
@@ -27,6 +29,13 @@ if TYPE_CHECKING:
 
 # ConsumeReturnType by ordinal (a SubAfter's contextCode)
 _RETURN_TYPES = ["SUCCESS", "TIME_OUT", "EXCEPTION", "RETURNNULL", "FAILED"]
+# an EndTransaction's LocalTransactionState, as the timeline's status says it
+_END_STATES = {"COMMIT_MESSAGE": "commit", "ROLLBACK_MESSAGE": "rollback", "UNKNOW": "unknown"}
+
+
+def _given(value: str) -> str | None:
+    # Java's encoder writes a message without tags or keys as "null"
+    return value if value not in ("", "null") else None
 
 
 def _when(ms: int) -> dict[str, Any]:
@@ -47,13 +56,27 @@ def trace_doc(
             "cost_ms": v.cost_time,
             "status": v.status,
             "topic": v.topic,
-            "tags": v.tags or None,
-            "keys": v.keys or None,
+            "tags": _given(v.tags),
+            "keys": _given(v.keys),
             "broker_addr": v.store_host,
             "offset_msg_id": v.offset_msg_id or None,
+            "msg_type": v.msg_type.name if v.msg_type is not None else None,
         }
         for v in views
         if v.trace_type is TraceType.Pub
+    ]
+    ended = [
+        {
+            **_when(v.time_stamp),
+            "group": v.group,
+            "client_host": v.client_host,
+            "state": v.transaction_state,
+            "from_check": v.from_transaction_check,
+            "broker_addr": v.store_host,
+            "transaction_id": v.transaction_id or None,
+        }
+        for v in views
+        if v.trace_type is TraceType.EndTransaction
     ]
     after = {v.request_id: v for v in views if v.trace_type is TraceType.SubAfter}
     consumed = []
@@ -67,6 +90,7 @@ def trace_doc(
         "msg_id": msg_id,
         "trace_topic": topic,
         "sent": sent,
+        "transaction": ended,
         "stored": None,
         "consumed": consumed,
     }
@@ -111,6 +135,8 @@ def render_trace(doc: dict[str, Any], *, as_json: bool = False) -> None:
             detail += f" tags {s['tags']}"
         if s["keys"]:
             detail += f" keys {s['keys']}"
+        if s.get("msg_type") == "Trans_Msg_Half":
+            detail = f"half message, {detail}"
         rows.append(
             (
                 s["time_ms"],
@@ -122,6 +148,22 @@ def render_trace(doc: dict[str, Any], *, as_json: bool = False) -> None:
                     s["status"],
                     s["cost_ms"],
                     detail,
+                ],
+            )
+        )
+    for t in doc.get("transaction", ()):
+        how = "answering the broker's check-back" if t["from_check"] else "local transaction"
+        rows.append(
+            (
+                t["time_ms"],
+                [
+                    t["time"],
+                    "transaction end",
+                    t["group"],
+                    t["client_host"],
+                    _END_STATES.get(t["state"], t["state"]),
+                    "",
+                    f"{how}, to {t['broker_addr']}",
                 ],
             )
         )
@@ -150,10 +192,13 @@ def render_trace(doc: dict[str, Any], *, as_json: bool = False) -> None:
         )
     rows.sort(key=lambda r: r[0])
     columns = ["time", "event", "group", "client", "status", "cost ms", "detail"]
-    _console().print(
+    _console(min_width=140).print(
         _table(f"trace of {doc['msg_id']} ({doc['trace_topic']})", columns, [r for _, r in rows])
     )
-    if not doc["consumed"]:
+    ends = doc.get("transaction") or []
+    if not doc["consumed"] and ends and ends[-1]["state"] == "ROLLBACK_MESSAGE":
+        _line("rolled back: never delivered to consumers")
+    elif not doc["consumed"]:
         _line("not consumed by a traced consumer yet")
 
 
@@ -172,8 +217,9 @@ def message_trace(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a message's timeline: sent (group, client, cost, status), stored (broker, queue,
-    offset), consumed (group, client, attempt, status, cost).
+    """Show a message's timeline: sent (group, client, cost, status), a transaction's end
+    (commit / rollback / unknown, from the local transaction or a check-back), stored (broker,
+    queue, offset), consumed (group, client, attempt, status, cost).
 
     Reads what traced clients wrote (ours with enable_trace=True, Java ones with
     enableMsgTrace) to RMQ_SYS_TRACE_TOPIC, or --trace-topic.

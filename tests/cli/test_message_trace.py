@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli.admin.message_trace import trace_doc
 from cli.main import app
 from common.message import MessageExt
-from rmq import ConsumeFromWhere, Message, sync
+from rmq import ConsumeFromWhere, LocalTransactionState, Message, sync
 from rmq.trace.encoder import TraceType
 from rmq.trace.view import TraceView
 
@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.timeout(60)
 
 runner = CliRunner()
+
+
+@pytest.fixture
+def broker_fields() -> dict[str, Any]:
+    # an undecided half message is checked back within about 2 s
+    return {"transaction_timeout": 1.0, "transaction_check_interval": 1.0}
 
 
 def test_trace_timeline_sent_stored_consumed(portal_tcp_cluster: InProcessCluster) -> None:
@@ -81,6 +87,54 @@ def test_trace_timeline_sent_stored_consumed(portal_tcp_cluster: InProcessCluste
         app, ["-n", cluster.namesrv, "message", "trace", sent.msg_id, "--trace-topic", "Nope"]
     )
     assert other.exit_code == 1 and "in Nope" in other.stderr
+
+
+def test_trace_timeline_of_a_transaction_checked_back(
+    portal_tcp_cluster: InProcessCluster,
+) -> None:
+    cluster = portal_tcp_cluster
+    cluster.call(cluster.create_topic, "TxT", 1)
+    checked: list[MessageExt] = []
+
+    def check_local(msg: MessageExt) -> LocalTransactionState:
+        checked.append(msg)
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    with sync.TransactionProducer(
+        "trace-txg",
+        cluster.namesrv,
+        execute_local=lambda msg, arg: LocalTransactionState.UNKNOW,
+        check_local=check_local,
+        enable_trace=True,
+    ) as p:
+        sent = p.send_in_transaction(Message("TxT", b"hi", keys="order-7"))
+        deadline = time.monotonic() + 20
+        while not cluster.call(cluster.messages, "TxT", 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(checked) == 1  # closing the producer flushed its traces
+
+    result = runner.invoke(app, ["-n", cluster.namesrv, "message", "trace", sent.msg_id, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    [pub] = doc["sent"]
+    assert (pub["group"], pub["msg_type"], pub["keys"], pub["tags"]) == (
+        "trace-txg",
+        "Trans_Msg_Half",
+        "order-7",
+        None,
+    )
+    assert [(t["state"], t["from_check"], t["group"]) for t in doc["transaction"]] == [
+        ("UNKNOW", False, "trace-txg"),
+        ("COMMIT_MESSAGE", True, "trace-txg"),
+    ]
+    assert {t["broker_addr"] for t in doc["transaction"]} == {cluster.addr()}
+    assert doc["transaction"][1]["transaction_id"] == sent.msg_id
+    assert doc["stored"]["topic"] == "TxT"  # the committed message
+
+    text = runner.invoke(app, ["-n", cluster.namesrv, "message", "trace", sent.msg_id])
+    assert text.exit_code == 0, text.output
+    for word in ("half message", "transaction end", "unknown", "commit", "check-back", "stored"):
+        assert word in text.stdout, text.stdout
 
 
 def view(kind: TraceType, t: int, **kw: object) -> TraceView:

@@ -8,8 +8,12 @@ they write reads here.
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Sequence
 
+import pytest
+import trio
+
+from rmq.trace.dispatcher import AsyncTraceDispatcher
 from rmq.trace.encoder import (
     ConsumeReturnType,
     MessageType,
@@ -20,6 +24,7 @@ from rmq.trace.encoder import (
     encode,
     java_split,
 )
+from rmq.trace.hooks import EndTransactionTracer
 
 C, F = "\x01", "\x02"
 T = 1_700_000_000_123
@@ -127,6 +132,47 @@ def test_end_transaction() -> None:
     [back] = decode(want)
     assert back.trace_beans[0].transaction_state == "COMMIT_MESSAGE"
     assert back.trace_beans[0].from_transaction_check is True
+
+
+def test_end_transaction_as_the_hook_writes_it() -> None:
+    # EndTransactionTraceHookImpl: Trans_msg_Commit whatever the state, DefaultRegion when the
+    # message names none, "null" for a message without tags or keys; the trace message is
+    # keyed by the msgId alone then
+    async def nowhere(topic: str, body: bytes, keys: Sequence[str]) -> None:
+        raise AssertionError("not sent")
+
+    dispatcher = AsyncTraceDispatcher(nowhere)
+    tracer = EndTransactionTracer(dispatcher, "PID-test")
+    tracer.record(
+        topic="topic-test",
+        msg_id="M1",
+        tags=None,
+        keys=None,
+        store_host="10.0.0.5:10911",
+        state="ROLLBACK_MESSAGE",
+        transaction_id="M1",
+        from_check=False,
+    )
+    tracer.record(  # a record about the trace topic itself is never written
+        topic="RMQ_SYS_TRACE_TOPIC",
+        msg_id="M2",
+        tags=None,
+        keys=None,
+        store_host="",
+        state="UNKNOW",
+        transaction_id=None,
+        from_check=True,
+    )
+    ctx = dispatcher._out.receive_nowait()
+    with pytest.raises(trio.WouldBlock):
+        dispatcher._out.receive_nowait()
+    ctx.time_stamp = T
+    got = encode(ctx)
+    assert got.trans_data == (
+        f"EndTransaction{C}{T}{C}DefaultRegion{C}PID-test{C}topic-test{C}M1{C}null{C}null{C}"
+        f"10.0.0.5:10911{C}2{C}M1{C}ROLLBACK_MESSAGE{C}false{F}"
+    )
+    assert got.trans_keys == ("M1",)
 
 
 def test_decode_what_the_java_client_writes() -> None:
