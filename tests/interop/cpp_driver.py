@@ -192,6 +192,7 @@ def consume(args: argparse.Namespace) -> int:
             topic=msg.topic,
             queue_id=msg.queue_id,
             queue_offset=msg.queue_offset,
+            store_timestamp=msg.store_timestamp,
             reconsume_times=msg.reconsume_times,
             seq=seq,
         )

@@ -120,9 +120,7 @@ def check_running_info(cluster: Any) -> None:
 
 def test_running_cpp_consumer_consumes_again_from_the_reset_time(tmp_path, module_cluster):
     produce(tmp_path, module_cluster, TOPIC, 12, prefix="a-")
-    time.sleep(1.0)
-    reset_ms = int(time.time() * 1000)
-    time.sleep(0.3)
+    time.sleep(1.5)
     produce(tmp_path, module_cluster, TOPIC, 12, prefix="b-")
     later = {f"b-body-{i}" for i in range(12)}
 
@@ -134,6 +132,11 @@ def test_running_cpp_consumer_consumes_again_from_the_reset_time(tmp_path, modul
         first = driver.recv(24, 90)
         assert {e["body"] for e in first} == {f"a-body-{i}" for i in range(12)} | later
         check_running_info(module_cluster)
+        # the store time of the first b-* message: RocketMQ's search by time answers the unit
+        # closest to the time asked (ConsumeQueue.getOffsetInQueueByTime), so a time read off
+        # the test's clock between the two sends could land nearer an a-* message when the
+        # second producer is slow to start; the stored time itself is exact
+        reset_ms = min(e["store_timestamp"] for e in first if e["body"].startswith("b-"))
         doc = reset(module_cluster, "--to-time", str(reset_ms))
         assert not doc["dry_run"] and doc["queues"]
         # each queue moves back to its first b-* message, read from what the client delivered
