@@ -57,6 +57,7 @@ from broker.store.api import ArrivalListener, MessageStore
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.clean_service import disk_runtime_info, refuse_puts, run_clean_service
 from broker.store.commitlog import CommitLog
+from broker.store.commitlog_scan import check_implementation
 from broker.store.config import MessageStoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.flush import FlushService
@@ -218,6 +219,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         if crc_from >= start:
             return start
         bad = cl.first_bad_below(crc_from, start)
+        report.crc_check = check_implementation()
         report.crc_from = crc_from
         report.crc_seconds = time.monotonic() - t0
         if bad is None:
