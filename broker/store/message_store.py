@@ -150,7 +150,10 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         self.index.load()
 
         self.recovery = self._recover(cp)
-        log.info("store %s: %s", self.root, self.recovery.summary())
+        # after a crash the operator reads what recovery checked, cut and took (a WARNING: the
+        # level a node's log keeps)
+        level = logging.INFO if self.last_exit_ok else logging.WARNING
+        log.log(level, "store %s: %s", self.root, self.recovery.summary())
         atomic_write(Path(self._abort_path()), b"")  # durable: a power cut must find it too
 
     def _recover(self, cp: StoreCheckpoint) -> RecoveryReport:
