@@ -19,8 +19,8 @@ every process this script starts is stopped by pid (bench/cluster.py).
    * SIGKILL: kill -9 while idle (at most one checkpoint interval of writes to recover).
 4. In-process, the check recovery makes below the checkpoint after a crash
    (``CommitLog.first_bad_below``: structure and body CRC of every record, the whole last
-   segment) timed over the whole filled segment as recovery runs it (the compiled check on two
-   threads), on one thread, and with the numpy fallback, best of ``--runs``.
+   segment) timed over the whole filled segment as recovery runs it (the compiled check) and
+   with the numpy fallback, best of ``--runs``.
 5. The case of the report: ``rmq up`` with one slave (default topology, small store), SIGKILL
    the master, time ``rmq restart broker-a``; ``ready`` for a master includes its slave's HA
    reconnection.
@@ -145,9 +145,9 @@ def timed_restart(data: Path, sig: int) -> float:
 
 def crc_check_times(root: Path, runs: int) -> dict[str, float]:
     """Seconds (best of ``runs``) of the below-checkpoint check over the whole filled segment
-    of the store at ``root``: as recovery runs it (``CommitLog.first_bad_below``: compiled, two
-    threads), the compiled check on one thread, the numpy path, and the numpy path over the
-    default window (what recovery checked before it covered the whole last segment)."""
+    of the store at ``root``: as recovery runs it (``CommitLog.first_bad_below``, the compiled
+    check), the numpy path, and the numpy path over the default window (what recovery checked
+    before it covered the whole last segment)."""
     from broker.store import commitlog_scan
     from broker.store.commitlog import CommitLog
     from broker.store.config import MessageStoreConfig
@@ -163,20 +163,19 @@ def crc_check_times(root: Path, runs: int) -> dict[str, float]:
         window = cfg.crc_check_window_on_recover
         win_start = commitlog_scan.resync(view, base, max(0, stop - window)) or 0
         seg = f"whole segment, {stop >> 20} MiB"
+        rc = commitlog_scan._record_check
+        kernel = f", CRC by {rc.CRC_KERNEL}" if rc is not None else ""
 
-        def check(start: int, compiled: bool, threads: int) -> None:
-            got = commitlog_scan.check_records(
-                view, base, start, stop, compiled=compiled, threads=threads
-            )
+        def check(start: int, compiled: bool) -> None:
+            got = commitlog_scan.check_records(view, base, start, stop, compiled=compiled)
             assert got[1] is None, got
 
         cases: dict[str, Callable[[], None]] = {
-            f"as recovery runs it ({commitlog_scan.check_implementation()}, 2 threads), {seg}": (
+            f"as recovery runs it ({commitlog_scan.check_implementation()}{kernel}), {seg}": (
                 lambda: assert_none(cl.first_bad_below(base, end))
             ),
-            f"compiled, 1 thread, {seg}": lambda: check(0, True, 1),
-            f"numpy, {seg}": lambda: check(0, False, 1),
-            f"numpy, the {window >> 20} MiB window": lambda: check(win_start, False, 1),
+            f"numpy, {seg}": lambda: check(0, False),
+            f"numpy, the {window >> 20} MiB window": lambda: check(win_start, False),
         }
         out = {}
         for name, fn in cases.items():

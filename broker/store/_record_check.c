@@ -14,13 +14,26 @@
  *
  * Why C: zlib itself runs at ~4 GB/s, but one Python-level call per 1 KiB body halves that, and
  * recovery checks a whole segment after a crash.  The GIL is released for the walk (the buffer
- * stays exported, so the mapping cannot go away under it), so two halves of a segment can be
- * checked on two threads.
+ * stays exported, so the mapping cannot go away under it): the broker's other threads go on.
+ *
+ * The CRC: zlib's crc32 is a table method, ~4 GB/s, most of the walk's time.  On x86-64 with
+ * PCLMULQDQ a body of 64 bytes or more is folded 64 bytes at a time with carry-less multiplies
+ * instead (Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"; the fold
+ * constants are x^n mod P for the CRC-32 polynomial, bit-reflected, as in the Linux kernel's
+ * crc32-pclmul): four 128-bit lanes, each folded 512 bits forward per step, then folded into
+ * one.  The folded 16 bytes stand where the message's last whole 16 bytes stood and are
+ * congruent to the message modulo P, so zlib's crc32 over them (from a register of 0, i.e.
+ * crc 0xFFFFFFFF) and then over the 0-15 bytes left gives the message's CRC-32, bit for bit,
+ * ~3x faster.  Shorter bodies and other CPUs use zlib throughout (CRC_KERNEL says which).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <zlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_FOLD 1
+#endif
 
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define BLANK_MAGIC 0xCBD43194u
@@ -67,6 +80,56 @@ static inline Py_ssize_t clip(Py_ssize_t v, Py_ssize_t lo, Py_ssize_t hi) {
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
+#ifdef HAVE_FOLD
+static int use_fold;
+
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_fold(const unsigned char *p,
+                                                                   size_t len) {
+    /* len >= 64; the constants' low qword multiplies a lane's low half, the high one its high */
+    const __m128i by4 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL); /* 512 bits forward */
+    const __m128i by1 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL); /* 128 bits forward */
+#define LOAD(at) _mm_loadu_si128((const __m128i *)(at))
+#define FOLD(x, k, next)                                                                       \
+    _mm_xor_si128(                                                                             \
+        _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
+    __m128i x0 = LOAD(p), x1 = LOAD(p + 16), x2 = LOAD(p + 32), x3 = LOAD(p + 48);
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)0xFFFFFFFF)); /* the register's start, ~0 */
+    p += 64;
+    len -= 64;
+    while (len >= 64) {
+        x0 = FOLD(x0, by4, LOAD(p));
+        x1 = FOLD(x1, by4, LOAD(p + 16));
+        x2 = FOLD(x2, by4, LOAD(p + 32));
+        x3 = FOLD(x3, by4, LOAD(p + 48));
+        p += 64;
+        len -= 64;
+    }
+    x0 = FOLD(x0, by1, x1);
+    x0 = FOLD(x0, by1, x2);
+    x0 = FOLD(x0, by1, x3);
+    while (len >= 16) {
+        x0 = FOLD(x0, by1, LOAD(p));
+        p += 16;
+        len -= 16;
+    }
+#undef FOLD
+#undef LOAD
+    unsigned char folded[16];
+    _mm_storeu_si128((__m128i *)folded, x0);
+    uLong crc = crc32(0xFFFFFFFFUL, folded, 16);
+    return (uint32_t)crc32(crc, p, (uInt)len);
+}
+#endif
+
+/* zlib's crc32(0, body) */
+static uint32_t body_crc(const unsigned char *p, size_t len) {
+#ifdef HAVE_FOLD
+    if (use_fold && len >= 64)
+        return crc32_fold(p, len);
+#endif
+    return (uint32_t)crc32(0L, p, (uInt)len);
+}
+
 /* The checks of first_damaged on the complete record at [s, e) of b[0:n], in its order (its
  * gathers clip every index into the buffer; so does this, so the answers agree bit for bit). */
 static int check_record(const unsigned char *b, Py_ssize_t n, Py_ssize_t s, Py_ssize_t e) {
@@ -85,7 +148,7 @@ static int check_record(const unsigned char *b, Py_ssize_t n, Py_ssize_t s, Py_s
     if ((topic_len > 0 && last_topic == 0) || (props_len > 0 && b[e - 1] == 0))
         return WALK_ZEROED;
     uint32_t want = (uint32_t)be32(b + s + BODY_CRC_POSITION);
-    uint32_t got = (uint32_t)crc32(0L, b + body, (uInt)length) & 0x7FFFFFFFu;
+    uint32_t got = body_crc(b + body, (size_t)length) & 0x7FFFFFFFu;
     return got == want ? -1 : WALK_BODY_CRC;
 }
 
@@ -193,6 +256,17 @@ PyMODINIT_FUNC PyInit__record_check(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    const char *kernel = "zlib";
+#ifdef HAVE_FOLD
+    __builtin_cpu_init();
+    use_fold = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    if (use_fold)
+        kernel = "pclmulqdq";
+#endif
+    if (PyModule_AddStringConstant(m, "CRC_KERNEL", kernel) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     static const struct {
         const char *name;
         int value;

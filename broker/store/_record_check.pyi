@@ -1,6 +1,7 @@
 # broker/store/_record_check.c: the compiled record check (see its source for the contract)
 from broker.store.results import Buffer
 
+CRC_KERNEL: str  # "pclmulqdq" or "zlib"
 WALK_END_OF_FILE: int
 WALK_RANGE_END: int
 WALK_BLANK: int

@@ -210,7 +210,7 @@ class CommitLog:
                 if found is None:
                     continue
                 start = found
-            pos, why = check_records(mf.view, mf.file_from_offset, start, stop, threads=2)
+            pos, why = check_records(mf.view, mf.file_from_offset, start, stop)
             if why is not None:
                 return mf.file_from_offset + pos, why
         return None

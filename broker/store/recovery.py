@@ -58,11 +58,11 @@ starts at the lower of two places (``crc_check_from``):
 
 Start-up after a crash thus reads at most one segment or the window, whichever is larger, plus
 what followed the checkpoint, whatever the store's size.  The check is compiled
-(broker/store/_record_check.c: the walk, the field checks and zlib's CRC per body, without the
-GIL), and a long range is checked in two halves on two threads (commitlog_scan.check_records):
-a whole 1 GiB segment of 1 KiB messages in ~0.2 s on a 2-core machine, so a restart after a kill
-stays well under 1.5 s (docs/benchmarks.md).  Where the extension was not built the numpy path
-gives the same answer in ~1 s per GiB (``RecoveryReport.crc_check`` says which ran).
+(broker/store/_record_check.c, commitlog_scan.check_records: the walk, the field checks and the
+CRC-32 per body, folded with PCLMULQDQ where the CPU has it, without the GIL): a whole 1 GiB
+segment of 1 KiB messages in ~0.1 s on one core, so a restart after a kill stays well under
+1.5 s (docs/benchmarks.md).  Where the extension was not built the numpy path gives the same
+answer in ~1 s per GiB (``RecoveryReport.crc_check`` says which ran).
 
 The first record checked that is not intact cuts the log there, exactly like a torn
 tail past the checkpoint: every record after it is suspect (RocketMQ cuts at the first bad

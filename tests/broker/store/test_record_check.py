@@ -4,7 +4,8 @@ numpy path (scan_segment + first_damaged) give the same answer on any segment.
 Segments are generated: intact records (IPv4 and IPv6 hosts, empty and full topics, bodies and
 properties), then damage a crash or a lying disk leaves (flipped bytes, a zeroed record tail,
 a torn end), ending in BLANK filler, zeros or nothing; the check runs from a record start or an
-arbitrary position to an arbitrary stop, on one thread and split over two.
+arbitrary position to an arbitrary stop.  The compiled CRC (PCLMULQDQ folding where the CPU has
+it) is held to zlib's, which the numpy path uses, for every way a body's length ends.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from broker.store import commitlog_scan
 from broker.store.commitlog_scan import check_implementation, check_records
 from common.message import BLANK_MAGIC_CODE, MessageExtBrokerInner
 from common.message_encoder import encode_record
@@ -108,10 +108,7 @@ def damaged(buf, starts, harm):
 def answers(buf, start, stop):
     numpy = check_records(buf, FROM, start, stop, compiled=False)
     compiled = check_records(buf, FROM, start, stop, compiled=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(commitlog_scan, "SPLIT_MIN", 0)  # split whatever the length
-        split = check_records(buf, FROM, start, stop, compiled=True, threads=2)
-    return numpy, compiled, split
+    return numpy, compiled
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,10 +135,9 @@ def test_compiled_and_numpy_checks_agree(specs, tail, slack, harm, data):
     if how >= 8:
         stop = data.draw(st.sampled_from([n, *starts]) | st.integers(0, n + 8), label="stop")
     stop = max(stop, start)
-    numpy, compiled, split = answers(buf, start, stop)
+    numpy, compiled = answers(buf, start, stop)
     event("intact" if numpy[1] is None else " ".join(numpy[1].split()[:2]))  # the spread
     assert compiled == numpy
-    assert split == numpy
 
 
 def test_each_kind_of_damage_is_named_the_same_way():
@@ -160,8 +156,8 @@ def test_each_kind_of_damage_is_named_the_same_way():
     }
     for name, (damaged_buf, (pos, why)) in cases.items():
         stop = len(damaged_buf) - (64 if name != "torn" else 0)
-        numpy, compiled, split = answers(damaged_buf, 0, stop)
-        assert numpy == compiled == split, name
+        numpy, compiled = answers(damaged_buf, 0, stop)
+        assert numpy == compiled, name
         assert compiled[0] == pos, name
         if why is None:
             assert compiled[1] is None, name
@@ -181,17 +177,16 @@ def _zero(buf, lo, hi):
     return bytes(out)
 
 
-def test_a_split_range_whose_middle_hit_lies_inside_a_body_gives_the_one_walk_answer():
-    # a body holding, at its own offset, the self-referencing pattern resync looks for: the
-    # second half starts at a fake record, the first half's records run past it
-    first = record(0, b"a" * 40)
-    pos = len(first)
-    fake_at = pos + 88 + 300  # 300 bytes into the next record's body (IPv4 hosts)
-    body = b"b" * 300 + record(fake_at, b"")[:36] + b"c" * 8
-    buf = first + record(pos, body)
-    buf += record(len(buf), b"d" * 40) + bytes(64)
-    stop = len(buf) - 64
-    # where check_records splits the range: the fake, past the middle and before any record
-    assert commitlog_scan.resync(buf, FROM, stop // 2, stop=stop) == fake_at
-    numpy, compiled, split = answers(buf, 0, stop)
-    assert numpy == compiled == split == (stop, None)
+@pytest.mark.parametrize("length", [0, 15, 16, 63, 64, 65, 79, 80, 127, 128, 1024, 4099, 70001])
+def test_body_crc_of_every_length_class(length):
+    # the compiled CRC folds bodies of 64 bytes and more 64 at a time, then 16, then byte-wise
+    # (_record_check.c): every way a length ends, against zlib's (the numpy path's)
+    buf = record(0, bytes(range(256)) * (length // 256) + bytes(range(length % 256)))
+    buf += record(len(buf), b"x" * length) + bytes(16)
+    stop = len(buf) - 16
+    assert answers(buf, 0, stop) == ((stop, None),) * 2
+    if length:
+        bad = _flip(buf, 88 + length - 1)  # the first record's last body byte
+        assert answers(bad, 0, stop) == ((0, "body CRC mismatch"),) * 2
+        bad = _flip(buf, 88)  # its first
+        assert answers(bad, 0, stop) == ((0, "body CRC mismatch"),) * 2
