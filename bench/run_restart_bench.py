@@ -133,14 +133,22 @@ def timed_restart(data: Path, sig: int) -> float:
     wait_gone(pid)
     time.sleep(0.3)  # the supervisor has reported the exit
     t0 = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [*RMQ, "restart", "broker-a", "--data-dir", str(data), "--timeout", "60"],
         cwd=ROOT,
-        check=True,
         capture_output=True,
+        text=True,
         timeout=90,
     )
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if done.returncode:
+        log = data / "logs" / "broker-a.log"
+        tail = log.read_text()[-3000:] if log.exists() else ""
+        raise RuntimeError(
+            f"rmq restart broker-a exited {done.returncode}:\n{done.stdout}{done.stderr}\n"
+            f"--- broker-a.log:\n{tail}"
+        )
+    return took
 
 
 def crc_check_times(root: Path, runs: int) -> dict[str, float]:
