@@ -63,11 +63,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from broker.store.results import Buffer
-
-try:  # built by setup.py where a compiler is at hand; the numpy path is the fallback
-    from broker.store import _record_check
-except ImportError:  # pragma: no cover (an install without a compiler)
-    _record_check = None  # type: ignore[assignment]
 from common.message import (
     BLANK_MAGIC_CODE,
     BODY_CRC_POSITION,
@@ -76,6 +71,11 @@ from common.message import (
     MessageSysFlag,
     record_size,
 )
+
+try:  # built by setup.py where a compiler is at hand; the numpy path is the fallback
+    from broker.store import _record_check
+except ImportError:  # an install without a compiler
+    _record_check = None  # type: ignore[assignment]
 
 # A compiled chain walk (numba, `pipeline._kernels.chain`) is plugged in by the pipeline when it
 # is imported (`use_compiled_chain`): the broker never imports the pipeline (layering), and
