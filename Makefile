@@ -2,7 +2,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# what `pip install -e` builds from: a change to any of these reinstalls (setup.py compiles the
+# record check in place, broker/store/_record_check.c)
+BUILD_INPUTS := pyproject.toml setup.py broker/store/_record_check.c
+STAMP := $(VENV)/.installed-$(shell cat $(BUILD_INPUTS) | cksum | cut -d' ' -f1)
 
 .PHONY: up test lint install clean
 
@@ -10,7 +13,7 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python $(BUILD_INPUTS)
 	$(BIN)/pip install -q -e '.[test,spark]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
@@ -33,4 +36,4 @@ test: lint
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .rmq .pytest_cache
+	rm -rf $(VENV) .rmq .pytest_cache build broker/store/_record_check.*.so

@@ -18,9 +18,9 @@ every process this script starts is stopped by pid (bench/cluster.py).
      ``abort``);
    * SIGKILL: kill -9 while idle (at most one checkpoint interval of writes to recover).
 4. In-process, the check recovery makes below the checkpoint after a crash
-   (``CommitLog.first_bad_below``: structure and body CRC of every record) timed over the
-   default window (``crc_check_window_on_recover``) and over the whole filled segment, best
-   of ``--runs``.
+   (``CommitLog.first_bad_below``: structure and body CRC of every record, the whole last
+   segment) timed over the whole filled segment as recovery runs it (the compiled check) and
+   with the numpy fallback, best of ``--runs``.
 5. The case of the report: ``rmq up`` with one slave (default topology, small store), SIGKILL
    the master, time ``rmq restart broker-a``; ``ready`` for a master includes its slave's HA
    reconnection.
@@ -35,12 +35,14 @@ import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,21 +133,31 @@ def timed_restart(data: Path, sig: int) -> float:
     wait_gone(pid)
     time.sleep(0.3)  # the supervisor has reported the exit
     t0 = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [*RMQ, "restart", "broker-a", "--data-dir", str(data), "--timeout", "60"],
         cwd=ROOT,
-        check=True,
         capture_output=True,
+        text=True,
         timeout=90,
     )
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if done.returncode:
+        log = data / "logs" / "broker-a.log"
+        tail = log.read_text()[-3000:] if log.exists() else ""
+        raise RuntimeError(
+            f"rmq restart broker-a exited {done.returncode}:\n{done.stdout}{done.stderr}\n"
+            f"--- broker-a.log:\n{tail}"
+        )
+    return took
 
 
 def crc_check_times(root: Path, runs: int) -> dict[str, float]:
-    """Seconds (best of ``runs``) of the below-checkpoint check over the default window and
-    over the whole CommitLog of the store at ``root``."""
+    """Seconds (best of ``runs``) of the below-checkpoint check over the whole filled segment
+    of the store at ``root``: as recovery runs it (``CommitLog.first_bad_below``, the compiled
+    check), the numpy path, and the numpy path over the default window (what recovery checked
+    before it covered the whole last segment)."""
+    from broker.store import commitlog_scan
     from broker.store.commitlog import CommitLog
-    from broker.store.commitlog_scan import scan_segment
     from broker.store.config import MessageStoreConfig
 
     cfg = MessageStoreConfig(store_path_root_dir=str(root))
@@ -153,24 +165,59 @@ def crc_check_times(root: Path, runs: int) -> dict[str, float]:
     cl.load()
     try:
         mf = cl.queue.files[-1]
-        end = mf.file_from_offset + scan_segment(mf.view, mf.file_from_offset).end
-        out = {}
-        for name, start in (
-            (
-                f"{cfg.crc_check_window_on_recover >> 20} MiB window",
-                end - cfg.crc_check_window_on_recover,
+        view, base = mf.view, mf.file_from_offset
+        stop = commitlog_scan.scan_segment(view, base).end
+        end = base + stop
+        window = cfg.crc_check_window_on_recover
+        win_start = commitlog_scan.resync(view, base, max(0, stop - window)) or 0
+        seg = f"whole segment, {stop >> 20} MiB"
+        rc = commitlog_scan._record_check
+        kernel = f", CRC by {rc.CRC_KERNEL}" if rc is not None else ""
+
+        def check(start: int, compiled: bool) -> None:
+            got = commitlog_scan.check_records(view, base, start, stop, compiled=compiled)
+            assert got[1] is None, got
+
+        cases: dict[str, Callable[[], None]] = {
+            f"as recovery runs it ({commitlog_scan.check_implementation()}{kernel}), {seg}": (
+                lambda: assert_none(cl.first_bad_below(base, end))
             ),
-            (f"whole store ({end >> 20} MiB)", cl.min_offset),
-        ):
+            f"numpy, {seg}": lambda: check(0, False),
+            f"numpy, the {window >> 20} MiB window": lambda: check(win_start, False),
+        }
+        out = {}
+        for name, fn in cases.items():
             times = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                assert cl.first_bad_below(max(cl.min_offset, start), end) is None
+                fn()
                 times.append(time.perf_counter() - t0)
             out[name] = min(times)
         return out
     finally:
         cl.close()
+
+
+def assert_none(value: object) -> None:
+    assert value is None, value
+
+
+_RECOVERY = re.compile(
+    r"recovery \(after a crash.*checked for (\d+) B from \d+ in ([\d.]+) s.*; ([\d.]+) s$"
+)
+
+
+def recovery_times(log: Path) -> tuple[list[float], list[float]]:
+    """(check below the checkpoint, all of recovery) in seconds, for each recovery after a crash
+    the broker's log holds that checked anything."""
+    crc: list[float] = []
+    total: list[float] = []
+    for line in log.read_text().splitlines():
+        m = _RECOVERY.search(line)
+        if m and int(m[1]):
+            crc.append(float(m[2]))
+            total.append(float(m[3]))
+    return crc, total
 
 
 def med(values: list[float]) -> str:
@@ -182,6 +229,9 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--doc", action="store_true", help="append the results to docs/benchmarks.md")
+    ap.add_argument(
+        "--skip-check", action="store_true", help="do not time the check in-process (step 4)"
+    )
     args = ap.parse_args()
     results: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rmq-restart-bench-") as tmp:
@@ -191,8 +241,9 @@ def main() -> None:
             f"{size / 2**30:.2f} GiB CommitLog, {n} messages (filled in {secs:.0f} s)"
         )
         print(results["store"], flush=True)
-        for name, secs in crc_check_times(data / "broker-a", args.runs).items():
-            results[f"check below the checkpoint after a crash, {name}"] = f"{secs:.2f} s"
+        checks = {} if args.skip_check else crc_check_times(data / "broker-a", args.runs)
+        for name, secs in checks.items():
+            results[f"in-process check below the checkpoint: {name}"] = f"{secs:.2f} s"
             print(f"check below the checkpoint, {name}: {secs:.2f} s", flush=True)
         with start_cluster(data, "--slaves", "0", brokers=1, ready_timeout=120) as cluster:
             results["rmq up (clean stop, nameserver included)"] = f"{cluster.ready_seconds:.2f} s"
@@ -203,6 +254,12 @@ def main() -> None:
             killed = [timed_restart(data, signal.SIGKILL) for _ in range(args.runs)]
             results["rmq restart broker-a after SIGKILL"] = med(killed)
             print("SIGKILL", med(killed), flush=True)
+        # what the restarted brokers' recoveries logged (recovery.py's summary line)
+        crc, total = recovery_times(data / "logs" / "broker-a.log")
+        if crc:
+            results["in the broker after SIGKILL: the check below the checkpoint"] = med(crc)
+            results["in the broker after SIGKILL: all of recovery"] = med(total)
+            print("recoveries after SIGKILL: check", med(crc), "all", med(total), flush=True)
         ha = Path(tmp) / "ha"
         with start_cluster(ha, "--slaves", "1", brokers=2, ready_timeout=120):
             killed = [timed_restart(ha, signal.SIGKILL) for _ in range(args.runs)]

@@ -351,6 +351,9 @@ _PROPERTIES: dict[str, _Spec] = {
     "diskSpaceWarningLevelRatio": ("store", "disk_space_warning_level_ratio", _parse_ratio),
     "maxHashSlotNum": ("store", "max_hash_slot_num", _parse_positive_int),
     "maxIndexNum": ("store", "max_index_num", _parse_positive_int),
+    # ours: bytes below the checkpoint whose records a crash recovery checks, body CRC included,
+    # besides the whole last segment (broker/store/recovery.py)
+    "crcCheckWindowOnRecover": ("store", "crc_check_window_on_recover", _parse_int),
     "maxMessageSize": ("store", "max_message_size", _parse_int),
     "messageDelayLevel": ("store", "message_delay_level", _parse_delay_levels),
     "syncFlushTimeout": ("store", "sync_flush_timeout", _parse_ms),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from broker.store.commitlog_scan import ScanEnd, first_damaged, resync, scan_segment
+from broker.store.commitlog_scan import check_records, resync
 from broker.store.dispatch import BLANK, PARTIAL, parse_record
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import Buffer
@@ -210,13 +210,9 @@ class CommitLog:
                 if found is None:
                     continue
                 start = found
-            scan = scan_segment(mf.view, mf.file_from_offset, start=start, stop=stop)
-            bad = first_damaged(mf.view, scan.starts)
-            if bad is not None:
-                return mf.file_from_offset + int(scan.starts[bad[0]]), bad[1]
-            if scan.end < stop and scan.reason is not ScanEnd.BLANK:
-                why = scan.detail or f"the records end ({scan.reason.value})"
-                return mf.file_from_offset + scan.end, why
+            pos, why = check_records(mf.view, mf.file_from_offset, start, stop)
+            if why is not None:
+                return mf.file_from_offset + pos, why
         return None
 
     def _all_flushed(self) -> None:

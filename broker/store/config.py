@@ -90,8 +90,9 @@ class MessageStoreConfig:
     max_index_num: int = 5_000_000 * 4
     # Recovery checks each record's body CRC (RocketMQ checkCRCOnRecover, default true).
     check_crc_on_recover: bool = True
-    # After a crash, the records this many bytes below the checkpoint are checked too, body CRC
-    # included: a disk that lied about a flush loses its latest writes (recovery.py).
+    # After a crash, the records of the last segment and of this many bytes below the checkpoint
+    # (whichever reaches further) are checked too, body CRC included: a disk that lied about a
+    # flush loses its latest writes (recovery.py). broker.conf: crcCheckWindowOnRecover.
     crc_check_window_on_recover: int = 128 * 1024 * 1024
     # Release page-cache pages of the CommitLog once flushed (see mapped_file.py).
     release_flushed_pages: bool = True

@@ -43,18 +43,28 @@ about fdatasync (a volatile write cache, a filesystem that lost a write in a pow
 such a disk can hand back zeros or stale bytes for writes the checkpoint already covers.  What
 it loses is what its cache held at the cut: the most recent writes, the log's tail below the
 checkpoint.  So after an unclean stop the records below the checkpoint are checked too, body
-CRC included (RocketMQ's ``recoverAbnormally`` checks every record's body CRC from the file
-the checkpoint falls in, ``checkCRCOnRecover`` in ``store/CommitLog.java``), over a window of
-``crc_check_window_on_recover`` bytes below the checkpoint (``crc_check_from``; the default,
-128 MiB, is more than a disk's write cache holds, and all of a store of small segments).  The
-window starts mid-segment where it must: the first record at or after its start is found by
-its self-referencing PHYSICALOFFSET (commitlog_scan.resync).  Start-up after a crash thus reads
-at most that window plus what followed the checkpoint, whatever the store's size.  The check is
-numpy plus ``zlib.crc32`` per body (commitlog_scan.first_damaged): 0.12 s for the default
-window of 1 KiB messages on a 2-core machine, 0.9 s for a whole 1 GiB segment, which would take
-a restart after a kill past 1.5 s (docs/benchmarks.md).
+CRC included, as RocketMQ's ``recoverAbnormally`` checks every record's body CRC from the file
+the checkpoint falls in to the end (``checkCRCOnRecover``, ``store/CommitLog.java``).  The check
+starts at the lower of two places (``crc_check_from``):
 
-The first record in the window that is not intact cuts the log there, exactly like a torn
+* the start of the segment holding the last byte below the checkpoint: all of the last
+  segment's written data, RocketMQ's rule (a checkpoint exactly at a segment start means the
+  segment before it, as with RocketMQ, which skips a file whose first record is newer than its
+  checkpoint);
+* ``crc_check_window_on_recover`` bytes below the checkpoint (default 128 MiB, more than a
+  disk's write cache holds): with small segments this reaches into the segments before the
+  last one.  It may start mid-segment: the first record at or after it is found by its
+  self-referencing PHYSICALOFFSET (commitlog_scan.resync).
+
+Start-up after a crash thus reads at most one segment or the window, whichever is larger, plus
+what followed the checkpoint, whatever the store's size.  The check is compiled
+(broker/store/_record_check.c, commitlog_scan.check_records: the walk, the field checks and the
+CRC-32 per body, folded with PCLMULQDQ where the CPU has it, without the GIL): a whole 1 GiB
+segment of 1 KiB messages in ~0.1 s on one core, so a restart after a kill stays well under
+1.5 s (docs/benchmarks.md).  Where the extension was not built the numpy path gives the same
+answer in ~1 s per GiB (``RecoveryReport.crc_check`` says which ran).
+
+The first record checked that is not intact cuts the log there, exactly like a torn
 tail past the checkpoint: every record after it is suspect (RocketMQ cuts at the first bad
 record too).  The cut is below ``dispatched``, so the ConsumeQueues drop the units of the cut
 records, the index drops its entries from the cut, re-dispatch starts at the cut, and the
@@ -64,6 +74,8 @@ logs an error naming the range it cut (docs/guarantees.md).
 """
 
 from __future__ import annotations
+
+import bisect
 
 import attrs
 
@@ -87,6 +99,7 @@ class RecoveryReport:
     crc_from: int = 0  # where the body CRC check below the checkpoint started (after a crash)
     crc_bytes: int = 0  # CommitLog bytes below the checkpoint whose records were CRC-checked
     crc_seconds: float = 0.0
+    crc_check: str = ""  # which check ran: "compiled" or "numpy" (commitlog_scan.check_records)
     cut_below_checkpoint: int = 0  # bytes of records below the checkpoint found damaged, cut
     seconds: float = 0.0
 
@@ -95,7 +108,8 @@ class RecoveryReport:
             f"recovery ({'clean stop' if self.clean else 'after a crash'}, rule {self.rule}): "
             f"validated {self.bytes_scanned} B in {self.files_scanned} segment(s) from "
             f"{self.commit_log_from}, end {self.commit_log_end}; body CRCs below it checked for "
-            f"{self.crc_bytes} B from {self.crc_from} in {self.crc_seconds:.3f} s, "
+            f"{self.crc_bytes} B from {self.crc_from} in {self.crc_seconds:.3f} s "
+            f"({self.crc_check or 'none'}), "
             f"{self.cut_below_checkpoint} B cut; re-dispatched "
             f"{self.redispatched_bytes} B from {self.redispatch_from}; dropped "
             f"{self.cq_units_dropped} ConsumeQueue unit(s), {self.index_entries_dropped} index "
@@ -126,8 +140,10 @@ def commit_log_start(
 
 def crc_check_from(*, start: int, segment_starts: list[int], window: int) -> int:
     """Where the body CRC check below the validation start ``start`` (the checkpoint) begins
-    after a crash (module docstring): ``window`` bytes below it, not before the first segment;
-    possibly mid-segment."""
-    if not segment_starts:
+    after a crash (module docstring): the start of the segment holding the last byte below it,
+    or ``window`` bytes below it if that is lower (possibly mid-segment); never before the
+    first segment.  ``start`` itself when nothing lies below it."""
+    if not segment_starts or start <= segment_starts[0]:
         return start
-    return max(segment_starts[0], start - window)
+    holding = segment_starts[bisect.bisect_right(segment_starts, start - 1) - 1]
+    return max(segment_starts[0], min(holding, start - window))

@@ -55,6 +55,12 @@ def test_new_spelling_of_mapped_file_size() -> None:
     assert c.store.mapped_file_size_commit_log == 4096
 
 
+def test_crc_check_window_on_recover() -> None:
+    c = BrokerConfig.from_properties("crcCheckWindowOnRecover=1048576\nstorePathRootDir=/x")
+    assert c.store.crc_check_window_on_recover == 1 << 20
+    assert BrokerConfig.from_properties("").store.crc_check_window_on_recover == 128 << 20
+
+
 def test_unknown_property_warns_and_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         c = BrokerConfig.from_properties("brokerName=x\nsomethingNew=1\n")

@@ -15,7 +15,9 @@ a user's machine. Here the repository is never on sys.path:
 * the wheel's virtualenv gets the `spark` extra, so every module of the wheel imports, the
   Spark data source's modules (pyspark, pyarrow and numba at import) included;
 * the cluster runs in a network namespace of its own (its loopback has the default ports free)
-  and a PID namespace (whatever is left running dies with it): tests/readme_netns.py.
+  and a PID namespace (whatever is left running dies with it): tests/readme_netns.py;
+* setup.py's extension modules are optional for an install (no compiler: the numpy fallback),
+  but the wheel holds them compiled and the installed product runs them.
 
 The virtualenvs are created without pip and filled by this interpreter's pip (`pip --python`):
 what gets installed is the same, and a bootstrap of pip into each is not part of the product.
@@ -32,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import time
 import tomllib
@@ -49,8 +52,13 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 # the product: these packages and their subpackages, nothing else of the repository (tests,
 # bench, examples, docs); pyproject.toml's [tool.setuptools.packages.find] must find exactly them
 SHIPPED = frozenset({"common", "namesrv", "broker", "rmq", "cli", "pipeline"})
-# package files a wheel must hold besides the modules: sources commands read at run time
-DATA_SUFFIXES = (".c",)
+# package files a wheel must hold besides the modules: sources commands read at run time, and
+# the type stubs of compiled modules
+DATA_SUFFIXES = (".c", ".pyi")
+# setup.py's extension modules: the wheel holds each one compiled for the interpreter that built
+# it (this one); they are optional for an install, not for the wheel the product ships
+COMPILED = ("broker.store._record_check",)
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 BODIES = [f"packaged-{i}" for i in range(5)]
 
 pytestmark = [
@@ -100,6 +108,10 @@ def _shipped_in_checkout(files: list[str]) -> set[str]:
         for f in files
         if f.split("/")[0] in SHIPPED and "/" in f and f.endswith((".py", *DATA_SUFFIXES))
     }
+
+
+def _compiled_files() -> set[str]:
+    return {name.replace(".", "/") + EXT_SUFFIX for name in COMPILED}
 
 
 def _module_name(path: str) -> str:
@@ -234,7 +246,7 @@ def _wheel_requires(wheel: Path) -> list[str]:
 
 def test_the_wheel_holds_exactly_the_shipped_packages(built: dict[str, Any]) -> None:
     in_wheel = _wheel_files(built["wheel"])
-    expected = _shipped_in_checkout(built["files"])
+    expected = _shipped_in_checkout(built["files"]) | _compiled_files()
     missing, extra = sorted(expected - in_wheel), sorted(in_wheel - expected)
     assert not missing, f"the checkout has these files and the wheel does not: {missing}"
     assert not extra, f"the wheel holds files outside the shipped packages: {extra}"
@@ -256,6 +268,7 @@ print(json.dumps(found))
 def test_every_module_of_the_wheel_imports_from_the_virtualenv(built: dict[str, Any]) -> None:
     modules = sorted(_module_name(n) for n in _wheel_files(built["wheel"]) if n.endswith(".py"))
     assert "broker.acl.validator" in modules and "cli.main" in modules
+    modules += COMPILED
     venv = built["venv_w"]
     site = _site_packages(venv)
     # -I: no PYTHONPATH, no user site, not even the working directory on sys.path
@@ -267,6 +280,15 @@ def test_every_module_of_the_wheel_imports_from_the_virtualenv(built: dict[str, 
     )
     elsewhere = {n: r["file"] for n, r in found.items() if not r["file"].startswith(f"{site}/")}
     assert not elsewhere, f"imported from outside the virtualenv's site-packages: {elsewhere}"
+
+
+def test_the_installed_wheel_runs_the_compiled_record_check(built: dict[str, Any]) -> None:
+    # crash recovery's check below the checkpoint (broker/store/commitlog_scan.py): compiled,
+    # not the numpy fallback an install without a compiler gets
+    probe = "from broker.store import commitlog_scan as s; print(s.check_implementation())"
+    venv = built["venv_w"]
+    done = _run([str(venv / "bin" / "python"), "-I", "-c", probe], built["base"])
+    assert done.stdout.strip() == "compiled"
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import trio
 
 from broker.store import GetMessageStatus, MessageStoreConfig, run_message_store
 from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commitlog_scan import check_implementation
 from broker.store.message_store import DefaultMessageStore
 from common.errors import unwrap_group
 from common.message import MessageExtBrokerInner, RecordDecodeError, decode_records
@@ -230,6 +231,48 @@ async def test_the_check_covers_a_bounded_window_below_the_checkpoint(tmp_path):
     async with opened(tmp_path / "b", crc_check_window_on_recover=window) as store:
         assert store.get_max_phy_offset() == end
         assert store.recovery.crc_bytes == window
+
+
+async def test_the_whole_last_segment_is_checked_beyond_the_window(tmp_path):
+    """RocketMQ checks from the file the checkpoint falls in: damage near the start of a large
+    last segment, far below the checkpoint and outside ``crc_check_window_on_recover``, is
+    found and cut all the same."""
+    big, window = 1 << 20, 16 * 1024
+    root = tmp_path / "live"
+    acked: Acked = {}
+    async with opened(root, mapped_file_size_commit_log=big) as store:
+        for i in range(1500):
+            await put(store, i, acked)
+        await store.flush.flush_all()
+        end = store.get_max_phy_offset()
+        shutil.copytree(root, tmp_path / "crashed", ignore=shutil.ignore_patterns("lock"))
+    assert end > 16 * window  # one segment, far longer than the window
+    crashed = tmp_path / "crashed"
+    victim = sorted(p for p, _s, _b in acked.values())[3]
+    flip(crashed / "commitlog" / f"{0:020d}", victim + 90)  # in the body (IPv4 hosts)
+    cfg = {"mapped_file_size_commit_log": big, "crc_check_window_on_recover": window}
+    async with opened(crashed, **cfg) as store:
+        rep = store.recovery
+        assert rep.crc_from == 0 and rep.crc_check == check_implementation()
+        assert rep.cut_below_checkpoint == end - victim
+        assert store.get_max_phy_offset() == victim
+        check(store, acked, victim)
+
+
+@pytest.mark.parametrize(
+    ("start", "window", "expected"),
+    [
+        (250, 10, 200),  # the whole segment the checkpoint falls in
+        (250, 120, 130),  # a window reaching further down, mid-segment
+        (200, 10, 100),  # at a segment start: the segment that holds the byte below it
+        (250, 10_000, 0),  # never before the first segment
+        (0, 10, 0),  # nothing below the checkpoint
+    ],
+)
+def test_where_the_check_below_the_checkpoint_starts(start, window, expected):
+    from broker.store.recovery import crc_check_from
+
+    assert crc_check_from(start=start, segment_starts=[0, 100, 200], window=window) == expected
 
 
 async def test_segment_shorter_than_configured_is_one_clear_error(tmp_path):
