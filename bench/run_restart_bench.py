@@ -232,43 +232,49 @@ def main() -> None:
     ap.add_argument(
         "--skip-check", action="store_true", help="do not time the check in-process (step 4)"
     )
+    ap.add_argument("--ha-only", action="store_true", help="only the master + slave case (step 5)")
     args = ap.parse_args()
     results: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rmq-restart-bench-") as tmp:
-        data = Path(tmp) / "big"
-        size, n, secs = fill(data / "broker-a", args.size_mib * 1024 * 1024)
-        results["store"] = (
-            f"{size / 2**30:.2f} GiB CommitLog, {n} messages (filled in {secs:.0f} s)"
-        )
-        print(results["store"], flush=True)
-        checks = {} if args.skip_check else crc_check_times(data / "broker-a", args.runs)
-        for name, secs in checks.items():
-            results[f"in-process check below the checkpoint: {name}"] = f"{secs:.2f} s"
-            print(f"check below the checkpoint, {name}: {secs:.2f} s", flush=True)
-        with start_cluster(data, "--slaves", "0", brokers=1, ready_timeout=120) as cluster:
-            results["rmq up (clean stop, nameserver included)"] = f"{cluster.ready_seconds:.2f} s"
-            print("rmq up ready after", results["rmq up (clean stop, nameserver included)"])
-            clean = [timed_restart(data, signal.SIGTERM) for _ in range(args.runs)]
-            results["rmq restart broker-a after a clean stop"] = med(clean)
-            print("clean", med(clean), flush=True)
-            killed = [timed_restart(data, signal.SIGKILL) for _ in range(args.runs)]
-            results["rmq restart broker-a after SIGKILL"] = med(killed)
-            print("SIGKILL", med(killed), flush=True)
-        # what the restarted brokers' recoveries logged (recovery.py's summary line)
-        crc, total = recovery_times(data / "logs" / "broker-a.log")
-        if crc:
-            results["in the broker after SIGKILL: the check below the checkpoint"] = med(crc)
-            results["in the broker after SIGKILL: all of recovery"] = med(total)
-            print("recoveries after SIGKILL: check", med(crc), "all", med(total), flush=True)
-        ha = Path(tmp) / "ha"
-        with start_cluster(ha, "--slaves", "1", brokers=2, ready_timeout=120):
-            killed = [timed_restart(ha, signal.SIGKILL) for _ in range(args.runs)]
-            results["master + slave, rmq restart broker-a after SIGKILL (small store)"] = med(
-                killed
-            )
-            print("master+slave SIGKILL", med(killed), flush=True)
+        if not args.ha_only:
+            big_store(args, Path(tmp) / "big", results)
+        ha_restarts(args, Path(tmp) / "ha", results)
     if args.doc:
         append_doc(args, results)
+
+
+def big_store(args: argparse.Namespace, data: Path, results: dict[str, str]) -> None:
+    """Steps 1-4: the 1 GiB store's start, restarts and in-process check."""
+    size, n, secs = fill(data / "broker-a", args.size_mib * 1024 * 1024)
+    results["store"] = f"{size / 2**30:.2f} GiB CommitLog, {n} messages (filled in {secs:.0f} s)"
+    print(results["store"], flush=True)
+    checks = {} if args.skip_check else crc_check_times(data / "broker-a", args.runs)
+    for name, secs in checks.items():
+        results[f"in-process check below the checkpoint: {name}"] = f"{secs:.2f} s"
+        print(f"check below the checkpoint, {name}: {secs:.2f} s", flush=True)
+    with start_cluster(data, "--slaves", "0", brokers=1, ready_timeout=120) as cluster:
+        results["rmq up (clean stop, nameserver included)"] = f"{cluster.ready_seconds:.2f} s"
+        print("rmq up ready after", results["rmq up (clean stop, nameserver included)"])
+        clean = [timed_restart(data, signal.SIGTERM) for _ in range(args.runs)]
+        results["rmq restart broker-a after a clean stop"] = med(clean)
+        print("clean", med(clean), flush=True)
+        killed = [timed_restart(data, signal.SIGKILL) for _ in range(args.runs)]
+        results["rmq restart broker-a after SIGKILL"] = med(killed)
+        print("SIGKILL", med(killed), flush=True)
+    # what the restarted brokers' recoveries logged (recovery.py's summary line)
+    crc, total = recovery_times(data / "logs" / "broker-a.log")
+    if crc:
+        results["in the broker after SIGKILL: the check below the checkpoint"] = med(crc)
+        results["in the broker after SIGKILL: all of recovery"] = med(total)
+        print("recoveries after SIGKILL: check", med(crc), "all", med(total), flush=True)
+
+
+def ha_restarts(args: argparse.Namespace, ha: Path, results: dict[str, str]) -> None:
+    """Step 5: the default topology, the master killed and restarted ``--runs`` times."""
+    with start_cluster(ha, "--slaves", "1", brokers=2, ready_timeout=120):
+        killed = [timed_restart(ha, signal.SIGKILL) for _ in range(args.runs)]
+        results["master + slave, rmq restart broker-a after SIGKILL (small store)"] = med(killed)
+        print("master+slave SIGKILL", med(killed), flush=True)
 
 
 def append_doc(args: argparse.Namespace, results: dict[str, str]) -> None:

@@ -9,16 +9,19 @@ attempts at most once per ``reconnect_interval``, 5 s, as RocketMQ, so a master 
 one attempt per 5 s, and one that accepts and drops us cannot make us spin; a *changed* address is
 tried at once), *connected* (below).
 
-A connection the *master* ended (EOF or reset, not one we left over a protocol disagreement or
-its silence) is different: the master most likely restarts, and a restarted master listens
-again within a second or two, while its readiness (``rmq up``/``rmq restart``) and SYNC_MASTER
-sends wait for this slave.  So the slave tries again at once and then with a bounded backoff
-(0.1 s doubling up to ``fast_retry_max``, 1 s) until ``fast_retry_window`` (30 s) has passed,
-then one attempt per 5 s again.  Such a window begins at most once per 30 s and connections
-made within it do not restart the backoff, so a master that accepts and drops us cannot make us
-spin: about one attempt per second at worst.  A connection is left on EOF, on a transport error, on garbage, on an
-offset mismatch, when the store refuses an append, after ``haHousekeepingInterval`` (20 s)
-without a byte from the master, and when the master address changes.
+A connection the *master* ended (EOF or reset, not one we left over a protocol disagreement or its
+silence) is different: the master most likely restarts, and a restarted master listens again within
+a second or two, while its readiness (``rmq up``/``rmq restart``) and SYNC_MASTER sends wait for
+this slave. So the slave tries again at once, then every 0.1 s for ``fast_retry_flat`` (2 s: a
+master restarted by a supervisor listens within about a second, and a refused loopback connect
+costs microseconds) until a connection opens, then with a bounded backoff (doubling up to
+``fast_retry_max``, 1 s) until ``fast_retry_window`` (30 s) has passed, then one attempt per 5 s
+again. At most ``fast_retry_windows`` (5) such windows begin in 30 s (a master restarted five
+times in a row is found at once each time); past that a lost connection takes the backoff of the
+window running, so a master that accepts and drops us cannot make us spin: about one attempt per
+second at worst. A connection is left on EOF, on a transport error, on garbage, on an offset
+mismatch, when the store refuses an append, after ``haHousekeepingInterval`` (20 s) without a byte
+from the master, and when the master address changes.
 
 Connected, two tasks share the connection's nursery:
 
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -77,8 +81,10 @@ class HAClient:
     connect: Connect = tcp_connect
     master_addr: str | None = None
     reconnect_interval: float = 5.0
-    # bounded backoff after losing a connection that had lasted (see the module docstring)
+    # retries after the master ended the connection (see the module docstring)
     fast_retry_first: float = 0.1
+    fast_retry_flat: float = 2.0
+    fast_retry_windows: int = 5
     fast_retry_max: float = 1.0
     fast_retry_window: float = 30.0
     # RemotingUtil.connect's 5 s bound on one TCP connect
@@ -123,11 +129,15 @@ class HAClient:
         next_attempt = -math.inf
         last_addr: str | None = None
         lost_at = -math.inf  # when the last fast-retry window began
+        windows: deque[float] = deque(maxlen=self.fast_retry_windows)  # when the last began
+        flat_until = -math.inf  # retry every fast_retry_first until then (no connection yet)
         backoff = self.fast_retry_first
 
         def retry_at(attempted: float) -> float:
             nonlocal backoff
             now = trio.current_time()
+            if now < flat_until:
+                return now + self.fast_retry_first
             if now - lost_at < self.fast_retry_window:
                 delay, backoff = backoff, min(backoff * 2, self.fast_retry_max)
                 return now + delay
@@ -159,11 +169,17 @@ class HAClient:
                 next_attempt = retry_at(now)
                 continue
             self._master_left = False
+            flat_until = -math.inf  # it listens: a drop from here on takes the backoff
             await self._serve(stream, addr)
             ended = trio.current_time()
-            if self._master_left and ended - lost_at >= self.fast_retry_window:
+            if self._master_left and (
+                len(windows) < self.fast_retry_windows
+                or ended - windows[0] >= self.fast_retry_window
+            ):
+                windows.append(ended)
                 # the master went away (a restart?): at once, then the bounded backoff
                 lost_at, backoff = ended, self.fast_retry_first
+                flat_until = ended + self.fast_retry_flat
                 next_attempt = ended
             else:
                 next_attempt = retry_at(now)

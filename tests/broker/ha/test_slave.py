@@ -249,8 +249,8 @@ async def test_connect_listeners_hear_every_connection(open_store, client_for, a
 
 async def test_lost_connection_retries_with_bounded_backoff(open_store, client_for, autojump_clock):
     """A master that restarts is back within a second or two: after the master ended the
-    connection, the slave retries at once, then 0.1 s doubling up to 1 s for 30 s, then every
-    5 s again (RocketMQ's interval)."""
+    connection, the slave retries at once, then every 0.1 s for 2 s, then doubling up to 1 s
+    until 30 s have passed, then every 5 s again (RocketMQ's interval)."""
     async with open_store("s", broker_role="SLAVE") as s:
         net = FakeMasterNet()
         client = client_for(s, net)
@@ -263,8 +263,12 @@ async def test_lost_connection_retries_with_bounded_backoff(open_store, client_f
             await master.stream.aclose()
             await trio.sleep(40)
             times = [round(t, 6) for t, _ in net.attempts]
-            assert times[:8] == [0.0, 6.0, 6.1, 6.3, 6.7, 7.5, 8.5, 9.5]
+            assert times[:4] == [0.0, 6.0, 6.1, 6.2]
             gaps = [round(b - a, 6) for a, b in zip(times[1:], times[2:], strict=False)]
+            flat = [g for t, g in zip(times[1:], gaps, strict=False) if t < 7.95]
+            assert len(flat) >= 19 and set(flat) == {0.1}  # a restarted master is found at once
+            later = [g for t, g in zip(times[1:], gaps, strict=False) if 8.05 < t < 36.0]
+            assert later == sorted(later) and later[-1] == 1.0  # then the bounded backoff
             assert max(gaps) == 5.0 and gaps[-1] == 5.0  # back to one attempt per 5 s
             assert all(t - 6.0 < 30.0 for t, g in zip(times[1:], gaps, strict=False) if g < 5)
             net.refuse.clear()  # the master listens again
@@ -285,6 +289,33 @@ async def test_a_master_that_accepts_and_drops_cannot_make_the_slave_spin(
                 _, master = await net.accept()
                 await master.stream.aclose()
             times = [round(t, 6) for t, _ in net.attempts]
-            assert times[:6] == [0.0, 0.0, 0.1, 0.3, 0.7, 1.5]  # one window's backoff
+            # five windows at once (five restarts), then the backoff of the last one
+            assert times[:10] == [0.0] * 6 + [0.1, 0.3, 0.7, 1.5]
             assert len(times) <= 80  # about one attempt per second, at worst
+            n.cancel_scope.cancel()
+
+
+async def test_a_second_restart_soon_after_the_first_is_found_as_fast(
+    open_store, client_for, autojump_clock
+):
+    """Restarts 10 s apart: each loss retries every 0.1 s again (one window per 30 s would leave
+    the second one on the grown backoff)."""
+    async with open_store("s", broker_role="SLAVE") as s:
+        net = FakeMasterNet()
+        client = client_for(s, net)
+        async with trio.open_nursery() as n:
+            await n.start(client.run)
+            _, master = await net.accept()
+            await master.report()
+            for restart_at in (6.0, 16.0, 26.0):
+                await trio.sleep_until(restart_at)
+                net.refuse.add("master:10912")
+                await master.stream.aclose()
+                await trio.sleep(1.0)  # the master is down for a second
+                net.refuse.clear()
+                _, master = await net.accept()
+                await master.report()
+                back = [round(t, 6) for t, _ in net.attempts if t >= restart_at]
+                assert back[:3] == [restart_at, restart_at + 0.1, restart_at + 0.2]
+                assert back[-1] - restart_at <= 1.1  # found within 0.1 s of listening again
             n.cancel_scope.cancel()
