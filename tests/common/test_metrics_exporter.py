@@ -58,7 +58,7 @@ def test_head_has_no_body_other_paths_and_methods_are_refused():
         b"\r\n\r\n\r\n",
     ],
 )
-def test_garbage_gets_400(garbage: bytes):
+def test_garbage_gets_400(garbage: bytes) -> None:
     answer = exchange().receive(garbage)
     assert answer is not None and status_of(answer) == 400
 

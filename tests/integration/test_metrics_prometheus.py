@@ -73,7 +73,7 @@ def prometheus(tmp: Path, targets: list[str]) -> Iterator[str]:
         f"      - targets: {json.dumps(targets)}\n"
     )
     port = free_port_block(1)
-    log = open(tmp / "prometheus.log", "wb")  # noqa: SIM115 (closed below)
+    log = open(tmp / "prometheus.log", "wb")  # closed below, after the process
     proc = subprocess.Popen(
         [
             binary,
@@ -123,7 +123,9 @@ def scalar(url: str, promql: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def eventually(url: str, promql: str, check: Callable[[float | None], bool], timeout: float = 20):
+def eventually(
+    url: str, promql: str, check: Callable[[float | None], bool], timeout: float = 20
+) -> float | None:
     """Poll ``promql`` until ``check(value)``; its last value."""
     deadline = time.monotonic() + timeout
     while True:
@@ -149,9 +151,7 @@ def send(cluster: LocalCluster, topic: str, n: int, queue: MessageQueue | None =
             assert r.status is SendStatus.SEND_OK
 
 
-async def _pull_and_commit(
-    addr: str, topic: str, group: str, max_nums: int, commit: int
-) -> int:
+async def _pull_and_commit(addr: str, topic: str, group: str, max_nums: int, commit: int) -> int:
     """Pull queue 0 from its start as the Java client does, commit ``commit``; how many came."""
     async with open_remoting_client() as client:
         header = {
@@ -334,9 +334,7 @@ def test_prometheus_scrapes_rmq_up(cluster_runner: ClusterRunner, tmp_path: Path
             )
 
 
-def test_prometheus_scrapes_rmq_up_dledger(
-    cluster_runner: ClusterRunner, tmp_path: Path
-) -> None:
+def test_prometheus_scrapes_rmq_up_dledger(cluster_runner: ClusterRunner, tmp_path: Path) -> None:
     with cluster_runner(tmp_path / "rmq", "--dledger", "3", ready_timeout=60) as cluster:
         nodes = status_nodes(cluster)
         assert len(nodes) == 4
@@ -361,8 +359,6 @@ def test_prometheus_scrapes_rmq_up_dledger(
                 "min(rocketmq_dledger_ledger_end_index)",
                 lambda v: v is not None and v >= before + 5,
             )
-            eventually(
-                prom, 'sum(rocketmq_messages_in_total{topic="RaftT"})', lambda v: v == 5
-            )
+            eventually(prom, 'sum(rocketmq_messages_in_total{topic="RaftT"})', lambda v: v == 5)
             terms = query(prom, "rocketmq_dledger_term")
             assert len({r["value"][1] for r in terms}) == 1, terms  # one term for the group
