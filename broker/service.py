@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -49,16 +49,17 @@ from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from broker.ha.service import run_ha_service
-from broker.metrics_exporter import run_broker_metrics
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
 from broker.slave_sync import run_slave_sync
 from broker.store.api import MessageStore
 from broker.store.config import MessageStoreConfig
-from common.metrics.exporter import MetricsServerHandle
 from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
+
+if TYPE_CHECKING:
+    from common.metrics.exporter import MetricsServerHandle
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +182,17 @@ async def run_broker(
                         # counting starts here: the registrar has not run yet, so no client
                         # knows this broker's address before (a client dialing the port
                         # directly is answered, not counted)
-                        metrics = await nursery.start(
-                            partial(run_broker_metrics, dledger=dledger_node),
-                            controller,
-                            loads,
-                        )
+                        metrics = None
+                        if config.metrics_prom_exporter_port:
+                            # imported here: prometheus_client's imports take ~50 ms, which
+                            # only a broker that serves metrics pays
+                            from broker.metrics_exporter import run_broker_metrics
+
+                            metrics = await nursery.start(
+                                partial(run_broker_metrics, dledger=dledger_node),
+                                controller,
+                                loads,
+                            )
                         registrar = BrokerRegistrar(
                             client,
                             config.namesrv_addrs,

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from common.metrics.exporter import MetricsServerHandle
 from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher, serve_remoting
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
-from namesrv.namesrv_metrics import run_namesrv_metrics
 from namesrv.processor import NamesrvProcessor
 from namesrv.routeinfo import RouteInfoManager
+
+if TYPE_CHECKING:
+    from common.metrics.exporter import MetricsServerHandle
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,14 @@ async def run_namesrv(
             partial(serve_remoting, network=network), dispatcher, config.host, config.listen_port
         )
         nursery.start_soon(scan_not_active_broker_task, processor)
-        metrics = await nursery.start(run_namesrv_metrics, config, routes, server.load, server.port)
+        metrics = None
+        if config.metrics_prom_exporter_port:
+            # imported here: prometheus_client's imports take ~50 ms, paid only when serving
+            from namesrv.namesrv_metrics import run_namesrv_metrics
+
+            metrics = await nursery.start(
+                run_namesrv_metrics, config, routes, server.load, server.port
+            )
         log.info("namesrv listening on %s:%d", config.host, server.port)
         task_status.started(
             NamesrvHandle(port=server.port, host=config.host, processor=processor, metrics=metrics)
