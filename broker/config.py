@@ -171,6 +171,10 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # the period of the check rounds (transactionCheckInterval, 60 s)
     transaction_check_interval: float = 60.0
+    # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
+    # defaults to listen_host
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 0
 
     @property
     def broker_role(self) -> str:
@@ -332,6 +336,9 @@ _PROPERTIES: dict[str, _Spec] = {
     "transactionTimeOut": ("broker", "transaction_timeout", _parse_ms),
     "transactionCheckMax": ("broker", "transaction_check_max", _parse_positive_int),
     "transactionCheckInterval": ("broker", "transaction_check_interval", _parse_ms),
+    # RocketMQ 5's Prometheus exporter (docs/metrics.md)
+    "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
+    "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

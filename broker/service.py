@@ -13,7 +13,8 @@ Theory of operation
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
    when ``listenPort`` is 0), with the same processors; the HA service (``ha_factory``, by
    default classic HA ``broker.ha.service.run_ha_service``, none in DLedger mode) binds
-   ``listenPort+1`` and sets ``controller.ha``;
+   ``listenPort+1`` and sets ``controller.ha``; the Prometheus exporter
+   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and the
@@ -34,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -58,6 +59,9 @@ from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
 
+if TYPE_CHECKING:
+    from common.metrics.exporter import MetricsServerHandle
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 3.0
@@ -71,6 +75,8 @@ class BrokerHandle:
     store: MessageStore
     controller: BrokerController
     host: str = "127.0.0.1"
+    # the metrics port (None: metricsPromExporterPort is 0)
+    metrics: MetricsServerHandle | None = None
 
     @property
     def addr(self) -> str:
@@ -165,13 +171,29 @@ async def run_broker(
                             serve, dispatcher, config.listen_host, config.listen_port
                         )
                         controller.store_host = (config.broker_ip1, main.port)
+                        loads = [main.load]
                         vip_port = None
                         if config.fast_channel_enable:
                             vip = await nursery.start(
                                 serve, dispatcher, config.listen_host, config.vip_port
                             )
                             vip_port = vip.port
+                            loads.append(vip.load)
                         controller.vip_port = vip_port
+                        # counting starts here: the registrar has not run yet, so no client
+                        # knows this broker's address before (a client dialing the port
+                        # directly is answered, not counted)
+                        metrics = None
+                        if config.metrics_prom_exporter_port:
+                            # imported here: prometheus_client's imports take ~50 ms, which
+                            # only a broker that serves metrics pays
+                            from broker.metrics_exporter import run_broker_metrics
+
+                            metrics = await nursery.start(
+                                partial(run_broker_metrics, dledger=dledger_node),
+                                controller,
+                                loads,
+                            )
                         registrar = BrokerRegistrar(
                             client,
                             config.namesrv_addrs,
@@ -221,6 +243,7 @@ async def run_broker(
                                 store=store,
                                 controller=controller,
                                 host=config.broker_ip1,
+                                metrics=metrics,
                             )
                         )
                 finally:
