@@ -45,6 +45,8 @@ def _detail(
 ) -> str:
     if kind == "namesrv":
         return "nameserver"
+    if kind == "prometheus":  # `rmq up --metrics` (cli/local/prometheus.py)
+        return f"prometheus, web UI and API on port {port}, scraping every node"
     if dledger_self_id is not None:
         # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time
         return (

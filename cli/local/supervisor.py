@@ -419,6 +419,10 @@ class Supervisor:
             "cluster": self.plan.namesrv.cluster,
             "namesrv": self.plan.namesrv_addr,
             "data_dir": str(self.data_dir),
+            # `rmq up --metrics`: its Prometheus's web UI and API
+            "prometheus": None
+            if self.plan.prometheus is None
+            else f"http://{self.plan.prometheus.addr}",
             "nodes": [ns.to_json() for ns in self.nodes.values()],
         }
 

@@ -77,6 +77,8 @@ class NodeSpec:
     properties: tuple[tuple[str, str], ...] = ()
     # a DLedger member (`rmq up --dledger N`, dledger_plan.py): its dLegerSelfId, n0, n1...
     dledger_self_id: str | None = None
+    # kind "prometheus" (`rmq up --metrics`, cli/local/prometheus.py): the server's binary
+    executable: str | None = None
 
     @property
     def addr(self) -> str:
@@ -112,10 +114,13 @@ class NodeSpec:
 class ClusterPlan:
     namesrv: NodeSpec
     brokers: tuple[NodeSpec, ...]
+    # `rmq up --metrics`: a Prometheus server scraping every node (cli/local/prometheus.py)
+    prometheus: NodeSpec | None = None
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
-        return (self.namesrv, *self.brokers)
+        extra = () if self.prometheus is None else (self.prometheus,)
+        return (self.namesrv, *self.brokers, *extra)
 
     @property
     def namesrv_addr(self) -> str:

@@ -50,7 +50,7 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 # bench, examples, docs); pyproject.toml's [tool.setuptools.packages.find] must find exactly them
 SHIPPED = frozenset({"common", "namesrv", "broker", "rmq", "cli", "pipeline"})
 # package files a wheel must hold besides the modules: sources commands read at run time
-DATA_SUFFIXES = (".c",)
+DATA_SUFFIXES = (".c", ".yml")
 BODIES = [f"packaged-{i}" for i in range(5)]
 
 pytestmark = [
