@@ -161,6 +161,10 @@ class BrokerConfig:
     # broker was started with; None: <storePathRootDir>/config/broker.properties, as RocketMQ's
     # BrokerPathConfigHelper (which is not read back at start, there as here)
     broker_config_path: str | None = None
+    # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
+    # defaults to listen_host
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 0
 
     @property
     def broker_role(self) -> str:
@@ -317,6 +321,9 @@ _PROPERTIES: dict[str, _Spec] = {
     "slaveSyncInterval": ("broker", "slave_sync_interval", _parse_ms),
     # ours too: the same for a DLedger follower
     "dLegerSlaveSyncInterval": ("broker", "dledger_slave_sync_interval", _parse_ms),
+    # RocketMQ 5's Prometheus exporter (docs/metrics.md)
+    "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
+    "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

@@ -64,6 +64,14 @@ class ConsumerOffsetManager(DirtyConfigManager):
                 out.add(g)
         return out
 
+    def group_topics(self) -> list[tuple[str, str]]:
+        """Every (group, topic) with committed offsets."""
+        out = []
+        for k in self._table:
+            t, _, g = k.rpartition(TOPIC_GROUP_SEPARATOR)
+            out.append((g, t))
+        return out
+
     def topics_of_group(self, group: str) -> set[str]:
         out = set()
         for k in self._table:

@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from broker.acl.validator import PlainAccessValidator
+from broker.broker_metrics import BrokerMetrics
 from broker.broker_stats_manager import BrokerStatsManager
 from broker.config import BrokerConfig
 from broker.config_manager import atomic_write
@@ -95,6 +96,9 @@ class BrokerController:
     pull_hold: PullRequestHoldService = attrs.field(factory=PullRequestHoldService)
     schedule_service: ScheduleMessageService = attrs.field(init=False)
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    # the Prometheus counters of the request paths while the broker serves metrics
+    # (broker/broker_metrics.py; None: metricsPromExporterPort is 0)
+    metrics: BrokerMetrics | None = None
     registrar: BrokerRegistrar | None = None
     boot_timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
     # (group, channels) waiting to be told NOTIFY_CONSUMER_IDS_CHANGED; drained by a task

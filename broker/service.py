@@ -13,7 +13,8 @@ Theory of operation
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
    when ``listenPort`` is 0), with the same processors; the HA service (``ha_factory``, by
    default classic HA ``broker.ha.service.run_ha_service``, none in DLedger mode) binds
-   ``listenPort+1`` and sets ``controller.ha``;
+   ``listenPort+1`` and sets ``controller.ha``; the Prometheus exporter
+   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and on
@@ -48,11 +49,13 @@ from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from broker.ha.service import run_ha_service
+from broker.metrics_exporter import run_broker_metrics
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
 from broker.slave_sync import run_slave_sync
 from broker.store.api import MessageStore
 from broker.store.config import MessageStoreConfig
+from common.metrics.exporter import MetricsServerHandle
 from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
@@ -70,6 +73,8 @@ class BrokerHandle:
     store: MessageStore
     controller: BrokerController
     host: str = "127.0.0.1"
+    # the metrics port (None: metricsPromExporterPort is 0)
+    metrics: MetricsServerHandle | None = None
 
     @property
     def addr(self) -> str:
@@ -164,13 +169,23 @@ async def run_broker(
                             serve, dispatcher, config.listen_host, config.listen_port
                         )
                         controller.store_host = (config.broker_ip1, main.port)
+                        loads = [main.load]
                         vip_port = None
                         if config.fast_channel_enable:
                             vip = await nursery.start(
                                 serve, dispatcher, config.listen_host, config.vip_port
                             )
                             vip_port = vip.port
+                            loads.append(vip.load)
                         controller.vip_port = vip_port
+                        # counting starts here: the registrar has not run yet, so no client
+                        # knows this broker's address before (a client dialing the port
+                        # directly is answered, not counted)
+                        metrics = await nursery.start(
+                            partial(run_broker_metrics, dledger=dledger_node),
+                            controller,
+                            loads,
+                        )
                         registrar = BrokerRegistrar(
                             client,
                             config.namesrv_addrs,
@@ -219,6 +234,7 @@ async def run_broker(
                                 store=store,
                                 controller=controller,
                                 host=config.broker_ip1,
+                                metrics=metrics,
                             )
                         )
                 finally:

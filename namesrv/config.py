@@ -38,6 +38,10 @@ class NamesrvConfig:
     order_message_enable: bool = False
     product_env_name: str = "center"
     cluster_test: bool = False
+    # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
+    # defaults to the listen host
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 0
 
     def to_properties(self) -> dict[str, str]:
         """The config as RocketMQ property names and string values."""
@@ -74,6 +78,8 @@ _PROPS: dict[str, tuple[str, str]] = {
     "orderMessageEnable": ("order_message_enable", "bool"),
     "productEnvName": ("product_env_name", "str"),
     "clusterTest": ("cluster_test", "bool"),
+    "metricsPromExporterHost": ("metrics_prom_exporter_host", "str"),
+    "metricsPromExporterPort": ("metrics_prom_exporter_port", "int"),
 }
 
 

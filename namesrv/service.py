@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-One nursery holds two tasks: the remoting server (`serve_remoting`, one task per connection and
-per request) and the scan task that drops brokers not heard from for
+One nursery holds the remoting server (`serve_remoting`, one task per connection and
+per request), the metrics port when `metricsPromExporterPort` is set (namesrv/namesrv_metrics.py)
+and the scan task that drops brokers not heard from for
 `broker_channel_expired_time`. The route tables read Trio's clock, so tests drive expiry with
 `autojump_clock` through the real scan task.
 
@@ -20,10 +21,12 @@ from functools import partial
 import attrs
 import trio
 
+from common.metrics.exporter import MetricsServerHandle
 from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher, serve_remoting
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
+from namesrv.namesrv_metrics import run_namesrv_metrics
 from namesrv.processor import NamesrvProcessor
 from namesrv.routeinfo import RouteInfoManager
 
@@ -38,6 +41,8 @@ class NamesrvHandle:
     port: int
     host: str
     processor: NamesrvProcessor
+    # the metrics port (None: metricsPromExporterPort is 0)
+    metrics: MetricsServerHandle | None = None
 
     @property
     def addr(self) -> str:
@@ -90,5 +95,8 @@ async def run_namesrv(
             partial(serve_remoting, network=network), dispatcher, config.host, config.listen_port
         )
         nursery.start_soon(scan_not_active_broker_task, processor)
+        metrics = await nursery.start(run_namesrv_metrics, config, routes, server.load, server.port)
         log.info("namesrv listening on %s:%d", config.host, server.port)
-        task_status.started(NamesrvHandle(port=server.port, host=config.host, processor=processor))
+        task_status.started(
+            NamesrvHandle(port=server.port, host=config.host, processor=processor, metrics=metrics)
+        )

@@ -254,6 +254,11 @@ class PullMessageProcessor:
             stats.inc_broker(
                 BROKER_GET_NUMS, b.config.broker_cluster_name, result.message_count, now
             )
+            metrics = b.metrics
+            if metrics is not None:
+                metrics.on_get(
+                    topic, group, queue_id, result.message_count, size, result.next_begin_offset
+                )
             return req.response(code, result.status.name, ext, body=list(result.buffers))
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
             if cfg.long_polling_enable:

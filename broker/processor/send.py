@@ -475,6 +475,10 @@ class SendMessageProcessor:
                 stats = b.stats.manager
                 stats.inc_topic_put(topic, append.msg_num, append.wrote_bytes, now)
                 stats.inc_broker(BROKER_PUT_NUMS, b.config.broker_cluster_name, append.msg_num, now)
+                metrics = b.metrics
+                if metrics is not None:
+                    props = req.ext_fields.get("i") or req.ext_fields.get("properties") or ""
+                    metrics.on_put(topic, props, append.msg_num, append.wrote_bytes)
         else:
             b.stats.put_failed += 1
         # req.response() without stringify_fields: every value is a str already

@@ -132,6 +132,8 @@ async def consumer_send_msg_back(broker: BrokerController, req: RemotingCommand)
     if result.status is PutMessageStatus.PUT_OK:
         b.stats.send_back_count += 1
         b.stats.manager.inc_send_back(orig.topic, group, trio.current_time())
+        if b.metrics is not None and new_topic == dlq_topic(group):
+            b.metrics.on_dlq(props[MessageConst.RETRY_TOPIC], group)
         return req.response(ResponseCode.SUCCESS)
     # Java answers SUCCESS only for PUT_OK (a flush timeout here is an error for the client)
     return req.response(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)

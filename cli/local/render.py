@@ -42,20 +42,22 @@ def _detail(
     port: int,
     dledger_self_id: str | None = None,
     dledger_port: int | None = None,
+    metrics_port: int | None = None,
 ) -> str:
     if kind == "namesrv":
-        return "nameserver"
+        return f"nameserver, metrics {metrics_port}" if metrics_port else "nameserver"
     if kind == "prometheus":  # `rmq up --metrics` (cli/local/prometheus.py)
         return f"prometheus, web UI and API on port {port}, scraping every node"
+    metrics = f", metrics {metrics_port}" if metrics_port else ""
     if dledger_self_id is not None:
         # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time
         return (
             f"{role} {broker_name} member {dledger_self_id}, cluster {cluster}, "
-            f"listen {port}, dledger {dledger_port}, vip {port - 2}"
+            f"listen {port}, dledger {dledger_port}, vip {port - 2}{metrics}"
         )
     return (
         f"{role} {broker_name} id {broker_id}, cluster {cluster}, "
-        f"listen {port}, ha {port + 1}, vip {port - 2}"
+        f"listen {port}, ha {port + 1}, vip {port - 2}{metrics}"
     )
 
 
@@ -73,6 +75,7 @@ def spec_detail(node: NodeSpec) -> str:
         node.port,
         node.dledger_self_id,
         node.dledger_port,
+        node.metrics_port,
     )
 
 
@@ -120,6 +123,8 @@ def spec_json(node: NodeSpec) -> dict[str, Any]:
         "vip_port": node.vip_port,
         "dledger_self_id": node.dledger_self_id,
         "dledger_port": node.dledger_port,
+        "metrics_port": node.metrics_port,
+        "metrics": node.metrics_url,
     }
 
 
@@ -152,6 +157,7 @@ def topology(status: dict[str, Any]) -> None:
             n["port"],
             n.get("dledger_self_id"),
             n.get("dledger_port"),
+            n.get("metrics_port"),
         )
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 

@@ -122,6 +122,9 @@ class NodeState:
             "vip_port": n.vip_port,
             "dledger_self_id": n.dledger_self_id,
             "dledger_port": n.dledger_port,
+            # the Prometheus endpoint (docs/metrics.md)
+            "metrics_port": n.metrics_port,
+            "metrics": n.metrics_url,
             "pid": self.pid,
             "status": self.status.value,
             "returncode": self.returncode,

@@ -52,6 +52,7 @@ PLANNED_PROPERTIES = frozenset(
         "brokerIP1",
         "listenPort",
         "haListenPort",
+        "metricsPromExporterPort",
         "namesrvAddr",
         "storePathRootDir",
         *PLANNED_DLEDGER_PROPERTIES,

@@ -4,7 +4,8 @@ Theory of operation:
 
 * The port plan (`plan_cluster`) is pure. The nameserver gets one port (9876). Every broker gets
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
-  port P-2 and the HA port P+1 (RocketMQ forces both). Masters take the first blocks (10911,
+  port P-2 and the HA port P+1 (RocketMQ forces both), and the metrics port P+3 (the
+  nameserver's: its port + 1; docs/metrics.md). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
 * `run_up` (in `cli/local/supervisor.py`, which runs the processes) spawns every node at once:
   the interpreters start in parallel, and a broker that comes up before the nameserver
@@ -102,12 +103,22 @@ class NodeSpec:
         """Where a DLedger member serves the Raft RPCs: its listen port + 2."""
         return self.port + 2 if self.is_dledger else None
 
+    @property
+    def metrics_port(self) -> int:
+        """Where the node serves Prometheus metrics (docs/metrics.md): a broker's listen
+        port + 3 (in its block), the nameserver's port + 1."""
+        return self.port + 3 if self.kind == "broker" else self.port + 1
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
     def ports(self) -> list[int]:
         if self.is_dledger:
-            return [self.port - 2, self.port, self.port + 1, self.port + 2]
+            return [self.port - 2, self.port, self.port + 1, self.port + 2, self.metrics_port]
         if self.kind == "broker":
-            return [self.port - 2, self.port, self.port + 1]
-        return [self.port]
+            return [self.port - 2, self.port, self.port + 1, self.metrics_port]
+        return [self.port, self.metrics_port]
 
 
 @attrs.frozen
@@ -273,6 +284,8 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
             node.host,
             "--port",
             str(node.port),
+            "--metrics-port",
+            str(node.metrics_port),
             "--data-dir",
             node_dir,
             "--watch-stdin",
@@ -297,6 +310,8 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         str(node.port),
         "--namesrv",
         plan.namesrv_addr,
+        "--metrics-port",
+        str(node.metrics_port),
         "--data-dir",
         node_dir,
         "--watch-stdin",

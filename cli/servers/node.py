@@ -44,6 +44,7 @@ BROKER_FLAG_PROPERTIES = {
     "data_dir": "storePathRootDir",
     "flush": "flushDiskType",
     "role": "brokerRole",
+    "metrics_port": "metricsPromExporterPort",
 }
 
 
@@ -108,11 +109,21 @@ def configure_logging() -> None:
 
 
 def serve_namesrv(
-    *, port: int, host: str, data_dir: Path | None, watch_stdin: bool = False
+    *,
+    port: int,
+    host: str,
+    data_dir: Path | None,
+    watch_stdin: bool = False,
+    metrics_port: int = 0,
 ) -> None:
-    """Run a nameserver until Ctrl-C, SIGTERM (or stdin EOF with `watch_stdin`)."""
+    """Run a nameserver until Ctrl-C, SIGTERM (or stdin EOF with `watch_stdin`);
+    `metrics_port`: serve Prometheus metrics there (docs/metrics.md; 0: no)."""
     configure_logging()
-    kwargs: dict[str, Any] = {"listen_port": port, "host": host}
+    kwargs: dict[str, Any] = {
+        "listen_port": port,
+        "host": host,
+        "metrics_prom_exporter_port": metrics_port,
+    }
     if data_dir is not None:
         make_data_dir(data_dir)
         kwargs["kv_config_path"] = str(data_dir / "kvConfig.json")
@@ -194,6 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     ns.add_argument("--port", "-p", type=int, default=9876)
     ns.add_argument("--host", default="127.0.0.1")
     ns.add_argument("--data-dir", type=Path)
+    ns.add_argument("--metrics-port", type=int, default=0)
     ns.add_argument("--watch-stdin", action="store_true")
     br = sub.add_parser("broker", help="Run a broker; flags override the config file.")
     br.add_argument("--config", "-c", type=Path, dest="config_file")
@@ -206,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     br.add_argument("--data-dir", type=Path)
     br.add_argument("--flush", type=_choice(FLUSH_TYPES))
     br.add_argument("--role", type=_choice(BROKER_ROLES))
+    br.add_argument("--metrics-port", type=int)
     br.add_argument("--watch-stdin", action="store_true")
     return ap
 
@@ -228,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 host=args.host,
                 data_dir=args.data_dir,
                 watch_stdin=args.watch_stdin,
+                metrics_port=args.metrics_port,
             )
             return 0
         try:

@@ -659,7 +659,9 @@ class Channel:
                 load.requests_held,
                 load.refused_requests,
             )
-        self._queue_answer(cmd, cmd.response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
+        self._queue_answer(
+            cmd, cmd.response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK), self.last_active
+        )
 
     def _start_request(
         self,
@@ -670,7 +672,7 @@ class Channel:
     ) -> None:
         self._held += 1
         self._load.requests_held += 1
-        nursery.start_soon(self._handle_request, cmd, handler, pending)
+        nursery.start_soon(self._handle_request, cmd, handler, pending, self.last_active)
 
     def _serve_inline(
         self,
@@ -686,20 +688,22 @@ class Channel:
         if result is NOT_INLINE:
             self._start_request(nursery, cmd, handler, None)
         elif result is None or isinstance(result, RemotingCommand):
-            self._queue_answer(cmd, result)
+            self._queue_answer(cmd, result, self.last_active)
         elif isinstance(result, DeferredAnswer):
             self._held += 1
             self._load.requests_held += 1
-            result.subscribe(functools.partial(self._answer_deferred, cmd))
+            result.subscribe(functools.partial(self._answer_deferred, cmd, self.last_active))
         else:
             self._start_request(nursery, cmd, None, result)
 
-    def _answer_deferred(self, cmd: RemotingCommand, response: RemotingCommand) -> None:
+    def _answer_deferred(
+        self, cmd: RemotingCommand, read_at: float, response: RemotingCommand
+    ) -> None:
         """A DeferredAnswer was set: queue it, and flush once for all set in this wake-up."""
         if self._held > 0:  # else the channel ended and gave its count back already
             self._held -= 1
             self._load.requests_held -= 1
-        self._queue_answer(cmd, response)
+        self._queue_answer(cmd, response, read_at)
         if self._outbox and not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True
             flush_soon(self._flush_deferred)
@@ -713,8 +717,11 @@ class Channel:
         except Exception:
             log.exception("writing deferred answers to %s failed", self.remote_addr)
 
-    def _queue_answer(self, cmd: RemotingCommand, response: RemotingCommand | None) -> None:
-        """Queue the answer to ``cmd`` (written by the caller's next _kick)."""
+    def _queue_answer(
+        self, cmd: RemotingCommand, response: RemotingCommand | None, read_at: float = -1.0
+    ) -> None:
+        """Queue the answer to ``cmd`` (written by the caller's next _kick); ``read_at``: the
+        trio time the request was read (the latency the server's ``rpc_observer`` sees)."""
         if response is None or cmd.flag & ONEWAY_FLAG or self._closed:
             return
         response.flag |= RESPONSE_FLAG
@@ -723,16 +730,20 @@ class Channel:
             self._enqueue(response)
         except Exception as exc:
             self._enqueue(_unencodable(cmd, exc))
+        observe = self._load.rpc_observer
+        if observe is not None and read_at >= 0:
+            observe(cmd.code, response.code, trio.current_time() - read_at)
 
     async def _handle_request(
         self,
         cmd: RemotingCommand,
         handler: Handler | None,
         pending: Awaitable[RemotingCommand | None] | None,
+        read_at: float,
     ) -> None:
         """Run ``handler`` (or await what an inline handler left ``pending``), then answer."""
         try:
-            await self._answer_request(cmd, handler, pending)
+            await self._answer_request(cmd, handler, pending, read_at)
         finally:
             self._held -= 1
             self._load.requests_held -= 1
@@ -742,6 +753,7 @@ class Channel:
         cmd: RemotingCommand,
         handler: Handler | None,
         pending: Awaitable[RemotingCommand | None] | None,
+        read_at: float,
     ) -> None:
         try:
             if pending is None:
@@ -754,6 +766,6 @@ class Channel:
             return
         # queued, not awaited: once answered a request is no longer held (a peer that does not
         # read its answers is bounded by the outbox, server_limits.py)
-        self._queue_answer(cmd, response)
+        self._queue_answer(cmd, response, read_at)
         if self._outbox:
             self._kick()

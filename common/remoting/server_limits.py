@@ -31,6 +31,7 @@ states the numbers the flood tests measure.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -77,6 +78,9 @@ class ServerLoad:
     refused_connections: int = 0
     refused_requests: int = 0
     channels: weakref.WeakSet[ServedConnection] = attrs.Factory(weakref.WeakSet)
+    # called with (request code, response code, seconds since the request was read) for
+    # every answer queued, when the node serves metrics (common/metrics/remoting_metrics.py)
+    rpc_observer: Callable[[int, int, float], None] | None = None
 
     @property
     def connections(self) -> int:
