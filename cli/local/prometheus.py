@@ -15,7 +15,7 @@ Theory of operation:
   `<data-dir>/conf/prometheus.yml`, beside a copy of the alert rules (`ALERT_RULES`,
   the file `examples/prometheus/alerts.yml` links to): one scrape job, `trio-rmq` (the job
   the rules' node-down alert watches), whose targets are every node's metrics address
-  (`metrics_addr`: the port rule of docs/metrics.md), scraped and evaluated every
+  (`NodeSpec.metrics_port`: the port rule of docs/metrics.md), scraped and evaluated every
   `SCRAPE_INTERVAL`. Its TSDB lives in `<data-dir>/prometheus/` like a node's store, so a
   cluster started again in the same data dir keeps its history.
 * It is ready when `GET /-/ready` answers 200 (Prometheus's own readiness endpoint: the TSDB
@@ -90,9 +90,8 @@ def with_prometheus(plan: ClusterPlan, binary: Path, *, port: int = 0) -> Cluste
 
 
 def metrics_addr(node: NodeSpec) -> str:
-    """host:port of a node's metrics server under `rmq up` (docs/metrics.md, "Port rule"):
-    a broker's listen port + 3, the nameserver's port + 1."""
-    return f"{node.host}:{node.port + (1 if node.kind == 'namesrv' else 3)}"
+    """host:port of a node's metrics server (docs/metrics.md, "Port rule")."""
+    return f"{node.host}:{node.metrics_port}"
 
 
 def scraped(plan: ClusterPlan) -> tuple[NodeSpec, ...]:

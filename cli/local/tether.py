@@ -30,32 +30,57 @@ import threading
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent() -> None:
-    """In the child between fork and exec: SIGTERM when tether's thread ends."""
+_FORWARDED = (signal.SIGTERM, signal.SIGINT)
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child between fork and exec, with `_FORWARDED` blocked: their default actions
+    back (tether's handlers are copied by the fork and would swallow them), SIGTERM when
+    tether's thread ends, at once if tether ended before this (the kernel only signals a death
+    that comes after the call); then the signals that came meanwhile."""
+    for signum in _FORWARDED:
+        signal.signal(signum, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
 
 
 def run(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m cli.local.tether PROGRAM [ARGS...]", file=sys.stderr)
         return 2
-    try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    except OSError as exc:
-        print(f"error: cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
-        return 127
+    child: subprocess.Popen[bytes] | None = None
+    stopping: list[int] = []  # a signal that came before the program was started
 
     def stop(signum: int = signal.SIGTERM, _frame: object = None) -> None:
+        if child is None:
+            stopping.append(signum)
+            return
         try:
             child.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for signum in _FORWARDED:
+        signal.signal(signum, stop)
+    me = os.getpid()
+    # blocked while the child is forked: it must not run a copy of `stop` (see _die_with_parent)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    try:
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, preexec_fn=lambda: _die_with_parent(me)
+        )
+    except OSError as exc:
+        print(f"error: cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
+        return 127
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    if stopping:  # came before `child` was set
+        stop(stopping[0])
 
     def watch_stdin() -> None:
         # read() returns b"" at EOF: the supervisor's end of the pipe closed

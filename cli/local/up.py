@@ -107,6 +107,8 @@ class NodeSpec:
     def metrics_port(self) -> int:
         """Where the node serves Prometheus metrics (docs/metrics.md): a broker's listen
         port + 3 (in its block), the nameserver's port + 1."""
+        if self.kind == "prometheus":  # `rmq up --metrics`: its own, on its web port
+            return self.port
         return self.port + 3 if self.kind == "broker" else self.port + 1
 
     @property
@@ -118,7 +120,7 @@ class NodeSpec:
             return [self.port - 2, self.port, self.port + 1, self.port + 2, self.metrics_port]
         if self.kind == "broker":
             return [self.port - 2, self.port, self.port + 1, self.metrics_port]
-        return [self.port, self.metrics_port]
+        return sorted({self.port, self.metrics_port})
 
 
 @attrs.frozen
