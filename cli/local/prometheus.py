@@ -13,10 +13,10 @@ Theory of operation:
   plan is made; it is printed with the other nodes' ports.
 * Its configuration is generated (`prometheus_config`) and written at every spawn into
   `<data-dir>/conf/prometheus.yml`, beside a copy of the alert rules (`ALERT_RULES`,
-  the file `examples/prometheus/alerts.yml` links to): one scrape job, `trio-rmq` (the job
-  the rules' node-down alert watches), whose targets are every node's metrics address
-  (`NodeSpec.metrics_port`: the port rule of docs/metrics.md), scraped and evaluated every
-  `SCRAPE_INTERVAL`. Its TSDB lives in `<data-dir>/prometheus/` like a node's store, so a
+  the file `examples/prometheus/alerts.yml` links to): one scrape job, `trio-rmq`, whose
+  targets are every node's metrics address (`NodeSpec.metrics_port`: the port rule of
+  docs/metrics.md), each labelled `rmq_node` with the node's name, scraped and evaluated
+  every `SCRAPE_INTERVAL`. Its TSDB lives in `<data-dir>/prometheus/` like a node's store, so a
   cluster started again in the same data dir keeps its history.
 * It is ready when `GET /-/ready` answers 200 (Prometheus's own readiness endpoint: the TSDB
   is open and the rules are loaded), probed with the nodes' readiness (`cli/local/up.py`).
@@ -36,7 +36,7 @@ from cli.local.up import ClusterPlan, NodeSpec, PlanError, node_command, probe_c
 
 PROMETHEUS_NODE = "prometheus"  # its node name and kind
 PROMETHEUS_ROLE = "PROMETHEUS"  # what `rmq status` shows in the role column
-JOB = "trio-rmq"  # the scrape job; the rules' RocketMQNodeDown alert selects it
+JOB = "trio-rmq"  # the scrape job (the dashboard's $job variable offers it)
 SCRAPE_INTERVAL = "2s"  # scrape and rule evaluation; `rate(...[$__rate_interval])` needs >= 4
 ALERT_RULES = Path(__file__).with_name("alerts.yml")
 INSTALL_HINT = (
@@ -108,7 +108,8 @@ def rules_path(data_dir: Path) -> Path:
 
 def prometheus_config(plan: ClusterPlan, rules: Path) -> dict[str, Any]:
     """The server's configuration: every node of `plan` a target of job `JOB`, each with a
-    `rmq_node` label naming it, and the rule file `rules`."""
+    `rmq_node` label naming it, and the rule file `rules`. The cluster name rides along as
+    an external label (what Alertmanager and federation see), not on every series."""
     return {
         "global": {
             "scrape_interval": SCRAPE_INTERVAL,
