@@ -40,7 +40,9 @@ NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
 # message property markers in the header's properties string (name \x01 value \x02 ...):
 # TopicMessageType.parseFromMessageProperty's order: transaction, delay, FIFO, normal
 _TRANSACTION_MARK = "TRAN_MSG\x01true"
-_DELAY_MARKS = ("DELAY\x01", "TIMER_DELIVER_MS\x01", "TIMER_DELAY_SEC\x01", "TIMER_DELAY_MS\x01")
+# DELAY (a level) or one of the TIMER_* delivery times (TIMER_DELIVER_MS, TIMER_DELAY_SEC,
+# TIMER_DELAY_MS): one scan for the three
+_DELAY_MARKS = ("DELAY\x01", "TIMER_D")
 _FIFO_MARK = "__SHARDINGKEY\x01"
 
 

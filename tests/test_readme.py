@@ -55,6 +55,8 @@ def kind(block: readme.Block) -> str | None:
         return "topology"
     if block.lang == "python":
         return "python"
+    if block.lang == "yaml" and "scrape_configs:" in block.text:
+        return "prometheus"
     return None
 
 
@@ -68,6 +70,17 @@ def test_every_block_is_run() -> None:
     counts = {k: len(of_kind(k)) for k in ("quickstart", "commands", "topology", "spark")}
     assert counts == {"quickstart": 1, "commands": 1, "topology": 1, "spark": 1}
     assert len(of_kind("tour")) >= 3 and len(of_kind("python")) >= 2
+
+
+def test_prometheus_config_is_valid(tmp_path: Path) -> None:
+    # Prometheus's own checker (Debian's prometheus package, installed by .ci/run)
+    (block,) = of_kind("prometheus")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(block.text)
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (.ci/run installs Debian's prometheus)"
+    r = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_readme_links_stay_inside_the_repository() -> None:

@@ -33,11 +33,13 @@ from collections.abc import Callable
 import attrs
 import h11
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, exposition, generate_latest
 
 log = logging.getLogger(__name__)
 
 PATH = "/metrics"
+# the text format every Prometheus reads (2.x as Debian ships it); generate_latest writes it
+CONTENT_TYPE = getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", CONTENT_TYPE_LATEST)
 
 
 @attrs.frozen
@@ -108,7 +110,7 @@ class MetricsExchange:
             return _plain(conn, 405, "only GET and HEAD\n")
         if path != PATH:
             return _plain(conn, 404, f"metrics are at {PATH}\n", head=head)
-        return _answer(conn, 200, self._render(), CONTENT_TYPE_LATEST, head=head)
+        return _answer(conn, 200, self._render(), CONTENT_TYPE, head=head)
 
 
 @attrs.define(eq=False)
