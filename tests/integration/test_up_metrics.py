@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cli.chaos.port_blocks import free_port_block
+from tests.examples.test_dashboard import DASHBOARD, grafana_filled
 from tests.integration.test_local_json import alive, kill_leftovers, rmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -39,6 +40,21 @@ def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
             return last
         time.sleep(0.25)
     raise AssertionError(f"{what}: not within {timeout:g} s (last: {last!r})")
+
+
+def dashboard_queries() -> dict[str, list[str]]:
+    """panel title -> its expressions, as Grafana sends them with every variable at All."""
+    out: dict[str, list[str]] = {}
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel.get("targets", []):
+            out.setdefault(panel["title"], []).append(grafana_filled(target["expr"]))
+    return out
+
+
+def values(base: str, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """An instant query's result: each series' labels -> its value."""
+    result = api(base, "query", query=expr)["result"]
+    return {tuple(sorted(s["metric"].items())): float(s["value"][1]) for s in result}
 
 
 def children(pid: int) -> list[int]:
@@ -130,6 +146,42 @@ def test_up_metrics_scrapes_every_node(
         assert wait_for("every node's series", node_types) == {
             (name, "nameserver" if name == "namesrv" else "broker") for name in scraped
         }
+
+        # the dashboard on live data: every query is answered, and the panels an operator
+        # reads first show this cluster; the lag panel counts each queue once (masters and
+        # slaves both report it), so it equals `rmq group progress`
+        namesrv = f"127.0.0.1:{base + 35}"
+        r = rmq("produce", "-n", namesrv, "-t", "Dash", *[f"m{i}" for i in range(30)])
+        assert r.returncode == 0, r.stderr
+        r = rmq("consume", "-n", namesrv, "-t", "Dash", "-g", "dash-g", "--from-beginning")
+        assert r.returncode == 0 and len(r.stdout.splitlines()) >= 30, r.stderr
+        r = rmq("produce", "-n", namesrv, "-t", "Dash", *[f"n{i}" for i in range(12)])
+        assert r.returncode == 0, r.stderr
+        queries = dashboard_queries()
+        for exprs in queries.values():
+            for expr in exprs:
+                api(base_url, "query", query=expr)  # status "success", or it raises
+        brokers = len(scraped) - 1
+        [[nodes_up]] = [list(values(base_url, e).values()) for e in queries["Nodes up"]]
+        assert nodes_up == len(scraped)
+
+        def lag_panel() -> float | None:
+            [expr] = queries["Lag per group (messages)"]
+            got = values(base_url, expr).get((("consumer_group", "dash-g"),))
+            return got if got == 12 else None
+
+        assert wait_for("the lag panel", lag_panel) == 12
+        progress = rmq("group", "progress", "-n", namesrv, "dash-g", "--topic", "Dash", "--json")
+        assert json.loads(progress.stdout)["total"]["lag"] == 12
+        [expr] = queries["Disk used ratio"]
+        assert len(values(base_url, expr)) == brokers
+        if "--dledger" in topology:
+            [expr] = queries["DLedger leader per group"]
+            [leader] = values(base_url, expr)
+            assert dict(leader)["dledger_group"] == "broker-a"
+        else:
+            [expr] = queries["Slaves connected"]
+            assert values(base_url, expr) == {(("node_id", "broker-a"),): 1.0}
 
         # a node that dies shows as a target that is down (RocketMQNodeDown's input)
         victim = scraped[-1]
