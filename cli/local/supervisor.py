@@ -372,11 +372,14 @@ class Supervisor:
             await process.stdin.aclose()
 
     async def stop_all(self) -> None:
-        """Slaves first, then masters, then the nameserver; each group bounded by the timeout."""
+        """Slaves (and `rmq up --metrics`'s Prometheus) first, then masters, then the
+        nameserver; each group bounded by the timeout."""
 
         def rank(ns: NodeState) -> int:
             if ns.node.kind == "namesrv":
                 return 2
+            if ns.node.kind == "prometheus":  # first: its history ends before any node does
+                return 0
             return 0 if ns.node.broker_id else 1
 
         for r in (0, 1, 2):
