@@ -219,7 +219,7 @@ def test_status_json_names_the_prometheus_url() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_tether_stopped_while_it_starts_its_program_leaves_nothing(
     tmp_path: Path, how: signal.Signals
 ) -> None:
