@@ -161,6 +161,8 @@ class AdminBrokerProcessor:
         b.topic_config_manager.delete_topic_config(topic)
         b.consumer_offset_manager.remove_topics([topic])
         b.store.delete_topics([topic])
+        if b.metrics is not None:
+            b.metrics.forget_topics([topic])
         return await self._when_durable(req)
 
     async def get_all_topic_config(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -87,8 +87,8 @@ def up(
             "--dledger",
             help="DLedger group size (3 or 5; 0 = master/slave): each master becomes a Raft "
             "group broker-a-n0..n{N-1} whose leader is the master. Each member takes a block "
-            "of 10 ports (listen P, VIP P-2, DLedger P+2). Laptop timing unless broker_conf "
-            "overrides it: heartBeatTimeIntervalMs=500, maxHeartBeatLeak=3, "
+            "of 10 ports (listen P, VIP P-2, DLedger P+2, metrics P+3). Laptop timing unless "
+            "broker_conf overrides it: heartBeatTimeIntervalMs=500, maxHeartBeatLeak=3, "
             "minVoteIntervalMs=150, maxVoteIntervalMs=400 (RocketMQ: 2000, 3, 300, 1000).",
         ),
     ] = 0,

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.broker_metrics import BrokerMetrics, message_type
 from broker.service import BrokerHandle, run_broker
 from common.batch_body import encode_batch_body
+from common.message import decode_records
 from common.message_properties import encode_properties
 from common.mq_map import parse_mq_map
 from common.remoting.client import open_remoting_client
@@ -100,6 +101,13 @@ async def test_in_out_lag_inflight_ready_as_the_wire_sees_them(env: Env) -> None
         {"consumerGroup": "G", "topic": "MT", "queueId": 0, "commitOffset": 2},
     )
     assert (await env.client.invoke(env.addr, commit, timeout=5)).code == 0
+    # the consumer gives up on the first one: CONSUMER_SEND_MSG_BACK with delay level -1 (DLQ)
+    first = decode_records(pulled.body_bytes())[0]
+    back = RemotingCommand.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {"group": "G", "offset": first.commit_log_offset, "delayLevel": -1, "originTopic": "MT"},
+    )
+    assert (await env.client.invoke(env.addr, back, timeout=5)).code == 0
 
     s = await scrape(port)
     common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
@@ -121,6 +129,7 @@ async def test_in_out_lag_inflight_ready_as_the_wire_sees_them(env: Env) -> None
     assert value(s, "rocketmq_consumer_inflight_messages", topic="MT", consumer_group="G") == 3
     assert value(s, "rocketmq_consumer_ready_messages", topic="MT", consumer_group="G") == 2
     assert value(s, "rocketmq_consumer_lag_latency", topic="MT", consumer_group="G") >= 0
+    assert value(s, "rocketmq_send_to_dlq_messages_total", topic="MT", consumer_group="G") == 1
     send = {"request_code": "send_message_v2", "response_code": "success"}
     assert value(s, "rocketmq_rpc_latency_count", protocol_type="remoting", **send) == 4
     assert value(s, "rocketmq_rpc_latency_count", request_code="send_batch_message") == 1
