@@ -8,7 +8,9 @@
 * `supervisor.py`: one OS process per node, watched from one Trio nursery;
 * `state.py`: the state file and control socket through which `status`, `kill`, `restart`
   and `down` reach a running supervisor;
-* `render.py`: what these commands print.
+* `render.py`: what these commands print;
+* `prometheus.py`: `rmq up --metrics`, a Prometheus server as one more node of the plan, run
+  under `tether.py` (which stops it with the supervisor); `alerts.yml`: its alert rules.
 
 Each node runs `python -m cli.servers.node` (`cli/servers/`).
 """

@@ -37,6 +37,7 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
     "rmq up --detach && rmq status       # in the background; `rmq down` stops it",
     "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
     "rmq up --json                       # foreground: one JSON object per event and line",
+    "rmq up --metrics                    # and a Prometheus scraping every node (port printed)",
 )
 def up(
     # typer passes it, and knows it only by a bare typer.Context annotation (Optional would
@@ -110,6 +111,25 @@ def up(
             "ready, exited, restarted, stopped...).",
         ),
     ] = False,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="Also run a Prometheus server (the `prometheus` binary on PATH) scraping every "
+            "node every 2 s, with trio-rmq's alert rules loaded; its port is printed with the "
+            "nodes' (examples/grafana/README.md).",
+        ),
+    ] = False,
+    prometheus: Annotated[
+        Path | None,
+        typer.Option("--prometheus", help="The Prometheus binary for --metrics (implies it)."),
+    ] = None,
+    prometheus_port: Annotated[
+        int,
+        typer.Option(
+            "--prometheus-port", help="Prometheus's web port with --metrics; 0: a free one."
+        ),
+    ] = 0,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
     process; or with --dledger N, DLedger groups of N brokers sharing a Raft log.
@@ -147,6 +167,11 @@ def up(
 
         topo = resolve(config, **given)
         plan = topo.plan(sync_master=sync_master)
+        if metrics or prometheus is not None:
+            from cli.local.prometheus import find_prometheus, with_prometheus
+
+            binary = find_prometheus(prometheus)
+            plan = with_prometheus(plan, binary, port=prometheus_port)
     except PlanError as exc:
         render.error(str(exc))
         raise typer.Exit(1) from None
@@ -177,6 +202,10 @@ def up(
                 argv += [f"--{name.replace('_', '-')}", str(value)]
         if sync_master:
             argv.append("--sync-master")
+        if plan.prometheus is not None:
+            # the port chosen here, so that the one checked free above is the one used
+            argv += ["--prometheus", str(plan.prometheus.executable)]
+            argv += ["--prometheus-port", str(plan.prometheus.port)]
         _detach(argv, data_dir, topo.ready_timeout, as_json=as_json)
         return
     report = render.up_event_json if as_json else render.up_event
@@ -186,11 +215,21 @@ def up(
 
         from cli.local.supervisor import run_up
 
+        extra: dict[str, Any] = {}
+        if plan.prometheus is not None:
+            from cli.local import prometheus as local_prometheus
+
+            extra = {
+                "probe": local_prometheus.probe,
+                "command_for": local_prometheus.command_for,
+            }
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def supervise() -> None:
-                    await run_up(plan, data_dir, report=report, ready_timeout=topo.ready_timeout)
+                    await run_up(
+                        plan, data_dir, report=report, ready_timeout=topo.ready_timeout, **extra
+                    )
                     nursery.cancel_scope.cancel()  # `rmq down`: done
 
                 nursery.start_soon(supervise)

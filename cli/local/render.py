@@ -46,6 +46,8 @@ def _detail(
 ) -> str:
     if kind == "namesrv":
         return f"nameserver, metrics {metrics_port}" if metrics_port else "nameserver"
+    if kind == "prometheus":  # `rmq up --metrics` (cli/local/prometheus.py)
+        return f"prometheus, web UI and API on port {port}, scraping every node"
     metrics = f", metrics {metrics_port}" if metrics_port else ""
     if dledger_self_id is not None:
         # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time

@@ -372,11 +372,14 @@ class Supervisor:
             await process.stdin.aclose()
 
     async def stop_all(self) -> None:
-        """Slaves first, then masters, then the nameserver; each group bounded by the timeout."""
+        """Slaves (and `rmq up --metrics`'s Prometheus) first, then masters, then the
+        nameserver; each group bounded by the timeout."""
 
         def rank(ns: NodeState) -> int:
             if ns.node.kind == "namesrv":
                 return 2
+            if ns.node.kind == "prometheus":  # first: its history ends before any node does
+                return 0
             return 0 if ns.node.broker_id else 1
 
         for r in (0, 1, 2):
@@ -422,6 +425,10 @@ class Supervisor:
             "cluster": self.plan.namesrv.cluster,
             "namesrv": self.plan.namesrv_addr,
             "data_dir": str(self.data_dir),
+            # `rmq up --metrics`: its Prometheus's web UI and API
+            "prometheus": None
+            if self.plan.prometheus is None
+            else f"http://{self.plan.prometheus.addr}",
             "nodes": [ns.to_json() for ns in self.nodes.values()],
         }
 

@@ -81,6 +81,8 @@ class NodeSpec:
     properties: tuple[tuple[str, str], ...] = ()
     # a DLedger member (`rmq up --dledger N`, dledger_plan.py): its dLegerSelfId, n0, n1...
     dledger_self_id: str | None = None
+    # kind "prometheus" (`rmq up --metrics`, cli/local/prometheus.py): the server's binary
+    executable: str | None = None
 
     @property
     def addr(self) -> str:
@@ -108,6 +110,8 @@ class NodeSpec:
     def metrics_port(self) -> int:
         """Where the node serves Prometheus metrics (docs/metrics.md): a broker's listen
         port + 3 (in its block), the nameserver's port + 1."""
+        if self.kind == "prometheus":  # `rmq up --metrics`: its own, on its web port
+            return self.port
         return self.port + 3 if self.kind == "broker" else self.port + 1
 
     @property
@@ -119,17 +123,20 @@ class NodeSpec:
             return [self.port - 2, self.port, self.port + 1, self.port + 2, self.metrics_port]
         if self.kind == "broker":
             return [self.port - 2, self.port, self.port + 1, self.metrics_port]
-        return [self.port, self.metrics_port]
+        return sorted({self.port, self.metrics_port})
 
 
 @attrs.frozen
 class ClusterPlan:
     namesrv: NodeSpec
     brokers: tuple[NodeSpec, ...]
+    # `rmq up --metrics`: a Prometheus server scraping every node (cli/local/prometheus.py)
+    prometheus: NodeSpec | None = None
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
-        return (self.namesrv, *self.brokers)
+        extra = () if self.prometheus is None else (self.prometheus,)
+        return (self.namesrv, *self.brokers, *extra)
 
     @property
     def namesrv_addr(self) -> str:

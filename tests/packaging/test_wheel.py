@@ -52,9 +52,9 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 # the product: these packages and their subpackages, nothing else of the repository (tests,
 # bench, examples, docs); pyproject.toml's [tool.setuptools.packages.find] must find exactly them
 SHIPPED = frozenset({"common", "namesrv", "broker", "rmq", "cli", "pipeline"})
-# package files a wheel must hold besides the modules: sources commands read at run time, and
-# the type stubs of compiled modules
-DATA_SUFFIXES = (".c", ".pyi")
+# package files a wheel must hold besides the modules: sources and files commands read at run
+# time, and the type stubs of compiled modules
+DATA_SUFFIXES = (".c", ".pyi", ".yml")
 # setup.py's extension modules: the wheel holds each one compiled for the interpreter that built
 # it (this one); they are optional for an install, not for the wheel the product ships
 COMPILED = ("broker.store._record_check",)
