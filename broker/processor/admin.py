@@ -15,7 +15,7 @@ The operations keep their logic where the concept lives and only translate here:
 keys apply live (``broker/configuration.py``), the stats windows
 (``broker/broker_stats_manager.py``), the ACL file edits (``broker/acl/permission_manager.py``).
 Bodies with ``Map<MessageQueue, V>`` (ConsumeStats, ConsumeStatsList) are written as fastjson
-writes them (``_mq_key_map``).
+writes them (``common.mq_map.encode_mq_map``).
 
 Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 """
@@ -45,6 +45,7 @@ from broker.topic_config import validate_topic
 from common import serde
 from common.errors import RequestError
 from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
+from common.mq_map import encode_mq_map
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
@@ -61,22 +62,6 @@ MAX_CONSUME_QUEUE_UNITS = 1024
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 log = logging.getLogger(__name__)
-
-
-def _mq_key_map(entries: list[tuple[MessageQueue, dict[str, int]]]) -> bytes:
-    """A ``Map<MessageQueue, V>`` the way fastjson writes it: the keys are JSON objects.
-
-    That is not strict JSON, but it is what Java admin tools parse (TopicStatsTable,
-    ConsumeStats); values are written with sorted keys like fastjson.
-    """
-    parts = []
-    for mq, value in entries:
-        key = json.dumps(
-            {"brokerName": mq.brokerName, "queueId": mq.queueId, "topic": mq.topic},
-            separators=(",", ":"),
-        )
-        parts.append(key + ":" + json.dumps(value, separators=(",", ":"), sort_keys=True))
-    return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
 class AdminBrokerProcessor:
@@ -414,7 +399,7 @@ class AdminBrokerProcessor:
                     },
                 )
             )
-        body = b'{"offsetTable":' + _mq_key_map(entries) + b"}"
+        body = b'{"offsetTable":' + encode_mq_map(entries) + b"}"
         return req.response(ResponseCode.SUCCESS, body=body)
 
     async def get_consume_stats(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -444,7 +429,7 @@ class AdminBrokerProcessor:
                 )
         body = (
             b'{"consumeTps":%s,"offsetTable":' % repr(consume_tps).encode()
-            + _mq_key_map(entries)
+            + encode_mq_map(entries)
             + b"}"
         )
         return req.response(ResponseCode.SUCCESS, body=body)
@@ -483,7 +468,7 @@ class AdminBrokerProcessor:
                 tps = b.stats.manager.tps_group_get_nums(topic, group, now)
                 stats.append(
                     b'{"consumeTps":%s,"offsetTable":' % repr(tps).encode()
-                    + _mq_key_map(entries)
+                    + encode_mq_map(entries)
                     + b"}"
                 )
             groups.append(b"{" + json.dumps(group).encode() + b":[" + b",".join(stats) + b"]}")
