@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import PurePath
 
 import attrs
@@ -40,6 +41,7 @@ from broker.acl.permission_manager import (
 )
 from broker.acl.validator import Edit, PlainAccessValidator
 from broker.configuration import MAX_BODY, ConfigUpdateError, config_properties, plan_update
+from broker.consumer_manager import ClientChannelInfo
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
@@ -62,6 +64,19 @@ MAX_CONSUME_QUEUE_UNITS = 1024
 _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 log = logging.getLogger(__name__)
+
+
+def _connection_set(clients: Iterable[ClientChannelInfo]) -> list[dict[str, object]]:
+    """A ProducerConnection's or ConsumerConnection's ``connectionSet`` (Java's Connection)."""
+    return [
+        {
+            "clientId": c.client_id,
+            "clientAddr": c.channel.remote_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in clients
+    ]
 
 
 class AdminBrokerProcessor:
@@ -299,17 +314,7 @@ class AdminBrokerProcessor:
         chans = self.broker.producer_manager.groups.get(group)
         if not chans:
             return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-        body = {
-            "connectionSet": [
-                {
-                    "clientId": c.client_id,
-                    "clientAddr": c.channel.remote_addr,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in chans.values()
-            ]
-        }
+        body = {"connectionSet": _connection_set(chans.values())}
         return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
 
     async def get_all_producer_info(
@@ -344,15 +349,7 @@ class AdminBrokerProcessor:
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
         body = {
-            "connectionSet": [
-                {
-                    "clientId": c.client_id,
-                    "clientAddr": c.channel.remote_addr,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in info.channels.values()
-            ],
+            "connectionSet": _connection_set(info.channels.values()),
             "subscriptionTable": {
                 t: serde.converter.unstructure(s) for t, s in info.subscriptions.items()
             },
