@@ -38,7 +38,7 @@ from broker.store.api import MessageStore
 from broker.store.config import parse_delay_levels as _parse_levels
 from broker.store.results import GetMessageStatus, PutMessageStatus
 from common import serde
-from common.message import MessageExt, MessageExtBrokerInner, decode_records
+from common.message import MessageExt, MessageExtBrokerInner, decode_records, rewritten
 from common.message_properties import MessageConst
 from common.topics import SCHEDULE_TOPIC
 
@@ -75,18 +75,7 @@ def message_time_up(m: MessageExt) -> MessageExtBrokerInner | None:
         return None
     props.pop(MessageConst.DELAY, None)
     props.pop(MessageConst.WAIT, None)
-    return MessageExtBrokerInner(
-        topic=topic,
-        queue_id=queue_id,
-        flag=m.flag,
-        body=m.body,
-        properties=props,
-        sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host,
-        store_host=m.store_host,
-        reconsume_times=m.reconsume_times,
-    )
+    return rewritten(m, topic, queue_id, props)
 
 
 def trio_wall_clock_ms() -> Callable[[], int]:
