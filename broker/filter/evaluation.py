@@ -292,36 +292,23 @@ def compile_expression(e: Expr) -> Evaluator:
             return as_boolean(java_compare(lv, rv))
 
         return compare
-    if isinstance(e, And):
+    if isinstance(e, And | Or):
         left, right = compile_expression(e.left), compile_expression(e.right)
+        # FALSE decides an AND, TRUE an OR, whatever the other side is (even null)
+        decisive = isinstance(e, Or)
 
-        def and_(props: Properties) -> JavaValue:
+        def junction(props: Properties) -> JavaValue:
             lv = left(props)
-            if lv is False:
-                return False
+            if lv is decisive:
+                return decisive
             rv = right(props)
-            if rv is False:
-                return False
+            if rv is decisive:
+                return decisive
             if lv is None or rv is None:
                 return None
-            return True
+            return not decisive
 
-        return and_
-    if isinstance(e, Or):
-        left, right = compile_expression(e.left), compile_expression(e.right)
-
-        def or_(props: Properties) -> JavaValue:
-            lv = left(props)
-            if lv is True:
-                return True
-            rv = right(props)
-            if rv is True:
-                return True
-            if lv is None or rv is None:
-                return None
-            return False
-
-        return or_
+        return junction
     raise TypeError(f"not an expression: {e!r}")
 
 
