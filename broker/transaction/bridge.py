@@ -25,7 +25,7 @@ from common.message import (
     decode_records,
     rewritten,
 )
-from common.message_properties import MessageConst, encode_properties
+from common.message_properties import MessageConst, encode_properties, real_destination
 from common.mixall import CID_SYS_RMQ_TRANS
 from common.topics import (
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -95,15 +95,12 @@ def end_message_inner(half: MessageExt, commit_log_offset: int) -> MessageExtBro
     record (TRANSACTION_COMMIT, PREPARED_TRANSACTION_OFFSET = the half's CommitLog offset, no
     REAL_TOPIC / REAL_QID / TRAN_MSG); None when the record lost its destination."""
     props = dict(half.properties)
-    topic = props.pop(MessageConst.REAL_TOPIC, None)
-    qid = props.pop(MessageConst.REAL_QID, None)
-    props.pop(MessageConst.TRAN_MSG, None)
-    if not topic or qid is None:
+    destination = real_destination(props)
+    if destination is None:
         return None
-    try:
-        queue_id = int(qid)
-    except ValueError:
-        return None
+    topic, queue_id = destination
+    for key in (MessageConst.REAL_TOPIC, MessageConst.REAL_QID, MessageConst.TRAN_MSG):
+        props.pop(key, None)
     real = rewritten(
         half,
         topic,
