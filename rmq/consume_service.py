@@ -35,6 +35,7 @@ how the call ended (returned, failed, raised) as ConsumeReturnType.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -164,15 +165,9 @@ class _ConsumeService:
 
 
 class ConsumeMessageConcurrentlyService(_ConsumeService):
-    def __init__(
-        self,
-        consumer: Consumer,
-        listener: Listener,
-        nursery: trio.Nursery,
-        tracer: ConsumeTracer | None = None,
-    ) -> None:
-        super().__init__(consumer, listener, nursery, tracer)
-        self.limiter = trio.CapacityLimiter(consumer.consume_concurrency)
+    @functools.cached_property
+    def limiter(self) -> trio.CapacityLimiter:
+        return trio.CapacityLimiter(self.c.consume_concurrency)
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         size = self.c.consume_batch_max_size
