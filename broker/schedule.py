@@ -38,8 +38,8 @@ from broker.store.api import MessageStore
 from broker.store.config import parse_delay_levels as _parse_levels
 from broker.store.results import GetMessageStatus, PutMessageStatus
 from common import serde
-from common.message import MessageExt, MessageExtBrokerInner, decode_records
-from common.message_properties import MessageConst
+from common.message import MessageExt, MessageExtBrokerInner, decode_records, rewritten
+from common.message_properties import MessageConst, real_destination
 from common.topics import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -65,28 +65,13 @@ def queue_id_to_delay_level(queue_id: int) -> int:
 def message_time_up(m: MessageExt) -> MessageExtBrokerInner | None:
     """The message to re-put under its real topic; None if it lost its REAL_TOPIC/REAL_QID."""
     props = dict(m.properties)
-    topic = props.get(MessageConst.REAL_TOPIC)
-    qid = props.get(MessageConst.REAL_QID)
-    if not topic or qid is None:
+    destination = real_destination(props)
+    if destination is None:
         return None
-    try:
-        queue_id = int(qid)
-    except ValueError:
-        return None
+    topic, queue_id = destination
     props.pop(MessageConst.DELAY, None)
     props.pop(MessageConst.WAIT, None)
-    return MessageExtBrokerInner(
-        topic=topic,
-        queue_id=queue_id,
-        flag=m.flag,
-        body=m.body,
-        properties=props,
-        sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host,
-        store_host=m.store_host,
-        reconsume_times=m.reconsume_times,
-    )
+    return rewritten(m, topic, queue_id, props)
 
 
 def trio_wall_clock_ms() -> Callable[[], int]:

@@ -345,6 +345,33 @@ class MessageExt:
         return tags_code(self.tags)
 
 
+def rewritten(
+    m: MessageExt | MessageExtBrokerInner,
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str],
+    *,
+    sys_flag: int | None = None,
+    store_host: tuple[str, int] | None = None,
+    reconsume_times: int | None = None,
+) -> MessageExtBrokerInner:
+    """A stored or arriving message written again elsewhere (a retry, a DLQ, a half record and
+    its commit, a delayed message's time-up): its flag, body, born time and hosts, sys flag and
+    reconsume times carry over unless given."""
+    return MessageExtBrokerInner(
+        topic=topic,
+        queue_id=queue_id,
+        flag=m.flag,
+        body=m.body,
+        properties=properties,
+        sys_flag=m.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=m.born_timestamp,
+        born_host=m.born_host,
+        store_host=m.store_host if store_host is None else store_host,
+        reconsume_times=m.reconsume_times if reconsume_times is None else reconsume_times,
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _topic_from_raw(raw: bytes) -> str:
     return raw.decode("utf-8")

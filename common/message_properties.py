@@ -89,3 +89,16 @@ def decode_properties(s: str) -> dict[str, str]:
         if k and v:
             out[k] = v
     return out
+
+
+def real_destination(props: Mapping[str, str]) -> tuple[str, int] | None:
+    """(REAL_TOPIC, REAL_QID): where a message parked elsewhere (a delay level's schedule queue,
+    a transaction's half queue) belongs; None when either is missing or not a number."""
+    topic = props.get(MessageConst.REAL_TOPIC)
+    qid = props.get(MessageConst.REAL_QID)
+    if not topic or qid is None:
+        return None
+    try:
+        return topic, int(qid)
+    except ValueError:
+        return None

@@ -35,9 +35,10 @@ how the call ended (returned, failed, raised) as ConsumeReturnType.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -113,7 +114,12 @@ def reset_retry_topic(msgs: list[MessageExt], group: str) -> None:
             m.topic = original
 
 
-class ConsumeMessageConcurrentlyService:
+_Status = TypeVar("_Status", ConsumeStatus, OrderlyStatus)
+
+
+class _ConsumeService:
+    """What both services share: the consumer, the user's listener and one traced call of it."""
+
     def __init__(
         self,
         consumer: Consumer,
@@ -125,39 +131,57 @@ class ConsumeMessageConcurrentlyService:
         self.listener = listener
         self.nursery = nursery
         self.tracer = tracer
-        self.limiter = trio.CapacityLimiter(consumer.consume_concurrency)
+
+    async def _call_listener(
+        self, msgs: list[MessageExt], mq: MessageQueue, ok: _Status, failed: _Status
+    ) -> _Status:
+        """The listener's status: None is ``ok``; an exception or anything but a status of
+        ``ok``'s kind is ``failed`` (the trace says which: EXCEPTION, or FAILED)."""
+        tracer = self.tracer
+        before = None if tracer is None else tracer.before(msgs)
+        how = ConsumeReturnType.SUCCESS
+        kind = type(ok)
+        status: _Status
+        try:
+            returned = await self.listener(msgs)
+        except Exception:
+            log.exception("listener failed on %d message(s) of %s: %s", len(msgs), mq, failed.value)
+            status, how = failed, ConsumeReturnType.EXCEPTION
+        else:
+            if returned is None:
+                status = ok
+            elif isinstance(returned, kind):
+                status = returned
+            else:
+                log.warning(
+                    "listener returned %r, not a %s: %s", returned, kind.__name__, failed.value
+                )
+                status = failed
+        if status is not ok and how is ConsumeReturnType.SUCCESS:
+            how = ConsumeReturnType.FAILED
+        if tracer is not None and before is not None:
+            tracer.after(before, len(msgs), status is ok, how)
+        return status
+
+
+class ConsumeMessageConcurrentlyService(_ConsumeService):
+    @functools.cached_property
+    def limiter(self) -> trio.CapacityLimiter:
+        return trio.CapacityLimiter(self.c.consume_concurrency)
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         size = self.c.consume_batch_max_size
         for i in range(0, len(msgs), size):
             self.nursery.start_soon(self._consume, msgs[i : i + size], pq, mq)
 
-    async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        tracer = self.tracer
-        before = None if tracer is None else tracer.before(msgs)
-        how = ConsumeReturnType.SUCCESS
-        try:
-            status = await self.listener(msgs)
-        except Exception:
-            log.exception("listener failed on %d message(s) of %s: will reconsume", len(msgs), mq)
-            status, how = ConsumeStatus.RECONSUME_LATER, ConsumeReturnType.EXCEPTION
-        if status is None:
-            status = ConsumeStatus.SUCCESS
-        elif not isinstance(status, ConsumeStatus):
-            log.warning("listener returned %r, not a ConsumeStatus: reconsume later", status)
-            status = ConsumeStatus.RECONSUME_LATER
-        if status is ConsumeStatus.RECONSUME_LATER and how is ConsumeReturnType.SUCCESS:
-            how = ConsumeReturnType.FAILED
-        if tracer is not None and before is not None:
-            tracer.after(before, len(msgs), status is ConsumeStatus.SUCCESS, how)
-        return status
-
     async def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         async with self.limiter:
             if pq.dropped:
                 return
             reset_retry_topic(msgs, self.c.group)
-            status = await self._call_listener(msgs, mq)
+            status = await self._call_listener(
+                msgs, mq, ConsumeStatus.SUCCESS, ConsumeStatus.RECONSUME_LATER
+            )
         if pq.dropped:
             return  # the queue moved on: its new owner consumes from the persisted offset
         done = msgs
@@ -185,43 +209,11 @@ class ConsumeMessageConcurrentlyService:
         await self._consume(msgs, pq, mq)
 
 
-class ConsumeMessageOrderlyService:
-    def __init__(
-        self,
-        consumer: Consumer,
-        listener: Listener,
-        nursery: trio.Nursery,
-        tracer: ConsumeTracer | None = None,
-    ) -> None:
-        self.c = consumer
-        self.listener = listener
-        self.nursery = nursery
-        self.tracer = tracer
-
+class ConsumeMessageOrderlyService(_ConsumeService):
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
         if not pq.consuming_task:
             pq.consuming_task = True
             self.nursery.start_soon(self._consume_queue, pq, mq)
-
-    async def _call_listener(self, msgs: list[MessageExt], mq: MessageQueue) -> OrderlyStatus:
-        tracer = self.tracer
-        before = None if tracer is None else tracer.before(msgs)
-        how = ConsumeReturnType.SUCCESS
-        try:
-            status = await self.listener(msgs)
-        except Exception:
-            log.exception("orderly listener failed on %s: suspend a moment", mq)
-            status, how = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT, ConsumeReturnType.EXCEPTION
-        if status is None:
-            status = OrderlyStatus.SUCCESS
-        elif not isinstance(status, OrderlyStatus):
-            log.warning("orderly listener returned %r, not an OrderlyStatus: suspend", status)
-            status = OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-        if status is not OrderlyStatus.SUCCESS and how is ConsumeReturnType.SUCCESS:
-            how = ConsumeReturnType.FAILED
-        if tracer is not None and before is not None:
-            tracer.after(before, len(msgs), status is OrderlyStatus.SUCCESS, how)
-        return status
 
     async def _consume_queue(self, pq: ProcessQueue, mq: MessageQueue) -> None:
         try:
@@ -245,7 +237,9 @@ class ConsumeMessageOrderlyService:
                 if not msgs:
                     return
                 reset_retry_topic(msgs, c.group)
-                status = await self._call_listener(msgs, mq)
+                status = await self._call_listener(
+                    msgs, mq, OrderlyStatus.SUCCESS, OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                )
                 if status is OrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
                     c.stats_failed += len(msgs)
                     again = await self._check_reconsume_times(msgs, mq)

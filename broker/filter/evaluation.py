@@ -153,52 +153,41 @@ def java_equals(lv: JavaValue, rv: JavaValue) -> bool:
     return lv == rv
 
 
+# ``ComparisonExpression.__compare``'s conversions of mixed classes: (class of lv, class of rv)
+# -> which side is converted and how; any other mix compares as -1 (Boolean against String throws).
+# The converters are typed by their string case; int and float also take the numbers.
+_LEFT, _RIGHT = 0, 1
+_CONVERSIONS: dict[tuple[type, type], tuple[int, Callable[[str], JavaValue]]] = {
+    (Int32, int): (_LEFT, int),
+    (Int32, float): (_LEFT, float),
+    (Int32, str): (_RIGHT, integer_value_of),
+    (int, Int32): (_RIGHT, int),
+    (int, float): (_LEFT, float),
+    (int, str): (_RIGHT, long_value_of),
+    (float, Int32): (_RIGHT, float),
+    (float, int): (_RIGHT, float),
+    (float, str): (_RIGHT, double_value_of),
+    (str, bool): (_LEFT, boolean_value_of),
+    (str, Int32): (_LEFT, integer_value_of),
+    (str, int): (_LEFT, long_value_of),
+    (str, float): (_LEFT, double_value_of),
+}
+
+
 def java_compare(lv: JavaValue, rv: JavaValue) -> int:
     """``ComparisonExpression.__compare(lv, rv, true)``: converts mixed classes, then compareTo."""
     lc, rc = type(lv), type(rv)
     if lc is not rc:
-        if lc is bool:
-            if rc is str:
+        conversion = _CONVERSIONS.get((lc, rc))
+        if conversion is None:
+            if lc is bool and rc is str:
                 raise EvaluationFailed("ClassCastException: Boolean cannot be cast to String")
             return -1
-        if lc is Int32:
-            if rc is int:
-                lv = int(lv)  # type: ignore[arg-type]
-            elif rc is float:
-                lv = float(lv)  # type: ignore[arg-type]
-            elif rc is str:
-                rv = integer_value_of(rv)  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lc is int:
-            if rc is Int32:
-                rv = int(rv)  # type: ignore[arg-type]
-            elif rc is float:
-                lv = float(lv)  # type: ignore[arg-type]
-            elif rc is str:
-                rv = long_value_of(rv)  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lc is float:
-            if rc is Int32 or rc is int:
-                rv = float(rv)  # type: ignore[arg-type]
-            elif rc is str:
-                rv = double_value_of(rv)  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lc is str:
-            if rc is bool:
-                lv = boolean_value_of(lv)  # type: ignore[arg-type]
-            elif rc is Int32:
-                lv = integer_value_of(lv)  # type: ignore[arg-type]
-            elif rc is int:
-                lv = long_value_of(lv)  # type: ignore[arg-type]
-            elif rc is float:
-                lv = double_value_of(lv)  # type: ignore[arg-type]
-            else:
-                return -1
+        side, convert = conversion
+        if side == _LEFT:
+            lv = convert(lv)  # type: ignore[arg-type]
         else:
-            return -1
+            rv = convert(rv)  # type: ignore[arg-type]
     if type(lv) is float:
         return double_compare(lv, rv)  # type: ignore[arg-type]
     if type(lv) is str:
@@ -303,36 +292,23 @@ def compile_expression(e: Expr) -> Evaluator:
             return as_boolean(java_compare(lv, rv))
 
         return compare
-    if isinstance(e, And):
+    if isinstance(e, And | Or):
         left, right = compile_expression(e.left), compile_expression(e.right)
+        # FALSE decides an AND, TRUE an OR, whatever the other side is (even null)
+        decisive = isinstance(e, Or)
 
-        def and_(props: Properties) -> JavaValue:
+        def junction(props: Properties) -> JavaValue:
             lv = left(props)
-            if lv is False:
-                return False
+            if lv is decisive:
+                return decisive
             rv = right(props)
-            if rv is False:
-                return False
+            if rv is decisive:
+                return decisive
             if lv is None or rv is None:
                 return None
-            return True
+            return not decisive
 
-        return and_
-    if isinstance(e, Or):
-        left, right = compile_expression(e.left), compile_expression(e.right)
-
-        def or_(props: Properties) -> JavaValue:
-            lv = left(props)
-            if lv is True:
-                return True
-            rv = right(props)
-            if rv is True:
-                return True
-            if lv is None or rv is None:
-                return None
-            return False
-
-        return or_
+        return junction
     raise TypeError(f"not an expression: {e!r}")
 
 

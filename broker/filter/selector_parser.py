@@ -33,7 +33,7 @@ stack); deeper input is refused like any other bad expression.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from broker.filter.evaluation import EvaluationFailed, java_compare
 from broker.filter.expression import (
@@ -137,23 +137,22 @@ class _Parser:
     # --- the grammar ----------------------------------------------------------------------
 
     def or_expression(self) -> Expr:
-        start = self.lx.peek()
-        left = self.and_expression()
-        while self.lx.peek().kind is Kind.OR:
-            self.deepen(self.lx.next())
-            right_start = self.lx.peek()
-            right = self.and_expression()
-            left = Or(self.as_boolean(left, start), self.as_boolean(right, right_start))
-        return left
+        return self.boolean_chain(Kind.OR, self.and_expression, Or)
 
     def and_expression(self) -> Expr:
+        return self.boolean_chain(Kind.AND, self.equality_expression, And)
+
+    def boolean_chain(
+        self, kind: Kind, operand: Callable[[], Expr], node: Callable[[Expr, Expr], Expr]
+    ) -> Expr:
+        """``operand (kind operand)*``, left-associative, each operand cast to a boolean."""
         start = self.lx.peek()
-        left = self.equality_expression()
-        while self.lx.peek().kind is Kind.AND:
+        left = operand()
+        while self.lx.peek().kind is kind:
             self.deepen(self.lx.next())
             right_start = self.lx.peek()
-            right = self.equality_expression()
-            left = And(self.as_boolean(left, start), self.as_boolean(right, right_start))
+            right = operand()
+            left = node(self.as_boolean(left, start), self.as_boolean(right, right_start))
         return left
 
     def equality_expression(self) -> Expr:

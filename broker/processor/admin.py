@@ -15,7 +15,7 @@ The operations keep their logic where the concept lives and only translate here:
 keys apply live (``broker/configuration.py``), the stats windows
 (``broker/broker_stats_manager.py``), the ACL file edits (``broker/acl/permission_manager.py``).
 Bodies with ``Map<MessageQueue, V>`` (ConsumeStats, ConsumeStatsList) are written as fastjson
-writes them (``_mq_key_map``).
+writes them (``common.mq_map.encode_mq_map``).
 
 Codes without a processor get REQUEST_CODE_NOT_SUPPORTED from the dispatcher.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import PurePath
 
 import attrs
@@ -40,11 +41,13 @@ from broker.acl.permission_manager import (
 )
 from broker.acl.validator import Edit, PlainAccessValidator
 from broker.configuration import MAX_BODY, ConfigUpdateError, config_properties, plan_update
+from broker.consumer_manager import ClientChannelInfo
 from broker.controller import BrokerController
 from broker.topic_config import validate_topic
 from common import serde
 from common.errors import RequestError
 from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
+from common.mq_map import encode_mq_map
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
@@ -63,20 +66,17 @@ _SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, pl
 log = logging.getLogger(__name__)
 
 
-def _mq_key_map(entries: list[tuple[MessageQueue, dict[str, int]]]) -> bytes:
-    """A ``Map<MessageQueue, V>`` the way fastjson writes it: the keys are JSON objects.
-
-    That is not strict JSON, but it is what Java admin tools parse (TopicStatsTable,
-    ConsumeStats); values are written with sorted keys like fastjson.
-    """
-    parts = []
-    for mq, value in entries:
-        key = json.dumps(
-            {"brokerName": mq.brokerName, "queueId": mq.queueId, "topic": mq.topic},
-            separators=(",", ":"),
-        )
-        parts.append(key + ":" + json.dumps(value, separators=(",", ":"), sort_keys=True))
-    return ("{" + ",".join(parts) + "}").encode("utf-8")
+def _connection_set(clients: Iterable[ClientChannelInfo]) -> list[dict[str, object]]:
+    """A ProducerConnection's or ConsumerConnection's ``connectionSet`` (Java's Connection)."""
+    return [
+        {
+            "clientId": c.client_id,
+            "clientAddr": c.channel.remote_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in clients
+    ]
 
 
 class AdminBrokerProcessor:
@@ -316,17 +316,7 @@ class AdminBrokerProcessor:
         chans = self.broker.producer_manager.groups.get(group)
         if not chans:
             return req.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
-        body = {
-            "connectionSet": [
-                {
-                    "clientId": c.client_id,
-                    "clientAddr": c.channel.remote_addr,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in chans.values()
-            ]
-        }
+        body = {"connectionSet": _connection_set(chans.values())}
         return req.response(ResponseCode.SUCCESS, body=serde.dumps(body))
 
     async def get_all_producer_info(
@@ -361,15 +351,7 @@ class AdminBrokerProcessor:
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
         body = {
-            "connectionSet": [
-                {
-                    "clientId": c.client_id,
-                    "clientAddr": c.channel.remote_addr,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in info.channels.values()
-            ],
+            "connectionSet": _connection_set(info.channels.values()),
             "subscriptionTable": {
                 t: serde.converter.unstructure(s) for t, s in info.subscriptions.items()
             },
@@ -416,7 +398,7 @@ class AdminBrokerProcessor:
                     },
                 )
             )
-        body = b'{"offsetTable":' + _mq_key_map(entries) + b"}"
+        body = b'{"offsetTable":' + encode_mq_map(entries) + b"}"
         return req.response(ResponseCode.SUCCESS, body=body)
 
     async def get_consume_stats(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -446,7 +428,7 @@ class AdminBrokerProcessor:
                 )
         body = (
             b'{"consumeTps":%s,"offsetTable":' % repr(consume_tps).encode()
-            + _mq_key_map(entries)
+            + encode_mq_map(entries)
             + b"}"
         )
         return req.response(ResponseCode.SUCCESS, body=body)
@@ -485,7 +467,7 @@ class AdminBrokerProcessor:
                 tps = b.stats.manager.tps_group_get_nums(topic, group, now)
                 stats.append(
                     b'{"consumeTps":%s,"offsetTable":' % repr(tps).encode()
-                    + _mq_key_map(entries)
+                    + encode_mq_map(entries)
                     + b"}"
                 )
             groups.append(b"{" + json.dumps(group).encode() + b":[" + b",".join(stats) + b"]}")

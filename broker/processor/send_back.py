@@ -27,7 +27,7 @@ from broker.controller import BrokerController
 from broker.processor.send_header import header_int
 from broker.store.results import PutMessageStatus
 from common.errors import RequestError
-from common.message import MessageExtBrokerInner
+from common.message import MessageExtBrokerInner, rewritten
 from common.message_properties import MessageConst
 from common.model import PermName
 from common.remoting.codes import ResponseCode
@@ -116,15 +116,11 @@ async def consumer_send_msg_back(broker: BrokerController, req: RemotingCommand)
         props[MessageConst.DELAY] = str(delay_level)
     origin_id = props.get(MessageConst.ORIGIN_MESSAGE_ID) or orig.msg_id
     props[MessageConst.ORIGIN_MESSAGE_ID] = origin_id
-    msg = MessageExtBrokerInner(
-        topic=new_topic,
-        queue_id=queue_id,
-        flag=orig.flag,
-        body=orig.body,
-        properties=props,
-        sys_flag=orig.sys_flag,
-        born_timestamp=orig.born_timestamp,
-        born_host=orig.born_host,
+    msg = rewritten(
+        orig,
+        new_topic,
+        queue_id,
+        props,
         store_host=b.store_host,
         reconsume_times=orig.reconsume_times + 1,
     )

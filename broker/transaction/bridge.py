@@ -18,8 +18,14 @@ import time
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.store.api import MessageStore
 from broker.store.results import GetMessageStatus
-from common.message import MessageExt, MessageExtBrokerInner, MessageSysFlag, decode_records
-from common.message_properties import MessageConst, encode_properties
+from common.message import (
+    MessageExt,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    decode_records,
+    rewritten,
+)
+from common.message_properties import MessageConst, encode_properties, real_destination
 from common.mixall import CID_SYS_RMQ_TRANS
 from common.topics import (
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -45,19 +51,15 @@ def half_message_inner(msg: MessageExtBrokerInner) -> MessageExtBrokerInner:
     props[MessageConst.REAL_TOPIC] = msg.topic
     props[MessageConst.REAL_QID] = str(msg.queue_id)
     stored = {k: v for k, v in props.items() if k != MessageConst.WAIT}
-    return MessageExtBrokerInner(
-        topic=RMQ_SYS_TRANS_HALF_TOPIC,
-        queue_id=HALF_QUEUE_ID,
-        flag=msg.flag,
-        body=msg.body,
-        properties=props,
+    half = rewritten(
+        msg,
+        RMQ_SYS_TRANS_HALF_TOPIC,
+        HALF_QUEUE_ID,
+        props,
         sys_flag=_without_transaction_bits(msg.sys_flag),
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        store_host=msg.store_host,
-        reconsume_times=msg.reconsume_times,
-        properties_string=encode_properties(stored),
     )
+    half.properties_string = encode_properties(stored)
+    return half
 
 
 def renew_half_message_inner(
@@ -72,18 +74,7 @@ def renew_half_message_inner(
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(check_times)
     if first_offset is not None and MessageConst.TRAN_PREPARED_QUEUE_OFFSET not in props:
         props[MessageConst.TRAN_PREPARED_QUEUE_OFFSET] = str(first_offset)
-    return MessageExtBrokerInner(
-        topic=half.topic,
-        queue_id=half.queue_id,
-        flag=half.flag,
-        body=half.body,
-        properties=props,
-        sys_flag=half.sys_flag,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        store_host=half.store_host,
-        reconsume_times=half.reconsume_times,
-    )
+    return rewritten(half, half.topic, half.queue_id, props)
 
 
 def op_message_inner(half_queue_offset: int, store_host: tuple[str, int]) -> MessageExtBrokerInner:
@@ -104,45 +95,27 @@ def end_message_inner(half: MessageExt, commit_log_offset: int) -> MessageExtBro
     record (TRANSACTION_COMMIT, PREPARED_TRANSACTION_OFFSET = the half's CommitLog offset, no
     REAL_TOPIC / REAL_QID / TRAN_MSG); None when the record lost its destination."""
     props = dict(half.properties)
-    topic = props.pop(MessageConst.REAL_TOPIC, None)
-    qid = props.pop(MessageConst.REAL_QID, None)
-    props.pop(MessageConst.TRAN_MSG, None)
-    if not topic or qid is None:
+    destination = real_destination(props)
+    if destination is None:
         return None
-    try:
-        queue_id = int(qid)
-    except ValueError:
-        return None
-    return MessageExtBrokerInner(
-        topic=topic,
-        queue_id=queue_id,
-        flag=half.flag,
-        body=half.body,
-        properties=props,
+    topic, queue_id = destination
+    for key in (MessageConst.REAL_TOPIC, MessageConst.REAL_QID, MessageConst.TRAN_MSG):
+        props.pop(key, None)
+    real = rewritten(
+        half,
+        topic,
+        queue_id,
+        props,
         sys_flag=_without_transaction_bits(half.sys_flag) | MessageSysFlag.TRANSACTION_COMMIT,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        store_host=half.store_host,
-        reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=commit_log_offset,
     )
+    real.prepared_transaction_offset = commit_log_offset
+    return real
 
 
 def check_max_time_inner(half: MessageExt) -> MessageExtBrokerInner:
     """``DefaultTransactionalMessageCheckListener.toMessageExtBrokerInner``: a half record given
     up on, kept in TRANS_CHECK_MAX_TIME_TOPIC (one queue) for operators; never delivered."""
-    return MessageExtBrokerInner(
-        topic=TRANS_CHECK_MAX_TIME_TOPIC,
-        queue_id=0,
-        flag=half.flag,
-        body=half.body,
-        properties=dict(half.properties),
-        sys_flag=half.sys_flag,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        store_host=half.store_host,
-        reconsume_times=half.reconsume_times,
-    )
+    return rewritten(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties))
 
 
 def read_queue(

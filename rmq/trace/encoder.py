@@ -141,6 +141,21 @@ def _ordinal(t: MessageType | None) -> object:
     return None if t is None else int(t)
 
 
+def _message_head(ctx: TraceContext, b: TraceBean) -> tuple[object, ...]:
+    """The fields a Pub and an EndTransaction record both start with."""
+    return (
+        ctx.trace_type.value,
+        ctx.time_stamp,
+        ctx.region_id,
+        ctx.group_name,
+        b.topic,
+        b.msg_id,
+        b.tags,
+        b.keys,
+        b.store_host,
+    )
+
+
 def encode(ctx: TraceContext) -> TraceTransferBean:
     """``TraceDataEncoder.encoderFromContextBean``."""
     t = ctx.trace_type
@@ -149,15 +164,7 @@ def encode(ctx: TraceContext) -> TraceTransferBean:
         b = ctx.trace_beans[0]
         parts.append(
             _record(
-                t.value,
-                ctx.time_stamp,
-                ctx.region_id,
-                ctx.group_name,
-                b.topic,
-                b.msg_id,
-                b.tags,
-                b.keys,
-                b.store_host,
+                *_message_head(ctx, b),
                 b.body_length,
                 ctx.cost_time,
                 _ordinal(b.msg_type),
@@ -192,15 +199,7 @@ def encode(ctx: TraceContext) -> TraceTransferBean:
         b = ctx.trace_beans[0]
         parts.append(
             _record(
-                t.value,
-                ctx.time_stamp,
-                ctx.region_id,
-                ctx.group_name,
-                b.topic,
-                b.msg_id,
-                b.tags,
-                b.keys,
-                b.store_host,
+                *_message_head(ctx, b),
                 _ordinal(b.msg_type),
                 b.transaction_id,
                 b.transaction_state,
@@ -232,25 +231,21 @@ def _bool(s: str) -> bool:
     return s.lower() == "true"  # Boolean.parseBoolean
 
 
+def _decode_message_head(t: TraceType, line: list[str]) -> tuple[TraceContext, TraceBean]:
+    """What `_message_head` wrote: the context and the start of its one bean."""
+    ctx = TraceContext(
+        t, time_stamp=int(line[1]), region_id=line[2], group_name=line[3], request_id=None
+    )
+    bean = TraceBean(topic=line[4], msg_id=line[5], tags=line[6], keys=line[7], store_host=line[8])
+    return ctx, bean
+
+
 def _decode_one(line: list[str]) -> TraceContext | None:
     kind = line[0]
     if kind == TraceType.Pub.value:
-        ctx = TraceContext(
-            TraceType.Pub,
-            time_stamp=int(line[1]),
-            region_id=line[2],
-            group_name=line[3],
-            request_id=None,
-        )
-        bean = TraceBean(
-            topic=line[4],
-            msg_id=line[5],
-            tags=line[6],
-            keys=line[7],
-            store_host=line[8],
-            body_length=int(line[9]),
-            msg_type=MessageType(int(line[11])),
-        )
+        ctx, bean = _decode_message_head(TraceType.Pub, line)
+        bean.body_length = int(line[9])
+        bean.msg_type = MessageType(int(line[11]))
         ctx.cost_time = int(line[10])
         if len(line) == 13:
             ctx.success = _bool(line[12])
@@ -283,26 +278,12 @@ def _decode_one(line: list[str]) -> TraceContext | None:
             ctx.group_name = line[8]
         return ctx
     if kind == TraceType.EndTransaction.value:
-        ctx = TraceContext(
-            TraceType.EndTransaction,
-            time_stamp=int(line[1]),
-            region_id=line[2],
-            group_name=line[3],
-            request_id=None,
-        )
-        ctx.trace_beans = [
-            TraceBean(
-                topic=line[4],
-                msg_id=line[5],
-                tags=line[6],
-                keys=line[7],
-                store_host=line[8],
-                msg_type=MessageType(int(line[9])),
-                transaction_id=line[10],
-                transaction_state=line[11],
-                from_transaction_check=_bool(line[12]),
-            )
-        ]
+        ctx, bean = _decode_message_head(TraceType.EndTransaction, line)
+        bean.msg_type = MessageType(int(line[9]))
+        bean.transaction_id = line[10]
+        bean.transaction_state = line[11]
+        bean.from_transaction_check = _bool(line[12])
+        ctx.trace_beans = [bean]
         return ctx
     return None
 

@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
-
-from broker.config import BrokerConfig
-from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
 from common.message import MessageExtBrokerInner, decode_records
-from common.message_encoder import encode_record
-from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+from tests.support.slave_broker import slave_holding
 
 
 def pull(topic: str, queue_id: int) -> RemotingCommand:
@@ -40,21 +34,12 @@ def pull(topic: str, queue_id: int) -> RemotingCommand:
 
 
 async def test_slave_serves_queues_it_holds_without_their_topic_config(tmp_path: Path) -> None:
-    store = MessageStoreConfig(store_path_root_dir=tmp_path, broker_role="SLAVE")
-    config = BrokerConfig(listen_port=0, broker_id=1, store=store)
     # what the master wrote: two records of a topic the slave has no config for
-    records = b""
-    for qoff, body in enumerate((b"first", b"second")):
-        msg = MessageExtBrokerInner(topic="ReplicatedOnly", queue_id=2, body=body)
-        records += encode_record(msg, qoff, len(records), 1_700_000_000_000)
-    async with trio.open_nursery() as n, open_remoting_client() as c:
-        b = await n.start(
-            lambda task_status: run_broker(
-                config, store_factory=run_memory_store, task_status=task_status
-            )
-        )
-        assert b.store.append_to_commit_log(0, records)
-        await b.store.wait_dispatched()
+    written = [
+        MessageExtBrokerInner(topic="ReplicatedOnly", queue_id=2, body=body)
+        for body in (b"first", b"second")
+    ]
+    async with slave_holding(tmp_path, written) as (b, c):
         r = await c.invoke(b.addr, pull("ReplicatedOnly", 2))
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert [m.body for m in decode_records(r.body_bytes())] == [b"first", b"second"]
@@ -63,4 +48,3 @@ async def test_slave_serves_queues_it_holds_without_their_topic_config(tmp_path:
         assert r.code == ResponseCode.SYSTEM_ERROR
         r = await c.invoke(b.addr, pull("NeverSeen", 0))
         assert r.code == ResponseCode.TOPIC_NOT_EXIST
-        n.cancel_scope.cancel()

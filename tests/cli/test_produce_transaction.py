@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.messages.transaction import Outcome, produce_in_transaction
-from common.message import decode_records
 from rmq import LocalTransactionState, Message
 
 if TYPE_CHECKING:
@@ -27,8 +26,7 @@ def broker_fields() -> dict[str, Any]:
 
 
 def delivered(cluster: InProcessCluster, topic: str) -> list[bytes]:
-    res = cluster.broker().store.get_message("t", topic, 0, 0, 64, None)
-    return [m.body for m in decode_records(b"".join(bytes(b) for b in res.buffers))]
+    return [m.body for m in cluster.messages(topic, 0)]
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from rmq import Message, Producer
 from rmq.producer import SendStatus
+from tests.support.wire import wait_node_serving
 
 if TYPE_CHECKING:
     from tests.conftest import Node, ProcessGroup
@@ -32,23 +33,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEGMENT = 1024 * 1024  # small CommitLog files so every run crosses several of them
-
-
-async def wait_serving(client: RemotingClient, node: Node, *, timeout: float = 30.0) -> None:
-    with trio.fail_after(timeout):
-        while True:
-            assert node.proc.poll() is None, f"{node.name} exited:\n{node.log_tail()}"
-            try:
-                r = await client.invoke(
-                    node.addr,
-                    RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
-                    timeout=1.0,
-                )
-                if r.code == ResponseCode.SUCCESS:
-                    return
-            except Exception:
-                client.close_channel(node.addr)
-            await trio.sleep(0.05)
 
 
 async def runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:
@@ -149,8 +133,8 @@ async def test_sync_master_replicates_100k_messages_byte_identical(procs):
     ns, master, slave = start_pair(procs)
     topic, n, batch = "HABulk", 100_000, 100
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master)
+        await wait_node_serving(client, slave)
         await wait_slave_connected(client, master, slave)
         async with Producer("ha-pg", ns.addr, send_timeout=10) as producer:
             statuses: dict[SendStatus, int] = {}
@@ -190,7 +174,7 @@ async def test_sync_master_replicates_100k_messages_byte_identical(procs):
             mapedFileSizeCommitLog=SEGMENT,
             brokerClusterName="HACluster",
         )
-        await wait_serving(client, late)
+        await wait_node_serving(client, late)
         await wait_caught_up(client, master, late)
     for node in (late, slave, master):
         node.stop()
@@ -212,8 +196,8 @@ async def _kill_round(
     topic = f"HAKill{round_no}"
     acked: dict[tuple[int, int], bytes] = {}
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master)
+        await wait_node_serving(client, slave)
         await wait_slave_connected(client, master, slave)
         async with Producer("ha-kill-pg", ns.addr, send_timeout=5, retry_times=0) as producer:
             # create the topic's queues before the clock starts
@@ -291,8 +275,8 @@ async def test_sync_master_answers_slave_not_available_and_flush_slave_timeout(p
     ns, master, slave = start_pair(procs)
     topic = "HAStates"
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master)
+        await wait_node_serving(client, slave)
         await wait_slave_connected(client, master, slave)
         async with Producer("ha-states-pg", ns.addr, send_timeout=10, retry_times=0) as producer:
             r = await producer.send(Message(topic, b"ok"))
@@ -338,8 +322,8 @@ async def test_our_pull_consumer_fails_over_to_the_slave(procs):
     ns, master, slave = start_pair(procs)
     topic = "HAFailover"
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master)
+        await wait_node_serving(client, slave)
         await wait_slave_connected(client, master, slave)
         async with Producer("ha-fo-pg", ns.addr) as producer:
             sent = [await producer.send(Message(topic, b"fo-%d" % i)) for i in range(8)]

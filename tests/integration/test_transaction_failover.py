@@ -35,9 +35,10 @@ from tests.support.transaction_wire import (
     JavaTxProducer,
     java_tx_producer,
 )
+from tests.support.wire import wait_node_serving
 
 if TYPE_CHECKING:
-    from tests.conftest import Node, ProcessGroup
+    from tests.conftest import ProcessGroup
     from tests.integration.conftest import DLedgerFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -57,23 +58,6 @@ def plan(i: int) -> tuple[int, int]:
     """(the END sent at once, the final decision) of transaction i."""
     final = COMMIT if i % 2 == 0 else ROLLBACK
     return (final if i % 3 else UNKNOWN), final
-
-
-async def wait_serving(client: RemotingClient, node: Node, *, timeout: float = 60.0) -> None:
-    with trio.fail_after(timeout):
-        while True:
-            assert node.proc.poll() is None, f"{node.name} exited:\n{node.log_tail()}"
-            try:
-                r = await client.invoke(
-                    node.addr,
-                    RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
-                    timeout=1.0,
-                )
-                if r.code == ResponseCode.SUCCESS:
-                    return
-            except Exception:
-                client.close_channel(node.addr)
-            await trio.sleep(0.05)
 
 
 async def heartbeats(p: JavaTxProducer, addrs: Callable[[], list[str]]) -> None:
@@ -172,8 +156,8 @@ async def test_sync_master_killed_mid_check_resumes_after_restart(
     slave = procs.broker("tx-slave", brokerId=1, brokerRole="SLAVE", **common)
     live = {"master": master}
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master, timeout=60.0)
+        await wait_node_serving(client, slave, timeout=60.0)
         async with java_tx_producer("TXFG", "java-1") as p:
             nursery.start_soon(heartbeats, p, lambda: [live["master"].addr])
             with trio.fail_after(60):  # a SYNC_MASTER answers SEND_OK once its slave is there
@@ -198,7 +182,7 @@ async def test_sync_master_killed_mid_check_resumes_after_restart(
                 **common,
             )
             live["master"] = restarted
-            await wait_serving(client, restarted)
+            await wait_node_serving(client, restarted, timeout=60.0)
             keys = await settled(client, lambda: restarted.addr, decisions)
             assert_exactly_the_commits(keys, decisions)
             # (probes a SYNC_MASTER stored before its slave was there are checked too)

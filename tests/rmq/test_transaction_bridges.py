@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from common.message import MessageExt, decode_records
+from common.message import MessageExt
 from rmq import LocalTransactionState, Message, aio, sync
 
 if TYPE_CHECKING:
@@ -29,12 +29,7 @@ def broker_fields() -> dict[str, Any]:
 
 
 def delivered(cluster: InProcessCluster) -> list[bytes]:
-    def read() -> list[bytes]:
-        res = cluster.broker().store.get_message("t", "TxT", 0, 0, 64, None)
-        msgs = decode_records(b"".join(bytes(b) for b in res.buffers)) if res.buffers else []
-        return sorted(m.body for m in msgs)
-
-    return cluster.call(read)
+    return cluster.call(lambda: sorted(m.body for m in cluster.messages("TxT", 0)))
 
 
 def wait_for(cond: Any, timeout: float = 10.0) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from common.message import MessageExt, MessageSysFlag, decode_records
+from common.message import MessageExt, MessageSysFlag
 from common.remoting.codes import RequestCode
 from rmq import LocalTransactionState, Message, SendStatus, TransactionProducer
 
@@ -28,13 +28,7 @@ def broker_fields() -> dict[str, Any]:
 
 
 def delivered(cluster: InProcessCluster, topic: str) -> list[bytes]:
-    store = cluster.broker().store
-    out: list[MessageExt] = []
-    for qid in range(4):
-        res = store.get_message("t", topic, qid, 0, 64, None)
-        if res.buffers:
-            out += decode_records(b"".join(bytes(b) for b in res.buffers))
-    return sorted(m.body for m in out)
+    return sorted(m.body for qid in range(4) for m in cluster.messages(topic, qid))
 
 
 async def test_local_outcome_decides(

@@ -1,15 +1,21 @@
 """For tests that speak the wire to a broker process themselves: :func:`send_v2` builds a plain
-SEND_MESSAGE_V2, :func:`wait_serving` waits for a broker process to serve."""
+SEND_MESSAGE_V2, :func:`wait_serving` waits for a broker process to serve
+(:func:`wait_node_serving` for one started as a ``tests.conftest.Node``)."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from common.remoting.client import RemotingClient
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from tests.conftest import Node
 
 
 def send_v2(
@@ -31,12 +37,13 @@ async def wait_serving(
     proc: subprocess.Popen[bytes] | None = None,
     *,
     timeout: float = 30.0,
+    exited: Callable[[], str] = lambda: "the broker exited while starting",
 ) -> None:
     """Until the broker at ``addr`` answers (GET_BROKER_RUNTIME_INFO: it serves once its store
-    recovered); a ``proc`` that exits meanwhile fails the wait at once."""
+    recovered); a ``proc`` that exits meanwhile fails the wait at once, saying ``exited()``."""
     with trio.fail_after(timeout):
         while True:
-            assert proc is None or proc.poll() is None, "the broker exited while starting"
+            assert proc is None or proc.poll() is None, exited()
             try:
                 r = await client.invoke(
                     addr,
@@ -48,3 +55,14 @@ async def wait_serving(
             except Exception:
                 client.close_channel(addr)
             await trio.sleep(0.05)
+
+
+async def wait_node_serving(client: RemotingClient, node: Node, *, timeout: float = 30.0) -> None:
+    """`wait_serving` for a broker ``Node``: when it exits, the failure shows its log's tail."""
+    await wait_serving(
+        client,
+        node.addr,
+        node.proc,
+        timeout=timeout,
+        exited=lambda: f"{node.name} exited:\n{node.log_tail()}",
+    )

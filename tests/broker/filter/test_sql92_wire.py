@@ -16,15 +16,14 @@ from typing import Any
 import pytest
 import trio
 
-from broker.config import BrokerConfig
 from broker.service import run_broker
-from broker.store import MessageStoreConfig, run_memory_store
+from broker.store import run_memory_store
 from common.message import MessageExtBrokerInner, decode_records
-from common.message_encoder import encode_record
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from tests.broker.test_broker_service import Env, broker_config
+from tests.support.slave_broker import slave_holding
 
 SUB_VERSION = 1_700_000_000_123
 NOT_SUPPORTED = "The broker does not support consumer to filter message by SQL92"
@@ -252,24 +251,14 @@ async def test_on_long_poll_answers_only_matching_arrivals(on: Env) -> None:
 
 
 async def test_on_a_slave_filters_replicated_records(tmp_path: Path) -> None:
-    store = MessageStoreConfig(store_path_root_dir=tmp_path, broker_role="SLAVE")
-    config = BrokerConfig(listen_port=0, broker_id=1, store=store, enable_property_filter=True)
-    records = b""
-    for qoff, (body, colour) in enumerate([(b"r", "red"), (b"g", "green"), (b"r2", "red")]):
-        msg = MessageExtBrokerInner(topic="Rep", queue_id=0, body=body, properties={"c": colour})
-        records += encode_record(msg, qoff, len(records), 1_700_000_000_000)
-    async with trio.open_nursery() as n, open_remoting_client() as c:
-        b = await n.start(
-            lambda task_status: run_broker(
-                config, store_factory=run_memory_store, task_status=task_status
-            )
-        )
-        assert b.store.append_to_commit_log(0, records)
-        await b.store.wait_dispatched()
+    written = [
+        MessageExtBrokerInner(topic="Rep", queue_id=0, body=body, properties={"c": colour})
+        for body, colour in [(b"r", "red"), (b"g", "green"), (b"r2", "red")]
+    ]
+    async with slave_holding(tmp_path, written, enable_property_filter=True) as (b, c):
         r = await c.invoke(b.addr, pull("Rep", 0, "c = 'red'"))
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert bodies(r) == [b"r", b"r2"]
-        n.cancel_scope.cancel()
 
 
 async def test_expressions_are_cached_with_a_bound(on: Env) -> None:

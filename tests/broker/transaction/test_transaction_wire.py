@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from common.message import MessageExt, MessageSysFlag, decode_records
+from common.message import MessageSysFlag
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -31,12 +31,6 @@ def broker_fields() -> dict[str, Any]:
     }
 
 
-def queue(cluster: InProcessCluster, topic: str, qid: int = 0) -> list[MessageExt]:
-    store = cluster.broker().store
-    res = store.get_message("t", topic, qid, 0, 64, None)
-    return decode_records(b"".join(bytes(b) for b in res.buffers)) if res.buffers else []
-
-
 async def test_commit_delivers_once_rollback_never(
     memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock
 ) -> None:
@@ -46,14 +40,14 @@ async def test_commit_delivers_once_rollback_never(
         h1 = await p.send_half(c.addr(), "TxT", b"one")
         h2 = await p.send_half(c.addr(), "TxT", b"two")
         assert h1.code == h2.code == ResponseCode.SUCCESS
-        assert queue(c, "TxT") == []  # invisible until committed
-        [half1, half2] = queue(c, RMQ_SYS_TRANS_HALF_TOPIC)
+        assert c.messages("TxT", 0) == []  # invisible until committed
+        [half1, half2] = c.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)
         assert half1.properties["REAL_TOPIC"] == "TxT" and half1.properties["REAL_QID"] == "0"
         assert half1.sys_flag & MessageSysFlag.TRANSACTION_MASK == 0
         await p.end(c.addr(), h1, COMMIT)
         await p.end(c.addr(), h2, ROLLBACK)
         await trio.sleep(0.5)
-        [real] = queue(c, "TxT")
+        [real] = c.messages("TxT", 0)
         assert real.body == b"one" and real.properties["UNIQ_KEY"] == h1.uniq
         assert real.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_COMMIT
         assert real.prepared_transaction_offset == h1.commit_log_offset
@@ -62,7 +56,7 @@ async def test_commit_delivers_once_rollback_never(
         await p.end(c.addr(), h1, COMMIT)
         await p.end(c.addr(), h2, COMMIT)
         await trio.sleep(5)  # several check rounds: nothing is checked, nothing added
-        assert [m.body for m in queue(c, "TxT")] == [b"one"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"one"]
         assert p.checks == []
         stats = c.broker().controller.transaction_service.stats
         assert (stats.committed, stats.rolled_back, stats.already_ended) == (1, 1, 2)
@@ -87,7 +81,7 @@ async def test_unknown_is_checked_back(
         assert int(fields["tranStateTableOffset"]) > h.queue_offset
         assert msg.properties["TRANSACTION_CHECK_TIMES"] == "1"
         await trio.sleep(5)
-        bodies = [m.body for m in queue(c, "TxT")]
+        bodies = [m.body for m in c.messages("TxT", 0)]
         assert bodies == ([b"later"] if answer == COMMIT else [])
         assert len(p.checks) == 1  # answered: never asked again
 
@@ -106,7 +100,7 @@ async def test_check_goes_to_another_member_when_the_producer_left(
         with trio.fail_after(10):
             await other.check_arrived.wait()
         await trio.sleep(1)
-        assert [m.body for m in queue(c, "TxT")] == [b"orphan"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"orphan"]
         assert other.checks[0][1].properties["UNIQ_KEY"] == h.uniq
 
 
@@ -120,13 +114,13 @@ async def test_check_max_moves_the_message_aside(
         h = await p.send_half(c.addr(), "TxT", b"undecided")
         await trio.sleep(12)
         assert len(p.checks) == 3  # transactionCheckMax
-        [aside] = queue(c, TRANS_CHECK_MAX_TIME_TOPIC)
+        [aside] = c.messages(TRANS_CHECK_MAX_TIME_TOPIC, 0)
         assert aside.properties["UNIQ_KEY"] == h.uniq
-        assert queue(c, "TxT") == []
+        assert c.messages("TxT", 0) == []
         # a commit after it was given up on delivers nothing (and the broker stays up)
         await p.end(c.addr(), h, COMMIT)
         await trio.sleep(3)
-        assert queue(c, "TxT") == [] and len(p.checks) == 3
+        assert c.messages("TxT", 0) == [] and len(p.checks) == 3
         tc = c.broker().controller.topic_config_manager.select_topic_config(
             TRANS_CHECK_MAX_TIME_TOPIC
         )
@@ -165,9 +159,9 @@ async def test_end_transaction_checks_answer_rocketmq_codes(
         assert await end(commitLogOffset=plain) == (err, "Find prepared transaction message failed")
         r = await p.client.invoke(c.addr(), _bad_end())
         assert r.code == ResponseCode.SYSTEM_ERROR and "tranStateTableOffset" in (r.remark or "")
-        assert [m.body for m in queue(c, "TxT")] == [b"plain"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"plain"]
         assert await end() == (ResponseCode.SUCCESS, None)
-        assert [m.body for m in queue(c, "TxT")] == [b"plain", b"x"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"plain", b"x"]
 
 
 def _plain_send(topic: str) -> RemotingCommand:
@@ -207,7 +201,7 @@ async def test_a_batch_of_transactional_messages_is_refused(
     async with open_remoting_client(network=c.network) as client:
         r = await client.invoke(c.addr(), req)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL
-    assert queue(c, "TxT") == [] and queue(c, RMQ_SYS_TRANS_HALF_TOPIC) == []
+    assert c.messages("TxT", 0) == [] and c.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0) == []
 
 
 async def test_end_transaction_on_a_slave(
@@ -242,7 +236,7 @@ async def test_immunity_time_delays_the_first_check(
             await p.check_arrived.wait()
         assert trio.current_time() - started >= 8  # not at transactionTimeOut (1 s)
         await trio.sleep(2)
-        assert [m.body for m in queue(c, "TxT")] == [b"slow"] and len(p.checks) == 1
+        assert [m.body for m in c.messages("TxT", 0)] == [b"slow"] and len(p.checks) == 1
 
 
 async def test_commit_already_in_its_topic_is_not_delivered_again(
@@ -264,12 +258,12 @@ async def test_commit_already_in_its_topic_is_not_delivered_again(
         assert inner is not None
         assert (await store.put_message(inner)).ok  # ... and no op: the "crash"
         await trio.sleep(5)
-        assert [m.body for m in queue(c, "TxT")] == [b"once"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"once"]
         assert p.checks == []
         assert c.broker().controller.transaction_service.stats.repaired == 1
         await p.end(c.addr(), h, COMMIT)  # a late commit of it: nothing more
         await trio.sleep(1)
-        assert [m.body for m in queue(c, "TxT")] == [b"once"]
+        assert [m.body for m in c.messages("TxT", 0)] == [b"once"]
 
 
 @pytest.mark.parametrize("offset", ["-5", "1", "99999999999", "123", str(2**70)])
