@@ -38,6 +38,7 @@ from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP, Network
 from common.remoting.server_limits import ServerLimits, ServerLoad
+from common.tls import PLAIN, TlsPolicy, accept_stream
 
 __all__ = [
     "Channel",
@@ -192,17 +193,23 @@ async def serve_remoting(
     max_frame_length: int = MAX_FRAME_LENGTH,
     network: Network = TCP,
     limits: ServerLimits | None = None,
+    tls: TlsPolicy = PLAIN,
     task_status: trio.TaskStatus[RemotingServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled."""
+    """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled;
+    each connection is first given to ``tls`` (common/tls.py: plain, TLS, or either)."""
     bound = await network.listen(host, port)
     load = ServerLoad(limits or ServerLimits())
 
     async def on_connection(stream: trio.abc.Stream) -> None:
+        peer = network.peer_addr(stream)
+        served = await accept_stream(stream, tls, peer=peer)
+        if served is None:
+            return
         await handle_stream(
-            stream,
+            served,
             dispatcher,
-            remote_addr=network.peer_addr(stream),
+            remote_addr=peer,
             max_frame_length=max_frame_length,
             load=load,
         )
