@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -26,6 +27,9 @@ from cli.errors import Exit, run_main
 from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
 from cli.version import print_version
 from common.session_credentials import SessionCredentials
+
+if TYPE_CHECKING:
+    from common.remoting.network import Network
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,6 +152,26 @@ def credentials_from_env() -> SessionCredentials | None:
     return SessionCredentials(ak, sk) if ak and sk else None
 
 
+TLS_ENV = "RMQ_TLS"
+TLS_CA_ENV = "RMQ_TLS_CA"
+
+
+def network_from_env() -> Network | None:
+    """How every client the CLI opens reaches its servers: with TLS when RMQ_TLS is 1/true
+    (or `rmq --tls`), checking the servers' certificates against RMQ_TLS_CA, else the CA of
+    `rmq up --tls` in the default data directory (.rmq/tls/ca.pem) if there is one, else the
+    system's CAs; None (plain TCP) otherwise."""
+    if os.environ.get(TLS_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    from common.remoting.network import TCP
+    from common.tls import TlsClientConfig, client_network
+
+    ca = os.environ.get(TLS_CA_ENV) or None
+    if ca is None and Path(".rmq/tls/ca.pem").is_file():
+        ca = ".rmq/tls/ca.pem"
+    return client_network(TlsClientConfig(enable=True, trust_cert_path=ca), TCP)
+
+
 def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
     """trio.run with the CLI's error policy: known errors -> one stderr line, exit 1."""
     try:
@@ -177,5 +201,16 @@ def _global(
             help="Print the version (and a checkout's git commit) and exit.",
         ),
     ] = False,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help=f"Connect with TLS (as {TLS_ENV}=1); the CA to trust: {TLS_CA_ENV}=ca.pem "
+            "(default: .rmq/tls/ca.pem of `rmq up --tls` if present, else the system's).",
+        ),
+    ] = False,
 ) -> None:
+    if tls:
+        # every client the command opens reads it (network_from_env), as the env var
+        os.environ[TLS_ENV] = "1"
     ctx.obj = {"namesrv": namesrv}

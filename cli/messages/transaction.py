@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from cli.app import credentials_from_env
+from cli.app import credentials_from_env, network_from_env
 from common.message import MessageExt
 from common.remoting.network import Network
 from rmq import LocalTransactionState, TransactionProducer, TransactionSendResult
@@ -84,6 +84,8 @@ async def produce_in_transaction(
         return state
 
     creds = credentials_from_env() if network is None else None
+    if network is None:
+        network = network_from_env()
     async with TransactionProducer(
         group,
         namesrv,
