@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from cli.local.certificates import LocalTls, ensure_local_tls
-from common.errors import RemotingConnectError
+from common.errors import RemotingError
 from common.remoting.client import open_remoting_client
 from common.remoting.command import RemotingCommand
 from common.remoting.network import TCP
@@ -303,7 +303,7 @@ async def test_tcp_enforcing_refuses_plain_and_stays_up_for_tls(certs: LocalTls)
             addr = f"127.0.0.1:{h.port}"
             # plain remoting: the server closes the connection
             async with open_remoting_client() as plain:
-                with pytest.raises(RemotingConnectError):
+                with pytest.raises(RemotingError, match="closed"):
                     await plain.invoke(addr, RemotingCommand.request(1000, body=b"x"), 5)
             # clients that never finish, garbage, and one that hangs up mid-handshake
             idle = [await trio.open_tcp_stream("127.0.0.1", h.port) for _ in range(5)]
@@ -403,6 +403,45 @@ async def test_enforcing_cluster_in_memory_serves_tls_clients_only(
         got = [m.body for m in result.messages]
     assert got == [b"m%d" % i for i in range(5)]
     async with Admin(namesrv, network=net, timeout=2) as plain:
-        with pytest.raises(RemotingConnectError, match="closed the connection"):
+        with pytest.raises(RemotingError, match="closed"):
             await plain.cluster_info()
     nursery.cancel_scope.cancel()
+
+
+async def test_connections_in_their_handshake_count_against_max_connections(
+    certs: LocalTls, autojump_clock: trio.testing.MockClock
+) -> None:
+    from common.remoting.server_limits import ServerLimits
+
+    net = MemoryNetwork()
+    policy = TlsPolicy(
+        TlsMode.PERMISSIVE, server_policy(server_cfg(certs, TlsMode.PERMISSIVE)).context, 5.0
+    )
+    async with trio.open_nursery() as nursery:
+        h = await nursery.start(
+            lambda task_status: serve_remoting(
+                _echo_dispatcher(),
+                "127.0.0.1",
+                0,
+                network=net,
+                tls=policy,
+                limits=ServerLimits(max_connections=3),
+                task_status=task_status,
+            )
+        )
+        addr = f"127.0.0.1:{h.port}"
+        silent = [await net.connect(addr) for _ in range(3)]
+        await trio.sleep(0.1)
+        assert h.load.handshaking == 3
+        async with open_remoting_client(network=net) as plain:
+            # closed at once: the request fails to send or finds the connection closed
+            with pytest.raises(RemotingError, match="closed"):
+                await plain.invoke(addr, RemotingCommand.request(1000, body=b"x"), 2)
+            assert h.load.refused_connections == 1
+            await trio.sleep(5)  # the silent ones reach the handshake timeout
+            assert h.load.handshaking == 0
+            r = await plain.invoke(addr, RemotingCommand.request(1000, body=b"y"), 2)
+            assert r.body == b"y"
+        for s in silent:
+            await s.aclose()
+        nursery.cancel_scope.cancel()
