@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+from cli.client_network import TLS_CA_ENV, TLS_ENV
 from cli.errors import Exit, run_main
 from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
 from cli.version import print_version
 from common.session_credentials import SessionCredentials
-
-if TYPE_CHECKING:
-    from common.remoting.network import Network
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,26 +147,6 @@ def credentials_from_env() -> SessionCredentials | None:
     RMQ_SECRET_KEY in the environment (kept out of argv, where `ps` would show them)."""
     ak, sk = os.environ.get("RMQ_ACCESS_KEY"), os.environ.get("RMQ_SECRET_KEY")
     return SessionCredentials(ak, sk) if ak and sk else None
-
-
-TLS_ENV = "RMQ_TLS"
-TLS_CA_ENV = "RMQ_TLS_CA"
-
-
-def network_from_env() -> Network | None:
-    """How every client the CLI opens reaches its servers: with TLS when RMQ_TLS is 1/true
-    (or `rmq --tls`), checking the servers' certificates against RMQ_TLS_CA, else the CA of
-    `rmq up --tls` in the default data directory (.rmq/tls/ca.pem) if there is one, else the
-    system's CAs; None (plain TCP) otherwise."""
-    if os.environ.get(TLS_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
-        return None
-    from common.remoting.network import TCP
-    from common.tls import TlsClientConfig, client_network
-
-    ca = os.environ.get(TLS_CA_ENV) or None
-    if ca is None and Path(".rmq/tls/ca.pem").is_file():
-        ca = ".rmq/tls/ca.pem"
-    return client_network(TlsClientConfig(enable=True, trust_cert_path=ca), TCP)
 
 
 def _run(async_fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:

@@ -251,7 +251,8 @@ def server_ssl_context(cfg: TlsServerConfig, *, alpn: Sequence[str] = ()) -> ssl
                 else ssl.CERT_OPTIONAL
             )
     except (OSError, ssl.SSLError) as exc:
-        raise TlsConfigError(f"TLS server certificate: {exc}") from exc
+        files = ", ".join(f for f in (cfg.cert_path, cfg.key_path, cfg.trust_cert_path) if f)
+        raise TlsConfigError(f"TLS server files ({files}): {exc}") from exc
     if alpn:
         ctx.set_alpn_protocols(list(alpn))
     return ctx
@@ -270,7 +271,8 @@ def client_ssl_context(cfg: TlsClientConfig, *, alpn: Sequence[str] = ()) -> ssl
         if cfg.cert_path:
             ctx.load_cert_chain(cfg.cert_path, cfg.key_path, password=cfg.key_password)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsConfigError(f"TLS client context: {exc}") from exc
+        files = ", ".join(f for f in (cfg.trust_cert_path, cfg.cert_path, cfg.key_path) if f)
+        raise TlsConfigError(f"TLS client files ({files or 'system CAs'}): {exc}") from exc
     if alpn:
         ctx.set_alpn_protocols(list(alpn))
     return ctx

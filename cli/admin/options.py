@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.app import _namesrv, credentials_from_env, network_from_env
+from cli.app import _namesrv, credentials_from_env
+from cli.client_network import network_from_env
 
 if TYPE_CHECKING:
     from rmq.admin import Admin

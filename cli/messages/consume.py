@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from cli.app import credentials_from_env, network_from_env
+from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common import serde
 from common.errors import RmqError
 from common.message import MessageExt

@@ -37,7 +37,8 @@ from typing import BinaryIO
 import attrs
 import trio
 
-from cli.app import credentials_from_env, network_from_env
+from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common.errors import RmqError
 from common.message_properties import encode_properties
 from common.model import MessageQueue

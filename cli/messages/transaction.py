@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from cli.app import credentials_from_env, network_from_env
+from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common.message import MessageExt
 from common.remoting.network import Network
 from rmq import LocalTransactionState, TransactionProducer, TransactionSendResult

@@ -30,7 +30,8 @@ from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli.app import credentials_from_env, network_from_env
+from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from cli.render import rate as _tps
 from cli.runtime_info.raft import RaftStatus, raft_cell, with_lag
 from cli.top.model import NodeView, TopSnapshot, rates, slave_lag
