@@ -224,6 +224,8 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     if console.width < 110:
         console.width = 110  # a pipe reports 80 columns: do not fold the rows
     console.print(table)
+    if status.get("tls_ca"):
+        _line(f"tls: permissive on every port; CA {status['tls_ca']}")
     for n in status["nodes"]:
         if n["status"] == "exited":
             _line(f"{n['name']} exited; last log lines ({n['log']}):")

@@ -445,3 +445,50 @@ async def test_connections_in_their_handshake_count_against_max_connections(
         for s in silent:
             await s.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_need_client_auth_require(
+    certs: LocalTls, autojump_clock: trio.testing.MockClock
+) -> None:
+    """tls.server.need.client.auth=require: a client without a certificate from the trusted CA
+    is closed; one with it (here the server's own, made for both uses) is served."""
+    cfg = TlsServerConfig(
+        mode=TlsMode.ENFORCING,
+        cert_path=str(certs.server_cert),
+        key_path=str(certs.server_key),
+        need_client_auth=ClientAuth.REQUIRE,
+        trust_cert_path=str(certs.ca_cert),
+    )
+    policy = server_policy(cfg)
+    with_cert = TlsClientConfig(
+        enable=True,
+        trust_cert_path=str(certs.ca_cert),
+        cert_path=str(certs.server_cert),
+        key_path=str(certs.server_key),
+    )
+    for client_cfg, served in (
+        (with_cert, True),
+        (TlsClientConfig(enable=True, trust_cert_path=str(certs.ca_cert)), False),
+    ):
+        client_end, server_end = trio.testing.memory_stream_pair()
+        got: list[trio.abc.Stream | None] = []
+        async with trio.open_nursery() as nursery:
+
+            async def server(
+                server_end: trio.abc.Stream, got: list[trio.abc.Stream | None]
+            ) -> None:
+                s = await accept_stream(server_end, policy)
+                got.append(s)
+                if s is not None:
+                    await s.send_all(b"hi")
+
+            nursery.start_soon(server, server_end, got)
+            tls = trio.SSLStream(
+                client_end, client_ssl_context(client_cfg), server_hostname="127.0.0.1"
+            )
+            try:
+                await tls.do_handshake()
+                reply = await tls.receive_some()
+            except trio.BrokenResourceError:
+                reply = b""
+        assert (got[0] is not None, reply) == (served, b"hi" if served else b"")
