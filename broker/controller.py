@@ -41,11 +41,11 @@ from broker.ha.service import HABroker, HAService
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels
-from broker.timer.service import TimerMessageService
-from broker.timer.transform import TimerSettings
 from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
 from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
+from broker.timer.service import TimerMessageService
+from broker.timer.transform import TimerSettings
 from broker.topic_config import TopicConfigManager
 from broker.transaction.check import CheckConfig
 from broker.transaction.check_listener import DefaultTransactionalMessageCheckListener

@@ -337,9 +337,7 @@ class SendMessageProcessor:
                 store_topic, store_qid = TIMER_TOPIC, TIMER_QUEUE_ID
         elif not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
-        msg = self._inner(
-            h, channel, store_topic, store_qid, body, props, header_int(h, "flag", 0)
-        )
+        msg = self._inner(h, channel, store_topic, store_qid, body, props, header_int(h, "flag", 0))
         if stored is None:
             handle_retry_and_dlq(b, req, h, msg)
             self._strip_wait(msg)

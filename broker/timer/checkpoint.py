@@ -46,7 +46,11 @@ class TimerCheckpoint(DirtyConfigManager):
     _dirty: bool = attrs.field(default=False, init=False)
 
     def update(self, commit_offset: int, scan_from_phy: int, done: set[int]) -> None:
-        if (commit_offset, scan_from_phy, done) != (self.commit_offset, self.scan_from_phy, self.done):
+        if (commit_offset, scan_from_phy, done) != (
+            self.commit_offset,
+            self.scan_from_phy,
+            self.done,
+        ):
             self.commit_offset = commit_offset
             self.scan_from_phy = scan_from_phy
             self.done = set(done)

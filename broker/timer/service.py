@@ -162,7 +162,11 @@ class TimerMessageService:
         self._checkpoint()
 
     def _checkpoint(self) -> None:
-        phy = self._inflight_phy if self._inflight_phy is not None else self.store.get_max_phy_offset()
+        phy = (
+            self._inflight_phy
+            if self._inflight_phy is not None
+            else self.store.get_max_phy_offset()
+        )
         self.checkpoint.update(self._commit_offset, phy, self._done)
 
     @property
@@ -243,7 +247,9 @@ class TimerMessageService:
             st = res.status
             if st is GetMessageStatus.FOUND:
                 msgs = decode_records(b"".join(bytes(b) for b in res.buffers))
-                for m, qo in zip(msgs, res.queue_offsets or [m.queue_offset for m in msgs]):
+                for m, qo in zip(
+                    msgs, res.queue_offsets or [m.queue_offset for m in msgs], strict=True
+                ):
                     self._add(m, qo)
                 self._read_offset = max(offset, res.next_begin_offset)
                 self._advance()
@@ -272,7 +278,9 @@ class TimerMessageService:
                     await self._wakeup.wait()
                 continue
             for entry in self.wheel.pop_due(now):
-                while not await self._fire(entry):
+                while True:
+                    if await self._fire(entry):
+                        break
                     await trio.sleep(self.retry_delay)
 
     async def _fire(self, entry: TimerEntry) -> bool:

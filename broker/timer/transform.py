@@ -16,7 +16,11 @@ from common.message_properties import MessageConst
 from common.topics import TIMER_TOPIC
 
 TIMER_QUEUE_ID = 0
-_TIMER_KEYS = (MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELAY_MS)
+_TIMER_KEYS = (
+    MessageConst.TIMER_DELIVER_MS,
+    MessageConst.TIMER_DELAY_SEC,
+    MessageConst.TIMER_DELAY_MS,
+)
 
 
 class TimerVerdict(enum.Enum):
@@ -44,7 +48,9 @@ def illegal_remark(settings: TimerSettings) -> str:
 
 def not_enabled_remark(settings: TimerSettings) -> str:
     """RocketMQ 5's remark for WHEEL_TIMER_NOT_ENABLE (answered as SYSTEM_ERROR)."""
-    return f"accurate timer message is not enabled, timerWheelEnable is {str(settings.enable).lower()}"
+    return (
+        f"accurate timer message is not enabled, timerWheelEnable is {str(settings.enable).lower()}"
+    )
 
 
 def has_timer_property(props: dict[str, str]) -> bool:

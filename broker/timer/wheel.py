@@ -46,7 +46,9 @@ class TimerWheel:
             return limit, True
         return fire_ms, False
 
-    def add(self, phys_offset: int, size: int, queue_offset: int, fire_ms: int, now_ms: int) -> TimerEntry:
+    def add(
+        self, phys_offset: int, size: int, queue_offset: int, fire_ms: int, now_ms: int
+    ) -> TimerEntry:
         slot, roll = self.slot_for(fire_ms, now_ms)
         entry = TimerEntry(phys_offset, size, queue_offset, slot, roll)
         bucket = self._slots.get(slot)

@@ -7,7 +7,7 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import trio
 import trio.testing
@@ -35,7 +35,7 @@ class FakeChannel:
 
 @asynccontextmanager
 async def broker(
-    root: Path, store: MemoryMessageStore | None = None, **store_fields: object
+    root: Path, store: MemoryMessageStore | None = None, **store_fields: Any
 ) -> AsyncIterator[tuple[BrokerController, trio.Nursery]]:
     """A master's controller with its timer service running, config files in ``root``.
 
@@ -70,7 +70,7 @@ async def memory_store(root: Path) -> AsyncIterator[MemoryMessageStore]:
         n.cancel_scope.cancel()
 
 
-def send_v2(topic: str, body: bytes, queue_id: int = 0, **props: str) -> RemotingCommand:
+def send_v2(topic: str, body: bytes, **props: str) -> RemotingCommand:
     """SEND_MESSAGE_V2 with the Java client's one-letter header fields."""
     req = RemotingCommand.request(
         RequestCode.SEND_MESSAGE_V2,
@@ -79,7 +79,7 @@ def send_v2(topic: str, body: bytes, queue_id: int = 0, **props: str) -> Remotin
             "b": topic,
             "c": "TBW102",
             "d": "4",
-            "e": str(queue_id),
+            "e": "0",
             "f": "0",
             "g": "1700000000000",
             "h": "0",
