@@ -137,3 +137,13 @@ def test_deliver_at_option_parses_epoch_ms_and_iso() -> None:
         _deliver_at_ms("tomorrow")
     aware = datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.UTC)
     assert Message("T", b"x", deliver_at=aware).deliver_at == 1_700_000_000_000
+
+
+async def test_timer_service_runs_on_the_master_not_the_slave(
+    memory_cluster: InProcessCluster, autojump_clock: trio.abc.Clock
+) -> None:
+    c = memory_cluster
+    slave = await c.start_broker("broker-a-s", broker_id=1, store={"broker_role": "SLAVE"})
+    await trio.sleep(0.5)
+    assert c.broker().controller.timer_service.running
+    assert not slave.controller.timer_service.running
