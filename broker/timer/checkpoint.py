@@ -10,6 +10,8 @@ recover from (package doc, invariant 3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from broker.config_manager import DirtyConfigManager
@@ -37,33 +39,37 @@ def from_ranges(ranges: object) -> set[int]:
     return out
 
 
+# the running service's (commit offset, scan-from CommitLog offset, resolved entries above)
+LiveState = Callable[[], tuple[int, int, set[int]]]
+
+
 @attrs.define(eq=False)
 class TimerCheckpoint(DirtyConfigManager):
+    """While the service runs, ``live`` gives its state at the moment a snapshot is encoded
+    (on the event loop), so a resolve costs only ``mark_dirty``; stopped, the fields hold the
+    last state."""
+
     # None: no checkpoint stored (recovery starts at the oldest timer record)
     commit_offset: int | None = None
     scan_from_phy: int = 0
     done: set[int] = attrs.field(factory=set)
+    live: LiveState | None = None
     _dirty: bool = attrs.field(default=False, init=False)
 
-    def update(self, commit_offset: int, scan_from_phy: int, done: set[int]) -> None:
-        if (commit_offset, scan_from_phy, done) != (
-            self.commit_offset,
-            self.scan_from_phy,
-            self.done,
-        ):
-            self.commit_offset = commit_offset
-            self.scan_from_phy = scan_from_phy
+    def freeze(self) -> None:
+        """The service stops: keep its state as it is now."""
+        if self.live is not None:
+            self.commit_offset, self.scan_from_phy, done = self.live()
             self.done = set(done)
+            self.live = None
             self._dirty = True
 
     def encode(self) -> bytes:
-        return serde.dumps(
-            {
-                "commitOffset": self.commit_offset,
-                "scanFromPhy": self.scan_from_phy,
-                "done": to_ranges(self.done),
-            }
-        )
+        if self.live is not None:
+            commit, phy, done = self.live()
+        else:
+            commit, phy, done = self.commit_offset, self.scan_from_phy, self.done
+        return serde.dumps({"commitOffset": commit, "scanFromPhy": phy, "done": to_ranges(done)})
 
     def _load_obj(self, obj: object) -> None:
         if not isinstance(obj, dict):

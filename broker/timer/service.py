@@ -159,15 +159,14 @@ class TimerMessageService:
             else:
                 self._done = {o for o in self._done if o >= new}
             self._commit_offset = new
-        self._checkpoint()
+        self.checkpoint.mark_dirty()
 
-    def _checkpoint(self) -> None:
-        phy = (
-            self._inflight_phy
-            if self._inflight_phy is not None
-            else self.store.get_max_phy_offset()
-        )
-        self.checkpoint.update(self._commit_offset, phy, self._done)
+    def _live_state(self) -> tuple[int, int, set[int]]:
+        """What a checkpoint written now says (see the module docstring)."""
+        phy = self._inflight_phy
+        if phy is None:
+            phy = self.store.get_max_phy_offset()
+        return self._commit_offset, phy, self._done
 
     @property
     def commit_offset(self) -> int:
@@ -177,6 +176,7 @@ class TimerMessageService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.clock_ms()
         self._recover()
+        self.checkpoint.live = self._live_state
         self.running = True
         try:
             async with trio.open_nursery() as nursery:
@@ -185,6 +185,8 @@ class TimerMessageService:
                 task_status.started()
         finally:
             self.running = False
+            # a put cancelled in flight may still land: _inflight_phy keeps it in the scan
+            self.checkpoint.freeze()
             self._inflight_phy = None
 
     def _recover(self) -> None:
@@ -295,11 +297,10 @@ class TimerMessageService:
             log.warning("timer: record at %d lost REAL_TOPIC; dropped", entry.phys_offset)
             self._resolve(entry.queue_offset)
             return True
+        # left set if the put is cancelled: the record may land anyway (run() freezes it)
         self._inflight_phy = self.store.get_max_phy_offset()
-        try:
-            result = await self.store.put_message(inner)
-        finally:
-            self._inflight_phy = None
+        result = await self.store.put_message(inner)
+        self._inflight_phy = None
         if result.status not in _STORED:
             log.warning("timer: re-put of %s failed: %s", inner.topic, result.status)
             return False

@@ -105,8 +105,9 @@ def test_wheel_holds_only_the_due_slot_boundaries() -> None:
 def test_checkpoint_round_trip_in_ranges() -> None:
     assert to_ranges({1, 2, 3, 7, 9, 10}) == [[1, 3], [7, 7], [9, 10]]
     assert from_ranges([[1, 3], [7, 7]]) == {1, 2, 3, 7}
-    cp = TimerCheckpoint()
-    cp.update(5, 1234, {7, 8, 12})
+    cp = TimerCheckpoint(live=lambda: (5, 1234, {7, 8, 12}))
+    cp.freeze()
+    assert cp.live is None
     back = TimerCheckpoint()
     back._load_obj(serde.loads(cp.encode()))
     assert (back.commit_offset, back.scan_from_phy, back.done) == (5, 1234, {7, 8, 12})
