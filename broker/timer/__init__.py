@@ -15,10 +15,11 @@ delay level (DELAY) wins over the timer properties, which are dropped, as in Roc
 
 *Broker side* (``service.py``, RocketMQ ``TimerMessageStore``): on a master / DLedger leader only,
 a task reads the timer queue (the enqueue cursor) into an in-memory wheel (``wheel.py``) of
-``(commit log offset, size, timer queue offset)`` entries keyed by slot; another task fires due
-slots, re-reads each record and puts it under its real topic/queue (or, for a far one, back into
-the timer topic: a *roll*).  The CommitLog is the only durable timer state, so the timer
-messages replicate as ordinary records and a new master resumes from what it has.
+``(commit log offset, size, timer queue offset)`` entries keyed by slot; a second cursor
+trails one roll window behind for the far ones; another task fires due slots, re-reads each
+record and puts it under its real topic/queue (or, for a far one, back into the timer topic: a
+*roll*).  The CommitLog is the only durable timer state, so the timer messages replicate as
+ordinary records and a new master resumes from what it has.
 
 Invariants
 ----------
@@ -26,11 +27,16 @@ Invariants
    (the slot's end), so a message is delivered no sooner than the time asked for and at most one
    precision plus the service's latency later.  (RocketMQ fires a slot at its start, up to one
    precision before the asked time; we chose the other side.)
-2. Bounded memory: the wheel holds only entries due within the roll window
-   (``timerRollWindowSlot`` slots); a later one is put in the window's last slot, and when that
-   fires the record is re-put into the timer topic with ``TIMER_ROLL_TIMES`` + 1 and read again
-   (RocketMQ's roll).  An entry is three integers.
-3. Exactly once: every record the service writes (delivery or roll) carries
+2. Bounded memory: the wheel holds only timers due within the roll window
+   (``timerRollWindowSlot`` slots, 3600 by default: one hour), and timers already overdue.  A
+   timer due later than one window after it was stored is *far*: the enqueue cursor skips it;
+   the far cursor looks at it once a window has passed since its store time, and then either
+   puts it in the wheel (due within a window from now) or re-puts the record into the timer
+   topic with ``TIMER_ROLL_TIMES`` + 1 (RocketMQ's roll), to be looked at again a window later.
+   Between looks a far timer is only in the CommitLog; the far cursor holds nothing but its
+   offset.  A 3-day timer is rolled about 72 times with the default window (RocketMQ's is two
+   days on disk: ``timerRollWindowSlot`` trades memory for rolls).
+3. Once: every record the service writes (delivery or roll) carries
    ``TIMER_QUEUE_OFFSET``, the timer-queue offset of the entry it resolves.  The checkpoint
    (``checkpoint.py``) names a *low watermark* (every entry below it is resolved), the entries
    above it already resolved, and a CommitLog position below every write not in that set.  On

@@ -65,10 +65,10 @@ class TimerCheckpoint(DirtyConfigManager):
             self._dirty = True
 
     def encode(self) -> bytes:
+        commit: int | None = self.commit_offset
+        phy, done = self.scan_from_phy, self.done
         if self.live is not None:
             commit, phy, done = self.live()
-        else:
-            commit, phy, done = self.commit_offset, self.scan_from_phy, self.done
         return serde.dumps({"commitOffset": commit, "scanFromPhy": phy, "done": to_ranges(done)})
 
     def _load_obj(self, obj: object) -> None:

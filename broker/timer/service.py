@@ -3,16 +3,23 @@ into the wheel and delivers (or rolls) what is due; runs on a master / DLedger l
 
 See the package docstring for the theory and the invariants.  Here: ``run`` first recovers
 (:meth:`TimerMessageService._recover`: the checkpoint, then a CommitLog scan for the markers of
-writes made after it), then runs two tasks: the *enqueue* task follows the timer queue and
-adds every unresolved entry to the wheel; the *dequeue* task sleeps until the wheel's first
-slot fires, then re-puts its entries one at a time (their order within a slot is timer-queue
-order) and marks each resolved once the store took it.  A failed put leaves the entry to be
-retried after ``retry_delay``; a put whose answer says "stored, replica late" counts as done.
+writes made after it), then runs three tasks over the timer queue:
 
-The watermark: ``_pending`` holds entries read and not yet resolved; the commit offset is the
-least of them (or the read cursor when none); ``_done`` the resolved entries above it.  The
-checkpoint's CommitLog position is the store's end when no put is in flight, else the end as it
-was when the in-flight put started, so every write not in ``_done`` lies at or after it.
+* *enqueue* follows the queue as records arrive and puts each unresolved *near* one in the
+  wheel (``wheel.is_near``);
+* *far* trails one roll window behind and, for each unresolved *far* record, once the window
+  since its store time has passed, puts it in the wheel to deliver (due within the window) or
+  to roll now (``wheel.far_action``); it never passes the enqueue cursor;
+* *dequeue* sleeps until the wheel's first slot fires, then re-puts its entries one at a time
+  (their order within a slot is timer-queue order) and marks each resolved once the store took
+  it.  A failed put leaves the entry to be retried after ``retry_delay``; a put whose answer
+  says "stored, replica late" counts as done.
+
+The watermark: ``_pending`` holds entries in the wheel; the commit offset is the least of them
+and the far cursor (every far record below it was looked at); ``_done`` the resolved entries
+above it.  The checkpoint's CommitLog position is the store's end when no put is in flight,
+else the end as it was when the in-flight put started, so every write not in ``_done`` lies at
+or after it.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from broker.store.api import MessageStore
 from broker.store.results import GetMessageStatus, PutMessageStatus
 from broker.timer.checkpoint import TimerCheckpoint
 from broker.timer.transform import TIMER_QUEUE_ID, TimerSettings, fire_ms
-from broker.timer.wheel import TimerEntry, TimerWheel
+from broker.timer.wheel import FarAction, TimerEntry, TimerWheel, far_action, is_near
 from common.message import (
     MESSAGE_MAGIC_CODE,
     MessageExt,
@@ -115,11 +122,13 @@ class TimerMessageService:
     now_ms: Callable[[], int] | None = None
     retry_delay: float = 1.0
     idle_recheck: float = 10.0
-    wheel: TimerWheel = attrs.field(init=False)
+    wheel: TimerWheel = attrs.field(factory=TimerWheel, init=False)
     # counts for stats and tests
     delivered: int = attrs.field(default=0, init=False)
     rolled: int = attrs.field(default=0, init=False)
     _read_offset: int = attrs.field(default=0, init=False)
+    _far_offset: int = attrs.field(default=0, init=False)
+    _read_moved: trio.Event = attrs.field(factory=trio.Event, init=False)
     _commit_offset: int = attrs.field(default=0, init=False)
     _pending: set[int] = attrs.field(factory=set, init=False)
     _pending_heap: list[int] = attrs.field(factory=list, init=False)
@@ -128,8 +137,9 @@ class TimerMessageService:
     _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
     running: bool = attrs.field(default=False, init=False)
 
-    def __attrs_post_init__(self) -> None:
-        self.wheel = TimerWheel(self.settings.precision_ms, self.window_slots)
+    @property
+    def window_ms(self) -> int:
+        return self.window_slots * self.settings.precision_ms
 
     def clock_ms(self) -> int:
         """The service's wall clock in ms (it follows the Trio clock, so autojump tests see
@@ -151,7 +161,7 @@ class TimerMessageService:
         heap = self._pending_heap
         while heap and heap[0] not in self._pending:
             heapq.heappop(heap)
-        new = heap[0] if heap else self._read_offset
+        new = min(heap[0], self._far_offset) if heap else self._far_offset
         if new > self._commit_offset:
             if new - self._commit_offset < len(self._done):
                 for o in range(self._commit_offset, new):
@@ -181,6 +191,7 @@ class TimerMessageService:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._enqueue_task)
+                nursery.start_soon(self._far_task)
                 nursery.start_soon(self._dequeue_task)
                 task_status.started()
         finally:
@@ -215,6 +226,7 @@ class TimerMessageService:
         self._pending_heap.clear()
         self._done = done | found
         self._read_offset = commit
+        self._far_offset = commit
         self._commit_offset = commit
         self._inflight_phy = None
         log.info(
@@ -227,7 +239,15 @@ class TimerMessageService:
         )
         self._advance()
 
-    def _add(self, m: MessageExt, queue_offset: int) -> None:
+    def _to_wheel(self, m: MessageExt, queue_offset: int, fire: int, roll: bool) -> None:
+        first = self.wheel.next_fire_ms()
+        self.wheel.add(TimerEntry(m.commit_log_offset, m.store_size, queue_offset, fire, roll))
+        self._pending.add(queue_offset)
+        heapq.heappush(self._pending_heap, queue_offset)
+        if first is None or fire < first:
+            self._wakeup.set()
+
+    def _add_near(self, m: MessageExt, queue_offset: int) -> None:
         if queue_offset in self._done:
             return
         fire = _entry_fire_ms(m, self.settings.precision_ms)
@@ -235,12 +255,8 @@ class TimerMessageService:
             log.warning("timer: record at %d has no TIMER_OUT_MS; skipped", m.commit_log_offset)
             self._done.add(queue_offset)
             return
-        first = self.wheel.next_fire_ms()
-        self.wheel.add(m.commit_log_offset, m.store_size, queue_offset, fire, self.clock_ms())
-        self._pending.add(queue_offset)
-        heapq.heappush(self._pending_heap, queue_offset)
-        if first is None or fire < first:
-            self._wakeup.set()
+        if is_near(fire, m.store_timestamp, self.window_ms):
+            self._to_wheel(m, queue_offset, fire, roll=False)
 
     async def _enqueue_task(self) -> None:
         while True:
@@ -252,8 +268,9 @@ class TimerMessageService:
                 for m, qo in zip(
                     msgs, res.queue_offsets or [m.queue_offset for m in msgs], strict=True
                 ):
-                    self._add(m, qo)
+                    self._add_near(m, qo)
                 self._read_offset = max(offset, res.next_begin_offset)
+                self._read_moved.set()
                 self._advance()
                 await trio.lowlevel.checkpoint()
             elif st is GetMessageStatus.OFFSET_TOO_SMALL:
@@ -261,6 +278,7 @@ class TimerMessageService:
             elif st in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
                 if res.next_begin_offset > offset:
                     self._read_offset = res.next_begin_offset
+                    self._read_moved.set()
                     self._advance()
                 else:
                     await trio.sleep(self.retry_delay)
@@ -268,6 +286,61 @@ class TimerMessageService:
                 await self.hold.wait_for_arrival(
                     TIMER_TOPIC, TIMER_QUEUE_ID, offset, self.idle_recheck
                 )
+
+    async def _far_task(self) -> None:
+        while True:
+            offset = self._far_offset
+            if offset >= self._read_offset:
+                self._read_moved = trio.Event()
+                with trio.move_on_after(self.idle_recheck):
+                    await self._read_moved.wait()
+                continue
+            res = self.store.get_message(TIMER_GROUP, TIMER_TOPIC, TIMER_QUEUE_ID, offset, _BATCH)
+            if res.status is GetMessageStatus.FOUND:
+                msgs = decode_records(b"".join(bytes(b) for b in res.buffers))
+                wait_ms = 0
+                for m, qo in zip(
+                    msgs, res.queue_offsets or [m.queue_offset for m in msgs], strict=True
+                ):
+                    if qo >= self._read_offset:
+                        break
+                    wait_ms = self._look_far(m, qo)
+                    if wait_ms:
+                        break
+                    self._far_offset = qo + 1
+                else:
+                    self._far_offset = max(
+                        self._far_offset, min(res.next_begin_offset, self._read_offset)
+                    )
+                self._advance()
+                if wait_ms:
+                    await trio.sleep(wait_ms / 1000.0)
+                else:
+                    await trio.lowlevel.checkpoint()
+            elif res.status is GetMessageStatus.OFFSET_TOO_SMALL:
+                self._far_offset = res.min_offset
+            elif res.next_begin_offset > offset:
+                self._far_offset = min(res.next_begin_offset, self._read_offset)
+                self._advance()
+            else:
+                await trio.sleep(self.retry_delay)
+
+    def _look_far(self, m: MessageExt, queue_offset: int) -> int:
+        """The far cursor at one record: 0 when done with it, else ms to wait first."""
+        if queue_offset in self._done or queue_offset in self._pending:
+            return 0
+        fire = _entry_fire_ms(m, self.settings.precision_ms)
+        if fire is None or is_near(fire, m.store_timestamp, self.window_ms):
+            return 0  # the enqueue cursor's
+        now = self.clock_ms()
+        action = far_action(fire, m.store_timestamp, now, self.window_ms)
+        if action is FarAction.WAIT:
+            return max(1, m.store_timestamp + self.window_ms - now)
+        if action is FarAction.WHEEL:
+            self._to_wheel(m, queue_offset, fire, roll=False)
+        else:
+            self._to_wheel(m, queue_offset, now, roll=True)
+        return 0
 
     async def _dequeue_task(self) -> None:
         while True:

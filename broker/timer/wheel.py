@@ -1,16 +1,43 @@
-"""The in-memory timer wheel (RocketMQ 5 ``TimerWheel``, here over a window, not on disk).
+"""The in-memory timer wheel and the roll window (RocketMQ 5 ``TimerWheel`` and
+``timerRollWindowSlot``; here the wheel is in memory and holds only what is due soon).
 
-Sans-I/O: the caller gives the time.  Entries are keyed by the ms at which their slot fires
-(``transform.fire_ms``); one due beyond the window (``now + window_ms``) is put in the window's
-last slot marked *roll*: when that fires, the service re-puts the record into the timer topic
-instead of delivering it, and reads it back later, nearer its time (package doc, invariant 2).
+Sans-I/O: the caller gives the times.  The wheel maps the ms at which a slot fires
+(``transform.fire_ms``) to the entries of that slot.  The roll window decides what may enter
+it (package doc, invariant 2):
+
+* a timer record is *near* when it fires within the window of its own store time
+  (``fire <= store + window``): the enqueue cursor puts it in the wheel when it reads it;
+* any other is *far*: the far cursor looks at it once the window has passed since it was
+  stored (``now >= store + window``); then it enters the wheel if it fires within the window
+  from now, else it is *rolled*: re-put into the timer topic at once, with a new store time,
+  to be looked at again one window later.  Between looks a far timer is only in the CommitLog.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 
 import attrs
+
+
+class FarAction(enum.Enum):
+    WAIT = "not looked at yet"  # the window since its store time has not passed
+    WHEEL = "enters the wheel"
+    ROLL = "rolled into the timer topic"
+
+
+def is_near(fire_ms: int, store_ms: int, window_ms: int) -> bool:
+    return fire_ms <= store_ms + window_ms
+
+
+def far_action(fire_ms: int, store_ms: int, now_ms: int, window_ms: int) -> FarAction:
+    """What the far cursor does with a far timer now."""
+    if now_ms < store_ms + window_ms:
+        return FarAction.WAIT
+    if fire_ms <= now_ms + window_ms:
+        return FarAction.WHEEL
+    return FarAction.ROLL
 
 
 @attrs.frozen
@@ -21,43 +48,25 @@ class TimerEntry:
     size: int
     queue_offset: int
     fire_ms: int
-    # fire at the window's end and roll the record back into the timer topic, not deliver it
+    # re-put the record into the timer topic instead of delivering it
     roll: bool = False
 
 
 @attrs.define
 class TimerWheel:
-    precision_ms: int = 1000
-    window_slots: int = 3600
     # fire ms -> entries of that slot, in the order added (timer-queue order)
     _slots: dict[int, list[TimerEntry]] = attrs.field(factory=dict)
-    # fire ms of the slots (lazily pruned: a popped slot stays until it reaches the top)
+    # fire ms of the slots (a popped slot is pruned when it reaches the top)
     _heap: list[int] = attrs.field(factory=list)
     size: int = 0
 
-    @property
-    def window_ms(self) -> int:
-        return self.window_slots * self.precision_ms
-
-    def slot_for(self, fire_ms: int, now_ms: int) -> tuple[int, bool]:
-        """The slot a timer firing at ``fire_ms`` goes in now, and whether it is a roll."""
-        limit = (now_ms + self.window_ms) // self.precision_ms * self.precision_ms
-        if fire_ms > limit:
-            return limit, True
-        return fire_ms, False
-
-    def add(
-        self, phys_offset: int, size: int, queue_offset: int, fire_ms: int, now_ms: int
-    ) -> TimerEntry:
-        slot, roll = self.slot_for(fire_ms, now_ms)
-        entry = TimerEntry(phys_offset, size, queue_offset, slot, roll)
-        bucket = self._slots.get(slot)
+    def add(self, entry: TimerEntry) -> None:
+        bucket = self._slots.get(entry.fire_ms)
         if bucket is None:
-            self._slots[slot] = bucket = []
-            heapq.heappush(self._heap, slot)
+            self._slots[entry.fire_ms] = bucket = []
+            heapq.heappush(self._heap, entry.fire_ms)
         bucket.append(entry)
         self.size += 1
-        return entry
 
     def next_fire_ms(self) -> int | None:
         while self._heap and self._heap[0] not in self._slots:

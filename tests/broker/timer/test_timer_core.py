@@ -13,7 +13,7 @@ from broker.timer.transform import (
     out_ms,
     transform_timer_message,
 )
-from broker.timer.wheel import TimerWheel
+from broker.timer.wheel import FarAction, TimerEntry, TimerWheel, far_action, is_near
 from common import serde
 from common.topics import TIMER_TOPIC
 
@@ -75,31 +75,47 @@ def test_delay_level_wins_and_records_are_not_transformed_twice() -> None:
     )
 
 
-def test_wheel_pops_in_time_order_and_rolls_beyond_the_window() -> None:
-    w = TimerWheel(precision_ms=1000, window_slots=60)
+def test_wheel_pops_in_time_order() -> None:
+    w = TimerWheel()
     rng = random.Random(7)
     fires = [NOW + 1000 * rng.randrange(1, 200) for _ in range(300)]
     for i, f in enumerate(fires):
-        w.add(phys_offset=i, size=1, queue_offset=i, fire_ms=f, now_ms=NOW)
+        w.add(TimerEntry(phys_offset=i, size=1, queue_offset=i, fire_ms=f))
     assert w.size == 300
-    near = sorted(f for f in fires if f <= NOW + 60_000)
     got = w.pop_due(NOW + 60_000)
-    # entries beyond the window sit in the window's last slot, marked roll
-    assert [e.fire_ms for e in got if not e.roll] == near
-    rolled = [e for e in got if e.roll]
-    assert len(rolled) == 300 - len(near)
-    assert {e.fire_ms for e in rolled} == {NOW + 60_000}
+    assert [e.fire_ms for e in got] == sorted(f for f in fires if f <= NOW + 60_000)
+    # same slot: the order added (timer-queue order)
+    for a, b in zip(got, got[1:], strict=False):
+        if a.fire_ms == b.fire_ms:
+            assert a.queue_offset < b.queue_offset
+    rest = w.pop_due(NOW + 10**9)
+    assert len(got) + len(rest) == 300
     assert w.size == 0 and w.next_fire_ms() is None
 
 
-def test_wheel_holds_only_the_due_slot_boundaries() -> None:
-    w = TimerWheel(precision_ms=1000, window_slots=10)
-    w.add(1, 1, 1, NOW + 5000, NOW)
-    w.add(2, 1, 2, NOW + 3000, NOW)
+def test_wheel_fires_a_slot_at_its_time_only() -> None:
+    w = TimerWheel()
+    w.add(TimerEntry(1, 1, 1, NOW + 5000))
+    w.add(TimerEntry(2, 1, 2, NOW + 3000))
     assert w.next_fire_ms() == NOW + 3000
     assert w.pop_due(NOW + 2999) == []
     assert [e.queue_offset for e in w.pop_due(NOW + 3000)] == [2]
     assert [e.queue_offset for e in w.pop_due(NOW + 10_000)] == [1]
+
+
+def test_roll_window_near_far_and_roll() -> None:
+    window = 60_000
+    stored = NOW
+    assert is_near(NOW + 60_000, stored, window)
+    assert not is_near(NOW + 60_001, stored, window)
+    far = NOW + 150_000  # 2.5 windows after it was stored
+    assert far_action(far, stored, NOW + 59_999, window) is FarAction.WAIT
+    assert far_action(far, stored, NOW + 60_000, window) is FarAction.ROLL
+    # rolled at +60 s: its new store time; looked at again at +120 s: within the window now
+    assert far_action(far, NOW + 60_000, NOW + 119_000, window) is FarAction.WAIT
+    assert far_action(far, NOW + 60_000, NOW + 120_000, window) is FarAction.WHEEL
+    # overdue (a master that was down): into the wheel, fires at once
+    assert far_action(far, stored, NOW + 10**7, window) is FarAction.WHEEL
 
 
 def test_checkpoint_round_trip_in_ranges() -> None:

@@ -166,6 +166,12 @@ async def test_many_random_timers_arrive_in_time_order(
         dues = [now + 1000 * rng.randrange(1, 90) for _ in range(120)]
         for i, due in enumerate(dues):
             assert (await send(b, "T", b"%d" % i, TIMER_DELIVER_MS=str(due))).code == 0
+        # bounded memory: the wheel holds the timers due within the window, no far one
+        await trio.sleep(0.5)
+        # (within a second of the 20 s edge: the due times are rounded up to the second)
+        held = b.timer_service.wheel.size
+        assert sum(d <= now + 19_000 for d in dues) <= held <= sum(d <= now + 21_000 for d in dues)
+        assert held < len(dues) // 3
         await trio.sleep(92)
         got = stored(b, "T")
         assert len(got) == len(dues)
@@ -257,3 +263,31 @@ async def test_delay_levels_keep_working_beside_timers(
         assert (await send(b, "T", b"timer", TIMER_DELAY_SEC="3")).code == 0
         await trio.sleep(6)
         assert [m.body for m in stored(b, "T")] == [b"timer", b"level"]
+
+
+async def test_far_timers_rolled_then_a_crash_are_delivered_once(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    # a 10 s window: timers 35-39 s away are rolled three times; the crash comes after the
+    # first rolls, with the checkpoint from before them
+    async with memory_store(tmp_path) as st:
+        async with broker(tmp_path, st, timer_roll_window_slot=10) as (b, _):
+            now = b.timer_service.clock_ms()
+            dues = [now + 35_000 + 1000 * i for i in range(5)]
+            for i, due in enumerate(dues):
+                assert (await send(b, "T", b"%d" % i, TIMER_DELIVER_MS=str(due))).code == 0
+            await trio.sleep(0.5)
+            assert b.timer_service.wheel.size == 0  # all far: none in memory
+            stale = b.timer_service.checkpoint.encode()
+            await trio.sleep(12)
+            assert b.timer_service.rolled == 5
+        (tmp_path / "config" / "timerCheckpoint.json").write_bytes(stale)
+        async with broker(tmp_path, st, timer_roll_window_slot=10) as (b, _):
+            await trio.sleep((dues[0] - b.timer_service.clock_ms()) / 1000 - 0.01)
+            assert stored(b, "T") == []
+            await trio.sleep(6)
+            got = stored(b, "T")
+            assert [m.body for m in got] == [b"0", b"1", b"2", b"3", b"4"]
+            for m in got:
+                assert int(m.properties["TIMER_DEQUEUE_MS"]) >= dues[int(m.body)]
+                assert int(m.properties["TIMER_ROLL_TIMES"]) >= 2
