@@ -153,6 +153,7 @@ class TimerMessageService:
 
     # --- the watermark and the checkpoint ---------------------------------------------------
     def _resolve(self, queue_offset: int) -> None:
+        self._inflight_phy = None
         self._pending.discard(queue_offset)
         self._done.add(queue_offset)
         self._advance()
@@ -218,7 +219,8 @@ class TimerMessageService:
         else:
             commit = min(max(cp.commit_offset, lo), hi)
             scan_from = cp.scan_from_phy
-            done = {o for o in cp.done if o >= commit}
+            # (an offset at or past the queue's end names no record of this log)
+            done = {o for o in cp.done if commit <= o < hi}
         end = store.get_max_phy_offset()
         found = scan_markers(store, scan_from, end, self.commit_log_file_size, commit)
         self.wheel.clear()
@@ -370,13 +372,15 @@ class TimerMessageService:
             log.warning("timer: record at %d lost REAL_TOPIC; dropped", entry.phys_offset)
             self._resolve(entry.queue_offset)
             return True
-        # left set if the put is cancelled: the record may land anyway (run() freezes it)
-        self._inflight_phy = self.store.get_max_phy_offset()
+        # kept over a failed or cancelled put (the record may land anyway: a DLedger entry
+        # the next leader commits) until this entry is resolved, so a checkpoint scans it
+        if self._inflight_phy is None:
+            self._inflight_phy = self.store.get_max_phy_offset()
         result = await self.store.put_message(inner)
-        self._inflight_phy = None
         if result.status not in _STORED:
             log.warning("timer: re-put of %s failed: %s", inner.topic, result.status)
             return False
+        self._inflight_phy = None
         if entry.roll:
             self.rolled += 1
         else:
