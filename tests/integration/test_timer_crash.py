@@ -76,7 +76,7 @@ async def test_sigkill_between_deliveries_neither_loses_nor_doubles(tmp_path: Pa
                 r = await client.invoke(addr, _timer_send(i, now + off))
                 assert r.code == ResponseCode.SUCCESS, r.remark
                 dues[b"timer-%d" % i] = now + off
-                for k in range(40):  # ~80 KiB of other sends: a new segment every 3 timers
+                for _ in range(40):  # ~80 KiB of other sends: a new segment every 3 timers
                     filler = send_v2("Filler", 0, b"f" * 2000, queues=1)
                     assert (await client.invoke(addr, filler)).code == ResponseCode.SUCCESS
             await trio.sleep(max(0.0, (now + 5600 - time.time() * 1000) / 1000))
