@@ -183,6 +183,26 @@ class TimerMessageService:
     def commit_offset(self) -> int:
         return self._commit_offset
 
+    def runtime_info(self) -> dict[str, str]:
+        """RocketMQ 5's timer keys of GET_BROKER_RUNTIME_INFO, as far as they apply here:
+        how far the dequeue is behind its first due slot (ms), the timer records not read yet,
+        and the timers held in the wheel."""
+        behind = 0
+        first = self.wheel.next_fire_ms()
+        if self.running and first is not None:
+            behind = max(0, self.clock_ms() - first)
+        unread = 0
+        if self.running:
+            hi = self.store.get_max_offset_in_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
+            unread = max(0, hi - self._read_offset)
+        return {
+            "timerReadBehind": str(behind),
+            "timerOffsetBehind": str(unread),
+            "timerCongestNum": str(self.wheel.size),
+            "timerDelivered": str(self.delivered),
+            "timerRolled": str(self.rolled),
+        }
+
     # --- run --------------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.clock_ms()

@@ -14,6 +14,7 @@ import typer
 
 from cli.messages.commands import _deliver_at_ms
 from cli.messages.produce import MessageTemplate, produce
+from common import serde
 from common.message_properties import encode_properties
 from common.model import MessageQueue
 from common.remoting.client import open_remoting_client
@@ -147,3 +148,9 @@ async def test_timer_service_runs_on_the_master_not_the_slave(
     await trio.sleep(0.5)
     assert c.broker().controller.timer_service.running
     assert not slave.controller.timer_service.running
+    async with open_remoting_client(network=c.network) as client:
+        r = await client.invoke(
+            c.addr(), RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {})
+        )
+    table = serde.loads(r.body_bytes())["table"]
+    assert table["timerCongestNum"] == "0" and table["timerOffsetBehind"] == "0"
