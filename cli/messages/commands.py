@@ -56,7 +56,10 @@ def produce(
     delay_sec: Annotated[
         float | None,
         typer.Option(
-            "--delay-sec", min=0, help="Deliver after N seconds (a RocketMQ 5 timer message)."
+            "--delay-sec",
+            min=0,
+            metavar="N",
+            help="Deliver after N seconds (a RocketMQ 5 timer message).",
         ),
     ] = None,
     prop: Annotated[

@@ -5,6 +5,8 @@ with TIMER_DELIVER_MS in header ``i``), and through our client's ``Message(deliv
 from __future__ import annotations
 
 import datetime
+import sys
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -154,3 +156,30 @@ async def test_timer_service_runs_on_the_master_not_the_slave(
         )
     table = serde.loads(r.body_bytes())["table"]
     assert table["timerCongestNum"] == "0" and table["timerOffsetBehind"] == "0"
+
+
+async def test_rmq_produce_deliver_at_and_delay_sec_end_to_end(
+    tcp_cluster: InProcessCluster,
+) -> None:
+    # the command itself, as a process, against a broker on TCP, on the real clock
+    c = tcp_cluster
+    await c.create_topic("T8", 1)
+    at = int(time.time() * 1000) + 3000
+    rmq = [sys.executable, "-m", "cli.main", "-n", c.namesrv, "produce", "-t", "T8"]
+    for extra in (["--deliver-at", str(at), "at"], ["--delay-sec", "1.5", "in"]):
+        done = await trio.run_process([*rmq, *extra], capture_stdout=True, capture_stderr=True)
+        assert done.returncode == 0, done.stderr
+    done = await trio.run_process(
+        [*rmq, "--delay-sec", "1", "--transaction", "commit", "x"],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode != 0 and b"cannot have a delivery time" in done.stderr
+    assert [m.body for m in c.messages("T8", 0)] in ([], [b"in"])
+    await trio.sleep(max(0.0, (at - time.time() * 1000) / 1000) + 1.5)
+    got = c.messages("T8", 0)
+    assert sorted(m.body for m in got) == [b"at", b"in"]
+    for m in got:
+        if m.body == b"at":
+            assert m.store_timestamp >= at
