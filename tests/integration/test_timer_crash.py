@@ -85,6 +85,7 @@ async def test_sigkill_between_deliveries_neither_loses_nor_doubles(tmp_path: Pa
         broker = _start(["broker", "-c", str(conf)], tmp_path / "broker.log")
         async with open_remoting_client() as client:
             await wait_serving(client, addr, broker)
+            serving_at = int(time.time() * 1000)
             await trio.sleep(max(0.0, (now + 19_500 - time.time() * 1000) / 1000))
             got = await pull_queue(client, addr, TOPIC, 0, ends={ResponseCode.PULL_NOT_FOUND})
     finally:
@@ -95,6 +96,8 @@ async def test_sigkill_between_deliveries_neither_loses_nor_doubles(tmp_path: Pa
     bodies = [m.body for m in got]
     assert sorted(bodies) == sorted(dues), (bodies, (tmp_path / "broker.log").read_text()[-3000:])
     for m in got:
-        # stored (delivered) no sooner than asked, and within a few seconds of it
+        # stored (delivered) no sooner than asked, and within a few seconds of it, or of the
+        # restarted broker serving for those that fell due while it was down (a loaded machine
+        # can take seconds to restart it)
         assert m.store_timestamp >= dues[m.body]
-        assert m.store_timestamp < dues[m.body] + 5000
+        assert m.store_timestamp < max(dues[m.body], serving_at) + 5000

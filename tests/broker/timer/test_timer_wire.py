@@ -176,7 +176,11 @@ async def test_rmq_produce_deliver_at_and_delay_sec_end_to_end(
         check=False,
     )
     assert done.returncode != 0 and b"cannot have a delivery time" in done.stderr
-    assert [m.body for m in c.messages("T8", 0)] in ([], [b"in"])
+    # "at" is not there before its time (three processes may take the 3 s on a loaded machine:
+    # then it may be; its store time is checked below either way)
+    looked_at = time.time() * 1000
+    early = [m.body for m in c.messages("T8", 0) if m.body == b"at"]
+    assert not early or looked_at >= at
     await trio.sleep(max(0.0, (at - time.time() * 1000) / 1000) + 1.5)
     got = c.messages("T8", 0)
     assert sorted(m.body for m in got) == [b"at", b"in"]
