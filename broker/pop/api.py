@@ -17,6 +17,7 @@ import enum
 from typing import Protocol
 
 import attrs
+import trio
 
 from common.message import MessageExt
 
@@ -140,4 +141,11 @@ class PopService(Protocol):
     ) -> AckResult:
         """Put the message to ``%DLQ%<group>`` now and ack it (gRPC
         ForwardMessageToDeadLetterQueue)."""
+        ...
+
+    async def run_revive(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The master's side: rebuild the state from the revive log, then revive until
+        cancelled (started and stopped with the master / leader role)."""
         ...
