@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -49,7 +50,7 @@ async def make_pop_broker(
     return b, pop
 
 
-def set_group(b: BrokerController, group: str, **kw: object) -> None:
+def set_group(b: BrokerController, group: str, **kw: Any) -> None:
     sgc = b.subscription_group_manager.find_subscription_group_config(group)
     if sgc is None:
         sgc = SubscriptionGroupConfig(groupName=group)

@@ -144,7 +144,7 @@ async def test_fifo_blocks_queue_until_ack(autojump_clock: trio.abc.Clock, tmp_p
         r2 = await pop.pop(req(group="F", max_msgs=1))
         assert [(m.msg.body, m.delivery_attempt) for m in r2.messages] == [(b"f0", 2)]
         # a long poll is woken by the ack and gets f1
-        got = []
+        got: list[bytes] = []
 
         async def poller() -> None:
             r = await pop.pop(req(group="F", max_msgs=1, poll_time_ms=5000))
