@@ -95,7 +95,7 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
         for k in ("popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo"):
             assert k in r.ext_fields, k
         assert r.ext_fields["invisibleTime"] == "3000"
-        msgs = decode_records(bytes(r.body))
+        msgs = decode_records(r.body_bytes())
         assert sorted(m.body for m in msgs) == [b"w0", b"w1", b"w2"]
         cks = {m.body: m.properties["POP_CK"] for m in msgs}
         # msgOffsetInfo "0 <queue> <offsets>" per queue, as the client parses it
@@ -131,7 +131,7 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
         }
         r = await env.call(RequestCode.PULL_MESSAGE, pull)
         assert r.code == ResponseCode.SUCCESS
-        assert [m.body for m in decode_records(bytes(r.body))] == [b"w0", b"w2"]
+        assert [m.body for m in decode_records(r.body_bytes())] == [b"w0", b"w2"]
 
     # restart on the same files, offsets never flushed: the revive log rebuilds everything
     await running.stop()
@@ -143,7 +143,7 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
             while not got:
                 r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("PG", "PT", poll=2000))
                 if r.code == ResponseCode.SUCCESS:
-                    got += [(m.body, m.reconsume_times) for m in decode_records(bytes(r.body))]
+                    got += [(m.body, m.reconsume_times) for m in decode_records(r.body_bytes())]
                 else:
                     assert r.code == ResponseCode.POLLING_TIMEOUT, (r.code, r.remark)
         # w2 (never acked) is back from the pop retry topic, its second attempt; w0 (acked)
