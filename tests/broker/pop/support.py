@@ -24,11 +24,13 @@ async def make_pop_broker(
     *,
     store: MessageStore | None = None,
     queues: int = 2,
+    revive: bool = True,
+    store_cfg: dict[str, Any] | None = None,
     **cfg: object,
 ) -> tuple[BrokerController, PopMessageService]:
     config = BrokerConfig(
         listen_port=10911,
-        store=MessageStoreConfig(store_path_root_dir=tmp_path),
+        store=MessageStoreConfig(store_path_root_dir=tmp_path, **(store_cfg or {})),
         **cfg,  # type: ignore[arg-type]
     )
     if store is None:
@@ -46,7 +48,8 @@ async def make_pop_broker(
         b.topic_config_manager.update_topic_config(
             TopicConfig(topicName="T", readQueueNums=queues, writeQueueNums=queues)
         )
-    await nursery.start(pop.run_revive)
+    if revive:
+        await nursery.start(pop.run_revive)
     return b, pop
 
 
