@@ -237,11 +237,12 @@ class PopMessageService:
         store = self.broker.store
         off = self.broker.consumer_offset_manager.query_offset(group, topic, qid)
         if off < 0:
-            # RocketMQ getInitOffset: a retry topic always from its start
+            # RocketMQ getInitOffset: a retry topic always from its start; LAST pops the last
+            # message there is, then goes on from it
             if init_mode is ConsumeInitMode.MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 off = store.get_min_offset_in_queue(topic, qid)
             else:
-                off = store.get_max_offset_in_queue(topic, qid)
+                off = max(store.get_max_offset_in_queue(topic, qid) - 1, 0)
             self.broker.consumer_offset_manager.commit_offset(group, topic, qid, off)
         return max(off, store.get_min_offset_in_queue(topic, qid))
 
@@ -262,6 +263,8 @@ class PopMessageService:
                 sources.insert(0, (retry, 0))
             else:
                 sources.append((retry, 0))
+        # one revive queue per pop (RocketMQ: the header's reviveQid names all its CKs)
+        rqid = POP_ORDER_REVIVE_QUEUE if order else next(self._revive_rr) % self.revive_queues
         out: list[PopMessage] = []
         cks: list[Checkpoint] = []
         dead: list[MessageExt] = []
@@ -274,7 +277,7 @@ class PopMessageService:
             if order:
                 self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
             else:
-                ck = self._pop_queue(req, topic, qid, room, mfilter, now, out)
+                ck = self._pop_queue(req, topic, qid, room, mfilter, now, rqid, out)
                 if ck is not None:
                     cks.append(ck)
             rest += self._ready(req.group, topic, qid)
@@ -290,7 +293,7 @@ class PopMessageService:
             out,
             pop_time_ms=now,
             invisible_time_ms=req.invisible_time_ms,
-            revive_qid=cks[0].revive_qid if cks else POP_ORDER_REVIVE_QUEUE,
+            revive_qid=rqid,
             rest_num=rest,
         )
 
@@ -315,15 +318,18 @@ class PopMessageService:
         room: int,
         mfilter: MessageFilter,
         now: int,
+        rqid: int,
         out: list[PopMessage],
     ) -> Checkpoint | None:
+        limit = self.broker.config.pop_inflight_message_threshold
+        if self.table.inflight_in_queue(req.group, topic, qid) >= limit:
+            return None  # too much unacked: the table stays bounded
         offset = self._start_offset(req.group, topic, qid, req.init_mode)
         msgs, nxt = self._read(req.group, topic, qid, offset, room, mfilter)
         if nxt != offset:
             self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, nxt)
         if not msgs:
             return None
-        rqid = next(self._revive_rr) % self.revive_queues
         ck = Checkpoint(
             group=req.group,
             topic=topic,

@@ -7,8 +7,8 @@ pollTime bornTime initMode expType exp order``; its answer carries ``popTime inv
 reviveQid restNum startOffsetInfo msgOffsetInfo orderCountInfo`` and the records.  The Java
 client rebuilds each handle from those headers unless the record has a ``POP_CK`` property,
 so we put the exact handle there too and both agree.  A record read from the pop retry topic
-keeps that topic in the body (the client derives the handle's retry mark from it and then
-renames the message to the topic it asked for).
+is answered under the topic asked for, with its handle in ``POP_CK`` (RocketMQ 5 does the same
+unless ``popResponseReturnActualRetryTopic``).
 
 Answers: SUCCESS with records; POLLING_TIMEOUT 210 when nothing came within the poll time;
 POLLING_FULL 209; TOPIC_NOT_EXIST 17, SUBSCRIPTION_GROUP_NOT_EXIST 26, NO_PERMISSION 16,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from broker.controller import BrokerController
 from broker.pop.api import AckStatus, ConsumeInitMode, PopMessage, PopRequest, PopService, PopStatus
-from broker.pop.receipt import BadReceiptHandle, ReceiptHandle, pop_retry_topic
+from broker.pop.receipt import BadReceiptHandle, ReceiptHandle
 from common.errors import RequestError
 from common.message import MessageExtBrokerInner
 from common.message_encoder import encode_record
@@ -133,8 +133,7 @@ class PopProcessor:
             starts.setdefault(key, h.ck_offset)
             offsets.setdefault(key, []).append(h.offset)
             counts[key] = max(counts.get(key, 0), p.delivery_attempt - 1)
-            qtopic = pop_retry_topic(topic, group) if h.retry else topic
-            bufs.append(_record(p, qtopic))
+            bufs.append(_record(p, topic))
         ext["startOffsetInfo"] = ";".join(f"{t} {q} {o}" for (t, q), o in starts.items())
         ext["msgOffsetInfo"] = ";".join(
             f"{t} {q} {','.join(map(str, os))}" for (t, q), os in offsets.items()

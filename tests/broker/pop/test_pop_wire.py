@@ -98,6 +98,7 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
         msgs = decode_records(r.body_bytes())
         assert sorted(m.body for m in msgs) == [b"w0", b"w1", b"w2"]
         cks = {m.body: m.properties["POP_CK"] for m in msgs}
+        assert {m.topic for m in msgs} == {"PT"}
         # msgOffsetInfo "0 <queue> <offsets>" per queue, as the client parses it
         assert set(r.ext_fields["msgOffsetInfo"].split(";")) == {"0 0 0,1", "0 1 0"}
 
@@ -143,12 +144,20 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
             while not got:
                 r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("PG", "PT", poll=2000))
                 if r.code == ResponseCode.SUCCESS:
-                    got += [(m.body, m.reconsume_times) for m in decode_records(r.body_bytes())]
+                    back = decode_records(r.body_bytes())
+                    got += [(m.body, m.reconsume_times) for m in back]
+                    # from the pop retry topic: answered as PT, the handle marked retry
+                    assert r.ext_fields["startOffsetInfo"].startswith("1 0 ")
+                    assert [m.topic for m in back] == ["PT"]
+                    pop_ck = back[0].properties["POP_CK"]
+                    assert pop_ck.split(" ")[4] == "1"
                 else:
                     assert r.code == ResponseCode.POLLING_TIMEOUT, (r.code, r.remark)
         # w2 (never acked) is back from the pop retry topic, its second attempt; w0 (acked)
         # and w1 (invisible for 60 s) are not, and nothing was popped twice from PT
         assert got == [(b"w2", 1)]
+        r = await env.call(RequestCode.ACK_MESSAGE, ack_ext("PG", "PT", pop_ck))
+        assert r.code == ResponseCode.SUCCESS, r.remark
         r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("PG", "PT"))
         assert r.code == ResponseCode.POLLING_TIMEOUT
     await running.stop()
