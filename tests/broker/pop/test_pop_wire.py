@@ -6,6 +6,7 @@ ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME frames with the headers of
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -160,4 +161,34 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
         assert r.code == ResponseCode.SUCCESS, r.remark
         r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("PG", "PT"))
         assert r.code == ResponseCode.POLLING_TIMEOUT
+    await running.stop()
+
+
+async def test_batch_ack_with_a_java_bitset(tmp_path: Path, nursery: trio.Nursery) -> None:
+    running, handle = await start(nursery, tmp_path)
+    async with open_remoting_client() as client:
+        env = Env(handle, client)
+        for i in range(3):
+            assert (await env.send("BT", b"b%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+        r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("BG", "BT", queueId=0, invisible=1000))
+        msgs = decode_records(r.body_bytes())
+        assert [m.body for m in msgs] == [b"b0", b"b1", b"b2"]
+        f = msgs[0].properties["POP_CK"].split(" ")
+        # BatchAck as the Java client's fastjson2 writes it: the BitSet's toByteArray as numbers;
+        # positions 0 and 2 acked
+        ack = {"c": "BG", "t": "BT", "r": "0", "so": int(f[0]), "q": 0, "rq": int(f[3])}
+        ack |= {"pt": int(f[1]), "it": int(f[2]), "b": [5]}
+        body = json.dumps({"brokerName": f[5], "acks": [ack]}).encode()
+        r = await env.call(RequestCode.BATCH_ACK_MESSAGE, {}, body)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await env.call(RequestCode.BATCH_ACK_MESSAGE, {}, b'{"acks":[]}')
+        assert r.code == ResponseCode.NO_MESSAGE
+        r = await env.call(RequestCode.BATCH_ACK_MESSAGE, {}, b"not json")
+        assert r.code == ResponseCode.NO_MESSAGE
+        got: list[bytes] = []
+        with trio.fail_after(10):
+            while not got:
+                r = await env.call(RequestCode.POP_MESSAGE, pop_cmd("BG", "BT", poll=1000))
+                got = [m.body for m in decode_records(r.body_bytes())] if r.body_bytes() else []
+        assert got == [b"b1"]
     await running.stop()
