@@ -683,6 +683,15 @@ class PopMessageService:
                     ev.set()
 
     # --- views (rmq top) ----------------------------------------------------------------------
+    def inflight_in_queue(self, group: str, topic: str, queue_id: int) -> int:
+        if not self.serving:
+            return 0
+        n = self.table.inflight_in_queue(group, topic, queue_id)
+        batch = self.order.batch((group, topic, queue_id))
+        if batch is not None and batch.blocks(self.now_ms()):
+            n += len(batch.offsets) - len(batch.acked)
+        return n
+
     def inflight(self, group: str, topic: str) -> int:
         return self.table.inflight(group, topic) + self.order.inflight(group, topic)
 

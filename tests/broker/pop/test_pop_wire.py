@@ -15,6 +15,7 @@ import trio
 
 from broker.service import run_broker
 from common.message import decode_records
+from common.mq_map import parse_mq_map
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from tests.broker.test_broker_service import Env, broker_config
@@ -102,6 +103,13 @@ async def test_pop_ack_change_on_the_wire_and_after_restart(
         assert {m.topic for m in msgs} == {"PT"}
         # msgOffsetInfo "0 <queue> <offsets>" per queue, as the client parses it
         assert set(r.ext_fields["msgOffsetInfo"].split(";")) == {"0 0 0,1", "0 1 0"}
+
+        # rmq top's numbers: all three in flight, none ready (GET_CONSUME_STATS's "inflight")
+        r = await env.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "PG", "topic": "PT"})
+        _, table = parse_mq_map(r.body_bytes(), "offsetTable")
+        stats = {mq.queueId: v for mq, v in table}
+        assert [stats[q].get("inflight", 0) for q in (0, 1)] == [2, 1]
+        assert [stats[q]["brokerOffset"] - stats[q]["consumerOffset"] for q in (0, 1)] == [0, 0]
 
         # ack w0; change w1 to 60 s; leave w2
         r = await env.call(RequestCode.ACK_MESSAGE, ack_ext("PG", "PT", cks[b"w0"]))
