@@ -197,8 +197,10 @@ class PopMessageService:
 
         deadline = trio.current_time() + max(req.poll_time_ms, 0) / 1000.0
         while True:
+            # a waiter is registered before the look, so no arrival slips in between; the
+            # look after the deadline is the last one (a FIFO lock may have lapsed meanwhile)
             ev: trio.Event | None = None
-            if req.poll_time_ms > 0:
+            if req.poll_time_ms > 0 and trio.current_time() < deadline:
                 if self._polling >= b.config.max_pop_polling_size:
                     return PopResult(PopStatus.POLLING_FULL, remark="polling full")
                 ev = trio.Event()
@@ -208,12 +210,10 @@ class PopMessageService:
                 result = await self._pop_once(req, sgc, queues, mfilter, order)
                 if result.status is not PopStatus.NO_NEW_MSG or ev is None:
                     return result
-                if not self.serving:
-                    return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
                 with trio.move_on_at(deadline):
                     await ev.wait()
-                if trio.current_time() >= deadline:
-                    return result
+                if not self.serving:
+                    return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
             finally:
                 if ev is not None:
                     waiting = self._pollers.get(req.topic)
@@ -256,7 +256,11 @@ class PopMessageService:
     ) -> PopResult:
         now = self.now_ms()
         retry = pop_retry_topic(req.topic, req.group)
-        has_retry = self.broker.topic_config_manager.select_topic_config(retry) is not None
+        # (a new master may hold revived messages before the retry topic's config reached it)
+        has_retry = (
+            self.broker.topic_config_manager.select_topic_config(retry) is not None
+            or self.broker.store.get_max_offset_in_queue(retry, 0) > 0
+        )
         sources = [(req.topic, q) for q in queues]
         if has_retry and not order:
             if next(self._pop_count) % 5 == 0:

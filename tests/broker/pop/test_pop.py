@@ -289,3 +289,17 @@ def test_pop_config_keys() -> None:
     )
     assert (cfg.revive_interval, cfg.revive_queue_num) == (0.5, 2)
     assert (cfg.max_pop_polling_size, cfg.pop_inflight_message_threshold) == (7, 9)
+
+
+async def test_fifo_poll_gets_the_message_whose_lock_lapsed(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path, queues=1)
+        set_group(b, "F", consumeMessageOrderly=True)
+        await put(b, b"only")
+        await pop.pop(req(group="F", invisible_time_ms=2000))
+        # blocked while polling; the lock lapses at 2 s, the last look at 5 s finds it
+        r = await pop.pop(req(group="F", poll_time_ms=5000))
+        assert [(m.msg.body, m.delivery_attempt) for m in r.messages] == [(b"only", 2)]
+        n.cancel_scope.cancel()
