@@ -173,7 +173,8 @@ class PopMessageService:
             )
         if req.max_msgs <= 0 or req.max_msgs > 32:
             return PopResult(
-                PopStatus.BAD_REQUEST, remark=f"the broker msg num[{req.max_msgs}] is illegal"
+                PopStatus.BAD_REQUEST,
+                remark=f"the broker msg num[{req.max_msgs}] cannot exceed 32 or be below 1",
             )
         if req.invisible_time_ms <= 0:
             return PopResult(

@@ -303,3 +303,18 @@ async def test_fifo_poll_gets_the_message_whose_lock_lapsed(
         r = await pop.pop(req(group="F", poll_time_ms=5000))
         assert [(m.msg.body, m.delivery_attempt) for m in r.messages] == [(b"only", 2)]
         n.cancel_scope.cancel()
+
+
+async def test_init_mode_last_starts_at_the_last_message(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path, queues=1)
+        for i in range(3):
+            await put(b, b"old%d" % i)
+        r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
+        assert [m.msg.body for m in r.messages] == [b"old2"]  # getInitOffset: max - 1
+        await put(b, b"new")
+        r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
+        assert [m.msg.body for m in r.messages] == [b"new"]
+        n.cancel_scope.cancel()
