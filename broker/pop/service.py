@@ -73,7 +73,7 @@ from broker.pop.receipt import (
     revive_topic,
 )
 from broker.schedule import trio_wall_clock_ms
-from broker.store.results import MessageFilter
+from broker.store.results import MessageFilter, PutMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.message import MessageExt, MessageExtBrokerInner, decode_records
 from common.message_properties import MessageConst
@@ -428,6 +428,11 @@ class PopMessageService:
         if r.append is None:
             log.error("pop: could not append a %s record: %s", tag, r.remark or r.status.name)
             return -1
+        # a SYNC_MASTER answers a pop or an ack once a slave holds its record, as a send
+        if b.ha is not None and b.store.broker_role == "SYNC_MASTER":
+            status = await b.ha.wait_for_replica(r.append.wrote_offset + r.append.wrote_bytes)
+            if status is not PutMessageStatus.PUT_OK:
+                log.warning("pop: %s record not on a slave: %s", tag, status.name)
         return r.append.logics_offset
 
     async def _put_ck(self, ck: Checkpoint) -> None:
