@@ -109,8 +109,10 @@ class PopMessageService:
         # topic -> events of pops waiting for a message (long polling)
         self._pollers: dict[str, set[trio.Event]] = {}
         self._polling = 0
-        # True while this broker serves pop (master / leader with its table rebuilt)
+        # True while this broker serves pop (master / leader with its table rebuilt); set with
+        # _started, which requests that come while a master is still rebuilding wait for
         self.serving = False
+        self._started = trio.Event()
 
     # --- helpers ------------------------------------------------------------------------------
     @property
@@ -135,9 +137,17 @@ class PopMessageService:
             ev.set()
 
     # --- pop ----------------------------------------------------------------------------------
+    async def _wait_serving(self) -> bool:
+        """Serving now, or soon: a master that just started or was just elected rebuilds its
+        table first (a few seconds at most are waited for; a slave is answered at once)."""
+        if not self.serving and not self.broker.is_slave:
+            with trio.move_on_after(3.0):
+                await self._started.wait()
+        return self.serving and not self.broker.is_slave
+
     async def pop(self, req: PopRequest) -> PopResult:
         b = self.broker
-        if not self.serving or b.is_slave:
+        if not await self._wait_serving():
             return PopResult(PopStatus.NOT_MASTER, remark="pop is served by the master only")
         if not PermName.is_readable(b.config.broker_permission):
             return PopResult(
@@ -454,7 +464,7 @@ class PopMessageService:
         self, group: str, topic: str, receipt_handle: str
     ) -> tuple[ReceiptHandle, str] | AckResult:
         b = self.broker
-        if not self.serving or b.is_slave:
+        if not self.serving or b.is_slave:  # (callers waited in _wait_serving)
             return AckResult(AckStatus.NOT_MASTER, "ack is served by the master only")
         try:
             h = ReceiptHandle.parse(receipt_handle)
@@ -474,6 +484,7 @@ class PopMessageService:
         return h, h.real_topic(topic, group)
 
     async def ack(self, group: str, topic: str, receipt_handle: str) -> AckResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return checked
@@ -495,6 +506,7 @@ class PopMessageService:
     async def change_invisible_time(
         self, group: str, topic: str, receipt_handle: str, invisible_time_ms: int
     ) -> ChangeInvisibleResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return ChangeInvisibleResult(checked.status, remark=checked.remark)
@@ -545,6 +557,7 @@ class PopMessageService:
     async def forward_to_dead_letter_queue(
         self, group: str, topic: str, receipt_handle: str
     ) -> AckResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return checked
@@ -681,6 +694,7 @@ class PopMessageService:
         n = self.recover()
         log.info("pop: %d checkpoints in flight after replaying %d records", len(self.table), n)
         self.serving = True
+        self._started.set()
         task_status.started()
         try:
             while True:
@@ -688,6 +702,7 @@ class PopMessageService:
                 await self.revive_round()
         finally:
             self.serving = False
+            self._started = trio.Event()
             for evs in self._pollers.values():
                 for ev in evs:
                     ev.set()
