@@ -29,9 +29,8 @@ each revive queue is done (invariant I2).
 *FIFO* groups (``consumeMessageOrderly`` or the request's order flag) go through
 ``broker/pop/order.py`` instead of CKs.
 
-*Long polling*: a pop that found nothing registers a waiter on the topic before its last look,
-then waits for a store arrival on the topic or its retry topic, or for a FIFO unlock, up to its
-poll time; waiters past ``maxPopPollingSize`` are answered POLLING_FULL at once.
+*Long polling* (``broker/pop/long_polling.py``): a pop that found nothing waits for an arrival
+on its topic or retry topic, or a FIFO ack, up to its poll time, and looks once more at the end.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ from broker.pop.checkpoint import (
     CheckpointTable,
     decode_record_body,
 )
+from broker.pop.long_polling import PollingFull, PopLongPolling
 from broker.pop.order import OrderInfoManager
 from broker.pop.receipt import (
     POP_ORDER_REVIVE_QUEUE,
@@ -106,9 +106,7 @@ class PopMessageService:
         self._revive_rr = itertools.count()
         self._pop_count = itertools.count()
         self._queue_rr: dict[tuple[str, str], int] = {}
-        # topic -> events of pops waiting for a message (long polling)
-        self._pollers: dict[str, set[trio.Event]] = {}
-        self._polling = 0
+        self.polling = PopLongPolling(broker.config.max_pop_polling_size)
         # True while this broker serves pop (master / leader with its table rebuilt); set with
         # _started, which requests that come while a master is still rebuilding wait for
         self.serving = False
@@ -124,17 +122,7 @@ class PopMessageService:
 
     def on_message_arriving(self, topic: str, queue_id: int, offset: int, tags: int) -> None:
         """Store arrival listener: wake the pops waiting on ``topic`` (or its retry topic)."""
-        if not self._pollers:
-            return
-        self._wake(topic)
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            for t in list(self._pollers):
-                if topic.endswith("_" + t):
-                    self._wake(t)
-
-    def _wake(self, topic: str) -> None:
-        for ev in self._pollers.get(topic, ()):
-            ev.set()
+        self.polling.on_message_arriving(topic, queue_id, offset, tags)
 
     # --- pop ----------------------------------------------------------------------------------
     async def _wait_serving(self) -> bool:
@@ -208,31 +196,21 @@ class PopMessageService:
 
         deadline = trio.current_time() + max(req.poll_time_ms, 0) / 1000.0
         while True:
-            # a waiter is registered before the look, so no arrival slips in between; the
+            # the waiter is registered before the look, so no arrival slips in between; the
             # look after the deadline is the last one (a FIFO lock may have lapsed meanwhile)
-            ev: trio.Event | None = None
-            if req.poll_time_ms > 0 and trio.current_time() < deadline:
-                if self._polling >= b.config.max_pop_polling_size:
-                    return PopResult(PopStatus.POLLING_FULL, remark="polling full")
-                ev = trio.Event()
-                self._pollers.setdefault(req.topic, set()).add(ev)
-                self._polling += 1
+            if req.poll_time_ms <= 0 or trio.current_time() >= deadline:
+                return await self._pop_once(req, sgc, queues, mfilter, order)
             try:
-                result = await self._pop_once(req, sgc, queues, mfilter, order)
-                if result.status is not PopStatus.NO_NEW_MSG or ev is None:
-                    return result
-                with trio.move_on_at(deadline):
-                    await ev.wait()
-                if not self.serving:
-                    return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
-            finally:
-                if ev is not None:
-                    waiting = self._pollers.get(req.topic)
-                    if waiting is not None:
-                        waiting.discard(ev)
-                        if not waiting:
-                            del self._pollers[req.topic]
-                    self._polling -= 1
+                with self.polling.waiter(req.topic) as ev:
+                    result = await self._pop_once(req, sgc, queues, mfilter, order)
+                    if result.status is not PopStatus.NO_NEW_MSG:
+                        return result
+                    with trio.move_on_at(deadline):
+                        await ev.wait()
+            except PollingFull:
+                return PopResult(PopStatus.POLLING_FULL, remark="polling full")
+            if not self.serving:
+                return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
 
     def _filter(self, req: PopRequest) -> MessageFilter:
         etype = req.expression_type or "TAG"
@@ -495,7 +473,7 @@ class PopMessageService:
             if nxt is None:
                 return AckResult(AckStatus.EXPIRED, "the handle is stale")
             self.broker.consumer_offset_manager.commit_offset(group, real, h.queue_id, nxt)
-            self._wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
+            self.polling.wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
             return AckResult(AckStatus.OK)
         ck_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.ack(ck_key, h.offset):
@@ -703,9 +681,7 @@ class PopMessageService:
         finally:
             self.serving = False
             self._started = trio.Event()
-            for evs in self._pollers.values():
-                for ev in evs:
-                    ev.set()
+            self.polling.wake_all()
 
     # --- views (rmq top) ----------------------------------------------------------------------
     def inflight_in_queue(self, group: str, topic: str, queue_id: int) -> int:
