@@ -87,6 +87,9 @@ __all__ = ["PopMessageService"]
 # RocketMQ: PopAckConstants.retryQueueNum
 POP_RETRY_QUEUE_NUMS = 1
 FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
+# the longest a pop is held for long polling (RocketMQ 5's proxy holds a receive up to 20 s of
+# long polling; its clients ask for less)
+MAX_POLL_MS = 30_000
 
 
 class PopMessageService:
@@ -194,7 +197,9 @@ class PopMessageService:
             self._queue_rr[(req.group, req.topic)] = (start + 1) % max(n, 1)
             queues = [(start + i) % n for i in range(n)]
 
-        deadline = trio.current_time() + max(req.poll_time_ms, 0) / 1000.0
+        # a pop is held at most MAX_POLL_MS whatever it asks (the pull path caps its suspend
+        # the same way): a held pop is a task and a slot of maxPopPollingSize
+        deadline = trio.current_time() + min(max(req.poll_time_ms, 0), MAX_POLL_MS) / 1000.0
         while True:
             # the waiter is registered before the look, so no arrival slips in between; the
             # look after the deadline is the last one (a FIFO lock may have lapsed meanwhile)

@@ -318,3 +318,13 @@ async def test_init_mode_last_starts_at_the_last_message(
         r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
         assert [m.msg.body for m in r.messages] == [b"new"]
         n.cancel_scope.cancel()
+
+
+async def test_poll_time_is_capped(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None:
+    async with trio.open_nursery() as n:
+        _, pop = await make_pop_broker(n, tmp_path)
+        t0 = trio.current_time()
+        r = await pop.pop(req(poll_time_ms=10**12))
+        assert r.status is PopStatus.NO_NEW_MSG
+        assert trio.current_time() - t0 <= 31
+        n.cancel_scope.cancel()
