@@ -40,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import attrs
 import trio
 
 from broker.controller import BrokerController
@@ -344,7 +345,7 @@ class PopMessageService:
         for m in msgs:
             handle = ReceiptHandle(
                 ck.start_offset, now, req.invisible_time_ms, rqid, is_retry,
-                self._broker_name, qid, m.queue_offset,
+                self._broker_name, qid, m.queue_offset, m.commit_log_offset,
             )  # fmt: skip
             out.append(self._popped(m, req, handle, m.reconsume_times + 1, now))
         return ck
@@ -394,7 +395,7 @@ class PopMessageService:
             attempt = self.order.attempt_of(key, m.queue_offset) - 1
             handle = ReceiptHandle(
                 m.queue_offset, now, req.invisible_time_ms, POP_ORDER_REVIVE_QUEUE, False,
-                self._broker_name, qid, m.queue_offset,
+                self._broker_name, qid, m.queue_offset, m.commit_log_offset,
             )  # fmt: skip
             out.append(self._popped(m, req, handle, attempt, now))
 
@@ -503,10 +504,7 @@ class PopMessageService:
                 return ChangeInvisibleResult(AckStatus.EXPIRED, remark="the handle is stale")
             # RocketMQ keeps the pop time and stretches the invisible time for FIFO handles
             new_it = now + invisible_time_ms - h.pop_time
-            nh = ReceiptHandle(
-                h.ck_offset, h.pop_time, new_it, h.revive_qid, h.retry, h.broker_name,
-                h.queue_id, h.offset,
-            )  # fmt: skip
+            nh = attrs.evolve(h, invisible_time=new_it)
             return ChangeInvisibleResult(AckStatus.OK, nh.encode(), h.pop_time, new_it)
         old_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.is_inflight(old_key, h.offset):
@@ -531,10 +529,7 @@ class PopMessageService:
         self.table.ack(old_key, h.offset)
         await self._put_ck(ck)
         await self._put_ack(old_key, h.offset, h.revive_qid)
-        nh = ReceiptHandle(
-            h.offset, now, invisible_time_ms, h.revive_qid, h.retry, self._broker_name,
-            h.queue_id, h.offset,
-        )  # fmt: skip
+        nh = attrs.evolve(h, ck_offset=h.offset, pop_time=now, invisible_time=invisible_time_ms)
         return ChangeInvisibleResult(AckStatus.OK, nh.encode(), now, invisible_time_ms)
 
     async def forward_to_dead_letter_queue(

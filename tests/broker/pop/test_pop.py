@@ -36,8 +36,12 @@ async def test_pop_then_ack_is_done(autojump_clock: trio.abc.Clock, tmp_path: Pa
         assert all(m.delivery_attempt == 1 for m in r.messages)
         h = ReceiptHandle.parse(r.messages[0].receipt_handle)
         assert (h.broker_name, h.retry, h.invisible_time) == (b.config.broker_name, False, 10_000)
-        assert len(r.messages[0].receipt_handle.split(" ")) == 8
-        for m in r.messages:
+        # the proxy's form: the ExtraInfo and the CommitLog offset; both forms ack
+        assert len(r.messages[0].receipt_handle.split(" ")) == 9
+        assert h.commit_log_offset == r.messages[0].msg.commit_log_offset
+        assert len(h.extra_info().split(" ")) == 8
+        assert (await pop.ack("G", "T", h.extra_info())).status is AckStatus.OK
+        for m in r.messages[1:]:
             assert (await pop.ack("G", "T", m.receipt_handle)).status is AckStatus.OK
         # acked twice: stale
         again = await pop.ack("G", "T", r.messages[0].receipt_handle)
