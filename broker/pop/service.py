@@ -274,17 +274,19 @@ class PopMessageService:
                 rest += self._ready(req.group, topic, qid)
                 continue
             if order:
-                self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
+                ck = self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
             else:
                 ck = self._pop_queue(req, topic, qid, room, mfilter, now, rqid, out)
-                if ck is not None:
-                    cks.append(ck)
+            if ck is not None:
+                cks.append(ck)
             rest += self._ready(req.group, topic, qid)
         # the records, then the answer: an answered pop is as durable as a send
         for ck in cks:
             await self._put_ck(ck)
         for m in dead:
             await self._put_dlq(req.group, m)
+            for ck in self.table.ack_order(req.group, m.topic, m.queue_id, m.queue_offset):
+                await self._put_ack(ck.key, m.queue_offset, ck.revive_qid)
         if not out:
             return PopResult(PopStatus.NO_NEW_MSG, pop_time_ms=now, rest_num=rest)
         return PopResult(
@@ -368,10 +370,10 @@ class PopMessageService:
         now: int,
         out: list[PopMessage],
         dead: list[MessageExt],
-    ) -> None:
+    ) -> Checkpoint | None:
         key = (req.group, topic, qid)
         if self.order.is_locked(key, now):
-            return
+            return None
         offset = self._start_offset(req.group, topic, qid, req.init_mode)
         # past the max attempts: dead-lettered now, and the queue moves on (RocketMQ 5's proxy)
         while True:
@@ -387,7 +389,7 @@ class PopMessageService:
         if not keep:
             if nxt != offset or dead:
                 self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, nxt)
-            return
+            return None
         first = keep[0].queue_offset
         self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, first)
         self.order.begin(key, [m.queue_offset for m in keep], now, req.invisible_time_ms)
@@ -398,6 +400,20 @@ class PopMessageService:
                 self._broker_name, qid, m.queue_offset, m.commit_log_offset,
             )  # fmt: skip
             out.append(self._popped(m, req, handle, attempt, now))
+        ck = Checkpoint(
+            group=req.group,
+            topic=topic,
+            queue_id=qid,
+            start_offset=first,
+            pop_time=now,
+            invisible_time=req.invisible_time_ms,
+            revive_qid=next(self._revive_rr) % self.revive_queues,
+            offsets=[m.queue_offset for m in keep],
+            broker_name=self._broker_name,
+            order=True,
+        )
+        self.table.add(ck)
+        return ck
 
     # --- records ------------------------------------------------------------------------------
     def _ensure_revive_topic(self) -> None:
@@ -480,6 +496,8 @@ class PopMessageService:
                 return AckResult(AckStatus.EXPIRED, "the handle is stale")
             self.broker.consumer_offset_manager.commit_offset(group, real, h.queue_id, nxt)
             self.polling.wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
+            for ck in self.table.ack_order(group, real, h.queue_id, h.offset):
+                await self._put_ack(ck.key, h.offset, ck.revive_qid)
             return AckResult(AckStatus.OK)
         ck_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.ack(ck_key, h.offset):
@@ -651,6 +669,8 @@ class PopMessageService:
                     if isinstance(rec, Checkpoint):
                         rec.revive_offset = m.queue_offset
                         self.table.add(rec)
+                        if rec.order:
+                            continue  # a FIFO group's offset stays at its first unacked
                         # I4: the pop offset is past every offset a CK holds
                         last = max(rec.offsets) + 1
                         if com.query_offset(rec.group, rec.topic, rec.queue_id) < last:
@@ -660,6 +680,16 @@ class PopMessageService:
                 if nxt <= off:
                     break
                 off = nxt
+        self.order.rebuild(
+            (
+                (ck.group, ck.topic, ck.queue_id),
+                ck.offsets,
+                ck.acked,
+                ck.pop_time,
+                ck.invisible_time,
+            )
+            for ck in self.table.order_checkpoints()
+        )
         return records
 
     async def run_revive(
