@@ -24,7 +24,7 @@ Invariants
 * I1: a CK's record precedes, in its revive queue, every ack record of it (the ack is written
   after the CK was answered to the client, which waited for the CK's put).
 * I2: the committed revive offset of a queue is never beyond the record of a CK that is not
-  done (:meth:`CheckpointTable.safe_revive_offset`), so by I1 a replay from it sees every
+  done (:meth:`CheckpointTable.safe_revive_offsets`), so by I1 a replay from it sees every
   undone CK and all of its acks: the rebuilt table equals the lost one, except CKs revived or
   finished after the last commit, which come back (their messages are delivered again: at
   least once, never lost).
@@ -273,18 +273,20 @@ class CheckpointTable:
                 due.append(ck)
         return due
 
-    def safe_revive_offset(self, revive_qid: int, max_offset: int) -> int:
-        """I2: how far the revive queue may be committed (the oldest undone CK's record)."""
-        lowest = max_offset
+    def safe_revive_offsets(self, max_offsets: dict[int, int]) -> dict[int, int]:
+        """I2: how far each revive queue may be committed (its oldest undone CK's record, or
+        its end), in one pass over the table."""
+        out = dict(max_offsets)
         for ck in self._cks.values():
-            if ck.revive_qid == revive_qid and 0 <= ck.revive_offset < lowest:
-                lowest = ck.revive_offset
-        return lowest
+            lowest = out.get(ck.revive_qid)
+            if lowest is not None and 0 <= ck.revive_offset < lowest:
+                out[ck.revive_qid] = ck.revive_offset
+        return out
 
     def inflight(self, group: str, topic: str) -> int:
         """Messages popped and not yet acked nor revived, of a group on a queue topic."""
         return sum(
             len(ck.offsets) - len(ck.acked)
             for ck in self._cks.values()
-            if ck.group == group and ck.topic == topic
+            if ck.group == group and ck.topic == topic and not ck.order
         )

@@ -26,8 +26,9 @@ re-puts each unacked message to the pop retry topic with ``reconsumeTimes + 1``,
 ``retryMaxTimes + 1`` are delivered, as RocketMQ 5's proxy lets through), then commits how far
 each revive queue is done (invariant I2).
 
-*FIFO* groups (``consumeMessageOrderly`` or the request's order flag) go through
-``broker/pop/order.py`` instead of CKs.
+*FIFO* groups (``consumeMessageOrderly`` or the request's order flag) are locked per queue by
+``broker/pop/order.py``; their batches are CKs marked ``order``, kept for durability and never
+revived.
 
 *Long polling* (``broker/pop/long_polling.py``): a pop that found nothing waits for an arrival
 on its topic or retry topic, or a FIFO ack, up to its poll time, and looks once more at the end.
@@ -146,16 +147,6 @@ class PopMessageService:
                 PopStatus.NO_PERMISSION,
                 remark=f"the broker[{b.config.broker_ip1}] popping message is forbidden",
             )
-        sgc = self._group(req.group)
-        if sgc is None:
-            return PopResult(
-                PopStatus.SUBSCRIPTION_GROUP_NOT_EXIST,
-                remark=f"subscription group [{req.group}] does not exist",
-            )
-        if not sgc.consumeEnable:
-            return PopResult(
-                PopStatus.NO_PERMISSION, remark=f"subscription group no permission, {req.group}"
-            )
         tc = b.topic_config_manager.select_topic_config(req.topic)
         if tc is None:
             return PopResult(
@@ -182,6 +173,17 @@ class PopMessageService:
             return PopResult(
                 PopStatus.BAD_REQUEST,
                 remark=f"invisibleTime[{req.invisible_time_ms}] is illegal",
+            )
+        # (RocketMQ's order of checks: the broker, the topic, the queue, then the group)
+        sgc = self._group(req.group)
+        if sgc is None:
+            return PopResult(
+                PopStatus.SUBSCRIPTION_GROUP_NOT_EXIST,
+                remark=f"subscription group [{req.group}] does not exist",
+            )
+        if not sgc.consumeEnable:
+            return PopResult(
+                PopStatus.NO_PERMISSION, remark=f"subscription group no permission, {req.group}"
             )
         try:
             mfilter = self._filter(req)
@@ -640,11 +642,12 @@ class PopMessageService:
             return  # the next round commits (I2)
         store = self.broker.store
         com = self.broker.consumer_offset_manager
-        for q in range(self.revive_queues):
-            mx = store.get_max_offset_in_queue(self.revive_topic, q)
-            com.commit_offset(
-                REVIVE_GROUP, self.revive_topic, q, self.table.safe_revive_offset(q, mx)
-            )
+        ends = {
+            q: store.get_max_offset_in_queue(self.revive_topic, q)
+            for q in range(self.revive_queues)
+        }
+        for q, safe in self.table.safe_revive_offsets(ends).items():
+            com.commit_offset(REVIVE_GROUP, self.revive_topic, q, safe)
 
     def recover(self) -> int:
         """Rebuild the table from the revive log (a master starting or a new leader)."""
