@@ -94,12 +94,12 @@ def test_replay_from_the_safe_offsets_rebuilds_the_table(seed: int) -> None:
     for q in range(queues):
         for i in range(safe[q], len(log[q])):
             tag, body = log[q][i]
-            rec = decode_record_body(tag, body, q)
-            if isinstance(rec, Checkpoint):
-                rec.revive_offset = i
-                rebuilt.add(rec)
-            elif isinstance(rec, AckRecord):
-                rebuilt.ack(rec.key, rec.ack_offset)
+            got_rec = decode_record_body(tag, body, q)
+            if isinstance(got_rec, Checkpoint):
+                got_rec.revive_offset = i
+                rebuilt.add(got_rec)
+            elif isinstance(got_rec, AckRecord):
+                rebuilt.ack(got_rec.key, got_rec.ack_offset)
 
     def state(t: CheckpointTable) -> dict[object, list[int]]:
         return {c.key: c.unacked() for c in t}
