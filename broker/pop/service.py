@@ -44,6 +44,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from broker.broker_stats_manager import BROKER_GET_NUMS
 from broker.controller import BrokerController
 from broker.filter.consumer_filter_manager import is_tag_type
 from broker.pop.api import (
@@ -290,7 +291,9 @@ class PopMessageService:
             for ck in self.table.ack_order(req.group, m.topic, m.queue_id, m.queue_offset):
                 await self._put_ack(ck.key, m.queue_offset, ck.revive_qid)
         if not out:
+            self.broker.stats.get_miss += 1
             return PopResult(PopStatus.NO_NEW_MSG, pop_time_ms=now, rest_num=rest)
+        self._count_get(req, out)
         return PopResult(
             PopStatus.FOUND,
             out,
@@ -299,6 +302,15 @@ class PopMessageService:
             revive_qid=rqid,
             rest_num=rest,
         )
+
+    def _count_get(self, req: PopRequest, out: list[PopMessage]) -> None:
+        """Popped messages count as gets (the pull TPS of ``rmq top``, ``rmq stats``)."""
+        b = self.broker
+        t = trio.current_time()
+        b.stats.get_found += len(out)
+        size = sum(len(p.msg.body) for p in out)
+        b.stats.manager.inc_group_get(req.topic, req.group, len(out), size, t)
+        b.stats.manager.inc_broker(BROKER_GET_NUMS, b.config.broker_cluster_name, len(out), t)
 
     def _ready(self, group: str, topic: str, qid: int) -> int:
         off = self.broker.consumer_offset_manager.query_offset(group, topic, qid)

@@ -332,3 +332,14 @@ async def test_poll_time_is_capped(autojump_clock: trio.abc.Clock, tmp_path: Pat
         assert r.status is PopStatus.NO_NEW_MSG
         assert trio.current_time() - t0 <= 31
         n.cancel_scope.cancel()
+
+
+async def test_pops_count_as_gets(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path)
+        await put(b, b"s1")
+        await put(b, b"s2", queue_id=1)
+        assert len((await pop.pop(req())).messages) == 2
+        assert b.stats.get_found == 2
+        assert b.stats.manager.tps_group_get_nums("T", "G", trio.current_time()) > 0
+        n.cancel_scope.cancel()
