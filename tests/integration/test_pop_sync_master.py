@@ -15,8 +15,7 @@ from common.message import decode_records
 from common.remoting.client import RemotingClient, open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
-from tests.integration.test_transaction_failover import wait_serving
-from tests.support.wire import send_v2
+from tests.support.wire import send_v2, wait_node_serving
 
 if TYPE_CHECKING:
     from tests.conftest import ProcessGroup
@@ -78,8 +77,8 @@ async def test_sync_master_killed_keeps_pop_state(procs: ProcessGroup) -> None:
     master = procs.broker("pop-master", brokerId=0, brokerRole="SYNC_MASTER", **common)
     slave = procs.broker("pop-slave", brokerId=1, brokerRole="SLAVE", **common)
     async with open_remoting_client() as client:
-        await wait_serving(client, master)
-        await wait_serving(client, slave)
+        await wait_node_serving(client, master)
+        await wait_node_serving(client, slave)
         with trio.fail_after(60):  # SEND_OK once the slave is attached (another topic)
             while (await client.invoke(master.addr, send_v2("PopProbe", 0, b"p"))).code:  # noqa: ASYNC110 - another process
                 await trio.sleep(0.2)
@@ -113,7 +112,7 @@ async def test_sync_master_killed_keeps_pop_state(procs: ProcessGroup) -> None:
             **common,
         )
         client.close_channel(master.addr)
-        await wait_serving(client, restarted)
+        await wait_node_serving(client, restarted)
         # a handle from before the kill acks after it
         assert (await client.invoke(restarted.addr, ack_req(cks[b"h2"]))).code == 0
         got: list[tuple[bytes, int]] = []
