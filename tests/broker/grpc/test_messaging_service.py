@@ -1,0 +1,150 @@
+"""The broker's gRPC MessagingService end to end, driven by a generic gRPC client (grpcio)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+
+from common.grpc.v2 import definition_pb2 as pb
+from common.grpc.v2 import service_pb2 as spb
+from tests.broker.grpc.support import GrpcClient, create_topic, grpc_broker, run_sync
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def message(topic: str, body: bytes, msg_id: str, **system: Any) -> pb.Message:
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=body,
+        system_properties=pb.SystemProperties(
+            message_id=msg_id, body_encoding=pb.IDENTITY, **system
+        ),
+    )
+
+
+async def test_route_send_and_message_types(tmp_path: Path) -> None:
+    async with grpc_broker(tmp_path) as b:
+        assert b.grpc_port
+        await create_topic(b, "Plain", queues=2)
+        await create_topic(b, "Fifo", queues=4, attributes="+message.type=FIFO")
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}")
+        try:
+            route = await run_sync(
+                lambda: client.unary(
+                    "QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name="Plain"))
+                )
+            )
+            assert route.status.code == pb.OK
+            assert [q.id for q in route.message_queues] == [0, 1]
+            q = route.message_queues[0]
+            assert q.permission == pb.READ_WRITE and q.broker.id == 0
+            assert q.broker.endpoints.addresses[0].port == b.grpc_port
+            assert list(q.accept_message_types) == [pb.NORMAL]
+            fifo = await run_sync(
+                lambda: client.unary(
+                    "QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name="Fifo"))
+                )
+            )
+            assert list(fifo.message_queues[0].accept_message_types) == [pb.FIFO]
+            missing = await run_sync(
+                lambda: client.unary(
+                    "QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name="Nope"))
+                )
+            )
+            assert missing.status.code == pb.TOPIC_NOT_FOUND
+
+            sent = await run_sync(
+                lambda: client.unary(
+                    "SendMessage",
+                    spb.SendMessageRequest(
+                        messages=[message("Plain", b"hello", "01ABC", tag="T", keys=["k1"])]
+                    ),
+                )
+            )
+            assert sent.status.code == pb.OK, sent
+            assert len(sent.entries) == 1 and sent.entries[0].message_id == "01ABC"
+            # a FIFO message to a NORMAL topic: refused as RocketMQ 5 refuses it
+            wrong = await run_sync(
+                lambda: client.unary(
+                    "SendMessage",
+                    spb.SendMessageRequest(
+                        messages=[message("Plain", b"x", "01ABD", message_group="g")]
+                    ),
+                )
+            )
+            assert wrong.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+            # FIFO: one group always lands in one queue
+            offsets = []
+            for i in range(3):
+                request = spb.SendMessageRequest(
+                    messages=[message("Fifo", b"%d" % i, f"01F{i}", message_group="g1")]
+                )
+                r = await run_sync(partial(client.unary, "SendMessage", request))
+                assert r.status.code == pb.OK
+                offsets.append(r.entries[0].offset)
+            assert offsets == [0, 1, 2]
+            no_id = await run_sync(
+                lambda: client.unary(
+                    "SendMessage", spb.SendMessageRequest(messages=[message("Plain", b"x", "")])
+                )
+            )
+            assert no_id.status.code == pb.ILLEGAL_MESSAGE_ID
+            system_key = message("Plain", b"x", "01X")
+            system_key.user_properties["UNIQ_KEY"] = "mine"
+            refused = await run_sync(
+                lambda: client.unary("SendMessage", spb.SendMessageRequest(messages=[system_key]))
+            )
+            assert refused.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+        finally:
+            client.close()
+
+
+async def test_heartbeat_needs_client_id_and_telemetry_answers_settings(tmp_path: Path) -> None:
+    async with grpc_broker(tmp_path) as b:
+        await create_topic(b, "Tele")
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}", client_id="h@1@0@x")
+        try:
+            hb = await run_sync(
+                lambda: client.unary("Heartbeat", spb.HeartbeatRequest(client_type=pb.PRODUCER))
+            )
+            assert hb.status.code == pb.OK
+            settings = pb.Settings(
+                client_type=pb.PRODUCER,
+                publishing=pb.Publishing(topics=[pb.Resource(name="Tele")]),
+                user_agent=pb.UA(language=pb.PYTHON, version="5.1.2"),
+            )
+
+            def talk() -> spb.TelemetryCommand:
+                responses = client.telemetry(iter([spb.TelemetryCommand(settings=settings)]))
+                return next(iter(responses))
+
+            answer = await run_sync(talk)
+            assert answer.status.code == pb.OK
+            assert answer.settings.publishing.max_body_size == 4 * 1024 * 1024
+            assert answer.settings.backoff_policy.max_attempts == 3
+            assert not answer.settings.metric.on
+            # the producer is registered under a group named after its topic (PGROUP)
+            assert "Tele" in b.controller.producer_manager.groups
+            bye = await run_sync(
+                lambda: client.unary(
+                    "NotifyClientTermination", spb.NotifyClientTerminationRequest()
+                )
+            )
+            assert bye.status.code == pb.OK
+            assert "Tele" not in b.controller.producer_manager.groups
+        finally:
+            client.close()
+        anonymous = GrpcClient(f"127.0.0.1:{b.grpc_port}", client_id="")
+        try:
+            hb = await run_sync(
+                lambda: anonymous.unary("Heartbeat", spb.HeartbeatRequest(client_type=pb.PRODUCER))
+            )
+            assert hb.status.code == pb.CLIENT_ID_REQUIRED
+        finally:
+            anonymous.close()
+        await trio.lowlevel.checkpoint()
