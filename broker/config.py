@@ -171,6 +171,12 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # the period of the check rounds (transactionCheckInterval, 60 s)
     transaction_check_interval: float = 60.0
+    # pop (broker/pop): the revive round period (reviveInterval, 1 s), the revive queues of the
+    # cluster's revive topic (reviveQueueNum, 8) and the cap on pops held for long polling at
+    # once (maxPopPollingSize, 100000)
+    revive_interval: float = 1.0
+    revive_queue_num: int = 8
+    max_pop_polling_size: int = 100000
     # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
     # defaults to listen_host
     metrics_prom_exporter_host: str = ""
@@ -346,6 +352,9 @@ _PROPERTIES: dict[str, _Spec] = {
     "transactionTimeOut": ("broker", "transaction_timeout", _parse_ms),
     "transactionCheckMax": ("broker", "transaction_check_max", _parse_positive_int),
     "transactionCheckInterval": ("broker", "transaction_check_interval", _parse_ms),
+    "reviveInterval": ("broker", "revive_interval", _parse_ms),
+    "reviveQueueNum": ("broker", "revive_queue_num", _parse_positive_int),
+    "maxPopPollingSize": ("broker", "max_pop_polling_size", _parse_positive_int),
     # RocketMQ 5's Prometheus exporter (docs/metrics.md)
     "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),

@@ -38,6 +38,7 @@ from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceL
 from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
 from broker.filter.consumer_filter_manager import ConsumerFilterManager
 from broker.ha.service import HABroker, HAService
+from broker.pop.api import PopService
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels
@@ -107,6 +108,9 @@ class BrokerController:
     transaction_service: TransactionalMessageService = attrs.field(init=False)
     transaction_check_listener: DefaultTransactionalMessageCheckListener = attrs.field(init=False)
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    # pop consumption (broker/pop): built by broker/service.py; its revive task runs on a
+    # master / DLedger leader only, and pops are answered only while it runs
+    pop: PopService | None = None
     # the Prometheus counters of the request paths while the broker serves metrics
     # (broker/broker_metrics.py; None: metricsPromExporterPort is 0)
     metrics: BrokerMetrics | None = None

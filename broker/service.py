@@ -52,6 +52,7 @@ from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from broker.grpc.service import run_grpc_service
 from broker.ha.service import run_ha_service
+from broker.pop.service import PopMessageService
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
 from broker.slave_sync import run_slave_sync
@@ -154,6 +155,9 @@ async def run_broker(
         controller = BrokerController(config, store, network=network, io_threads=io_threads)
         controller.load()
         store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
+        pop = PopMessageService(controller)
+        controller.pop = pop
+        store.add_arrival_listener(pop.on_message_arriving)
         dispatcher = build_dispatcher(controller)
         try:
             async with open_remoting_client(network=network) as client:
@@ -242,6 +246,7 @@ async def run_broker(
                         elif not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
                             await nursery.start(controller.run_transaction_check)
+                            await nursery.start(pop.run_revive)
                         else:
                             await nursery.start(run_slave_sync, controller, client)
                         await nursery.start(registrar.run)

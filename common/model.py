@@ -263,6 +263,8 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    # RocketMQ 5: pop serves such a group in FIFO order (broker/pop/order.py)
+    consumeMessageOrderly: bool = False
 
 
 @attrs.define
