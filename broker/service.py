@@ -223,7 +223,7 @@ async def run_broker(
                                     run_grpc_service,
                                     controller,
                                     dispatcher,
-                                    getattr(controller, "pop", None),
+                                    controller.pop,
                                     host=config.listen_host,
                                     port=config.grpc_port,
                                     network=network,

@@ -188,7 +188,7 @@ class GrpcClientManager:
             sub = merged.subscription
             sub.receive_batch_size = CONSUMER_BATCH_SIZE
             sub.long_polling_timeout.CopyFrom(duration_of_ms(CONSUMER_LONG_POLLING_MS))
-            sub.fifo = bool(getattr(cfg, "consumeMessageOrderly", False))
+            sub.fifo = cfg is not None and cfg.consumeMessageOrderly
             merged.backoff_policy.Clear()
             merged.backoff_policy.max_attempts = (cfg.retryMaxTimes if cfg else 16) + 1
             merged.backoff_policy.customized_backoff.CopyFrom(

@@ -117,7 +117,7 @@ class ConsumerActivity:
             poll_ms = max(0, min(poll_ms, int(ctx.timeout * 1000) - DEADLINE_MARGIN_MS))
         expression = req.filter_expression
         cfg = b.subscription_group_manager.find_subscription_group_config(group)
-        orderly = bool(getattr(cfg, "consumeMessageOrderly", False))
+        orderly = cfg is not None and cfg.consumeMessageOrderly
         queue_id = req.message_queue.id if orderly and req.message_queue.id >= 0 else -1
         result = await pop.pop(
             PopRequest(

@@ -112,7 +112,7 @@ class RouteActivity:
         ]
         if b.broker_id != 0 or not readable:
             return spb.QueryAssignmentResponse(status=OK)
-        if getattr(cfg, "consumeMessageOrderly", False):
+        if cfg.consumeMessageOrderly:
             chosen = readable
         else:
             any_queue = pb.MessageQueue()
