@@ -9,12 +9,13 @@ queue id -1, unless the group is orderly and the queue is a FIFO assignment), wi
   or more than 12 h: ILLEGAL_INVISIBLE_TIME), or with ``auto_renew`` (push consumers) the
   proxy's default, 60 s;
 * long polling: ``long_polling_timeout``, cut so the answer comes before the call's own
-  deadline (``grpc-timeout`` minus the proxy's 3 s margin... but never below 0);
+  deadline (``grpc-timeout`` less a 3 s margin, never below 0);
 * the filter: TAG or SQL92 expression, checked by pop as the pull path checks it;
 * FIFO when the consumer group consumes orderly.
 
-The answer is a stream: ``status`` OK then one ``message`` per message (each with its receipt
-handle, invisible duration and delivery attempt), or a single status: MESSAGE_NOT_FOUND after
+The answer is a stream: ``status`` OK, ``delivery_timestamp`` (now), then one ``message`` per
+message (each with its receipt handle, invisible duration and delivery attempt), or a single
+status: MESSAGE_NOT_FOUND after
 a poll that found nothing, and the codes of the other pop outcomes below.
 """
 
@@ -23,7 +24,13 @@ from __future__ import annotations
 import trio
 
 from broker.grpc.client_manager import GrpcClientManager
-from broker.grpc.converter import duration_ms, message_of, wrap_namespace
+from broker.grpc.converter import (
+    duration_ms,
+    message_of,
+    now_ms,
+    timestamp_of_ms,
+    wrap_namespace,
+)
 from broker.grpc.local_broker import LocalBroker
 from broker.grpc.status import OK, ActivityError, status
 from broker.pop.api import AckStatus, PopRequest, PopService, PopStatus
@@ -137,6 +144,9 @@ class ConsumerActivity:
             code, why = _POP_CODES.get(result.status, (pb.MESSAGE_NOT_FOUND, "no new message"))
             raise ActivityError(code, result.remark or why)
         await send(spb.ReceiveMessageResponse(status=OK))
+        # when the messages leave: the client's push consumer measures delivery latency from it
+        # and fails the batch without it (rocketmq-python-client 5.1.2, ClientMetrics)
+        await send(spb.ReceiveMessageResponse(delivery_timestamp=timestamp_of_ms(now_ms())))
         namespace = req.message_queue.topic.resource_namespace
         for popped in result.messages:
             message = message_of(
