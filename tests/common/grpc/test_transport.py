@@ -5,8 +5,8 @@ GOAWAY), on Trio's virtual clock."""
 from __future__ import annotations
 
 import struct
-from functools import partial
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import h2.config
