@@ -30,6 +30,7 @@ import attrs
 
 from broker.store.config import MessageStoreConfig, parse_delay_levels, parse_dledger_peers
 from common.mixall import MASTER_ID
+from common.tls import TlsClientConfig, TlsServerConfig, tls_properties
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,10 @@ class BrokerConfig:
     # RocketMQ 5's gRPC endpoint (broker/grpc; the proxy's grpcServerPort, 8081); an ephemeral
     # port when listenPort is 0 (tests), -1: not served
     grpc_server_port: int = 8081
+    # TLS (common/tls.py): RocketMQ's tls.server.* keys for the remoting, VIP and gRPC ports;
+    # tls.enable / tls.client.* for the broker's own connections (to the nameservers)
+    tls: TlsServerConfig = attrs.field(factory=TlsServerConfig)
+    tls_client: TlsClientConfig = attrs.field(factory=TlsClientConfig)
 
     @property
     def broker_role(self) -> str:
@@ -229,7 +234,13 @@ class BrokerConfig:
         broker_kw: _FieldValues = {}
         store_kw: _FieldValues = {}
         store_fields = {f.name for f in attrs.fields(MessageStoreConfig)}
+        # RocketMQ reads these from -D system properties and tls.config.file; both may be here
+        tls_props = tls_properties(props, parse_properties)
+        broker_kw["tls"] = TlsServerConfig.from_properties(tls_props)
+        broker_kw["tls_client"] = TlsClientConfig.from_properties(tls_props)
         for name, raw in props.items():
+            if name.startswith("tls."):
+                continue
             spec = _PROPERTIES.get(name)
             if spec is None:
                 log.warning("broker.conf: ignoring unknown property %s", name)

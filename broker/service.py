@@ -61,6 +61,7 @@ from broker.store.config import MessageStoreConfig
 from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
+from common.tls import client_network, server_policy
 
 if TYPE_CHECKING:
     from common.metrics.exporter import MetricsServerHandle
@@ -159,8 +160,12 @@ async def run_broker(
         controller.pop = pop
         store.add_arrival_listener(pop.on_message_arriving)
         dispatcher = build_dispatcher(controller)
+        # before any port opens: a bad certificate fails the start
+        tls = server_policy(config.tls)
         try:
-            async with open_remoting_client(network=network) as client:
+            async with open_remoting_client(
+                network=client_network(config.tls_client, network)
+            ) as client:
                 try:
                     async with trio.open_nursery() as nursery:
                         if config.chaos_ack_before_store:
@@ -174,7 +179,7 @@ async def run_broker(
                             await nursery.start(run_acl_watch, acl, config.acl_watch_interval)
                             dispatcher.guard = acl.guard
                             controller.acl = acl
-                        serve = partial(serve_remoting, network=network)
+                        serve = partial(serve_remoting, network=network, tls=tls)
                         main = await nursery.start(
                             serve, dispatcher, config.listen_host, config.listen_port
                         )
@@ -227,6 +232,8 @@ async def run_broker(
                                     host=config.listen_host,
                                     port=config.grpc_port,
                                     network=network,
+                                    # the same certificate, offering HTTP/2 as gRPC needs
+                                    tls=server_policy(config.tls, alpn=["h2"]),
                                 )
                             )
                             grpc_port = grpc.port

@@ -38,12 +38,13 @@ from broker.grpc.producer import ProducerActivity
 from broker.grpc.route import RouteActivity
 from broker.pop.api import PopService
 from common.grpc.limits import GrpcServerLimits
-from common.grpc.server import AcceptStream, GrpcServerHandle, serve_grpc
+from common.grpc.server import GrpcServerHandle, serve_grpc
 from common.grpc.service import Method, ServiceTable, bidi_streaming, server_streaming, unary
 from common.grpc.v2 import method_path
 from common.grpc.v2 import service_pb2 as spb
 from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher
+from common.tls import PLAIN, TlsPolicy
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ async def run_grpc_service(
     port: int,
     network: Network = TCP,
     limits: GrpcServerLimits | None = None,
-    accept: AcceptStream | None = None,
+    tls: TlsPolicy = PLAIN,
     task_status: trio.TaskStatus[GrpcServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the MessagingService on ``host:port`` until cancelled; reports the bound port."""
@@ -117,7 +118,7 @@ async def run_grpc_service(
                 port,
                 network=network,
                 limits=limits,
-                accept=accept,
+                tls=tls,
                 task_status=task_status,
             )
         )

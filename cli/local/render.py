@@ -151,6 +151,13 @@ def up_event_json(event: UpEvent) -> None:
     _line(json.dumps(doc))
 
 
+def tls_note(ca: object) -> None:
+    """Where `rmq up --tls`'s CA is, and how each kind of client is told to trust it."""
+    _line(f"tls            permissive on every port; CA {ca}")
+    _line(f"{'':<14} rmq: RMQ_TLS=1 RMQ_TLS_CA={ca} rmq ...")
+    _line(f"{'':<14} 5.x gRPC clients (grpcio): GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca}")
+
+
 def topology(status: dict[str, Any]) -> None:
     """The node lines of a detached cluster, as a foreground `rmq up` prints them."""
     for n in status["nodes"]:
@@ -224,6 +231,8 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     if console.width < 110:
         console.width = 110  # a pipe reports 80 columns: do not fold the rows
     console.print(table)
+    if status.get("tls_ca"):
+        _line(f"tls: permissive on every port; CA {status['tls_ca']}")
     for n in status["nodes"]:
         if n["status"] == "exited":
             _line(f"{n['name']} exited; last log lines ({n['log']}):")

@@ -431,6 +431,10 @@ class Supervisor:
             "prometheus": None
             if self.plan.prometheus is None
             else f"http://{self.plan.prometheus.addr}",
+            # `rmq up --tls`: the CA its clients trust (cli/local/certificates.py)
+            "tls_ca": None
+            if self.plan.tls_config is None
+            else str(self.plan.tls_config.parent / "ca.pem"),
             "nodes": [ns.to_json() for ns in self.nodes.values()],
         }
 

@@ -150,6 +150,8 @@ class ClusterPlan:
     brokers: tuple[NodeSpec, ...]
     # `rmq up --metrics`: a Prometheus server scraping every node (cli/local/prometheus.py)
     prometheus: NodeSpec | None = None
+    # `rmq up --tls`: the tls.properties every node starts with (cli/local/certificates.py)
+    tls_config: Path | None = None
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -306,6 +308,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
     """The child command line; `python -m cli.servers.node` keeps the child's imports lean."""
     base = [sys.executable, "-m", "cli.servers.node"]
     node_dir = str(data_dir / node.name)
+    tls = [] if plan.tls_config is None else ["--tls-config", str(plan.tls_config)]
     if node.kind == "namesrv":
         return [
             *base,
@@ -319,6 +322,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
             "--data-dir",
             node_dir,
             "--watch-stdin",
+            *tls,
         ]
     # a DLedger member's brokerId and role follow its Raft role: the plan fixes neither
     identity = (
@@ -349,6 +353,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         "--watch-stdin",
         # extra properties from a file; the flags above win over it (see cli.servers.node)
         *(["--config", str(node_config_path(node, data_dir))] if node.properties else []),
+        *tls,
     ]
 
 

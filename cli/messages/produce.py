@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common.errors import RmqError
 from common.message_properties import encode_properties
 from common.model import MessageQueue
@@ -354,7 +355,13 @@ async def produce(
     limits.setdefault("max_line", max_line_bytes(template))
     send, receive = trio.open_memory_channel[list[bytes]](channel_batches)
     creds = credentials_from_env() if remoting is None else None
-    async with Producer(group, namesrv, remoting=remoting, credentials=creds) as producer:
+    async with Producer(
+        group,
+        namesrv,
+        remoting=remoting,
+        credentials=creds,
+        network=network_from_env() if remoting is None else None,
+    ) as producer:
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
             watching = trio.CancelScope()

@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from cli.render import rate as _tps
 from cli.runtime_info.raft import RaftStatus, raft_cell, with_lag
 from cli.top.model import NodeView, TopSnapshot, rates, slave_lag
@@ -371,7 +372,9 @@ async def run_top(
     from rmq import Admin
 
     console = console or Console(highlight=False)
-    async with Admin(namesrv, timeout=timeout, credentials=credentials_from_env()) as admin:
+    async with Admin(
+        namesrv, timeout=timeout, credentials=credentials_from_env(), network=network_from_env()
+    ) as admin:
         collector = TopCollector(
             AdminSource(admin, timeout), namesrv, timeout=timeout, show_system=show_system
         )

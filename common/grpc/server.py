@@ -1,15 +1,15 @@
 """The gRPC server: a listener whose every connection is a :class:`GrpcConnection`.
 
 ``serve_grpc`` binds, reports a :class:`GrpcServerHandle` through ``task_status`` and serves until
-cancelled, like ``serve_remoting``. ``accept`` (optional) turns an accepted stream into the one to
-speak HTTP/2 on: the TLS wrapper (ALPN "h2"), or ``None`` to refuse the connection.
+cancelled, like ``serve_remoting``. ``tls`` is the listener's TLS policy (common/tls.py:
+disabled, permissive or enforcing); its context must offer ALPN "h2", which gRPC clients
+require.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -18,10 +18,9 @@ from common.grpc.connection import GrpcConnection
 from common.grpc.limits import GrpcServerLimits
 from common.grpc.service import ServiceTable
 from common.remoting.network import TCP, Network
+from common.tls import PLAIN, TlsPolicy, accept_stream
 
 log = logging.getLogger(__name__)
-
-AcceptStream = Callable[[trio.abc.Stream], Awaitable[trio.abc.Stream | None]]
 
 
 @attrs.define(eq=False)
@@ -44,7 +43,7 @@ async def handle_grpc_stream(
     load: GrpcServerLoad,
     *,
     peer: str = "memory",
-    accept: AcceptStream | None = None,
+    tls: TlsPolicy = PLAIN,
 ) -> None:
     """Serve one connection until it ends; never raises (but Cancelled)."""
     if len(load.connections) >= load.limits.max_connections:
@@ -58,15 +57,10 @@ async def handle_grpc_stream(
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
         return
-    if accept is not None:
-        try:
-            wrapped = await accept(stream)
-        except Exception as exc:  # a failed handshake ends this connection only
-            log.info("gRPC connection from %s refused: %s", peer, exc)
-            wrapped = None
+    if tls.enabled:
+        # accept_stream closes what it refuses (a failed or missing handshake)
+        wrapped = await accept_stream(stream, tls, peer=peer)
         if wrapped is None:
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(stream)
             return
         stream = wrapped
     connection = GrpcConnection(stream, services, load.limits, peer=peer)
@@ -84,7 +78,7 @@ async def serve_grpc(
     *,
     network: Network = TCP,
     limits: GrpcServerLimits | None = None,
-    accept: AcceptStream | None = None,
+    tls: TlsPolicy = PLAIN,
     task_status: trio.TaskStatus[GrpcServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Bind ``host:port`` (0 = any free port), report it, serve until cancelled."""
@@ -92,9 +86,7 @@ async def serve_grpc(
     load = GrpcServerLoad(limits or GrpcServerLimits())
 
     async def on_connection(stream: trio.abc.Stream) -> None:
-        await handle_grpc_stream(
-            stream, services, load, peer=network.peer_addr(stream), accept=accept
-        )
+        await handle_grpc_stream(stream, services, load, peer=network.peer_addr(stream), tls=tls)
 
     task_status.started(GrpcServerHandle(host=host, port=bound.port, load=load))
     await trio.serve_listeners(on_connection, bound.listeners)
