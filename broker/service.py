@@ -229,6 +229,7 @@ async def run_broker(
                                     controller,
                                     dispatcher,
                                     controller.pop,
+                                    remoting=client,
                                     host=config.listen_host,
                                     port=config.grpc_port,
                                     network=network,

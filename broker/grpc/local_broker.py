@@ -13,6 +13,7 @@ import attrs
 
 from broker.controller import BrokerController
 from broker.grpc.client_channel import GrpcClientChannel
+from broker.grpc.cluster_route import ClusterRoute
 from broker.pop.api import PopService
 from common.grpc.v2 import definition_pb2 as pb
 from common.remoting.codes import ResponseCode
@@ -25,6 +26,8 @@ class LocalBroker:
     controller: BrokerController
     dispatcher: RequestDispatcher
     pop: PopService | None = None
+    # the cluster's route with every master's gRPC endpoint; None: this broker alone
+    cluster: ClusterRoute | None = None
     # this broker's gRPC endpoint as clients reach it (host = brokerIP1); set once bound
     host: str = "127.0.0.1"
     port: int = 0

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import trio
 
 from broker.controller import BrokerController
 from broker.grpc.client_manager import GrpcClientManager
+from broker.grpc.cluster_route import ClusterRoute
 from broker.grpc.consumer import ConsumerActivity
 from broker.grpc.local_broker import LocalBroker
 from broker.grpc.offsets import OffsetActivity
@@ -42,6 +44,7 @@ from common.grpc.server import GrpcServerHandle, serve_grpc
 from common.grpc.service import Method, ServiceTable, bidi_streaming, server_streaming, unary
 from common.grpc.v2 import method_path
 from common.grpc.v2 import service_pb2 as spb
+from common.remoting.client import RemotingClient
 from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher
 from common.tls import PLAIN, TlsPolicy
@@ -100,6 +103,7 @@ async def run_grpc_service(
     dispatcher: RequestDispatcher,
     pop: PopService | None,
     *,
+    remoting: RemotingClient | None = None,
     host: str,
     port: int,
     network: Network = TCP,
@@ -109,6 +113,8 @@ async def run_grpc_service(
 ) -> None:
     """Serve the MessagingService on ``host:port`` until cancelled; reports the bound port."""
     local = LocalBroker(controller, dispatcher, pop, host=controller.config.broker_ip1)
+    if remoting is not None and controller.config.namesrv_addrs:
+        local.cluster = ClusterRoute(remoting, controller.config.namesrv_addrs)
     service = MessagingService(local)
     async with trio.open_nursery() as nursery:
         handle: GrpcServerHandle = await nursery.start(
@@ -123,6 +129,9 @@ async def run_grpc_service(
             )
         )
         local.port = handle.port
+        if controller.config.grpc_server_port != handle.port:
+            # an ephemeral port: GET_BROKER_CONFIG reports the bound one (cluster_route.py)
+            controller.config = attrs.evolve(controller.config, grpc_server_port=handle.port)
         nursery.start_soon(service.sweep_clients)
         log.info("gRPC MessagingService on %s:%d", host, handle.port)
         task_status.started(handle)

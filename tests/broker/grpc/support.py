@@ -88,18 +88,22 @@ async def run_sync(fn: Callable[[], Any]) -> Any:
     return await trio.to_thread.run_sync(fn)
 
 
-@contextlib.asynccontextmanager
-async def grpc_broker(tmp_path: Path, **kw: Any) -> AsyncIterator[BrokerHandle]:
+async def start_broker(nursery: trio.Nursery, tmp_path: Path, **kw: Any) -> BrokerHandle:
     config = BrokerConfig(
         listen_port=0, store=MessageStoreConfig(store_path_root_dir=str(tmp_path)), **kw
     )
-    async with trio.open_nursery() as nursery:
-        handle: BrokerHandle = await nursery.start(
-            lambda task_status: run_broker(
-                config, store_factory=run_memory_store, task_status=task_status
-            )
+    handle: BrokerHandle = await nursery.start(
+        lambda task_status: run_broker(
+            config, store_factory=run_memory_store, task_status=task_status
         )
-        yield handle
+    )
+    return handle
+
+
+@contextlib.asynccontextmanager
+async def grpc_broker(tmp_path: Path, **kw: Any) -> AsyncIterator[BrokerHandle]:
+    async with trio.open_nursery() as nursery:
+        yield await start_broker(nursery, tmp_path, **kw)
         nursery.cancel_scope.cancel()
 
 

@@ -12,7 +12,7 @@ import trio.lowlevel
 
 from common.grpc.v2 import definition_pb2 as pb
 from common.grpc.v2 import service_pb2 as spb
-from tests.broker.grpc.support import GrpcClient, create_topic, grpc_broker, run_sync
+from tests.broker.grpc.support import GrpcClient, create_topic, grpc_broker, run_sync, start_broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -148,3 +148,57 @@ async def test_heartbeat_needs_client_id_and_telemetry_answers_settings(tmp_path
         finally:
             anonymous.close()
         await trio.lowlevel.checkpoint()
+
+
+async def test_route_names_every_master_at_its_own_grpc_endpoint(tmp_path: Path) -> None:
+    """With a nameserver, any broker answers the topic's queues on every broker name, each at
+    the gRPC endpoint of that name's master (the port learned from its GET_BROKER_CONFIG)."""
+    from namesrv.config import NamesrvConfig
+    from namesrv.service import run_namesrv
+
+    async with trio.open_nursery() as nursery:
+        ns = await nursery.start(
+            run_namesrv, NamesrvConfig(listen_port=0, kv_config_path=str(tmp_path / "kv.json"))
+        )
+        addr = f"127.0.0.1:{ns.port}"
+        a = await start_broker(nursery, tmp_path / "a", broker_name="broker-a", namesrv_addr=addr)
+        b = await start_broker(nursery, tmp_path / "b", broker_name="broker-b", namesrv_addr=addr)
+        await create_topic(a, "Both", queues=2, attributes="+message.type=MIXED")
+        await create_topic(b, "Both", queues=3, attributes="+message.type=MIXED")
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}")
+        try:
+            request = spb.QueryRouteRequest(topic=pb.Resource(name="Both"))
+            with trio.fail_after(20):
+                while True:
+                    route = await run_sync(partial(client.unary, "QueryRoute", request))
+                    names = {q.broker.name for q in route.message_queues}
+                    if names == {"broker-a", "broker-b"}:
+                        break
+                    await trio.sleep(0.2)
+            ports = {
+                q.broker.name: q.broker.endpoints.addresses[0].port for q in route.message_queues
+            }
+            assert ports == {"broker-a": a.grpc_port, "broker-b": b.grpc_port}
+            assert sorted((q.broker.name, q.id) for q in route.message_queues) == [
+                ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1), ("broker-b", 2)
+            ]  # fmt: skip
+            assert all(q.broker.id == 0 for q in route.message_queues)
+            assert set(route.message_queues[0].accept_message_types) == {
+                pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION
+            }  # fmt: skip
+            assignment = await run_sync(
+                partial(
+                    client.unary,
+                    "QueryAssignment",
+                    spb.QueryAssignmentRequest(
+                        topic=pb.Resource(name="Both"), group=pb.Resource(name="G")
+                    ),
+                )
+            )
+            assert assignment.status.code == pb.OK
+            assert sorted(
+                (x.message_queue.broker.name, x.message_queue.id) for x in assignment.assignments
+            ) == [("broker-a", -1), ("broker-b", -1)]
+        finally:
+            client.close()
+        nursery.cancel_scope.cancel()
