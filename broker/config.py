@@ -174,8 +174,11 @@ class BrokerConfig:
     transaction_check_interval: float = 60.0
     # pop (broker/pop): the revive round period (reviveInterval, 1 s), the revive queues of the
     # cluster's revive topic (reviveQueueNum, 8) and the cap on pops held for long polling at
-    # once (maxPopPollingSize, 100000)
+    # once (maxPopPollingSize, 100000); a group's queue is not popped while this many of its
+    # messages are in flight (popInflightMessageThreshold; RocketMQ applies it only with
+    # enablePopMessageThreshold, we always do: it bounds the in-flight table)
     revive_interval: float = 1.0
+    pop_inflight_message_threshold: int = 10000
     revive_queue_num: int = 8
     max_pop_polling_size: int = 100000
     # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
@@ -366,6 +369,11 @@ _PROPERTIES: dict[str, _Spec] = {
     "reviveInterval": ("broker", "revive_interval", _parse_ms),
     "reviveQueueNum": ("broker", "revive_queue_num", _parse_positive_int),
     "maxPopPollingSize": ("broker", "max_pop_polling_size", _parse_positive_int),
+    "popInflightMessageThreshold": (
+        "broker",
+        "pop_inflight_message_threshold",
+        _parse_positive_int,
+    ),
     # RocketMQ 5's Prometheus exporter (docs/metrics.md)
     "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),

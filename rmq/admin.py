@@ -675,9 +675,11 @@ class Admin(ClientBase):
         retry_queue_nums: int = 1,
         consume_broadcast: bool = True,
         consume_enable: bool = True,
+        consume_message_orderly: bool = False,
     ) -> list[str]:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on one broker or every master of a cluster
-        (mqadmin updateSubGroup); the addresses it was created on."""
+        (mqadmin updateSubGroup); the addresses it was created on.  ``consume_message_orderly``
+        is RocketMQ 5's consumeMessageOrderly: pop serves the group in FIFO order."""
         if not group or len(group) > 255:
             raise ClientError("a group name is 1 to 255 characters")
         if retry_max_times < 0 or retry_queue_nums < 1:
@@ -692,6 +694,7 @@ class Admin(ClientBase):
             "brokerId": 0,
             "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True,
+            "consumeMessageOrderly": consume_message_orderly,
         }
         api = self._admin_api
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)

@@ -143,6 +143,11 @@ class PopService(Protocol):
         ForwardMessageToDeadLetterQueue)."""
         ...
 
+    def inflight_in_queue(self, group: str, topic: str, queue_id: int) -> int:
+        """Messages of the queue popped by ``group`` and neither acked nor revived yet (0 on a
+        broker that does not serve pop now): GET_CONSUME_STATS reports it, ``rmq top`` shows it."""
+        ...
+
     async def run_revive(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:

@@ -173,6 +173,19 @@ class CheckpointTable:
     # (revive time, seq, key); stale entries (done or re-keyed CKs) are skipped when popped
     _heap: list[tuple[int, int, CkKey]] = attrs.field(factory=list)
     _seq: int = 0
+    # unacked offsets per (group, queue topic, queue id)
+    _per_queue: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
+
+    def _count(self, ck: Checkpoint, delta: int) -> None:
+        k = (ck.group, ck.topic, ck.queue_id)
+        n = self._per_queue.get(k, 0) + delta
+        if n > 0:
+            self._per_queue[k] = n
+        else:
+            self._per_queue.pop(k, None)
+
+    def inflight_in_queue(self, group: str, topic: str, queue_id: int) -> int:
+        return self._per_queue.get((group, topic, queue_id), 0)
 
     def __len__(self) -> int:
         return len(self._cks)
@@ -183,11 +196,13 @@ class CheckpointTable:
     def clear(self) -> None:
         self._cks.clear()
         self._heap.clear()
+        self._per_queue.clear()
 
     def add(self, ck: Checkpoint) -> None:
-        if ck.done:
+        if ck.done or ck.key in self._cks:
             return
         self._cks[ck.key] = ck
+        self._count(ck, len(ck.offsets) - len(ck.acked))
         self._seq += 1
         heapq.heappush(self._heap, (ck.revive_time, self._seq, ck.key))
 
@@ -200,6 +215,7 @@ class CheckpointTable:
         if ck is None or offset not in ck.offsets or offset in ck.acked:
             return False
         ck.acked.add(offset)
+        self._count(ck, -1)
         if ck.done:
             del self._cks[key]
         return True
@@ -215,6 +231,7 @@ class CheckpointTable:
             _, _, key = heapq.heappop(self._heap)
             ck = self._cks.pop(key, None)
             if ck is not None:
+                self._count(ck, -(len(ck.offsets) - len(ck.acked)))
                 due.append(ck)
         return due
 

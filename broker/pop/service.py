@@ -29,9 +29,8 @@ each revive queue is done (invariant I2).
 *FIFO* groups (``consumeMessageOrderly`` or the request's order flag) go through
 ``broker/pop/order.py`` instead of CKs.
 
-*Long polling*: a pop that found nothing registers a waiter on the topic before its last look,
-then waits for a store arrival on the topic or its retry topic, or for a FIFO unlock, up to its
-poll time; waiters past ``maxPopPollingSize`` are answered POLLING_FULL at once.
+*Long polling* (``broker/pop/long_polling.py``): a pop that found nothing waits for an arrival
+on its topic or retry topic, or a FIFO ack, up to its poll time, and looks once more at the end.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ from broker.pop.checkpoint import (
     CheckpointTable,
     decode_record_body,
 )
+from broker.pop.long_polling import PollingFull, PopLongPolling
 from broker.pop.order import OrderInfoManager
 from broker.pop.receipt import (
     POP_ORDER_REVIVE_QUEUE,
@@ -73,7 +73,7 @@ from broker.pop.receipt import (
     revive_topic,
 )
 from broker.schedule import trio_wall_clock_ms
-from broker.store.results import MessageFilter
+from broker.store.results import MessageFilter, PutMessageStatus
 from broker.subscription import TagMessageFilter, build_subscription_data
 from common.message import MessageExt, MessageExtBrokerInner, decode_records
 from common.message_properties import MessageConst
@@ -87,6 +87,9 @@ __all__ = ["PopMessageService"]
 # RocketMQ: PopAckConstants.retryQueueNum
 POP_RETRY_QUEUE_NUMS = 1
 FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
+# the longest a pop is held for long polling (RocketMQ 5's proxy holds a receive up to 20 s of
+# long polling; its clients ask for less)
+MAX_POLL_MS = 30_000
 
 
 class PopMessageService:
@@ -106,11 +109,11 @@ class PopMessageService:
         self._revive_rr = itertools.count()
         self._pop_count = itertools.count()
         self._queue_rr: dict[tuple[str, str], int] = {}
-        # topic -> events of pops waiting for a message (long polling)
-        self._pollers: dict[str, set[trio.Event]] = {}
-        self._polling = 0
-        # True while this broker serves pop (master / leader with its table rebuilt)
+        self.polling = PopLongPolling(broker.config.max_pop_polling_size)
+        # True while this broker serves pop (master / leader with its table rebuilt); set with
+        # _started, which requests that come while a master is still rebuilding wait for
         self.serving = False
+        self._started = trio.Event()
 
     # --- helpers ------------------------------------------------------------------------------
     @property
@@ -122,22 +125,20 @@ class PopMessageService:
 
     def on_message_arriving(self, topic: str, queue_id: int, offset: int, tags: int) -> None:
         """Store arrival listener: wake the pops waiting on ``topic`` (or its retry topic)."""
-        if not self._pollers:
-            return
-        self._wake(topic)
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            for t in list(self._pollers):
-                if topic.endswith("_" + t):
-                    self._wake(t)
-
-    def _wake(self, topic: str) -> None:
-        for ev in self._pollers.get(topic, ()):
-            ev.set()
+        self.polling.on_message_arriving(topic, queue_id, offset, tags)
 
     # --- pop ----------------------------------------------------------------------------------
+    async def _wait_serving(self) -> bool:
+        """Serving now, or soon: a master that just started or was just elected rebuilds its
+        table first (a few seconds at most are waited for; a slave is answered at once)."""
+        if not self.serving and not self.broker.is_slave:
+            with trio.move_on_after(3.0):
+                await self._started.wait()
+        return self.serving and not self.broker.is_slave
+
     async def pop(self, req: PopRequest) -> PopResult:
         b = self.broker
-        if not self.serving or b.is_slave:
+        if not await self._wait_serving():
             return PopResult(PopStatus.NOT_MASTER, remark="pop is served by the master only")
         if not PermName.is_readable(b.config.broker_permission):
             return PopResult(
@@ -173,7 +174,8 @@ class PopMessageService:
             )
         if req.max_msgs <= 0 or req.max_msgs > 32:
             return PopResult(
-                PopStatus.BAD_REQUEST, remark=f"the broker msg num[{req.max_msgs}] is illegal"
+                PopStatus.BAD_REQUEST,
+                remark=f"the broker msg num[{req.max_msgs}] cannot exceed 32 or be below 1",
             )
         if req.invisible_time_ms <= 0:
             return PopResult(
@@ -195,33 +197,25 @@ class PopMessageService:
             self._queue_rr[(req.group, req.topic)] = (start + 1) % max(n, 1)
             queues = [(start + i) % n for i in range(n)]
 
-        deadline = trio.current_time() + max(req.poll_time_ms, 0) / 1000.0
+        # a pop is held at most MAX_POLL_MS whatever it asks (the pull path caps its suspend
+        # the same way): a held pop is a task and a slot of maxPopPollingSize
+        deadline = trio.current_time() + min(max(req.poll_time_ms, 0), MAX_POLL_MS) / 1000.0
         while True:
-            ev: trio.Event | None = None
-            if req.poll_time_ms > 0:
-                if self._polling >= b.config.max_pop_polling_size:
-                    return PopResult(PopStatus.POLLING_FULL, remark="polling full")
-                ev = trio.Event()
-                self._pollers.setdefault(req.topic, set()).add(ev)
-                self._polling += 1
+            # the waiter is registered before the look, so no arrival slips in between; the
+            # look after the deadline is the last one (a FIFO lock may have lapsed meanwhile)
+            if req.poll_time_ms <= 0 or trio.current_time() >= deadline:
+                return await self._pop_once(req, sgc, queues, mfilter, order)
             try:
-                result = await self._pop_once(req, sgc, queues, mfilter, order)
-                if result.status is not PopStatus.NO_NEW_MSG or ev is None:
-                    return result
-                if not self.serving:
-                    return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
-                with trio.move_on_at(deadline):
-                    await ev.wait()
-                if trio.current_time() >= deadline:
-                    return result
-            finally:
-                if ev is not None:
-                    waiting = self._pollers.get(req.topic)
-                    if waiting is not None:
-                        waiting.discard(ev)
-                        if not waiting:
-                            del self._pollers[req.topic]
-                    self._polling -= 1
+                with self.polling.waiter(req.topic) as ev:
+                    result = await self._pop_once(req, sgc, queues, mfilter, order)
+                    if result.status is not PopStatus.NO_NEW_MSG:
+                        return result
+                    with trio.move_on_at(deadline):
+                        await ev.wait()
+            except PollingFull:
+                return PopResult(PopStatus.POLLING_FULL, remark="polling full")
+            if not self.serving:
+                return PopResult(PopStatus.NOT_MASTER, remark="no longer the master")
 
     def _filter(self, req: PopRequest) -> MessageFilter:
         etype = req.expression_type or "TAG"
@@ -237,7 +231,8 @@ class PopMessageService:
         store = self.broker.store
         off = self.broker.consumer_offset_manager.query_offset(group, topic, qid)
         if off < 0:
-            # RocketMQ getInitOffset: a retry topic always from its start
+            # RocketMQ getInitOffset: a retry topic always from its start; LAST pops the last
+            # message there is, then goes on from it
             if init_mode is ConsumeInitMode.MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 off = store.get_min_offset_in_queue(topic, qid)
             elif store.get_min_offset_in_queue(topic, qid) <= 0:
@@ -246,7 +241,7 @@ class PopMessageService:
                 # proxy pops with ConsumeInitMode.MAX) sees what was sent before it started
                 off = 0
             else:
-                off = store.get_max_offset_in_queue(topic, qid)
+                off = max(store.get_max_offset_in_queue(topic, qid) - 1, 0)
             self.broker.consumer_offset_manager.commit_offset(group, topic, qid, off)
         return max(off, store.get_min_offset_in_queue(topic, qid))
 
@@ -260,13 +255,19 @@ class PopMessageService:
     ) -> PopResult:
         now = self.now_ms()
         retry = pop_retry_topic(req.topic, req.group)
-        has_retry = self.broker.topic_config_manager.select_topic_config(retry) is not None
+        # (a new master may hold revived messages before the retry topic's config reached it)
+        has_retry = (
+            self.broker.topic_config_manager.select_topic_config(retry) is not None
+            or self.broker.store.get_max_offset_in_queue(retry, 0) > 0
+        )
         sources = [(req.topic, q) for q in queues]
         if has_retry and not order:
             if next(self._pop_count) % 5 == 0:
                 sources.insert(0, (retry, 0))
             else:
                 sources.append((retry, 0))
+        # one revive queue per pop (RocketMQ: the header's reviveQid names all its CKs)
+        rqid = POP_ORDER_REVIVE_QUEUE if order else next(self._revive_rr) % self.revive_queues
         out: list[PopMessage] = []
         cks: list[Checkpoint] = []
         dead: list[MessageExt] = []
@@ -279,7 +280,7 @@ class PopMessageService:
             if order:
                 self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
             else:
-                ck = self._pop_queue(req, topic, qid, room, mfilter, now, out)
+                ck = self._pop_queue(req, topic, qid, room, mfilter, now, rqid, out)
                 if ck is not None:
                     cks.append(ck)
             rest += self._ready(req.group, topic, qid)
@@ -295,7 +296,7 @@ class PopMessageService:
             out,
             pop_time_ms=now,
             invisible_time_ms=req.invisible_time_ms,
-            revive_qid=cks[0].revive_qid if cks else POP_ORDER_REVIVE_QUEUE,
+            revive_qid=rqid,
             rest_num=rest,
         )
 
@@ -320,15 +321,18 @@ class PopMessageService:
         room: int,
         mfilter: MessageFilter,
         now: int,
+        rqid: int,
         out: list[PopMessage],
     ) -> Checkpoint | None:
+        limit = self.broker.config.pop_inflight_message_threshold
+        if self.table.inflight_in_queue(req.group, topic, qid) >= limit:
+            return None  # too much unacked: the table stays bounded
         offset = self._start_offset(req.group, topic, qid, req.init_mode)
         msgs, nxt = self._read(req.group, topic, qid, offset, room, mfilter)
         if nxt != offset:
             self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, nxt)
         if not msgs:
             return None
-        rqid = next(self._revive_rr) % self.revive_queues
         ck = Checkpoint(
             group=req.group,
             topic=topic,
@@ -422,6 +426,11 @@ class PopMessageService:
         if r.append is None:
             log.error("pop: could not append a %s record: %s", tag, r.remark or r.status.name)
             return -1
+        # a SYNC_MASTER answers a pop or an ack once a slave holds its record, as a send
+        if b.ha is not None and b.store.broker_role == "SYNC_MASTER":
+            status = await b.ha.wait_for_replica(r.append.wrote_offset + r.append.wrote_bytes)
+            if status is not PutMessageStatus.PUT_OK:
+                log.warning("pop: %s record not on a slave: %s", tag, status.name)
         return r.append.logics_offset
 
     async def _put_ck(self, ck: Checkpoint) -> None:
@@ -443,7 +452,7 @@ class PopMessageService:
         self, group: str, topic: str, receipt_handle: str
     ) -> tuple[ReceiptHandle, str] | AckResult:
         b = self.broker
-        if not self.serving or b.is_slave:
+        if not self.serving or b.is_slave:  # (callers waited in _wait_serving)
             return AckResult(AckStatus.NOT_MASTER, "ack is served by the master only")
         try:
             h = ReceiptHandle.parse(receipt_handle)
@@ -463,6 +472,7 @@ class PopMessageService:
         return h, h.real_topic(topic, group)
 
     async def ack(self, group: str, topic: str, receipt_handle: str) -> AckResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return checked
@@ -473,7 +483,7 @@ class PopMessageService:
             if nxt is None:
                 return AckResult(AckStatus.EXPIRED, "the handle is stale")
             self.broker.consumer_offset_manager.commit_offset(group, real, h.queue_id, nxt)
-            self._wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
+            self.polling.wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
             return AckResult(AckStatus.OK)
         ck_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.ack(ck_key, h.offset):
@@ -484,6 +494,7 @@ class PopMessageService:
     async def change_invisible_time(
         self, group: str, topic: str, receipt_handle: str, invisible_time_ms: int
     ) -> ChangeInvisibleResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return ChangeInvisibleResult(checked.status, remark=checked.remark)
@@ -534,6 +545,7 @@ class PopMessageService:
     async def forward_to_dead_letter_queue(
         self, group: str, topic: str, receipt_handle: str
     ) -> AckResult:
+        await self._wait_serving()
         checked = self._check(group, topic, receipt_handle)
         if isinstance(checked, AckResult):
             return checked
@@ -670,6 +682,7 @@ class PopMessageService:
         n = self.recover()
         log.info("pop: %d checkpoints in flight after replaying %d records", len(self.table), n)
         self.serving = True
+        self._started.set()
         task_status.started()
         try:
             while True:
@@ -677,11 +690,19 @@ class PopMessageService:
                 await self.revive_round()
         finally:
             self.serving = False
-            for evs in self._pollers.values():
-                for ev in evs:
-                    ev.set()
+            self._started = trio.Event()
+            self.polling.wake_all()
 
     # --- views (rmq top) ----------------------------------------------------------------------
+    def inflight_in_queue(self, group: str, topic: str, queue_id: int) -> int:
+        if not self.serving:
+            return 0
+        n = self.table.inflight_in_queue(group, topic, queue_id)
+        batch = self.order.batch((group, topic, queue_id))
+        if batch is not None and batch.blocks(self.now_ms()):
+            n += len(batch.offsets) - len(batch.acked)
+        return n
+
     def inflight(self, group: str, topic: str) -> int:
         return self.table.inflight(group, topic) + self.order.inflight(group, topic)
 

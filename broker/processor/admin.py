@@ -453,16 +453,16 @@ class AdminBrokerProcessor:
                 continue
             for q in range(tc.writeQueueNums):
                 consumer = max(b.consumer_offset_manager.query_offset(group, topic, q), 0)
-                entries.append(
-                    (
-                        MessageQueue(topic, b.config.broker_name, q),
-                        {
-                            "brokerOffset": b.store.get_max_offset_in_queue(topic, q),
-                            "consumerOffset": consumer,
-                            "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
-                        },
-                    )
-                )
+                wrapper: dict[str, int] = {
+                    "brokerOffset": b.store.get_max_offset_in_queue(topic, q),
+                    "consumerOffset": consumer,
+                    "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
+                }
+                # pop (RocketMQ 5): popped, not acked yet; an extra field Java clients ignore
+                inflight = b.pop.inflight_in_queue(group, topic, q) if b.pop is not None else 0
+                if inflight:
+                    wrapper["inflight"] = inflight
+                entries.append((MessageQueue(topic, b.config.broker_name, q), wrapper))
         body = (
             b'{"consumeTps":%s,"offsetTable":' % repr(consume_tps).encode()
             + _mq_key_map(entries)

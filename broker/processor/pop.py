@@ -1,14 +1,15 @@
 """RocketMQ 5's pop codes on the remoting port: POP_MESSAGE 200050, ACK_MESSAGE 200051,
-CHANGE_MESSAGE_INVISIBLETIME 200053 (``PopMessageProcessor``, ``AckMessageProcessor``,
-``ChangeInvisibleTimeProcessor`` in apache/rocketmq 5.x), over ``controller.pop``.
+CHANGE_MESSAGE_INVISIBLETIME 200053, BATCH_ACK_MESSAGE 200151 (``PopMessageProcessor``,
+``AckMessageProcessor``, ``ChangeInvisibleTimeProcessor`` in apache/rocketmq 5.x), over
+``controller.pop``.  PEEK_MESSAGE 200052 is not served (REQUEST_CODE_NOT_SUPPORTED).
 
 Headers are RocketMQ 5's: a pop names ``consumerGroup topic queueId maxMsgNums invisibleTime
 pollTime bornTime initMode expType exp order``; its answer carries ``popTime invisibleTime
 reviveQid restNum startOffsetInfo msgOffsetInfo orderCountInfo`` and the records.  The Java
 client rebuilds each handle from those headers unless the record has a ``POP_CK`` property,
 so we put the exact handle there too and both agree.  A record read from the pop retry topic
-keeps that topic in the body (the client derives the handle's retry mark from it and then
-renames the message to the topic it asked for).
+is answered under the topic asked for, with its handle in ``POP_CK`` (RocketMQ 5 does the same
+unless ``popResponseReturnActualRetryTopic``).
 
 Answers: SUCCESS with records; POLLING_TIMEOUT 210 when nothing came within the poll time;
 POLLING_FULL 209; TOPIC_NOT_EXIST 17, SUBSCRIPTION_GROUP_NOT_EXIST 26, NO_PERMISSION 16,
@@ -20,9 +21,12 @@ time on one answers NO_MESSAGE 208; a handle that does not parse answers MESSAGE
 
 from __future__ import annotations
 
+import base64
+import json
+
 from broker.controller import BrokerController
 from broker.pop.api import AckStatus, ConsumeInitMode, PopMessage, PopRequest, PopService, PopStatus
-from broker.pop.receipt import BadReceiptHandle, ReceiptHandle, pop_retry_topic
+from broker.pop.receipt import BadReceiptHandle, ReceiptHandle
 from common.errors import RequestError
 from common.message import MessageExtBrokerInner
 from common.message_encoder import encode_record
@@ -86,6 +90,7 @@ class PopProcessor:
         dispatcher.register(RequestCode.POP_MESSAGE, self.pop)
         dispatcher.register(RequestCode.ACK_MESSAGE, self.ack)
         dispatcher.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)
+        dispatcher.register(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
 
     def _service(self) -> PopService:
         pop = self.broker.pop
@@ -133,8 +138,7 @@ class PopProcessor:
             starts.setdefault(key, h.ck_offset)
             offsets.setdefault(key, []).append(h.offset)
             counts[key] = max(counts.get(key, 0), p.delivery_attempt - 1)
-            qtopic = pop_retry_topic(topic, group) if h.retry else topic
-            bufs.append(_record(p, qtopic))
+            bufs.append(_record(p, topic))
         ext["startOffsetInfo"] = ";".join(f"{t} {q} {o}" for (t, q), o in starts.items())
         ext["msgOffsetInfo"] = ";".join(
             f"{t} {q} {','.join(map(str, os))}" for (t, q), os in offsets.items()
@@ -166,6 +170,29 @@ class PopProcessor:
             return req.response(ResponseCode.SUCCESS)  # idempotent, as RocketMQ's ack
         return req.response(_ACK_CODES[result.status], result.remark or None)
 
+    async def batch_ack(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE: body ``BatchAckMessageRequestBody`` ``{brokerName, acks}``, each
+        ack one CK's acked positions as a ``java.util.BitSet`` (fastjson2 writes its
+        ``toByteArray()`` as a number array, or base64).  Acks that do not apply are skipped,
+        as RocketMQ skips them; no acks at all answers NO_MESSAGE."""
+        pop = self._service()
+        try:
+            body = json.loads(req.body_bytes() or b"null")
+            acks = body.get("acks") if isinstance(body, dict) else None
+        except ValueError:
+            acks = None
+        if not isinstance(acks, list) or not acks:
+            return req.response(ResponseCode.NO_MESSAGE)
+        broker_name = str(body.get("brokerName") or self.broker.config.broker_name)
+        for a in acks[:1024]:
+            try:
+                group, topic, handles = _batch_handles(a, broker_name)
+            except (ValueError, TypeError, KeyError):
+                continue
+            for h in handles[:4096]:
+                await pop.ack(group, topic, h.encode())
+        return req.response(ResponseCode.SUCCESS)
+
     async def change_invisible_time(
         self, req: RemotingCommand, channel: Channel
     ) -> RemotingCommand:
@@ -187,3 +214,35 @@ class PopProcessor:
                 "reviveQid": h.revive_qid,
             },
         )
+
+
+def _field(a: dict[str, object], short: str, long: str) -> object:
+    return a[short] if short in a else a[long]
+
+
+def _batch_handles(a: object, broker_name: str) -> tuple[str, str, list[ReceiptHandle]]:
+    if not isinstance(a, dict):
+        raise TypeError("an ack is an object")
+    raw = _field(a, "b", "bitSet")
+    if isinstance(raw, str):
+        bits = base64.b64decode(raw)
+    elif isinstance(raw, list):
+        bits = bytes(int(x) & 0xFF for x in raw[:512])
+    else:
+        raise TypeError("bitSet")
+    so = int(str(_field(a, "so", "startOffset")))
+    fields = (
+        int(str(_field(a, "pt", "popTime"))),
+        int(str(_field(a, "it", "invisibleTime"))),
+        int(str(_field(a, "rq", "reviveQueueId"))),
+        str(a.get("r", a.get("retry", "0"))) == "1",
+        broker_name,
+        int(str(_field(a, "q", "queueId"))),
+    )
+    handles = [
+        ReceiptHandle(so, *fields, so + i * 8 + j)
+        for i, byte in enumerate(bits)
+        for j in range(8)
+        if byte >> j & 1
+    ]
+    return str(_field(a, "c", "consumerGroup")), str(_field(a, "t", "topic")), handles

@@ -290,7 +290,14 @@ def topics_table(snap: TopSnapshot, *, width: int) -> Table:
     return table
 
 
-GROUP_COLUMNS = [Column("group", 0), Column("lag", 1, "right"), Column("queues", 3, "right")]
+GROUP_COLUMNS = [
+    Column("group", 0),
+    Column("lag", 1, "right"),
+    # pop groups (RocketMQ 5): lag = ready (not handed out) + inflight (popped, not acked)
+    Column("ready", 2, "right"),
+    Column("inflight", 2, "right"),
+    Column("queues", 3, "right"),
+]
 GROUP_TOPICS = Column("topics", 100)
 
 
@@ -300,7 +307,14 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
         if g.error:
             rows.append(
                 (
-                    {"group": g.group, "lag": "-", "queues": "-", "topics": f"error: {g.error}"},
+                    {
+                        "group": g.group,
+                        "lag": "-",
+                        "ready": "-",
+                        "inflight": "-",
+                        "queues": "-",
+                        "topics": f"error: {g.error}",
+                    },
                     DOWN_STYLE,
                 )
             )
@@ -311,6 +325,8 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
                 {
                     "group": g.group,
                     "lag": lag,
+                    "ready": _num(g.ready),
+                    "inflight": _num(g.inflight) if g.inflight else "",
                     "queues": str(g.queues),
                     "topics": ", ".join(g.topics) or "-",
                 },

@@ -9,6 +9,7 @@ import trio.testing
 
 from broker.pop.api import AckStatus, ConsumeInitMode, PopRequest, PopStatus
 from broker.pop.receipt import ReceiptHandle
+from common.model import TopicConfig
 from tests.broker.pop.support import make_pop_broker, put, set_group
 
 
@@ -243,4 +244,87 @@ async def test_bad_input(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None
         assert (await pop.ack("G", "T", mine)).status is AckStatus.EXPIRED
         assert (await pop.ack("nope", "T", mine)).status is AckStatus.SUBSCRIPTION_GROUP_NOT_EXIST
         assert (await pop.ack("G", "NOPE", mine)).status is AckStatus.TOPIC_NOT_EXIST
+        n.cancel_scope.cancel()
+
+
+async def test_in_flight_and_polling_are_bounded(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(
+            n, tmp_path, queues=1, pop_inflight_message_threshold=3, max_pop_polling_size=2
+        )
+        for i in range(6):
+            await put(b, b"%d" % i)
+        first = await pop.pop(req(max_msgs=3))
+        assert len(first.messages) == 3
+        # the queue holds 3 unacked: no more until some are acked
+        assert (await pop.pop(req(max_msgs=3))).status is PopStatus.NO_NEW_MSG
+        await pop.ack("G", "T", first.messages[0].receipt_handle)
+        assert len((await pop.pop(req(max_msgs=3))).messages) >= 1
+
+        # two pollers of an empty topic hold the two slots; a third is answered POLLING_FULL
+        b.topic_config_manager.update_topic_config(TopicConfig(topicName="E"))
+        results: list[PopStatus] = []
+
+        async def poll() -> None:
+            results.append((await pop.pop(req(topic="E", poll_time_ms=5000))).status)
+
+        async with trio.open_nursery() as inner:
+            for _ in range(2):
+                inner.start_soon(poll)
+            await trio.sleep(0.5)
+            assert (await pop.pop(req(topic="E", poll_time_ms=5000))).status is (
+                PopStatus.POLLING_FULL
+            )
+        assert results == [PopStatus.NO_NEW_MSG] * 2
+        n.cancel_scope.cancel()
+
+
+def test_pop_config_keys() -> None:
+    from broker.config import BrokerConfig
+
+    cfg = BrokerConfig.from_properties(
+        "reviveInterval=500\nreviveQueueNum=2\nmaxPopPollingSize=7\npopInflightMessageThreshold=9\n"
+    )
+    assert (cfg.revive_interval, cfg.revive_queue_num) == (0.5, 2)
+    assert (cfg.max_pop_polling_size, cfg.pop_inflight_message_threshold) == (7, 9)
+
+
+async def test_fifo_poll_gets_the_message_whose_lock_lapsed(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path, queues=1)
+        set_group(b, "F", consumeMessageOrderly=True)
+        await put(b, b"only")
+        await pop.pop(req(group="F", invisible_time_ms=2000))
+        # blocked while polling; the lock lapses at 2 s, the last look at 5 s finds it
+        r = await pop.pop(req(group="F", poll_time_ms=5000))
+        assert [(m.msg.body, m.delivery_attempt) for m in r.messages] == [(b"only", 2)]
+        n.cancel_scope.cancel()
+
+
+async def test_init_mode_last_starts_at_the_last_message(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path, queues=1)
+        for i in range(3):
+            await put(b, b"old%d" % i)
+        r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
+        assert [m.msg.body for m in r.messages] == [b"old2"]  # getInitOffset: max - 1
+        await put(b, b"new")
+        r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
+        assert [m.msg.body for m in r.messages] == [b"new"]
+        n.cancel_scope.cancel()
+
+
+async def test_poll_time_is_capped(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None:
+    async with trio.open_nursery() as n:
+        _, pop = await make_pop_broker(n, tmp_path)
+        t0 = trio.current_time()
+        r = await pop.pop(req(poll_time_ms=10**12))
+        assert r.status is PopStatus.NO_NEW_MSG
+        assert trio.current_time() - t0 <= 31
         n.cancel_scope.cancel()
