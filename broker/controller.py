@@ -45,6 +45,8 @@ from broker.schedule import ScheduleMessageService, parse_delay_levels
 from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
 from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
+from broker.timer.service import TimerMessageService
+from broker.timer.transform import TimerSettings
 from broker.topic_config import TopicConfigManager
 from broker.transaction.check import CheckConfig
 from broker.transaction.check_listener import DefaultTransactionalMessageCheckListener
@@ -103,6 +105,8 @@ class BrokerController:
     # compiled SQL92 filters of the pulls (bounded)
     consumer_filter_manager: ConsumerFilterManager = attrs.field(factory=ConsumerFilterManager)
     schedule_service: ScheduleMessageService = attrs.field(init=False)
+    # RocketMQ 5 timer messages (broker/timer); runs on a master / DLedger leader only
+    timer_service: TimerMessageService = attrs.field(init=False)
     # half messages, END_TRANSACTION and the check (broker/transaction); the check runs on a
     # master only (run_transaction_check)
     transaction_service: TransactionalMessageService = attrs.field(init=False)
@@ -181,6 +185,15 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(
             self.store, self.pull_hold, parse_delay_levels(c.store.message_delay_level)
         )
+        self.timer_service = TimerMessageService(
+            self.store,
+            self.pull_hold,
+            TimerSettings(
+                c.store.timer_wheel_enable, c.store.timer_max_delay_sec, c.store.timer_precision_ms
+            ),
+            window_slots=c.store.timer_roll_window_slot,
+            commit_log_file_size=c.store.mapped_file_size_commit_log,
+        )
         self.transaction_service = TransactionalMessageService(
             self.store,
             self.consumer_offset_manager,
@@ -254,6 +267,7 @@ class BrokerController:
         self.subscription_group_manager.load(d / "subscriptionGroup.json")
         self.consumer_offset_manager.load(d / "consumerOffset.json")
         self.schedule_service.load(d / "delayOffset.json")
+        self.timer_service.checkpoint.load(d / "timerCheckpoint.json")
         # changes from now on are persisted and announced
         self.topic_config_manager.on_change = self._on_topics_changed
         self.subscription_group_manager.on_change = self._on_groups_changed
@@ -318,6 +332,7 @@ class BrokerController:
         try:
             self.consumer_offset_manager.persist(d / "consumerOffset.json", force=force)
             self.schedule_service.persist(d / "delayOffset.json", force=force)
+            self.timer_service.checkpoint.persist(d / "timerCheckpoint.json", force=force)
         except OSError as exc:
             log.error("could not write offsets: %s", exc)
 
@@ -418,6 +433,7 @@ class BrokerController:
         for manager, name in (
             (self.consumer_offset_manager, "consumerOffset.json"),
             (self.schedule_service, "delayOffset.json"),
+            (self.timer_service.checkpoint, "timerCheckpoint.json"),
         ):
             data = manager.take_snapshot()
             if data is not None:

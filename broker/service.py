@@ -253,6 +253,7 @@ async def run_broker(
                             await nursery.start(roles.run)
                         elif not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
+                            await nursery.start(controller.timer_service.run)
                             await nursery.start(controller.run_transaction_check)
                             await nursery.start(pop.run_revive)
                         else:

@@ -277,6 +277,8 @@ class AdminBrokerProcessor:
         # on a master; the master address and reported offset on a slave.
         if b.ha is not None:
             info.update(b.ha.runtime_info())
+        if b.config.store.timer_wheel_enable:
+            info.update(b.timer_service.runtime_info())
         return info
 
     async def get_broker_runtime_info(

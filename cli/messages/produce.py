@@ -68,6 +68,14 @@ class MessageTemplate:
     keys: str | None = None
     properties: Mapping[str, str] = attrs.field(factory=dict)
     delay_level: int = 0
+    # RocketMQ 5 timer: epoch ms, or seconds from now
+    deliver_at: int | None = None
+    delay: float | None = None
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """Delayed messages cannot be batched."""
+        return bool(self.delay_level) or self.deliver_at is not None or self.delay is not None
 
     def message(self, body: bytes) -> Message:
         return Message(
@@ -77,6 +85,8 @@ class MessageTemplate:
             keys=self.keys,
             properties=dict(self.properties),
             delay_level=self.delay_level,
+            deliver_at=self.deliver_at,
+            delay=self.delay,
         )
 
 
@@ -283,7 +293,7 @@ async def send_batches(
     n = max(1, min(senders, len(queues)))
 
     async def send_one(lines: list[bytes], mq: MessageQueue) -> list[SendResult] | None:
-        if template.delay_level:
+        if template.one_at_a_time:
             results: list[SendResult] = []
             for line in lines:
                 result = await producer.send(template.message(line), queue=mq)
