@@ -2,8 +2,8 @@
 (RocketMQ 5's consumer activities, local mode) over the broker's pop service
 (``broker/pop/api.py``).
 
-ReceiveMessage pops from the broker the queue names (any of its queues: the proxy pops with
-queue id -1, unless the group is orderly and the queue is a FIFO assignment), with:
+ReceiveMessage pops from the broker the queue names, from any of its queues (the proxy's
+``ReceiveMessageQueueSelector`` picks the broker only, and pops with ConsumeInitMode.MAX), with:
 
 * the invisible time: the request's ``invisible_duration`` (RocketMQ 5 refuses less than 10 s
   or more than 12 h: ILLEGAL_INVISIBLE_TIME), or with ``auto_renew`` (push consumers) the
@@ -125,12 +125,12 @@ class ConsumerActivity:
         expression = req.filter_expression
         cfg = b.subscription_group_manager.find_subscription_group_config(group)
         orderly = cfg is not None and cfg.consumeMessageOrderly
-        queue_id = req.message_queue.id if orderly and req.message_queue.id >= 0 else -1
         result = await pop.pop(
             PopRequest(
                 group=group,
                 topic=topic,
-                queue_id=queue_id,
+                # the proxy's ReceiveMessageQueueSelector picks the broker only: any queue
+                queue_id=-1,
                 max_msgs=batch,
                 invisible_time_ms=invisible_ms,
                 poll_time_ms=poll_ms,
