@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+from google.protobuf.message import Message
 
 from common.grpc.v2 import definition_pb2 as pb
 from common.grpc.v2 import service_pb2 as spb
@@ -202,3 +203,149 @@ async def test_route_names_every_master_at_its_own_grpc_endpoint(tmp_path: Path)
         finally:
             client.close()
         nursery.cancel_scope.cancel()
+
+
+def _receive_request(topic: str, group: str, **kw: Any) -> spb.ReceiveMessageRequest:
+    return spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        **kw,
+    )
+
+
+async def test_receive_ack_and_change_invisible_duration(tmp_path: Path) -> None:
+    from google.protobuf.duration_pb2 import Duration
+
+    async with grpc_broker(tmp_path) as b:
+        await create_topic(b, "Pop", queues=1)
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}")
+        try:
+            for i in range(2):
+                req = spb.SendMessageRequest(
+                    messages=[message("Pop", b"m%d" % i, f"01P{i}", tag="t")]
+                )
+                sent = await run_sync(partial(client.unary, "SendMessage", req))
+                assert sent.status.code == pb.OK
+            receive = _receive_request(
+                "Pop",
+                "G",
+                batch_size=2,
+                invisible_duration=Duration(seconds=20),
+                long_polling_timeout=Duration(seconds=1),
+            )
+            answers = await run_sync(partial(client.receive, receive))
+            assert answers[0].status.code == pb.OK
+            assert answers[1].HasField("delivery_timestamp")
+            got = [a.message for a in answers if a.HasField("message")]
+            assert [m.body for m in got] == [b"m0", b"m1"]
+            first, second = got
+            assert first.system_properties.delivery_attempt == 1
+            assert first.system_properties.tag == "t" and first.system_properties.receipt_handle
+            assert first.system_properties.body_digest.type == pb.CRC32
+            ack = spb.AckMessageRequest(
+                group=pb.Resource(name="G"),
+                topic=pb.Resource(name="Pop"),
+                entries=[
+                    spb.AckMessageEntry(
+                        message_id=first.system_properties.message_id,
+                        receipt_handle=first.system_properties.receipt_handle,
+                    )
+                ],
+            )
+            acked = await run_sync(partial(client.unary, "AckMessage", ack))
+            assert acked.status.code == pb.OK and acked.entries[0].status.code == pb.OK
+            again = await run_sync(partial(client.unary, "AckMessage", ack))
+            assert again.entries[0].status.code == pb.INVALID_RECEIPT_HANDLE
+            change = spb.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name="G"),
+                topic=pb.Resource(name="Pop"),
+                receipt_handle=second.system_properties.receipt_handle,
+                invisible_duration=Duration(seconds=0),
+                message_id=second.system_properties.message_id,
+            )
+            changed = await run_sync(partial(client.unary, "ChangeInvisibleDuration", change))
+            assert changed.status.code == pb.OK and changed.receipt_handle
+            # visible again at once: the next receive has it, its delivery attempt 2
+            with trio.fail_after(20):
+                while True:
+                    answers = await run_sync(partial(client.receive, receive))
+                    again_got = [a.message for a in answers if a.HasField("message")]
+                    if again_got:
+                        break
+            assert [m.body for m in again_got] == [b"m1"]
+            assert again_got[0].system_properties.delivery_attempt == 2
+            # nothing more: a long poll answers MESSAGE_NOT_FOUND, not an error
+            ack2 = spb.AckMessageRequest(
+                group=pb.Resource(name="G"),
+                topic=pb.Resource(name="Pop"),
+                entries=[
+                    spb.AckMessageEntry(
+                        message_id=again_got[0].system_properties.message_id,
+                        receipt_handle=again_got[0].system_properties.receipt_handle,
+                    )
+                ],
+            )
+            assert (await run_sync(partial(client.unary, "AckMessage", ack2))).status.code == pb.OK
+            empty = await run_sync(partial(client.receive, receive))
+            assert [a.status.code for a in empty] == [pb.MESSAGE_NOT_FOUND]
+            bad = _receive_request("Pop", "G", invisible_duration=Duration(seconds=1))
+            refused = await run_sync(partial(client.receive, bad))
+            assert [a.status.code for a in refused] == [pb.ILLEGAL_INVISIBLE_TIME]
+        finally:
+            client.close()
+
+
+async def test_telemetry_carries_server_commands_and_the_client_answers(tmp_path: Path) -> None:
+    import queue
+
+    async with grpc_broker(tmp_path) as b:
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}", client_id="tele@1")
+        outgoing: queue.Queue[spb.TelemetryCommand | None] = queue.Queue()
+
+        def commands() -> Any:
+            while (cmd := outgoing.get()) is not None:
+                yield cmd
+
+        settings = pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name="TG")),
+        )
+        outgoing.put(spb.TelemetryCommand(settings=settings))
+        stream = client.telemetry(commands(), timeout=30)
+        first = await run_sync(partial(next, stream))
+        assert first.status.code == pb.OK
+        assert first.settings.subscription.receive_batch_size == 32
+        assert first.settings.backoff_policy.max_attempts == 17
+        assert len(first.settings.backoff_policy.customized_backoff.next) == 18
+        outgoing.put(None)
+        client.close()
+
+        # a command of ours (PrintThreadStackTrace) reaches the client's stream and its answer,
+        # matched by nonce, comes back to the asker
+        from broker.grpc.client_manager import GrpcClientManager
+        from broker.grpc.local_broker import LocalBroker
+        from common.grpc.service import CallContext, Send
+        from common.remoting.server import RequestDispatcher
+
+        manager = GrpcClientManager(LocalBroker(b.controller, RequestDispatcher()))
+        ctx = CallContext(path="", metadata={"x-mq-client-id": "c"}, peer="p", connection_id=1)
+        channel = manager.channel(ctx)
+
+        async def ignore(cmd: Message) -> None:
+            pass
+
+        async def client_answers(cmd: spb.TelemetryCommand) -> None:
+            nonce = cmd.print_thread_stack_trace_command.nonce
+            answer = spb.TelemetryCommand(
+                thread_stack_trace=spb.ThreadStackTrace(nonce=nonce, thread_stack_trace="stack")
+            )
+            await manager._on_command(channel, answer, Send(ignore))
+
+        channel.telemetry = client_answers
+        ask = spb.TelemetryCommand(
+            print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand()
+        )
+        answer = await manager.ask("c", ask)
+        assert answer is not None and answer.thread_stack_trace.thread_stack_trace == "stack"
+        assert await manager.ask("nobody", ask) is None
