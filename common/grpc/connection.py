@@ -106,6 +106,7 @@ class GrpcConnection:
         self._writer_done = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._reader_scope = trio.CancelScope()
+        self._greeted = False  # the client's preface and first SETTINGS are in
         self.last_active = trio.current_time()
 
     @property
@@ -145,6 +146,7 @@ class GrpcConnection:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
                 nursery.start_soon(self._idle_watch)
+                nursery.start_soon(self._handshake_watch)
                 await self._read_loop()
                 # flush what h2 still holds (a GOAWAY, the last trailers), briefly
                 self._closing = True
@@ -237,6 +239,13 @@ class GrpcConnection:
                 self._abort_reader()
                 return
 
+    async def _handshake_watch(self) -> None:
+        await trio.sleep(self._limits.handshake_timeout)
+        if not self._greeted:
+            log.info("closing the gRPC connection from %s: no HTTP/2 preface in time", self.peer)
+            self.close()
+            self._abort_reader()
+
     def _abort_reader(self) -> None:
         self._reader_scope.cancel()
 
@@ -262,7 +271,27 @@ class GrpcConnection:
                     return
                 for event in events:
                     self._on_event(event)
+                if self._frame_too_large():
+                    return
                 self._kick()
+
+    def _frame_too_large(self) -> bool:
+        """h2 checks a frame's length only once the whole frame is buffered: a header that
+        announces more than our SETTINGS_MAX_FRAME_SIZE ends the connection at once instead
+        (FRAME_SIZE_ERROR), so a peer cannot make us buffer 16 MB of a frame we will refuse."""
+        # (h2's FrameBuffer keeps the unparsed bytes, after the client preface, in `_data`)
+        frames = self._h2.incoming_buffer
+        pending = frames._data
+        if frames._preamble_len or len(pending) < 3:
+            return False
+        length = int.from_bytes(pending[:3], "big")
+        if length <= self._h2.max_inbound_frame_size:
+            return False
+        log.info("gRPC connection from %s: a frame of %d bytes announced", self.peer, length)
+        self._h2.close_connection(h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+        self._closing = True
+        self._kick()
+        return True
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -281,6 +310,7 @@ class GrpcConnection:
                 call.reset = True
                 call.scope.cancel()
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._greeted = True
             self._notify_progress()
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._closing = True

@@ -15,7 +15,8 @@
   unwritten bytes to fall below ``outbound_high_water``; a peer that reads nothing for
   ``send_timeout`` has its connection closed (a client that never reads);
 * idle: a connection with no open stream that received nothing for ``idle_timeout`` is closed
-  (RocketMQ 5's proxy: ``grpcClientIdleTimeMills``, 120 s).
+  (RocketMQ 5's proxy: ``grpcClientIdleTimeMills``, 120 s), and one that has not sent the
+  HTTP/2 preface and its SETTINGS within ``handshake_timeout``.
 """
 
 from __future__ import annotations
@@ -36,3 +37,6 @@ class GrpcServerLimits:
     outbound_high_water: int = 1024 * 1024
     send_timeout: float = 30.0
     idle_timeout: float = 120.0
+    # a connection whose client preface and SETTINGS are not in by then is closed (a peer that
+    # opens connections and sends a few bytes, or nothing)
+    handshake_timeout: float = 10.0

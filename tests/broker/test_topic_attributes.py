@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+import trio.lowlevel
 
 from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
@@ -48,4 +49,4 @@ async def test_attributes_set_kept_on_update_and_refused_when_malformed(tmp_path
         assert (await create(attributes="-message.type")).code == ResponseCode.SUCCESS
         tc = tcm.select_topic_config("A")
         assert tc is not None and not tc.attributes
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()

@@ -11,6 +11,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import pytest
@@ -454,3 +455,37 @@ async def test_connections_past_the_limit_are_closed_at_once(autojump_clock: Any
             await handle_grpc_stream(b_server, SERVICES, load)
         assert load.refused_connections == 1 and len(load.connections) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_that_never_finishes_the_preface_is_closed(autojump_clock: Any) -> None:
+    limits = GrpcServerLimits(handshake_timeout=10.0)
+    async with trio.open_nursery() as nursery:
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        load = GrpcServerLoad(limits)
+        ended = trio.Event()
+
+        async def serve() -> None:
+            await handle_grpc_stream(server_stream, SERVICES, load)
+            ended.set()
+
+        nursery.start_soon(serve)
+        start = trio.current_time()
+        await client_stream.send_all(b"PRI * HTTP/2.0")  # and nothing more
+        with trio.fail_after(30):
+            await ended.wait()
+        assert 10 <= trio.current_time() - start < 12
+
+
+async def test_a_frame_announced_larger_than_max_frame_size_ends_the_connection(
+    autojump_clock: Any,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        client, _, ended = await served(nursery)
+        await client.pump()
+        # a HEADERS frame header announcing 16 MB, and only 100 bytes of it
+        await client.stream.send_all(b"\xff\xff\xff\x01\x04\x00\x00\x00\x01" + b"x" * 100)
+        with trio.fail_after(5):
+            await client.until(lambda: client.goaway() is not None)
+            await ended.wait()
+        goaway = client.goaway()
+        assert goaway is not None and goaway.error_code == h2.errors.ErrorCodes.FRAME_SIZE_ERROR
