@@ -185,6 +185,9 @@ class BrokerConfig:
     # defaults to listen_host
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 0
+    # RocketMQ 5's gRPC endpoint (broker/grpc; the proxy's grpcServerPort, 8081); an ephemeral
+    # port when listenPort is 0 (tests), -1: not served
+    grpc_server_port: int = 8081
     # TLS (common/tls.py): RocketMQ's tls.server.* keys for the remoting, VIP and gRPC ports;
     # tls.enable / tls.client.* for the broker's own connections (to the nameservers)
     tls: TlsServerConfig = attrs.field(factory=TlsServerConfig)
@@ -215,6 +218,13 @@ class BrokerConfig:
     def ha_port(self) -> int:
         """RocketMQ forces haListenPort = listenPort + 1 (0 stays ephemeral)."""
         return self.listen_port + 1 if self.listen_port else 0
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The gRPC port to bind (0: any free one), None when the endpoint is off."""
+        if self.grpc_server_port < 0:
+            return None
+        return self.grpc_server_port if self.listen_port else 0
 
     @property
     def vip_port(self) -> int:
@@ -367,6 +377,8 @@ _PROPERTIES: dict[str, _Spec] = {
     # RocketMQ 5's Prometheus exporter (docs/metrics.md)
     "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),
+    # RocketMQ 5's gRPC endpoint (broker/grpc)
+    "grpcServerPort": ("broker", "grpc_server_port", _parse_int),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),

@@ -14,7 +14,8 @@ Theory of operation
    when ``listenPort`` is 0), with the same processors; the HA service (``ha_factory``, by
    default classic HA ``broker.ha.service.run_ha_service``, none in DLedger mode) binds
    ``listenPort+1`` and sets ``controller.ha``; the Prometheus exporter
-   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set;
+   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set; RocketMQ
+   5's gRPC MessagingService (``broker/grpc/service.py``) binds ``grpcServerPort``;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and the
@@ -49,6 +50,7 @@ from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
 from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
+from broker.grpc.service import run_grpc_service
 from broker.ha.service import run_ha_service
 from broker.pop.service import PopMessageService
 from broker.processor.dispatcher import build_dispatcher
@@ -79,6 +81,8 @@ class BrokerHandle:
     host: str = "127.0.0.1"
     # the metrics port (None: metricsPromExporterPort is 0)
     metrics: MetricsServerHandle | None = None
+    # the gRPC MessagingService port (broker/grpc; None: grpcServerPort is -1)
+    grpc_port: int | None = None
 
     @property
     def addr(self) -> str:
@@ -217,6 +221,23 @@ async def run_broker(
                         if ha_factory is not None:
                             controller.ha_port = await nursery.start(ha_factory, controller)
                         controller.registrar = registrar
+                        grpc_port = None
+                        if config.grpc_port is not None:
+                            grpc = await nursery.start(
+                                partial(
+                                    run_grpc_service,
+                                    controller,
+                                    dispatcher,
+                                    controller.pop,
+                                    remoting=client,
+                                    host=config.listen_host,
+                                    port=config.grpc_port,
+                                    network=network,
+                                    # the same certificate, offering HTTP/2 as gRPC needs
+                                    tls=server_policy(config.tls, alpn=["h2"]),
+                                )
+                            )
+                            grpc_port = grpc.port
                         await nursery.start(controller.config_writer.run)
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)
@@ -239,12 +260,13 @@ async def run_broker(
                             await nursery.start(run_slave_sync, controller, client)
                         await nursery.start(registrar.run)
                         log.info(
-                            "broker %s (%s) serving on %s, vip %s, ha %s",
+                            "broker %s (%s) serving on %s, vip %s, ha %s, grpc %s",
                             config.broker_name,
                             controller.broker_role,
                             main.port,
                             vip_port,
                             controller.ha_port,
+                            grpc_port,
                         )
                         task_status.started(
                             BrokerHandle(
@@ -255,6 +277,7 @@ async def run_broker(
                                 controller=controller,
                                 host=config.broker_ip1,
                                 metrics=metrics,
+                                grpc_port=grpc_port,
                             )
                         )
                 finally:

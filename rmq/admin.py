@@ -40,6 +40,7 @@ from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
+from common.topic_message_type import MESSAGE_TYPE_ATTRIBUTE
 from common.topics import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from rmq.admin_api import (
     AdminAPI,
@@ -167,15 +168,23 @@ class Admin(ClientBase):
         broker_addr: str | None = None,
         perm: int = PermName.READ | PermName.WRITE,
         order: bool = False,
+        message_type: str | None = None,
     ) -> list[str]:
-        """Create or update `topic` on one broker or on every master of a cluster."""
+        """Create or update `topic` on one broker or on every master of a cluster;
+        ``message_type``: RocketMQ 5's ``message.type`` attribute (NORMAL, FIFO, DELAY,
+        TRANSACTION, MIXED), what 5.x clients may send to it."""
         from rmq.message import Message
 
         Message(topic, b"x").validate()  # same name rules as sending
         if queues < 1:
             raise ClientError("queues must be >= 1")
         config = TopicConfig(
-            topic, readQueueNums=queues, writeQueueNums=queues, perm=perm, order=order
+            topic,
+            readQueueNums=queues,
+            writeQueueNums=queues,
+            perm=perm,
+            order=order,
+            attributes={MESSAGE_TYPE_ATTRIBUTE: message_type} if message_type else None,
         )
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
         for addr in addrs:

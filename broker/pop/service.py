@@ -239,6 +239,11 @@ class PopMessageService:
             # message there is, then goes on from it
             if init_mode is ConsumeInitMode.MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 off = store.get_min_offset_in_queue(topic, qid)
+            elif store.get_min_offset_in_queue(topic, qid) <= 0:
+                # RocketMQ 5 initPopOffsetByCheckMsgInMem (on by default): a queue that still
+                # holds its first message is read from it, so a new group (a 5.x consumer's, whose
+                # proxy pops with ConsumeInitMode.MAX) sees what was sent before it started
+                off = 0
             else:
                 off = max(store.get_max_offset_in_queue(topic, qid) - 1, 0)
             self.broker.consumer_offset_manager.commit_offset(group, topic, qid, off)

@@ -51,6 +51,11 @@ from common.mq_map import encode_mq_map
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
+from common.topic_message_type import (
+    TopicAttributeError,
+    apply_attribute_changes,
+    parse_attribute_changes,
+)
 from common.topics import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
@@ -150,9 +155,23 @@ class AdminBrokerProcessor:
             topicFilterType=filter_type,
             topicSysFlag=req.get_int("topicSysFlag", 0),
             order=req.get_bool("order", False),
+            attributes=self._topic_attributes(topic, req.get_str("attributes", "")),
         )
         b.topic_config_manager.update_topic_config(tc)
         return await self._when_durable(req)
+
+    def _topic_attributes(self, topic: str, text: str) -> dict[str, str] | None:
+        """RocketMQ 5's ``attributes`` field ("+message.type=FIFO"), merged into the topic's
+        current attributes (TopicConfigManager.updateTopicConfig)."""
+        current = self.broker.topic_config_manager.select_topic_config(topic)
+        existing = (current.attributes if current is not None else None) or {}
+        if not text:
+            return dict(existing) or None
+        try:
+            changes = parse_attribute_changes(text)
+        except TopicAttributeError as exc:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        return apply_attribute_changes(existing, changes) or None
 
     async def delete_topic(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker

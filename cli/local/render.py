@@ -43,12 +43,15 @@ def _detail(
     dledger_self_id: str | None = None,
     dledger_port: int | None = None,
     metrics_port: int | None = None,
+    grpc: str | None = None,
 ) -> str:
     if kind == "namesrv":
         return f"nameserver, metrics {metrics_port}" if metrics_port else "nameserver"
     if kind == "prometheus":  # `rmq up --metrics` (cli/local/prometheus.py)
         return f"prometheus, web UI and API on port {port}, scraping every node"
     metrics = f", metrics {metrics_port}" if metrics_port else ""
+    if grpc:
+        metrics += f", grpc {grpc}"
     if dledger_self_id is not None:
         # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time
         return (
@@ -76,6 +79,7 @@ def spec_detail(node: NodeSpec) -> str:
         node.dledger_self_id,
         node.dledger_port,
         node.metrics_port,
+        node.grpc_addr,
     )
 
 
@@ -125,6 +129,8 @@ def spec_json(node: NodeSpec) -> dict[str, Any]:
         "dledger_port": node.dledger_port,
         "metrics_port": node.metrics_port,
         "metrics": node.metrics_url,
+        # RocketMQ 5's gRPC endpoint (broker/grpc), host:port
+        "grpc": node.grpc_addr,
     }
 
 
@@ -165,6 +171,7 @@ def topology(status: dict[str, Any]) -> None:
             n.get("dledger_self_id"),
             n.get("dledger_port"),
             n.get("metrics_port"),
+            n.get("grpc"),
         )
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 

@@ -125,6 +125,8 @@ class NodeState:
             # the Prometheus endpoint (docs/metrics.md)
             "metrics_port": n.metrics_port,
             "metrics": n.metrics_url,
+            # RocketMQ 5's gRPC endpoint (broker/grpc), host:port
+            "grpc": n.grpc_addr,
             "pid": self.pid,
             "status": self.status.value,
             "returncode": self.returncode,

@@ -45,6 +45,7 @@ BROKER_FLAG_PROPERTIES = {
     "flush": "flushDiskType",
     "role": "brokerRole",
     "metrics_port": "metricsPromExporterPort",
+    "grpc_port": "grpcServerPort",
     # RocketMQ's -Dtls.config.file: a tls.properties (common/tls.py)
     "tls_config": "tls.config.file",
 }
@@ -230,6 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     br.add_argument("--flush", type=_choice(FLUSH_TYPES))
     br.add_argument("--role", type=_choice(BROKER_ROLES))
     br.add_argument("--metrics-port", type=int)
+    br.add_argument("--grpc-port", type=int)
     br.add_argument("--tls-config", type=Path)
     br.add_argument("--watch-stdin", action="store_true")
     return ap

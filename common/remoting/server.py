@@ -36,6 +36,7 @@ from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler
 from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 from common.remoting.network import TCP, Network
 from common.remoting.server_limits import ServerLimits, ServerLoad
 from common.tls import PLAIN, TlsPolicy, accept_stream
@@ -110,6 +111,9 @@ class RequestDispatcher:
             result = inline(cmd, channel)
             if result is None or isinstance(result, RemotingCommand):
                 return result
+            if isinstance(result, DeferredAnswer):
+                # an answer set later with no task waiting (a SYNC_MASTER send's replica wait)
+                return await result.wait()
             return await result
         handler = self._handlers.get(cmd.code, self._default)
         if handler is None:

@@ -317,7 +317,10 @@ async def test_init_mode_last_starts_at_the_last_message(
         for i in range(3):
             await put(b, b"old%d" % i)
         r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
-        assert [m.msg.body for m in r.messages] == [b"old2"]  # getInitOffset: max - 1
+        # getInitOffset with initPopOffsetByCheckMsgInMem (RocketMQ 5's default): the queue
+        # still holds its first message, so a new group reads it from there (max - 1 only
+        # once the queue's head was deleted)
+        assert [m.msg.body for m in r.messages] == [b"old0", b"old1", b"old2"]
         await put(b, b"new")
         r = await pop.pop(req(group="L", init_mode=ConsumeInitMode.LAST))
         assert [m.msg.body for m in r.messages] == [b"new"]
