@@ -8,6 +8,7 @@ master address nothing listens on (the killed leader, still registered), then th
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import dumps, loads
-from rmq import Message, Producer, SendStatus, sync
+from rmq import Message, Producer, SendStatus, aio, sync
 from rmq.errors import NoWritableMasterError
 from tests.support.tap import SENDS
 
@@ -38,7 +39,7 @@ class Failover:
         self.asked = 0
 
         def edit(resp: RemotingCommand) -> None:
-            route = loads(bytes(resp.body))
+            route = loads(resp.body_bytes())
             if resp.code != ResponseCode.SUCCESS or not route.get("queueDatas"):
                 return
             if {q["brokerName"] for q in route["queueDatas"]} != {"broker-a"}:
@@ -167,3 +168,18 @@ def test_the_blocking_producer_rides_through_too(portal_cluster):
         finally:
             timer.cancel()
     assert result.status is SendStatus.SEND_OK
+
+
+def test_the_asyncio_producer_rides_through_too(portal_cluster):
+    portal_cluster.call(portal_cluster.create_topic, "T", 2)
+    tap = portal_cluster.tap()
+    failover = Failover(tap, portal_cluster.namesrv, "T")
+    failover.master = DEAD
+
+    async def main() -> SendStatus:
+        async with aio.Producer("pg", portal_cluster.namesrv, network=tap) as p:
+            asyncio.get_running_loop().call_later(0.3, setattr, failover, "master", "keep")
+            return (await p.send(Message("T", b"x"))).status
+
+    assert asyncio.run(main()) is SendStatus.SEND_OK
+    assert failover.asked >= 2  # the dead master's route, then the live one
