@@ -30,7 +30,9 @@ Theory of operation:
   the timeout. Java's own producer retries these at once and gives up after 1 + retryTimes
   tries, so it surfaces them during a failover; waiting cannot store anything twice. A send to a
   chosen queue (`queue`, `selector`) waits the same way for that queue's broker (its order is
-  kept: the queue never changes) but takes only one attempt that may have been stored.
+  kept: the queue never changes) but takes only one attempt that may have been stored. Not
+  waited for: a nameserver that cannot be reached, a topic the nameserver does not know, and a
+  topic with no writable queue at all (read-only): those are not a failover.
 * The message id users see is the client-made UNIQ_KEY (`msg_id`); the broker's offset
   msgId is `offset_msg_id`. A UNIQ_KEY already in `msg.properties` is kept, so a caller can
   re-send a message under the same id.
@@ -79,7 +81,7 @@ from common.errors import (
 )
 from common.message import MessageExt
 from common.message_properties import MessageConst
-from common.model import MessageQueue
+from common.model import MessageQueue, PermName, TopicRouteData
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
@@ -274,7 +276,7 @@ class Producer(ClientBase):
             # stays in use while that route is fresh (_cached_publish_info)
             info = publish_info_from_route(topic, route)
             if not info.ok:
-                raise NoWritableMasterError(topic)
+                raise _no_writable_queue(topic, route)
         else:
             try:
                 default_route = await client.fetch_route(self.create_topic_key)
@@ -282,7 +284,7 @@ class Producer(ClientBase):
                 raise NoRouteInfoError(topic, "and no auto-create route") from None
             info = default_publish_info(topic, default_route, self.default_topic_queue_nums)
             if not info.ok:
-                raise NoWritableMasterError(topic)
+                raise _no_writable_queue(topic, default_route)
         self._publish[topic] = info.adopt_cursor(old)
         return info
 
@@ -605,11 +607,16 @@ class Producer(ClientBase):
                 resp = await client.remoting.invoke(addr, cmd, remaining)
                 result = self._result(resp, cmd, mq, uniq)
             except RmqError as exc:
-                if not (exc.retriable or isinstance(exc, _UNSTORED)):
+                # a nameserver that cannot be reached is not a failover: Java's attempts
+                unstored = isinstance(exc, _UNSTORED) and (
+                    addr is not None
+                    or isinstance(exc, (NoWritableMasterError, BrokerNotFoundError))
+                )
+                if not (exc.retriable or unstored):
                     raise
                 last_error = exc
                 self._forget_route(topic)
-                if isinstance(exc, _UNSTORED):
+                if unstored:
                     if addr is not None:
                         failed_addrs.add(addr)
                     refetch = True
@@ -654,6 +661,14 @@ class Producer(ClientBase):
             transaction_id=sent.transaction_id,
             trace_on=sent.trace_on,
         )
+
+
+def _no_writable_queue(topic: str, route: TopicRouteData) -> NoRouteInfoError:
+    """NoWritableMasterError when a writable queue lacks only its master (a failover: worth
+    waiting for), else the plain NoRouteInfoError (a read-only topic: raised at once)."""
+    if any(PermName.is_writeable(qd.perm) for qd in route.queueDatas):
+        return NoWritableMasterError(topic)
+    return NoRouteInfoError(topic, "no writable master queue")
 
 
 _trace_seq = itertools.count(1)

@@ -21,7 +21,7 @@ from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import dumps, loads
 from rmq import Message, Producer, SendStatus, aio, sync
-from rmq.errors import NoWritableMasterError
+from rmq.errors import NoRouteInfoError, NoWritableMasterError
 from tests.support.tap import SENDS
 
 if TYPE_CHECKING:
@@ -183,3 +183,21 @@ def test_the_asyncio_producer_rides_through_too(portal_cluster):
 
     assert asyncio.run(main()) is SendStatus.SEND_OK
     assert failover.asked >= 2  # the dead master's route, then the live one
+
+
+async def test_a_read_only_topic_is_refused_at_once(cluster, autojump_clock):
+    # no writable queue at all is the topic's configuration, not a failover: nothing to wait for
+    tap = cluster.tap()
+
+    def read_only(resp: RemotingCommand) -> None:
+        route = loads(resp.body_bytes())
+        for qd in route.get("queueDatas", []):
+            qd["perm"] = 4
+        resp.body = dumps(route)
+
+    tap.rewrite(cluster.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, read_only)
+    async with Producer("pg", cluster.namesrv, network=tap) as p:
+        with pytest.raises(NoRouteInfoError) as info:
+            await p.send(Message("T", b"x"))
+    assert not isinstance(info.value, NoWritableMasterError)
+    assert trio.current_time() == 0
