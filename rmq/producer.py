@@ -309,7 +309,9 @@ class Producer(ClientBase):
         if selector is not None and queue is not None:
             raise InvalidMessageError("give either queue or selector, not both")
         if selector is not None:
-            queue = await self._select(msg, selector, arg)
+            deadline = trio.current_time() + (self.send_timeout if timeout is None else timeout)
+            queue = await self._select(msg, selector, arg, deadline)
+            timeout = max(deadline - trio.current_time(), 0.001)
         return await self.send_prepared(msg, prepared, timeout=timeout, queue=queue)
 
     async def send_prepared(
@@ -419,9 +421,19 @@ class Producer(ClientBase):
         nursery.start_soon(task)
 
     async def _select(
-        self, msg: Message, selector: MessageQueueSelector, arg: object
+        self, msg: Message, selector: MessageQueueSelector, arg: object, deadline: float
     ) -> MessageQueue:
-        info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
+        pause = _BACKOFF_FIRST
+        while True:
+            try:
+                info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
+                break
+            except NoWritableMasterError:
+                # the selector needs the whole queue list: wait for a master as _send does
+                if trio.current_time() + pause >= deadline:
+                    raise
+                await trio.sleep(pause)
+                pause = min(pause * 2, _BACKOFF_MAX)
         mqs = list(info.queues)
         mq = selector(mqs, msg, arg)
         if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:

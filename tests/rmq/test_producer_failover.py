@@ -21,7 +21,7 @@ from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.serde import dumps, loads
 from rmq import Message, Producer, SendStatus, aio, sync
-from rmq.errors import NoRouteInfoError, NoWritableMasterError
+from rmq.errors import BrokerNotFoundError, NoRouteInfoError, NoWritableMasterError
 from tests.support.tap import SENDS
 
 if TYPE_CHECKING:
@@ -201,3 +201,22 @@ async def test_a_read_only_topic_is_refused_at_once(cluster, autojump_clock):
             await p.send(Message("T", b"x"))
     assert not isinstance(info.value, NoWritableMasterError)
     assert trio.current_time() == 0
+
+
+async def test_an_ordered_send_waits_for_the_route_it_selects_from(cluster, autojump_clock):
+    tap = cluster.tap()
+    failover = Failover(tap, cluster.namesrv, "T")
+    failover.master = None
+    async with Producer("pg", cluster.namesrv, network=tap) as p:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(failover.recover_after, 0.6)
+            result = await p.send_orderly(Message("T", b"x"), "key")
+        assert trio.current_time() >= 0.6
+        failover.master = None
+        p.client.invalidate("T")
+        start = trio.current_time()
+        # the queue is selected from the queues known before; its broker has no master then
+        with pytest.raises((NoWritableMasterError, BrokerNotFoundError)):
+            await p.send_orderly(Message("T", b"y"), "key", timeout=1.0)
+        assert trio.current_time() - start == pytest.approx(1.0)
+    assert result.status is SendStatus.SEND_OK
