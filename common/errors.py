@@ -43,6 +43,11 @@ class RemotingConnectError(RemotingError):
     retriable: ClassVar[bool] = True
 
 
+class RemotingConnectFailedError(RemotingConnectError):
+    """No connection could be made: nothing of the request left this process, so a retry
+    can never store it twice."""
+
+
 class RemotingTimeoutError(RemotingError):
     retriable: ClassVar[bool] = True
 

@@ -26,6 +26,15 @@ class NoRouteInfoError(ClientError):
         self.topic = topic
 
 
+class NoWritableMasterError(NoRouteInfoError):
+    """The nameserver knows the topic's brokers but none has a master now: a DLedger group
+    between two leaders, or a master/slave broker whose master is down.  The producer waits
+    for one within its send timeout."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(topic, "no writable master queue")
+
+
 class NotANameserverError(ClientError):
     """The address given as the nameserver answered a nameserver-only request (routes, the
     cluster table, the topic list) with REQUEST_CODE_NOT_SUPPORTED: a broker does that, so

@@ -9,12 +9,30 @@ Theory of operation:
   message (autoCreateTopicEnable), exactly as the Java and C++ clients do. A route the
   nameserver has but without a writable master queue (a DLedger group between two leaders)
   fails the send with NoRouteInfoError, as in Java, and is not replaced by TBW102's.
-* Sync send is at most 1 + `retry_times` attempts within ONE time budget `timeout` (the
-  Java sendMsgTimeout: the deadline covers all attempts). An attempt that fails with a
-  retriable error (transport errors, and response codes 17, 14, 1, 16, 204, 205, see
-  `common.errors`) is repeated on a queue of another broker if there is one, and the topic's
-  route is dropped so the next send asks the nameserver again. Any other error is raised at
-  once. The four "stored" codes (0, 10, 12, 11) become a SendResult with that SendStatus.
+* Sync send is at most 1 + `retry_times` attempts that reached a broker, all within ONE time
+  budget `timeout` (the Java sendMsgTimeout: the deadline covers all attempts). An attempt
+  that fails with a retriable error (transport errors, and response codes 17, 14, 1, 16, 204,
+  205, see `common.errors`) is repeated on a queue of another broker if there is one, and the
+  topic's route is dropped so the next attempt asks the nameserver again. Any other error is
+  raised at once. The four "stored" codes (0, 10, 12, 11) become a SendResult with that
+  SendStatus. As in Java, a request that timed out or whose connection dropped after it was
+  written is retried too, so it may be stored twice (never lost).
+* Riding through a failover (a DLedger leader change, about 1-2 s): the failures after which
+  the message is certainly not stored (`_UNSTORED`: the route has no master for the topic,
+  the broker's master address is unknown, no connection could be made, or the store answered
+  SERVICE_NOT_AVAILABLE as a member that is not or not yet the leader does) do not use up an
+  attempt. The master that failed is left out of this send (Java's latency fault tolerance,
+  per send here) and the send goes to another broker at once if there is one; else it waits
+  50 ms, then 100 ms, ... (never past the deadline), asks the nameserver again and retries,
+  until the new leader is in the route or the send timeout runs out. A steady producer so sees
+  latency, not errors. At the deadline the last of those errors is raised, by its class: a
+  master/slave broker whose SYNC_MASTER master is down (no slave takes writes) still fails, after
+  the timeout. Java's own producer retries these at once and gives up after 1 + retryTimes
+  tries, so it surfaces them during a failover; waiting cannot store anything twice. A send to a
+  chosen queue (`queue`, `selector`) waits the same way for that queue's broker (its order is
+  kept: the queue never changes) but takes only one attempt that may have been stored. Not
+  waited for: a nameserver that cannot be reached, a topic the nameserver does not know, and a
+  topic with no writable queue at all (read-only): those are not a failover.
 * The message id users see is the client-made UNIQ_KEY (`msg_id`); the broker's offset
   msgId is `offset_msg_id`. A UNIQ_KEY already in `msg.properties` is kept, so a caller can
   re-send a message under the same id.
@@ -54,10 +72,16 @@ from typing import TypeVar
 
 import trio
 
-from common.errors import RemotingTimeoutError, RmqError, TopicNotExistError
+from common.errors import (
+    RemotingConnectFailedError,
+    RemotingTimeoutError,
+    RmqError,
+    ServiceNotAvailableError,
+    TopicNotExistError,
+)
 from common.message import MessageExt
 from common.message_properties import MessageConst
-from common.model import MessageQueue
+from common.model import MessageQueue, PermName, TopicRouteData
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand, stringify_fields
 from common.remoting.network import Network
@@ -65,7 +89,13 @@ from common.session_credentials import SessionCredentials
 from common.string_hash import java_string_hash
 from rmq.client_api import ClientAPI, SendResponse, send_code, send_response
 from rmq.client_instance import ClientBase
-from rmq.errors import InvalidMessageError, NoRouteInfoError, RequestTimeoutError
+from rmq.errors import (
+    BrokerNotFoundError,
+    InvalidMessageError,
+    NoRouteInfoError,
+    NoWritableMasterError,
+    RequestTimeoutError,
+)
 from rmq.message import (
     Message,
     _body_bytes,
@@ -96,6 +126,17 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 _CLUSTER_NAME_ALLOWANCE = 4096
 _MAX_HEADER_TEMPLATES = 4096  # a producer writing to many topics starts over past this
 _BATCH_PROPERTIES = "WAIT\x01true"  # encode_properties({"WAIT": "true"})
+# Failures after which the message is certainly not stored: no master to send to, no
+# connection made, or the store refused it (SERVICE_NOT_AVAILABLE: a member that is not, or
+# not yet, the leader).  The send waits them out within its timeout (module docstring).
+_UNSTORED = (
+    NoWritableMasterError,
+    BrokerNotFoundError,
+    RemotingConnectFailedError,
+    ServiceNotAvailableError,
+)
+_BACKOFF_FIRST = 0.05  # s before asking the nameserver again; doubles up to
+_BACKOFF_MAX = 0.1
 
 
 # keyed by int: a response's code is the wire's int, not always a ResponseCode member
@@ -235,7 +276,7 @@ class Producer(ClientBase):
             # stays in use while that route is fresh (_cached_publish_info)
             info = publish_info_from_route(topic, route)
             if not info.ok:
-                raise NoRouteInfoError(topic, "no writable master queue")
+                raise _no_writable_queue(topic, route)
         else:
             try:
                 default_route = await client.fetch_route(self.create_topic_key)
@@ -243,7 +284,7 @@ class Producer(ClientBase):
                 raise NoRouteInfoError(topic, "and no auto-create route") from None
             info = default_publish_info(topic, default_route, self.default_topic_queue_nums)
             if not info.ok:
-                raise NoRouteInfoError(topic, "no writable master queue")
+                raise _no_writable_queue(topic, default_route)
         self._publish[topic] = info.adopt_cursor(old)
         return info
 
@@ -268,7 +309,9 @@ class Producer(ClientBase):
         if selector is not None and queue is not None:
             raise InvalidMessageError("give either queue or selector, not both")
         if selector is not None:
-            queue = await self._select(msg, selector, arg)
+            deadline = trio.current_time() + (self.send_timeout if timeout is None else timeout)
+            queue = await self._select(msg, selector, arg, deadline)
+            timeout = max(deadline - trio.current_time(), 0.001)
         return await self.send_prepared(msg, prepared, timeout=timeout, queue=queue)
 
     async def send_prepared(
@@ -378,9 +421,19 @@ class Producer(ClientBase):
         nursery.start_soon(task)
 
     async def _select(
-        self, msg: Message, selector: MessageQueueSelector, arg: object
+        self, msg: Message, selector: MessageQueueSelector, arg: object, deadline: float
     ) -> MessageQueue:
-        info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
+        pause = _BACKOFF_FIRST
+        while True:
+            try:
+                info = self._cached_publish_info(msg.topic) or await self.publish_info(msg.topic)
+                break
+            except NoWritableMasterError:
+                # the selector needs the whole queue list: wait for a master as _send does
+                if trio.current_time() + pause >= deadline:
+                    raise
+                await trio.sleep(pause)
+                pause = min(pause * 2, _BACKOFF_MAX)
         mqs = list(info.queues)
         mq = selector(mqs, msg, arg)
         if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:
@@ -509,56 +562,95 @@ class Producer(ClientBase):
     ) -> SendResult:
         # The await chain of a send is kept short (send -> _send -> RemotingClient.invoke):
         # every frame in it is resumed again each time the request waits for the network.
+        # The retry rules are in the module docstring ("Riding through a failover").
         timeout = self.send_timeout if timeout is None else timeout
         deadline = trio.current_time() + timeout
         client = self.client
-        if queue is not None:
-            if queue.topic != topic:
-                raise InvalidMessageError(f"queue {queue} is not of topic {topic}")
-            addr = client.cached_master_addr(queue.brokerName)
-            if addr is None:
-                addr = await client.master_addr(queue.brokerName, topic)
-            cmd = self._request(queue, build)
-            try:
-                resp = await client.remoting.invoke(addr, cmd, deadline - trio.current_time())
-                return self._result(resp, cmd, queue, uniq)
-            except RmqError as exc:
-                if exc.retriable:  # not retried here (order), but the next send re-routes
-                    self._forget_route(topic)
-                raise
-        info = self._cached_publish_info(topic) or await self.publish_info(topic)
-        attempts = 1 + max(0, self.retry_times)
-        last_broker: str | None = None
+        if queue is not None and queue.topic != topic:
+            raise InvalidMessageError(f"queue {queue} is not of topic {topic}")
+        # requests that reached a broker and may have been stored: Java's timesTotal
+        attempts = 1 if queue is not None else 1 + max(0, self.retry_times)
+        failed_addrs: set[str] = set()  # masters that refused this message: not stored
+        last_broker: str | None = None  # where a possibly stored attempt went
         last_error: RmqError | None = None
         stored: SendResult | None = None
-        for _ in range(attempts):
+        pause = _BACKOFF_FIRST
+        wait = refetch = False
+        # kept across attempts, as Java's sendDefaultImpl keeps its TopicPublishInfo; taken
+        # again from the nameserver after a failure that says the route is stale
+        info: TopicPublishInfo | None = None
+        while attempts > 0:
+            if wait:
+                await trio.sleep(min(pause, max(deadline - trio.current_time(), 0.0)))
+                pause = min(pause * 2, _BACKOFF_MAX)
+                failed_addrs.clear()  # a route fetched after the pause is the one to trust
+                wait = False
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 break
-            mq = info.select_queue(last_broker)
+            mq = queue
+            addr: str | None = None
             try:
+                if mq is None:
+                    if info is None or refetch:
+                        info = self._cached_publish_info(topic) or await self.publish_info(topic)
+                    faulty = {
+                        name
+                        for name in info.broker_names()
+                        if client.cached_master_addr(name) in failed_addrs
+                    }
+                    avoid = faulty | ({last_broker} if last_broker is not None else set())
+                    mq = info.select_queue_avoiding(avoid)
+                    if mq is None and not faulty:
+                        mq = info.select_queue(last_broker)  # one broker: the same one again
+                    if mq is None:
+                        wait = True  # every master refused it: ask the nameserver again soon
+                        continue
+                elif refetch:
+                    await client.fetch_route(topic)
+                refetch = False
                 addr = client.cached_master_addr(mq.brokerName)
                 if addr is None:
                     addr = await client.master_addr(mq.brokerName, mq.topic)
+                if addr in failed_addrs:
+                    wait = refetch = True  # a chosen queue waits for its broker's new master
+                    continue
                 cmd = self._request(mq, build)
                 resp = await client.remoting.invoke(addr, cmd, remaining)
                 result = self._result(resp, cmd, mq, uniq)
             except RmqError as exc:
-                if not exc.retriable:
+                # a nameserver that cannot be reached is not a failover: Java's attempts
+                unstored = isinstance(exc, _UNSTORED) and (
+                    addr is not None
+                    or isinstance(exc, (NoWritableMasterError, BrokerNotFoundError))
+                )
+                if not (exc.retriable or unstored):
                     raise
-                last_error, last_broker = exc, mq.brokerName
+                last_error = exc
                 self._forget_route(topic)
+                if unstored:
+                    if addr is not None:
+                        failed_addrs.add(addr)
+                    refetch = True
+                    # no master named at all: only the nameserver can change that
+                    wait = addr is None or queue is not None
+                    continue
+                attempts -= 1
+                last_broker = mq.brokerName if mq is not None else None
                 continue
             if (
                 result.status is SendStatus.SEND_OK
                 or not self.retry_another_broker_when_not_store_ok
             ):
                 return result
+            attempts -= 1
             last_broker, stored = mq.brokerName, result
         if stored is not None:
             return stored  # every attempt was stored but not flushed/replicated: say so
-        if last_error is not None and trio.current_time() < deadline:
-            raise last_error
+        if last_error is not None and (
+            trio.current_time() < deadline or isinstance(last_error, _UNSTORED)
+        ):
+            raise last_error  # its cause, by class: e.g. still no master at the deadline
         detail = f"; last error: {last_error}" if last_error else ""
         raise RemotingTimeoutError(f"send to topic {topic} timed out after {timeout:g} s{detail}")
 
@@ -581,6 +673,14 @@ class Producer(ClientBase):
             transaction_id=sent.transaction_id,
             trace_on=sent.trace_on,
         )
+
+
+def _no_writable_queue(topic: str, route: TopicRouteData) -> NoRouteInfoError:
+    """NoWritableMasterError when a writable queue lacks only its master (a failover: worth
+    waiting for), else the plain NoRouteInfoError (a read-only topic: raised at once)."""
+    if any(PermName.is_writeable(qd.perm) for qd in route.queueDatas):
+        return NoWritableMasterError(topic)
+    return NoRouteInfoError(topic, "no writable master queue")
 
 
 _trace_seq = itertools.count(1)

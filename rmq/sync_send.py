@@ -17,7 +17,8 @@ thread, with what was prepared here, so the UNIQ_KEY stays):
 
 After it sent, a failure is handed on the same way (the msgId survives the retry): a connection or
 timeout error, or a retriable answer (SYSTEM_BUSY, ...), forgets the cached route and the
-connection; the portal path retries with Java's policy (so does a stored-but-not-OK answer
+connection; the portal path retries with Java's policy, and waits out a failover within the
+send timeout as `rmq.producer` describes; so does a route without a master here (so does a stored-but-not-OK answer
 under `retry_another_broker_when_not_store_ok`). As in Java, a request that timed out may
 have been stored: the retry can store it twice, never lose it. A non-retriable answer raises
 here, as the portal path would.
@@ -40,7 +41,7 @@ from common.errors import RemotingError, RmqError
 from common.model import MessageQueue
 from rmq.blocking_remoting import BlockingChannel
 from rmq.message import Message
-from rmq.producer import _CLUSTER_NAME_ALLOWANCE, Producer, SendResult, SendStatus
+from rmq.producer import _CLUSTER_NAME_ALLOWANCE, _UNSTORED, Producer, SendResult, SendStatus
 from rmq.topic_publish_info import TopicPublishInfo
 
 __all__ = ["SyncSendPath"]
@@ -99,7 +100,10 @@ class SyncSendPath:
         topic = msg.topic
         route = self._routes.get(topic)
         if route is None or time.monotonic() >= route.expires:
-            route = self.run_in_trio(_fetch_route, p, topic)
+            try:
+                route = self.run_in_trio(_fetch_route, p, topic)
+            except _UNSTORED:
+                return None  # no master now (a failover): the portal path waits for one
             self._routes[topic] = route
         mq = route.info.select_queue()
         addr = route.masters.get(mq.brokerName)

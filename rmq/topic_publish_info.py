@@ -57,6 +57,16 @@ class TopicPublishInfo:
         self._cursor += 1
         return self.queues[self._cursor % n]
 
+    def select_queue_avoiding(self, brokers: set[str]) -> MessageQueue | None:
+        """The next queue of a broker not in `brokers`; None when every broker is in it."""
+        n = len(self.queues)
+        for _ in range(n):
+            self._cursor += 1
+            mq = self.queues[self._cursor % n]
+            if mq.brokerName not in brokers:
+                return mq
+        return None
+
     def adopt_cursor(self, other: TopicPublishInfo | None) -> TopicPublishInfo:
         """Keep the round-robin position of the info this one replaces (route refresh)."""
         if other is not None:

@@ -24,7 +24,12 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from common.errors import RemotingConnectError, RemotingTimeoutError, unwrapping_groups
+from common.errors import (
+    RemotingConnectError,
+    RemotingConnectFailedError,
+    RemotingTimeoutError,
+    unwrapping_groups,
+)
 from common.remoting.channel import Channel, Handler
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
@@ -84,11 +89,11 @@ class RemotingClient:
                 with trio.fail_after(self._connect_timeout):
                     stream = await self._connect(addr)
             except trio.TooSlowError:
-                raise RemotingConnectError(
+                raise RemotingConnectFailedError(
                     f"connect to {addr} timed out after {self._connect_timeout}s"
                 ) from None
             except OSError as exc:
-                raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
+                raise RemotingConnectFailedError(f"connect to {addr} failed: {exc}") from exc
             channel = Channel(stream, addr)
             self._channels[addr] = channel
             self._nursery.start_soon(self._run_channel, channel)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from common.errors import MessageIllegalError, ServiceNotAvailableError
+from common.errors import BrokerSystemError, MessageIllegalError
 from common.message_properties import decode_properties
 from common.model import MessageQueue
 from common.remoting.codes import RequestCode, ResponseCode
@@ -124,8 +124,8 @@ async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cl
     async with producer(cluster, tap) as p:
         await p.send_orderly(Message("T", b"warm"), "k")
         before = route_requests(tap)
-        tap.fail(cluster.addr(target.brokerName), ResponseCode.SERVICE_NOT_AVAILABLE)
-        with pytest.raises(ServiceNotAvailableError) as info:
+        tap.fail(cluster.addr(target.brokerName), ResponseCode.SYSTEM_ERROR)
+        with pytest.raises(BrokerSystemError) as info:
             await p.send_orderly(Message("T", b"x"), "k")
         assert info.value.retriable
         # exactly one attempt for the failed send, on the selected broker
@@ -133,6 +133,20 @@ async def test_selected_send_is_not_retried_elsewhere_but_refreshes_the_route(cl
         r = await p.send_orderly(Message("T", b"y"), "k")
         assert r.message_queue == target
         assert route_requests(tap) > before  # the failure dropped the cached route
+
+
+async def test_selected_send_waits_out_a_refusal_on_the_same_queue(cluster, tap):
+    # SERVICE_NOT_AVAILABLE stores nothing (a member not yet the leader says it): the send
+    # asks the nameserver again and retries the same queue, so the order is kept
+    target = select_by_hash(ALL_QUEUES, ANY_MSG, "k")
+    async with producer(cluster, tap) as p:
+        await p.send_orderly(Message("T", b"warm"), "k")
+        before = route_requests(tap)
+        tap.fail(cluster.addr(target.brokerName), ResponseCode.SERVICE_NOT_AVAILABLE)
+        r = await p.send_orderly(Message("T", b"x"), "k")
+        assert r.message_queue == target
+        assert [n for n, _ in send_requests(cluster, tap)] == [target.brokerName] * 3
+        assert route_requests(tap) > before
 
 
 async def test_send_async_calls_on_result_from_a_nursery_task(cluster, tap):
