@@ -102,6 +102,10 @@ def _parse_flush(v: str) -> str:
     return kind
 
 
+# RocketMQ 5's proxy serves gRPC here by default (ProxyConfig.grpcServerPort)
+DEFAULT_GRPC_PORT = 8081
+
+
 @attrs.frozen
 class BrokerConfig:
     broker_name: str = "broker-a"
@@ -186,8 +190,10 @@ class BrokerConfig:
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 0
     # RocketMQ 5's gRPC endpoint (broker/grpc; the proxy's grpcServerPort, 8081); an ephemeral
-    # port when listenPort is 0 (tests), -1: not served
-    grpc_server_port: int = 8081
+    # port when listenPort is 0 (tests), -1: not served.  None: the default, 8081, served only
+    # when it is free, so several brokers of one host started from 4.x broker.conf files (which
+    # never name it) keep starting; a port set explicitly that cannot be bound stops the broker
+    grpc_server_port: int | None = None
     # TLS (common/tls.py): RocketMQ's tls.server.* keys for the remoting, VIP and gRPC ports;
     # tls.enable / tls.client.* for the broker's own connections (to the nameservers)
     tls: TlsServerConfig = attrs.field(factory=TlsServerConfig)
@@ -222,9 +228,10 @@ class BrokerConfig:
     @property
     def grpc_port(self) -> int | None:
         """The gRPC port to bind (0: any free one), None when the endpoint is off."""
-        if self.grpc_server_port < 0:
+        port = DEFAULT_GRPC_PORT if self.grpc_server_port is None else self.grpc_server_port
+        if port < 0:
             return None
-        return self.grpc_server_port if self.listen_port else 0
+        return port if self.listen_port else 0
 
     @property
     def vip_port(self) -> int:

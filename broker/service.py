@@ -33,8 +33,9 @@ builds and wires (``broker/processor/dispatcher.py`` maps request codes to proce
 
 from __future__ import annotations
 
+import errno
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,7 +43,7 @@ import attrs
 import trio
 
 from broker.acl.validator import PlainAccessValidator, run_acl_watch
-from broker.config import BrokerConfig
+from broker.config import DEFAULT_GRPC_PORT, BrokerConfig
 from broker.controller import BrokerController
 from broker.dledger.broker.log_retention import retention_for, run_log_retention
 from broker.dledger.broker.message_store import DLedgerMessageStore, run_dledger_store
@@ -50,7 +51,7 @@ from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
 from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
-from broker.grpc.service import run_grpc_service
+from broker.grpc.service import GrpcServerHandle, run_grpc_service
 from broker.ha.service import run_ha_service
 from broker.pop.service import PopMessageService
 from broker.processor.dispatcher import build_dispatcher
@@ -223,7 +224,9 @@ async def run_broker(
                         controller.registrar = registrar
                         grpc_port = None
                         if config.grpc_port is not None:
-                            grpc = await nursery.start(
+                            grpc = await _start_grpc(
+                                nursery,
+                                config,
                                 partial(
                                     run_grpc_service,
                                     controller,
@@ -235,9 +238,9 @@ async def run_broker(
                                     network=network,
                                     # the same certificate, offering HTTP/2 as gRPC needs
                                     tls=server_policy(config.tls, alpn=["h2"]),
-                                )
+                                ),
                             )
-                            grpc_port = grpc.port
+                            grpc_port = None if grpc is None else grpc.port
                         await nursery.start(controller.config_writer.run)
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)
@@ -287,6 +290,39 @@ async def run_broker(
                                 await controller.registrar.unregister_all()
         finally:
             controller.persist_all()
+
+
+async def _start_grpc(
+    nursery: trio.Nursery,
+    config: BrokerConfig,
+    service: partial[Coroutine[object, object, None]],
+) -> GrpcServerHandle | None:
+    """Start the gRPC endpoint; None when the default port (grpcServerPort not set) is taken.
+
+    A 4.x broker.conf never names grpcServerPort, so several brokers of one host would all
+    reach for RocketMQ 5's default 8081: the first serves gRPC there and the others run without
+    it, each saying so once.  A port the operator set stops the broker when it cannot be bound,
+    as every other port does.
+    """
+    try:
+        handle: GrpcServerHandle = await nursery.start(service)
+    except (OSError, BaseExceptionGroup) as exc:
+        if config.grpc_server_port is not None or not address_in_use(exc):
+            raise
+        log.error(
+            "gRPC endpoint not served: the default port %d is in use; set grpcServerPort to "
+            "another port, or to -1 to serve none",
+            DEFAULT_GRPC_PORT,
+        )
+        return None
+    return handle
+
+
+def address_in_use(exc: BaseException) -> bool:
+    """``exc`` is EADDRINUSE, alone or as every leaf of the exception groups it came in."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(address_in_use(e) for e in exc.exceptions)
+    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
 
 
 def dledger_node_config(config: BrokerConfig) -> DLedgerConfig:

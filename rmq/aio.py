@@ -486,6 +486,7 @@ class Admin(_AioClient[_admin.Admin]):
         broker_addr: str | None = None,
         perm: int = PermName.READ | PermName.WRITE,
         order: bool = False,
+        message_type: str | None = None,
     ) -> list[str]:
         return await self._run(
             self._async.create_topic,
@@ -495,6 +496,7 @@ class Admin(_AioClient[_admin.Admin]):
             broker_addr=broker_addr,
             perm=perm,
             order=order,
+            message_type=message_type,
         )
 
     async def max_offset(self, mq: MessageQueue) -> int:

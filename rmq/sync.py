@@ -447,6 +447,7 @@ class Admin(_SyncClient[_admin.Admin]):
         broker_addr: str | None = None,
         perm: int = PermName.READ | PermName.WRITE,
         order: bool = False,
+        message_type: str | None = None,
     ) -> list[str]:
         return self._run(
             self._async.create_topic,
@@ -456,6 +457,7 @@ class Admin(_SyncClient[_admin.Admin]):
             broker_addr=broker_addr,
             perm=perm,
             order=order,
+            message_type=message_type,
         )
 
     def max_offset(self, mq: MessageQueue) -> int:
