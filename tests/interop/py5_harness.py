@@ -1,0 +1,156 @@
+"""Running tests/interop/py5_driver.py (the official RocketMQ 5 Python client) from a test.
+
+`run_py5(python, tmp_path, "produce", "--endpoint", ...)` runs the driver in the client's venv
+(`python` from the `py5_python` fixture, tests/interop/conftest.py) with a scratch HOME and
+returns its JSON events; a non-zero exit fails the test with the driver's stderr (the client's
+log tail is in it). `grpc_endpoint(cluster)` is where `rmq up` says a broker serves gRPC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import IO, Any
+
+DRIVER = Path(__file__).with_name("py5_driver.py")
+
+
+def _env(tmp_path: Path, name: str) -> dict[str, str]:
+    home = tmp_path / f"home-{name}"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_py5(
+    python: Path, tmp_path: Path, *args: str, timeout: float = 180.0, check: bool = True
+) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [str(python), str(DRIVER), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(tmp_path, args[0]),
+    )
+    if check:
+        assert proc.returncode == 0, (
+            f"py5 driver {args[0]} failed ({proc.returncode}):\n{proc.stderr[-6000:]}\n"
+            f"{proc.stdout[-2000:]}"
+        )
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+class Py5Process:
+    """A driver run in the background (a consumer that must be up while something else happens)."""
+
+    def __init__(self, python: Path, tmp_path: Path, *args: str) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [str(python), str(DRIVER), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(tmp_path, f"{args[0]}-bg-{id(self)}"),
+        )
+        self.events: list[dict[str, Any]] = []
+        self.started = threading.Event()
+        self._stderr: list[str] = []
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(
+            target=lambda f: self._stderr.extend(f), args=(self.proc.stderr,), daemon=True
+        ).start()
+
+    def _read(self, f: IO[str]) -> None:
+        for line in f:
+            if line.startswith("{"):
+                ev = json.loads(line)
+                self.events.append(ev)
+                if ev.get("event") == "started":
+                    self.started.set()
+
+    def wait(self, timeout: float) -> list[dict[str, Any]]:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        # the reader threads drain the pipes after exit
+        for _ in range(50):
+            if any(e.get("event") == "done" for e in self.events) or rc != 0:
+                break
+            threading.Event().wait(0.05)
+        assert rc == 0, f"py5 driver {self.args[0]} failed ({rc}):\n{''.join(self._stderr)[-6000:]}"
+        return self.events
+
+
+def grpc_endpoint(data_dir: Path, broker: str | None = None) -> str:
+    """host:port of the gRPC endpoint `rmq status --json` reports for a broker (the first
+    master / leader when `broker` is None)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    nodes = json.loads(out.stdout)["nodes"]
+    brokers = [n for n in nodes if n.get("kind") == "broker"]
+    if broker is not None:
+        brokers = [n for n in brokers if n["name"] == broker]
+    else:
+        brokers = [n for n in brokers if n.get("broker_id") == 0] or brokers
+    assert brokers, nodes
+    node = brokers[0]
+    assert node.get("grpc"), (
+        f"`rmq status --json` has no gRPC endpoint (`grpc`) for {node['name']}: {node}"
+    )
+    return str(node["grpc"])
+
+
+def grpc_endpoints(data_dir: Path) -> dict[str, str]:
+    """Every broker node's gRPC endpoint by node name."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    nodes = json.loads(out.stdout)["nodes"]
+    return {n["name"]: str(n.get("grpc")) for n in nodes if n.get("kind") == "broker"}
+
+
+def rmq(*args: str, timeout: float = 60.0) -> str:
+    """An `rmq` CLI command of this checkout; fails the test on a non-zero exit."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, f"rmq {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def sent_ok(events: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    errors = [e for e in events if e["event"] == "send_error"]
+    assert not errors, errors[:5]
+    sent = [e for e in events if e["event"] == "sent"]
+    assert len(sent) == count, (len(sent), events[-5:])
+    return sent
+
+
+def done_of(events: list[dict[str, Any]]) -> dict[str, Any]:
+    done = [e for e in events if e["event"] == "done"]
+    assert done, events[-10:]
+    return done[0]
+
+
+def acked_bodies(events: list[dict[str, Any]], kind: str = "ack") -> Counter[str]:
+    return Counter(str(e["body"]) for e in events if e["event"] == kind)
