@@ -12,7 +12,8 @@ optional: if it is missing this exits non-zero with the import error and the tes
             [--wait-checks N] [--check-timeout S] [--retry-for S]
     simple-consume --endpoint E --topic T --group G --expect N --timeout S
             [--tag-expr X | --sql X] [--invisible S] [--batch B] [--await S]
-            [--no-ack-every M --no-ack-attempts K] [--change-invisible S] [--linger S]
+            [--no-ack-every M --no-ack-attempts K] [--withhold-invisible S]
+            [--change-invisible S] [--linger S]
     push-consume --endpoint E --topic T --group G --expect N --timeout S
             [--tag-expr X | --sql X] [--fail-every M --fail-attempts K] [--linger S]
     bench-send --endpoint E --topic T --count N --inflight K [--size B]
@@ -245,7 +246,6 @@ def simple_consume(args: argparse.Namespace) -> int:
     consumer.startup()
     emit(event="started")
     tally = Tally(args.expect)
-    changed: set[str] = set()
     deadline = time.monotonic() + args.timeout
     errors = 0
     try:
@@ -264,10 +264,16 @@ def simple_consume(args: argparse.Namespace) -> int:
                 seq = int(ev["seq"])
                 if _withhold(args, seq, msg.delivery_attempt):
                     emit(event="no_ack", body=ev["body"], attempt=msg.delivery_attempt, seq=seq)
+                    if args.withhold_invisible:
+                        # left unacked, but due back after this many seconds
+                        try:
+                            consumer.change_invisible_duration(msg, args.withhold_invisible)
+                            emit(event="changed", body=ev["body"], seconds=args.withhold_invisible)
+                        except Exception as exc:
+                            emit(event="change_error", body=ev["body"], error=repr(exc))
                     continue
-                if args.change_invisible and msg.message_id not in changed:
+                if args.change_invisible and msg.delivery_attempt == 1:
                     # first delivery: ask for more time, then ack with the new handle
-                    changed.add(msg.message_id)
                     try:
                         consumer.change_invisible_duration(msg, args.change_invisible)
                         emit(event="changed", body=ev["body"], seconds=args.change_invisible)
@@ -495,7 +501,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--await-s", type=int, default=2, help="long polling, seconds")
     s.add_argument("--no-ack-every", type=int, default=0, help="leave seq %% M == 0 unacked")
     s.add_argument("--no-ack-attempts", type=int, default=0, help="... while attempt <= K")
-    s.add_argument("--change-invisible", type=int, default=0, help="seconds, before the ack")
+    s.add_argument(
+        "--change-invisible", type=int, default=0, help="first delivery: seconds, then ack"
+    )
+    s.add_argument("--withhold-invisible", type=int, default=0, help="unacked ones: seconds")
     c = sub.add_parser("push-consume")
     _common(c)
     _consumer_args(c)

@@ -154,3 +154,97 @@ def done_of(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def acked_bodies(events: list[dict[str, Any]], kind: str = "ack") -> Counter[str]:
     return Counter(str(e["body"]) for e in events if e["event"] == kind)
+
+
+def cluster_config(directory: Path, **broker_conf: int | str) -> Path:
+    """A `rmq up --config` file whose [broker_conf] applies to every broker."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "cluster.toml"
+    lines = ["[broker_conf]"]
+    for k, v in broker_conf.items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# check-backs of half messages within about a second (RocketMQ: 6 s old, every 60 s)
+FAST_TRANSACTIONS: dict[str, int | str] = {
+    "transactionTimeOut": 1000,
+    "transactionCheckInterval": 1000,
+}
+
+
+class Py5:
+    """The 5.x client against one cluster: `py5.produce(tmp_path, topic, n, ...)` and so on,
+    each a driver run whose events are returned after checking it exited cleanly."""
+
+    def __init__(
+        self, python: Path, endpoint: str, namesrv: str, *, tls: bool = False, ca: str = ""
+    ) -> None:
+        self.python = python
+        self.endpoint = endpoint
+        self.namesrv = namesrv
+        self.tls = tls
+        self.ca = ca
+
+    def _conn(self) -> list[str]:
+        out = ["--endpoint", self.endpoint]
+        if self.tls:
+            out.append("--tls")
+        if self.ca:
+            out += ["--ca", self.ca]
+        return out
+
+    def run(
+        self, tmp_path: Path, cmd: str, *args: str, timeout: float = 180.0
+    ) -> list[dict[str, Any]]:
+        return run_py5(self.python, tmp_path, cmd, *self._conn(), *args, timeout=timeout)
+
+    def background(self, tmp_path: Path, cmd: str, *args: str) -> Py5Process:
+        return Py5Process(self.python, tmp_path, cmd, *self._conn(), *args)
+
+    def produce(
+        self, tmp_path: Path, topic: str, count: int, *args: str, timeout: float = 180.0
+    ) -> list[dict[str, Any]]:
+        events = self.run(
+            tmp_path, "produce", "--topic", topic, "--count", str(count), *args, timeout=timeout
+        )
+        sent_ok(events, count)
+        return events
+
+    def simple(
+        self, tmp_path: Path, topic: str, group: str, expect: int, *args: str, timeout: float = 60.0
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        events = self.run(
+            tmp_path, "simple-consume", "--topic", topic, "--group", group,
+            "--expect", str(expect), "--timeout", str(timeout), *args,
+            timeout=timeout + 90,
+        )  # fmt: skip
+        return events, done_of(events)
+
+    def push(
+        self, tmp_path: Path, topic: str, group: str, expect: int, *args: str, timeout: float = 60.0
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        events = self.run(
+            tmp_path, "push-consume", "--topic", topic, "--group", group,
+            "--expect", str(expect), "--timeout", str(timeout), *args,
+            timeout=timeout + 90,
+        )  # fmt: skip
+        return events, done_of(events)
+
+    def topic(self, name: str, message_type: str = "NORMAL", queues: int = 4) -> None:
+        rmq("topic", "create", name, "--message-type", message_type, "--queues", str(queues),
+            "-n", self.namesrv)  # fmt: skip
+
+    def group(self, name: str, *args: str) -> None:
+        rmq("group", "create", name, *args, "-n", self.namesrv)
+
+
+def read_topic(namesrv: str, topic: str, *, count: int | None = None) -> list[dict[str, Any]]:
+    """Every message of a topic (a DLQ, a retry topic) read back over the 4.x path."""
+    args = ["consume", "--topic", topic, "--from-beginning", "--json", "-n", namesrv,
+            "--group", f"py5-readback-{os.getpid()}-{threading.get_ident()}"]  # fmt: skip
+    if count is not None:
+        args += ["--count", str(count)]
+    doc = json.loads(rmq(*args))
+    return list(doc["messages"])
