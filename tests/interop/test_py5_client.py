@@ -104,10 +104,11 @@ def test_an_unacked_message_comes_back_with_its_next_delivery_attempt(
     py5.topic(topic)
     py5.group(group)
     py5.produce(tmp_path, topic, n)
-    # every 5th is left unacked on its first delivery; its invisible time (2 s) runs out
+    # every 5th is left unacked on its first delivery; its invisible time runs out (10 s:
+    # RocketMQ's least for a receive, the proxy's minInvisibleTimeMillsForRecv)
     ev, done = py5.simple(
         tmp_path, topic, group, n,
-        "--invisible", "2", "--no-ack-every", "5", "--no-ack-attempts", "1", "--linger", "3",
+        "--invisible", "10", "--no-ack-every", "5", "--no-ack-attempts", "1", "--linger", "3",
     )  # fmt: skip
     assert done["complete"], done
     assert_acked_once(ev, bodies("", n))
@@ -235,7 +236,7 @@ def test_fifo_messages_of_a_group_come_in_order_each_after_the_previous_is_acked
     # One message per receive: a batch may hold several of a group, and the contract is then
     # to process them in order (a consumer leaving the first unacked must drop the rest)
     ev, done = py5.simple(
-        tmp_path, topic, group, n, "--invisible", "2", "--batch", "1",
+        tmp_path, topic, group, n, "--invisible", "10", "--batch", "1", "--withhold-invisible", "1",
         "--no-ack-every", "7", "--no-ack-attempts", "1", "--linger", "3", timeout=90,
     )  # fmt: skip
     assert done["complete"], done
@@ -257,8 +258,8 @@ def test_simple_consumer_dead_letters_after_max_attempts(tmp_path: Path, py5: Py
     py5.group(group, "--retry-max-times", "2")  # 3 deliveries, then %DLQ%py5-dlq
     py5.produce(tmp_path, topic, 3, "--prefix", "d-")
     ev, _ = py5.simple(
-        tmp_path, topic, group, 0, "--invisible", "1", "--no-ack-every", "1",
-        "--no-ack-attempts", "99", "--linger", "0", timeout=30,
+        tmp_path, topic, group, 0, "--invisible", "10", "--withhold-invisible", "1",
+        "--no-ack-every", "1", "--no-ack-attempts", "99", "--linger", "0", timeout=30,
     )  # fmt: skip
     attempts: dict[str, list[int]] = defaultdict(list)
     for e in recv_of(ev):

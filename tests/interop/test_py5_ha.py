@@ -64,7 +64,7 @@ def run_failover(
     py5.produce(tmp_path, topic, N, "--prefix", "a-")
     consumer = py5.background(
         tmp_path, "simple-consume", "--topic", topic, "--group", group, "--expect", str(2 * N),
-        "--invisible", "5", "--batch", "4", "--timeout", "240", "--linger", "6",
+        "--invisible", "10", "--batch", "4", "--timeout", "240", "--linger", "6",
     )  # fmt: skip
     assert consumer.started.wait(60), "the 5.x consumer did not start"
     wait_acked(consumer.events, N // 2, 60)
