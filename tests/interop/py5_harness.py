@@ -63,10 +63,14 @@ class Py5Process:
         self.started = threading.Event()
         self._stderr: list[str] = []
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
-        threading.Thread(
-            target=lambda f: self._stderr.extend(f), args=(self.proc.stderr,), daemon=True
-        ).start()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True),
+            threading.Thread(
+                target=lambda f: self._stderr.extend(f), args=(self.proc.stderr,), daemon=True
+            ),
+        ]
+        for t in self._readers:
+            t.start()
 
     def _read(self, f: IO[str]) -> None:
         for line in f:
@@ -76,6 +80,17 @@ class Py5Process:
                 if ev.get("event") == "started":
                     self.started.set()
 
+    def stop(self) -> None:
+        """Kill it if it still runs (a test that failed before `wait`); close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        for t in self._readers:
+            t.join(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
     def wait(self, timeout: float) -> list[dict[str, Any]]:
         try:
             rc = self.proc.wait(timeout=timeout)
@@ -83,11 +98,13 @@ class Py5Process:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        # the reader threads drain the pipes after exit
-        for _ in range(50):
-            if any(e.get("event") == "done" for e in self.events) or rc != 0:
-                break
-            threading.Event().wait(0.05)
+            rc = self.proc.returncode
+        # the reader threads drain the pipes to their end, then the pipes are closed
+        for t in self._readers:
+            t.join(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
         assert rc == 0, f"py5 driver {self.args[0]} failed ({rc}):\n{''.join(self._stderr)[-6000:]}"
         return self.events
 

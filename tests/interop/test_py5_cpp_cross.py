@@ -126,12 +126,15 @@ def test_a_cpp_group_and_a_5x_group_consume_one_topic_side_by_side(
             tmp_path, "simple-consume", "--topic", topic, "--group", "py5-cross-shared",
             "--expect", str(n), "--timeout", "120", "--linger", "3",
         )  # fmt: skip
-        assert py5_bg.started.wait(60), "the 5.x consumer did not start"
-        half = n // 2
-        cpp(tmp_path, "produce", "--namesrv", py5.namesrv, "--topic", topic,
-            "--count", str(half), "--prefix", "c-")  # fmt: skip
-        py5.produce(tmp_path, topic, half, "--prefix", "p-")
-        ev = py5_bg.wait(200)
+        try:
+            assert py5_bg.started.wait(60), "the 5.x consumer did not start"
+            half = n // 2
+            cpp(tmp_path, "produce", "--namesrv", py5.namesrv, "--topic", topic,
+                "--count", str(half), "--prefix", "c-")  # fmt: skip
+            py5.produce(tmp_path, topic, half, "--prefix", "p-")
+            ev = py5_bg.wait(200)
+        finally:
+            py5_bg.stop()
         out, err = cpp_proc.communicate(timeout=200)
     finally:
         if cpp_proc.poll() is None:

@@ -66,17 +66,20 @@ def run_failover(
         tmp_path, "simple-consume", "--topic", topic, "--group", group, "--expect", str(2 * N),
         "--invisible", "10", "--batch", "4", "--timeout", "240", "--linger", "6",
     )  # fmt: skip
-    assert consumer.started.wait(60), "the 5.x consumer did not start"
-    wait_acked(consumer.events, N // 2, 60)
-    rmq("kill", victim, "--data-dir", str(data_dir))
-    if restart:
-        time.sleep(1.0)
-        rmq("restart", victim, "--data-dir", str(data_dir))
-    # sends during the outage fail until the client's route shows a serving node again
-    # (the client refreshes routes every 30 s): retried, the same message, for up to 90 s
-    sent = py5.produce(tmp_path, topic, N, "--prefix", "b-", "--retry-for", "90", timeout=240)
-    assert len([e for e in sent if e["event"] == "sent"]) == N
-    events = consumer.wait(300)
+    try:
+        assert consumer.started.wait(60), "the 5.x consumer did not start"
+        wait_acked(consumer.events, N // 2, 60)
+        rmq("kill", victim, "--data-dir", str(data_dir))
+        if restart:
+            time.sleep(1.0)
+            rmq("restart", victim, "--data-dir", str(data_dir))
+        # sends during the outage fail until the client's route shows a serving node again
+        # (the client refreshes routes every 30 s): retried, the same message, for up to 90 s
+        sent = py5.produce(tmp_path, topic, N, "--prefix", "b-", "--retry-for", "90", timeout=240)
+        assert len([e for e in sent if e["event"] == "sent"]) == N
+        events = consumer.wait(300)
+    finally:
+        consumer.stop()
     done = [e for e in events if e["event"] == "done"][0]
     assert done["complete"], (done, events[-5:])
     acked = acked_bodies(events)
