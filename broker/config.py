@@ -30,6 +30,7 @@ import attrs
 
 from broker.store.config import MessageStoreConfig, parse_delay_levels, parse_dledger_peers
 from common.mixall import MASTER_ID
+from common.tls import TlsClientConfig, TlsServerConfig, tls_properties
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +172,26 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # the period of the check rounds (transactionCheckInterval, 60 s)
     transaction_check_interval: float = 60.0
+    # pop (broker/pop): the revive round period (reviveInterval, 1 s), the revive queues of the
+    # cluster's revive topic (reviveQueueNum, 8) and the cap on pops held for long polling at
+    # once (maxPopPollingSize, 100000); a group's queue is not popped while this many of its
+    # messages are in flight (popInflightMessageThreshold; RocketMQ applies it only with
+    # enablePopMessageThreshold, we always do: it bounds the in-flight table)
+    revive_interval: float = 1.0
+    pop_inflight_message_threshold: int = 10000
+    revive_queue_num: int = 8
+    max_pop_polling_size: int = 100000
     # the Prometheus exporter (RocketMQ 5's keys; docs/metrics.md): 0 leaves it off; the host
     # defaults to listen_host
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 0
+    # RocketMQ 5's gRPC endpoint (broker/grpc; the proxy's grpcServerPort, 8081); an ephemeral
+    # port when listenPort is 0 (tests), -1: not served
+    grpc_server_port: int = 8081
+    # TLS (common/tls.py): RocketMQ's tls.server.* keys for the remoting, VIP and gRPC ports;
+    # tls.enable / tls.client.* for the broker's own connections (to the nameservers)
+    tls: TlsServerConfig = attrs.field(factory=TlsServerConfig)
+    tls_client: TlsClientConfig = attrs.field(factory=TlsClientConfig)
 
     @property
     def broker_role(self) -> str:
@@ -203,6 +220,13 @@ class BrokerConfig:
         return self.listen_port + 1 if self.listen_port else 0
 
     @property
+    def grpc_port(self) -> int | None:
+        """The gRPC port to bind (0: any free one), None when the endpoint is off."""
+        if self.grpc_server_port < 0:
+            return None
+        return self.grpc_server_port if self.listen_port else 0
+
+    @property
     def vip_port(self) -> int:
         return self.listen_port - 2 if self.listen_port else 0
 
@@ -213,7 +237,13 @@ class BrokerConfig:
         broker_kw: _FieldValues = {}
         store_kw: _FieldValues = {}
         store_fields = {f.name for f in attrs.fields(MessageStoreConfig)}
+        # RocketMQ reads these from -D system properties and tls.config.file; both may be here
+        tls_props = tls_properties(props, parse_properties)
+        broker_kw["tls"] = TlsServerConfig.from_properties(tls_props)
+        broker_kw["tls_client"] = TlsClientConfig.from_properties(tls_props)
         for name, raw in props.items():
+            if name.startswith("tls."):
+                continue
             spec = _PROPERTIES.get(name)
             if spec is None:
                 log.warning("broker.conf: ignoring unknown property %s", name)
@@ -336,9 +366,19 @@ _PROPERTIES: dict[str, _Spec] = {
     "transactionTimeOut": ("broker", "transaction_timeout", _parse_ms),
     "transactionCheckMax": ("broker", "transaction_check_max", _parse_positive_int),
     "transactionCheckInterval": ("broker", "transaction_check_interval", _parse_ms),
+    "reviveInterval": ("broker", "revive_interval", _parse_ms),
+    "reviveQueueNum": ("broker", "revive_queue_num", _parse_positive_int),
+    "maxPopPollingSize": ("broker", "max_pop_polling_size", _parse_positive_int),
+    "popInflightMessageThreshold": (
+        "broker",
+        "pop_inflight_message_threshold",
+        _parse_positive_int,
+    ),
     # RocketMQ 5's Prometheus exporter (docs/metrics.md)
     "metricsPromExporterHost": ("broker", "metrics_prom_exporter_host", _parse_str),
     "metricsPromExporterPort": ("broker", "metrics_prom_exporter_port", _parse_int),
+    # RocketMQ 5's gRPC endpoint (broker/grpc)
+    "grpcServerPort": ("broker", "grpc_server_port", _parse_int),
     # MessageStoreConfig
     "storePathRootDir": ("store", "store_path_root_dir", _parse_str),
     "storePathCommitLog": ("store", "store_path_commit_log", _parse_str),
@@ -363,6 +403,10 @@ _PROPERTIES: dict[str, _Spec] = {
     "crcCheckWindowOnRecover": ("store", "crc_check_window_on_recover", _parse_int),
     "maxMessageSize": ("store", "max_message_size", _parse_int),
     "messageDelayLevel": ("store", "message_delay_level", _parse_delay_levels),
+    "timerWheelEnable": ("store", "timer_wheel_enable", _parse_bool),
+    "timerMaxDelaySec": ("store", "timer_max_delay_sec", _parse_positive_int),
+    "timerPrecisionMs": ("store", "timer_precision_ms", _parse_positive_int),
+    "timerRollWindowSlot": ("store", "timer_roll_window_slot", _parse_positive_int),
     "syncFlushTimeout": ("store", "sync_flush_timeout", _parse_ms),
     "slaveTimeout": ("store", "slave_timeout", _parse_ms),
     "flushIntervalCommitLog": ("store", "flush_interval_commit_log", _parse_ms),

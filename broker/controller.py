@@ -38,12 +38,15 @@ from broker.consumer_manager import ConsumerManager, ProducerManager, RebalanceL
 from broker.consumer_offset_manager import ConsumerOffsetManager, config_dir
 from broker.filter.consumer_filter_manager import ConsumerFilterManager
 from broker.ha.service import HABroker, HAService
+from broker.pop.api import PopService
 from broker.processor.pull_hold import PullRequestHoldService
 from broker.registrar import BrokerRegistrar, RegisterResult
 from broker.schedule import ScheduleMessageService, parse_delay_levels
 from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
 from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
+from broker.timer.service import TimerMessageService
+from broker.timer.transform import TimerSettings
 from broker.topic_config import TopicConfigManager
 from broker.transaction.check import CheckConfig
 from broker.transaction.check_listener import DefaultTransactionalMessageCheckListener
@@ -102,11 +105,16 @@ class BrokerController:
     # compiled SQL92 filters of the pulls (bounded)
     consumer_filter_manager: ConsumerFilterManager = attrs.field(factory=ConsumerFilterManager)
     schedule_service: ScheduleMessageService = attrs.field(init=False)
+    # RocketMQ 5 timer messages (broker/timer); runs on a master / DLedger leader only
+    timer_service: TimerMessageService = attrs.field(init=False)
     # half messages, END_TRANSACTION and the check (broker/transaction); the check runs on a
     # master only (run_transaction_check)
     transaction_service: TransactionalMessageService = attrs.field(init=False)
     transaction_check_listener: DefaultTransactionalMessageCheckListener = attrs.field(init=False)
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    # pop consumption (broker/pop): built by broker/service.py; its revive task runs on a
+    # master / DLedger leader only, and pops are answered only while it runs
+    pop: PopService | None = None
     # the Prometheus counters of the request paths while the broker serves metrics
     # (broker/broker_metrics.py; None: metricsPromExporterPort is 0)
     metrics: BrokerMetrics | None = None
@@ -176,6 +184,15 @@ class BrokerController:
         self.lock_manager = RebalanceLockManager(max_live_time=c.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(
             self.store, self.pull_hold, parse_delay_levels(c.store.message_delay_level)
+        )
+        self.timer_service = TimerMessageService(
+            self.store,
+            self.pull_hold,
+            TimerSettings(
+                c.store.timer_wheel_enable, c.store.timer_max_delay_sec, c.store.timer_precision_ms
+            ),
+            window_slots=c.store.timer_roll_window_slot,
+            commit_log_file_size=c.store.mapped_file_size_commit_log,
         )
         self.transaction_service = TransactionalMessageService(
             self.store,
@@ -250,6 +267,7 @@ class BrokerController:
         self.subscription_group_manager.load(d / "subscriptionGroup.json")
         self.consumer_offset_manager.load(d / "consumerOffset.json")
         self.schedule_service.load(d / "delayOffset.json")
+        self.timer_service.checkpoint.load(d / "timerCheckpoint.json")
         # changes from now on are persisted and announced
         self.topic_config_manager.on_change = self._on_topics_changed
         self.subscription_group_manager.on_change = self._on_groups_changed
@@ -314,6 +332,7 @@ class BrokerController:
         try:
             self.consumer_offset_manager.persist(d / "consumerOffset.json", force=force)
             self.schedule_service.persist(d / "delayOffset.json", force=force)
+            self.timer_service.checkpoint.persist(d / "timerCheckpoint.json", force=force)
         except OSError as exc:
             log.error("could not write offsets: %s", exc)
 
@@ -414,6 +433,7 @@ class BrokerController:
         for manager, name in (
             (self.consumer_offset_manager, "consumerOffset.json"),
             (self.schedule_service, "delayOffset.json"),
+            (self.timer_service.checkpoint, "timerCheckpoint.json"),
         ):
             data = manager.take_snapshot()
             if data is not None:

@@ -14,7 +14,8 @@ Theory of operation
    when ``listenPort`` is 0), with the same processors; the HA service (``ha_factory``, by
    default classic HA ``broker.ha.service.run_ha_service``, none in DLedger mode) binds
    ``listenPort+1`` and sets ``controller.ha``; the Prometheus exporter
-   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set;
+   (``broker/metrics_exporter.py``) binds ``metricsPromExporterPort`` when it is set; RocketMQ
+   5's gRPC MessagingService (``broker/grpc/service.py``) binds ``grpcServerPort``;
 4. background tasks: the registrar (REGISTER_BROKER at start, every 30 s and after topic
    changes), offset persistence (every 5 s), client housekeeping (idle channels dropped every
    10 s), NOTIFY_CONSUMER_IDS_CHANGED delivery, on masters the delay-level scheduler and the
@@ -49,7 +50,9 @@ from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
 from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
+from broker.grpc.service import run_grpc_service
 from broker.ha.service import run_ha_service
+from broker.pop.service import PopMessageService
 from broker.processor.dispatcher import build_dispatcher
 from broker.registrar import BrokerRegistrar
 from broker.slave_sync import run_slave_sync
@@ -58,6 +61,7 @@ from broker.store.config import MessageStoreConfig
 from common.remoting.client import open_remoting_client
 from common.remoting.network import TCP, Network
 from common.remoting.server import serve_remoting
+from common.tls import client_network, server_policy
 
 if TYPE_CHECKING:
     from common.metrics.exporter import MetricsServerHandle
@@ -77,6 +81,8 @@ class BrokerHandle:
     host: str = "127.0.0.1"
     # the metrics port (None: metricsPromExporterPort is 0)
     metrics: MetricsServerHandle | None = None
+    # the gRPC MessagingService port (broker/grpc; None: grpcServerPort is -1)
+    grpc_port: int | None = None
 
     @property
     def addr(self) -> str:
@@ -150,9 +156,16 @@ async def run_broker(
         controller = BrokerController(config, store, network=network, io_threads=io_threads)
         controller.load()
         store.add_arrival_listener(controller.pull_hold.notify_message_arriving)
+        pop = PopMessageService(controller)
+        controller.pop = pop
+        store.add_arrival_listener(pop.on_message_arriving)
         dispatcher = build_dispatcher(controller)
+        # before any port opens: a bad certificate fails the start
+        tls = server_policy(config.tls)
         try:
-            async with open_remoting_client(network=network) as client:
+            async with open_remoting_client(
+                network=client_network(config.tls_client, network)
+            ) as client:
                 try:
                     async with trio.open_nursery() as nursery:
                         if config.chaos_ack_before_store:
@@ -166,7 +179,7 @@ async def run_broker(
                             await nursery.start(run_acl_watch, acl, config.acl_watch_interval)
                             dispatcher.guard = acl.guard
                             controller.acl = acl
-                        serve = partial(serve_remoting, network=network)
+                        serve = partial(serve_remoting, network=network, tls=tls)
                         main = await nursery.start(
                             serve, dispatcher, config.listen_host, config.listen_port
                         )
@@ -208,6 +221,23 @@ async def run_broker(
                         if ha_factory is not None:
                             controller.ha_port = await nursery.start(ha_factory, controller)
                         controller.registrar = registrar
+                        grpc_port = None
+                        if config.grpc_port is not None:
+                            grpc = await nursery.start(
+                                partial(
+                                    run_grpc_service,
+                                    controller,
+                                    dispatcher,
+                                    controller.pop,
+                                    remoting=client,
+                                    host=config.listen_host,
+                                    port=config.grpc_port,
+                                    network=network,
+                                    # the same certificate, offering HTTP/2 as gRPC needs
+                                    tls=server_policy(config.tls, alpn=["h2"]),
+                                )
+                            )
+                            grpc_port = grpc.port
                         await nursery.start(controller.config_writer.run)
                         nursery.start_soon(controller._notify_task)
                         nursery.start_soon(controller._persist_task)
@@ -223,17 +253,20 @@ async def run_broker(
                             await nursery.start(roles.run)
                         elif not config.is_slave:
                             await nursery.start(controller.schedule_service.run)
+                            await nursery.start(controller.timer_service.run)
                             await nursery.start(controller.run_transaction_check)
+                            await nursery.start(pop.run_revive)
                         else:
                             await nursery.start(run_slave_sync, controller, client)
                         await nursery.start(registrar.run)
                         log.info(
-                            "broker %s (%s) serving on %s, vip %s, ha %s",
+                            "broker %s (%s) serving on %s, vip %s, ha %s, grpc %s",
                             config.broker_name,
                             controller.broker_role,
                             main.port,
                             vip_port,
                             controller.ha_port,
+                            grpc_port,
                         )
                         task_status.started(
                             BrokerHandle(
@@ -244,6 +277,7 @@ async def run_broker(
                                 controller=controller,
                                 host=config.broker_ip1,
                                 metrics=metrics,
+                                grpc_port=grpc_port,
                             )
                         )
                 finally:

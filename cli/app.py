@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from cli.client_network import TLS_CA_ENV, TLS_ENV
 from cli.errors import Exit, run_main
 from cli.namesrv_address import DEFAULT_NAMESRV, NAMESRV_ENV
 from cli.version import print_version
@@ -177,5 +178,16 @@ def _global(
             help="Print the version (and a checkout's git commit) and exit.",
         ),
     ] = False,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help=f"Connect with TLS (as {TLS_ENV}=1); the CA to trust: {TLS_CA_ENV}=ca.pem "
+            "(default: .rmq/tls/ca.pem of `rmq up --tls` if present, else the system's).",
+        ),
+    ] = False,
 ) -> None:
+    if tls:
+        # every client the command opens reads it (network_from_env), as the env var
+        os.environ[TLS_ENV] = "1"
     ctx.obj = {"namesrv": namesrv}

@@ -48,6 +48,16 @@ class MessageConst:
     CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     INSTANCE_ID = "INSTANCE_ID"
     CORRELATION_ID = "CORRELATION_ID"
+    # RocketMQ 5 timer messages (MessageConst.PROPERTY_TIMER_*): what a producer sets (an
+    # absolute epoch ms, or a delay from now) and what the broker's timer store adds
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
     ARRIVE_TIME = "ARRIVE_TIME"

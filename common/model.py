@@ -91,6 +91,10 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    # RocketMQ 5's TopicConfig.attributes, e.g. {"message.type": "FIFO"}
+    # (common/topic_message_type.py); None (left out of the JSON, as 4.x writes it) when empty;
+    # not hashed: a dict is not hashable
+    attributes: dict[str, str] | None = attrs.field(default=None, hash=False)
 
     def encode(self) -> str:
         """The space-separated form of the compressed REGISTER_BROKER body (Java's ``encode``)."""
@@ -259,6 +263,8 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    # RocketMQ 5: pop serves such a group in FIFO order (broker/pop/order.py)
+    consumeMessageOrderly: bool = False
 
 
 @attrs.define

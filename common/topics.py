@@ -20,6 +20,9 @@ AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 # Delayed messages wait here, one queue per delay level (TopicValidator.RMQ_SYS_SCHEDULE_TOPIC,
 # ScheduleMessageService.SCHEDULE_TOPIC before 4.9).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ 5 timer messages wait here, queue 0, until their TIMER_OUT_MS
+# (TimerMessageStore.TIMER_TOPIC = TopicValidator.SYSTEM_TOPIC_PREFIX + "wheel_timer")
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 BENCHMARK_TOPIC = "BenchmarkTest"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from common.tls import TlsServerConfig
+
 # Properties that may never be changed remotely: they name files on the server
 # (RocketMQ keeps the same blacklist in NamesrvController.configBlackList).
 PROTECTED_PROPERTIES = frozenset({"kvConfigPath", "configStorePath"})
@@ -42,6 +44,9 @@ class NamesrvConfig:
     # defaults to the listen host
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 0
+    # TLS on the listen port (common/tls.py; RocketMQ's tls.server.* keys, read from the file
+    # `rmq namesrv --tls-config` names as RocketMQ reads tls.config.file)
+    tls: TlsServerConfig = attrs.field(factory=TlsServerConfig)
 
     def to_properties(self) -> dict[str, str]:
         """The config as RocketMQ property names and string values."""

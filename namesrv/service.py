@@ -24,6 +24,7 @@ import trio
 
 from common.remoting.network import TCP, Network
 from common.remoting.server import RequestDispatcher, serve_remoting
+from common.tls import server_policy
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import NamesrvProcessor
@@ -92,9 +93,13 @@ async def run_namesrv(
     processor = NamesrvProcessor(routes=routes, kv=kv, config=config)
     dispatcher = RequestDispatcher()
     processor.register(dispatcher)
+    tls = server_policy(config.tls)  # before binding: a bad certificate fails the start
     async with trio.open_nursery() as nursery:
         server = await nursery.start(
-            partial(serve_remoting, network=network), dispatcher, config.host, config.listen_port
+            partial(serve_remoting, network=network, tls=tls),
+            dispatcher,
+            config.host,
+            config.listen_port,
         )
         nursery.start_soon(scan_not_active_broker_task, processor)
         metrics = None

@@ -40,6 +40,7 @@ from common.mixall import TOOLS_CONSUMER_GROUP
 from common.model import ClusterInfo, MessageQueue, PermName, TopicConfig, TopicRouteData
 from common.remoting.network import Network
 from common.session_credentials import SessionCredentials
+from common.topic_message_type import MESSAGE_TYPE_ATTRIBUTE
 from common.topics import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from rmq.admin_api import (
     AdminAPI,
@@ -167,15 +168,23 @@ class Admin(ClientBase):
         broker_addr: str | None = None,
         perm: int = PermName.READ | PermName.WRITE,
         order: bool = False,
+        message_type: str | None = None,
     ) -> list[str]:
-        """Create or update `topic` on one broker or on every master of a cluster."""
+        """Create or update `topic` on one broker or on every master of a cluster;
+        ``message_type``: RocketMQ 5's ``message.type`` attribute (NORMAL, FIFO, DELAY,
+        TRANSACTION, MIXED), what 5.x clients may send to it."""
         from rmq.message import Message
 
         Message(topic, b"x").validate()  # same name rules as sending
         if queues < 1:
             raise ClientError("queues must be >= 1")
         config = TopicConfig(
-            topic, readQueueNums=queues, writeQueueNums=queues, perm=perm, order=order
+            topic,
+            readQueueNums=queues,
+            writeQueueNums=queues,
+            perm=perm,
+            order=order,
+            attributes={MESSAGE_TYPE_ATTRIBUTE: message_type} if message_type else None,
         )
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
         for addr in addrs:
@@ -666,9 +675,11 @@ class Admin(ClientBase):
         retry_queue_nums: int = 1,
         consume_broadcast: bool = True,
         consume_enable: bool = True,
+        consume_message_orderly: bool = False,
     ) -> list[str]:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on one broker or every master of a cluster
-        (mqadmin updateSubGroup); the addresses it was created on."""
+        (mqadmin updateSubGroup); the addresses it was created on.  ``consume_message_orderly``
+        is RocketMQ 5's consumeMessageOrderly: pop serves the group in FIFO order."""
         if not group or len(group) > 255:
             raise ClientError("a group name is 1 to 255 characters")
         if retry_max_times < 0 or retry_queue_nums < 1:
@@ -683,6 +694,7 @@ class Admin(ClientBase):
             "brokerId": 0,
             "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True,
+            "consumeMessageOrderly": consume_message_orderly,
         }
         api = self._admin_api
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)

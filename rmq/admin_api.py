@@ -39,6 +39,8 @@ class QueueConsumeStats:
     broker_offset: int  # the queue's max offset (next offset to be written)
     consumer_offset: int  # the group's committed offset (0 when it never committed)
     last_timestamp: int  # store time (ms) of the last consumed message, 0 when none
+    # pop (RocketMQ 5): messages popped and neither acked nor revived yet
+    inflight: int = 0
 
     @property
     def lag(self) -> int:
@@ -56,6 +58,10 @@ class ConsumeStats:
     @property
     def lag(self) -> int:
         return sum(q.lag for q in self.queues)
+
+    @property
+    def inflight(self) -> int:
+        return sum(q.inflight for q in self.queues)
 
     @property
     def broker_offset(self) -> int:
@@ -244,6 +250,7 @@ class AdminAPI(RequestHelpers):
                     _int(v.get("brokerOffset", 0), "brokerOffset"),
                     _int(v.get("consumerOffset", 0), "consumerOffset"),
                     _int(v.get("lastTimestamp", 0), "lastTimestamp"),
+                    _int(v.get("inflight", 0), "inflight"),
                 )
             )
         return tps, out

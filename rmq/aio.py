@@ -598,6 +598,7 @@ class Admin(_AioClient[_admin.Admin]):
         retry_queue_nums: int = 1,
         consume_broadcast: bool = True,
         consume_enable: bool = True,
+        consume_message_orderly: bool = False,
     ) -> list[str]:
         return await self._run(
             self._async.create_group,
@@ -608,6 +609,7 @@ class Admin(_AioClient[_admin.Admin]):
             retry_queue_nums=retry_queue_nums,
             consume_broadcast=consume_broadcast,
             consume_enable=consume_enable,
+            consume_message_orderly=consume_message_orderly,
         )
 
     async def delete_group(

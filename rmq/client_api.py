@@ -323,6 +323,12 @@ class ClientAPI(RequestHelpers):
                 "topicFilterType": config.topicFilterType,
                 "topicSysFlag": config.topicSysFlag,
                 "order": config.order,
+                # RocketMQ 5's attribute syntax; only sent when the topic has attributes
+                **(
+                    {"attributes": ",".join(f"+{k}={v}" for k, v in config.attributes.items())}
+                    if config.attributes
+                    else {}
+                ),
             },
             timeout=timeout,
         )

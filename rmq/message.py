@@ -42,6 +42,9 @@ PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+# RocketMQ 5 timers: deliver at an absolute epoch ms, or after a delay from the broker's now
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 
 # Keys a user may not set through `properties=`: the client or the broker owns them.
 RESERVED_PROPERTIES = frozenset(
@@ -96,6 +99,14 @@ def _properties_dict(properties: dict[str, str] | None) -> dict[str, str]:
     return dict(properties) if properties else {}
 
 
+def _epoch_ms(at: datetime.datetime | int | None) -> int | None:
+    """A deliver time as epoch ms: an int is taken as epoch ms already; a naive datetime is
+    local time, as ``datetime.timestamp`` reads it."""
+    if at is None or isinstance(at, int):
+        return at
+    return int(at.timestamp() * 1000)
+
+
 @functools.lru_cache(maxsize=1024)
 def _topic_problem(topic: str) -> str | None:
     """Why no broker would take `topic` (None: fine). Cached: a producer sends to few topics."""
@@ -143,6 +154,11 @@ class Message:
     flag: int = 0
     # WAIT=true asks the broker to answer only after the store is done (RocketMQ default).
     wait_store_ok: bool = True
+    # RocketMQ 5 timer message (a 5.x broker, or trio-rmq's): delivered at this time (epoch ms,
+    # or a datetime) or after `delay` seconds, to the second, up to the broker's
+    # timerMaxDelaySec (3 days by default); sent as TIMER_DELIVER_MS / TIMER_DELAY_MS
+    deliver_at: int | None = attrs.field(default=None, converter=_epoch_ms)
+    delay: float | None = None
 
     def validate(self) -> None:
         """Raise InvalidMessageError for what no broker would accept.
@@ -157,6 +173,11 @@ class Message:
             raise InvalidMessageError("message body is empty")
         if not 0 <= self.delay_level <= MAX_DELAY_LEVEL:
             raise InvalidMessageError(f"delay_level must be 0..{MAX_DELAY_LEVEL}")
+        timed = (self.deliver_at is not None) + (self.delay is not None) + (self.delay_level > 0)
+        if timed > 1:
+            raise InvalidMessageError("set at most one of deliver_at, delay and delay_level")
+        if self.delay is not None and self.delay < 0:
+            raise InvalidMessageError("delay must not be negative")
         for key, value in self.properties.items():
             if key in RESERVED_PROPERTIES:
                 raise InvalidMessageError(f"property {key!r} is reserved")
@@ -173,6 +194,10 @@ class Message:
             props[PROPERTY_KEYS] = self.keys
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        if self.deliver_at is not None:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_at)
+        if self.delay is not None:
+            props[PROPERTY_TIMER_DELAY_MS] = str(round(self.delay * 1000))
         props[PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_ok else "false"
         return props
 
@@ -182,7 +207,7 @@ class Message:
 
         Call `validate()` first. Tags or keys holding a separator raise InvalidMessageError.
         """
-        if not self.properties:
+        if not self.properties and self.deliver_at is None and self.delay is None:
             # the common case, without a dict: same keys in the same order as below
             keys = self.keys
             if keys:

@@ -408,7 +408,7 @@ class Producer(ClientBase):
         for i, m in enumerate(msgs):
             if m.topic != topic:
                 raise InvalidMessageError("all messages of a batch must have the same topic")
-            if m.delay_level:
+            if m.delay_level or m.deliver_at is not None or m.delay is not None:
                 raise InvalidMessageError("delayed messages cannot be sent in a batch")
             if not m.wait_store_ok:
                 raise InvalidMessageError("batch messages must wait for the store (WAIT=true)")

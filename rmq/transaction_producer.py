@@ -56,7 +56,7 @@ from common.message_properties import MessageConst
 from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode
 from common.remoting.command import RemotingCommand
-from rmq.errors import ClientError
+from rmq.errors import ClientError, InvalidMessageError
 from rmq.message import Message
 from rmq.producer import Producer
 from rmq.send_result import SendResult, SendStatus
@@ -193,6 +193,9 @@ class TransactionProducer(Producer):
 
     async def _send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
         """Step 1: the half message (sysFlag TRANSACTION_PREPARED, TRAN_MSG, PGROUP)."""
+        if msg.deliver_at is not None or msg.delay is not None:
+            # as RocketMQ 5's clients: a transactional message cannot carry a delivery time
+            raise InvalidMessageError("a transactional message cannot have deliver_at or delay")
         if msg.delay_level:
             msg = attrs.evolve(msg, delay_level=0)
         body, props, uniq = self._prepare(msg)

@@ -69,7 +69,13 @@ def resources_of(cmd: RemotingCommand) -> Resources:
         return _send(ext.get("topic"), ext.get("producerGroup"))
     if code == RequestCode.CONSUMER_SEND_MSG_BACK:
         return group("group")
-    if code == RequestCode.PULL_MESSAGE:
+    if code in (
+        RequestCode.PULL_MESSAGE,
+        # RocketMQ 5 (PlainAccessResource): pop, ack and change invisible time as a pull
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    ):
         return topic() + group("consumerGroup")
     if code == RequestCode.QUERY_MESSAGE:
         return topic()

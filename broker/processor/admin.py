@@ -48,6 +48,11 @@ from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicCo
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
+from common.topic_message_type import (
+    TopicAttributeError,
+    apply_attribute_changes,
+    parse_attribute_changes,
+)
 from common.topics import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
@@ -150,9 +155,23 @@ class AdminBrokerProcessor:
             topicFilterType=filter_type,
             topicSysFlag=req.get_int("topicSysFlag", 0),
             order=req.get_bool("order", False),
+            attributes=self._topic_attributes(topic, req.get_str("attributes", "")),
         )
         b.topic_config_manager.update_topic_config(tc)
         return await self._when_durable(req)
+
+    def _topic_attributes(self, topic: str, text: str) -> dict[str, str] | None:
+        """RocketMQ 5's ``attributes`` field ("+message.type=FIFO"), merged into the topic's
+        current attributes (TopicConfigManager.updateTopicConfig)."""
+        current = self.broker.topic_config_manager.select_topic_config(topic)
+        existing = (current.attributes if current is not None else None) or {}
+        if not text:
+            return dict(existing) or None
+        try:
+            changes = parse_attribute_changes(text)
+        except TopicAttributeError as exc:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        return apply_attribute_changes(existing, changes) or None
 
     async def delete_topic(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         b = self.broker
@@ -258,6 +277,8 @@ class AdminBrokerProcessor:
         # on a master; the master address and reported offset on a slave.
         if b.ha is not None:
             info.update(b.ha.runtime_info())
+        if b.config.store.timer_wheel_enable:
+            info.update(b.timer_service.runtime_info())
         return info
 
     async def get_broker_runtime_info(
@@ -434,16 +455,16 @@ class AdminBrokerProcessor:
                 continue
             for q in range(tc.writeQueueNums):
                 consumer = max(b.consumer_offset_manager.query_offset(group, topic, q), 0)
-                entries.append(
-                    (
-                        MessageQueue(topic, b.config.broker_name, q),
-                        {
-                            "brokerOffset": b.store.get_max_offset_in_queue(topic, q),
-                            "consumerOffset": consumer,
-                            "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
-                        },
-                    )
-                )
+                wrapper: dict[str, int] = {
+                    "brokerOffset": b.store.get_max_offset_in_queue(topic, q),
+                    "consumerOffset": consumer,
+                    "lastTimestamp": self._store_time_at(topic, q, consumer - 1),
+                }
+                # pop (RocketMQ 5): popped, not acked yet; an extra field Java clients ignore
+                inflight = b.pop.inflight_in_queue(group, topic, q) if b.pop is not None else 0
+                if inflight:
+                    wrapper["inflight"] = inflight
+                entries.append((MessageQueue(topic, b.config.broker_name, q), wrapper))
         body = (
             b'{"consumeTps":%s,"offsetTable":' % repr(consume_tps).encode()
             + _mq_key_map(entries)

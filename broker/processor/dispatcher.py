@@ -8,6 +8,7 @@ from broker.processor.admin import AdminBrokerProcessor
 from broker.processor.client_manage import ClientManageProcessor
 from broker.processor.consumer_manage import ConsumerManageProcessor
 from broker.processor.end_transaction import EndTransactionProcessor
+from broker.processor.pop import PopProcessor
 from broker.processor.pull import PullMessageProcessor
 from broker.processor.query_message import QueryMessageProcessor
 from broker.processor.reply import ReplyMessageProcessor
@@ -28,6 +29,7 @@ def build_dispatcher(controller: BrokerController) -> RequestDispatcher:
         Broker2Client(controller),
         ReplyMessageProcessor(controller),
         EndTransactionProcessor(controller),
+        PopProcessor(controller),
     ):
         proc.register(d)
     d.add_close_listener(controller.on_channel_closed)

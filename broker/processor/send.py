@@ -46,6 +46,14 @@ from broker.ha.service import HAService
 from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
 from broker.processor.send_header import header_bool, header_int, send_header
 from broker.store.results import AwaitablePut, PutMessageResult, PutMessageStatus
+from broker.timer.transform import (
+    TIMER_QUEUE_ID,
+    TimerVerdict,
+    has_timer_property,
+    illegal_remark,
+    not_enabled_remark,
+    transform_timer_message,
+)
 from broker.topic_config import validate_topic
 from common.batch_body import split_batch_body
 from common.errors import RequestError
@@ -62,7 +70,12 @@ from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RESPONSE_FLAG, RemotingCommand
 from common.remoting.deferred_answer import DeferredAnswer
 from common.remoting.server import Channel, RequestDispatcher
-from common.topics import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+from common.topics import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +195,7 @@ class SendMessageProcessor:
             if len(self._valid_topics) >= _CACHE_MAX:
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
-        if topic == SCHEDULE_TOPIC:
+        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
@@ -298,11 +311,33 @@ class SendMessageProcessor:
                     ResponseCode.NO_PERMISSION,
                     f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden",
                 )
+            if has_timer_property(props):
+                # RocketMQ 5's clients refuse a transactional message with a delivery time
+                return self._response(
+                    req, ResponseCode.MESSAGE_ILLEGAL, "transaction messages cannot be timed"
+                )
             return self._send_half(req, h, channel, topic, queue_id, body, props)
         stored = None
-        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
+        store_topic, store_qid = topic, queue_id
+        if has_timer_property(props):
+            # a timer message (broker/timer): stored in rmq_sys_wheel_timer until it is due
+            timers = b.timer_service
+            verdict = transform_timer_message(
+                topic, queue_id, props, timers.clock_ms(), timers.settings
+            )
+            if verdict is TimerVerdict.ILLEGAL:
+                return self._response(
+                    req, ResponseCode.MESSAGE_ILLEGAL, illegal_remark(timers.settings)
+                )
+            if verdict is TimerVerdict.NOT_ENABLED:
+                return self._response(
+                    req, ResponseCode.SYSTEM_ERROR, not_enabled_remark(timers.settings)
+                )
+            if verdict is TimerVerdict.TIMER:
+                store_topic, store_qid = TIMER_TOPIC, TIMER_QUEUE_ID
+        elif not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
-        msg = self._inner(h, channel, topic, queue_id, body, props, header_int(h, "flag", 0))
+        msg = self._inner(h, channel, store_topic, store_qid, body, props, header_int(h, "flag", 0))
         if stored is None:
             handle_retry_and_dlq(b, req, h, msg)
             self._strip_wait(msg)
@@ -376,6 +411,10 @@ class SendMessageProcessor:
             if props.get(MessageConst.DELAY, "0") not in ("", "0"):
                 return self._response(
                     req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed"
+                )
+            if has_timer_property(props):
+                return self._response(
+                    req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be timed"
                 )
             m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
             if raw and not raw.endswith(PROPERTY_SEPARATOR):

@@ -79,6 +79,13 @@ class MessageStoreConfig:
     max_message_size: int = 4 * 1024 * 1024
     broker_role: str = "ASYNC_MASTER"  # "SYNC_MASTER", "SLAVE"
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # RocketMQ 5 timer messages (broker/timer). timerWheelEnable: RocketMQ's default is true
+    # too. timerRollWindowSlot: slots the in-memory wheel spans before a far timer is rolled
+    # (RocketMQ: 2 days on its on-disk wheel; ours is in memory, so one hour).
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_precision_ms: int = 1000
+    timer_roll_window_slot: int = 3600
     access_message_in_memory_max_ratio: int = 40
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32

@@ -72,6 +72,7 @@ BrokerOpt = Annotated[
     "rmq group create cg1",
     "rmq group create cg1 --retry-max-times 3 --no-broadcast --json",
     "rmq group create cg1 --broker 127.0.0.1:10911",
+    "rmq group create fifo-cg --orderly",
 )
 def group_create(
     ctx: typer.Context,
@@ -85,6 +86,12 @@ def group_create(
     broadcast: Annotated[
         bool, typer.Option("--broadcast/--no-broadcast", help="Allow broadcasting consumers.")
     ] = True,
+    orderly: Annotated[
+        bool,
+        typer.Option(
+            "--orderly", help="FIFO: pop serves a queue's next message after the last is acked."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create or update a subscription group on every master of the cluster, or on one
@@ -100,6 +107,7 @@ def group_create(
                 retry_max_times=retry_max_times,
                 retry_queue_nums=retry_queues,
                 consume_broadcast=broadcast,
+                consume_message_orderly=orderly,
             )
 
     render_ops.group_changed("created", group, _run(main), as_json=as_json)

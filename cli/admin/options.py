@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.app import _namesrv, credentials_from_env
+from cli.client_network import network_from_env
 
 if TYPE_CHECKING:
     from rmq.admin import Admin
@@ -25,4 +26,4 @@ def open_admin(ctx: typer.Context) -> Admin:
     """An Admin client on the nameserver(s) of the global `--namesrv` (enter it to connect)."""
     from rmq import Admin
 
-    return Admin(_namesrv(ctx), credentials=credentials_from_env())
+    return Admin(_namesrv(ctx), credentials=credentials_from_env(), network=network_from_env())

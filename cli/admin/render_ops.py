@@ -227,7 +227,13 @@ def group_describe(
     else:
         settings = ", ".join(
             f"{k}={config[k]}"
-            for k in ("consumeEnable", "consumeBroadcastEnable", "retryMaxTimes", "retryQueueNums")
+            for k in (
+                "consumeEnable",
+                "consumeBroadcastEnable",
+                "retryMaxTimes",
+                "retryQueueNums",
+                "consumeMessageOrderly",
+            )
             if k in config
         )
         _line(f"group {group}: {settings}")

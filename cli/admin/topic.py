@@ -3,6 +3,7 @@ deleteTopic, topicList, topicRoute, topicStatus)."""
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
     from common.model import TopicRouteData
     from rmq.admin_api import QueueStats
 
+
+class MessageTypeChoice(enum.StrEnum):
+    """RocketMQ 5's topic message types (common/topic_message_type.py)."""
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
 QueuesOpt = Annotated[
     int, typer.Option("--queues", "-q", min=1, max=1024, help="Read and write queue count.")
 ]
@@ -24,6 +36,7 @@ QueuesOpt = Annotated[
     "rmq topic create TopicTest",
     "rmq topic create Orders --queues 4 --cluster DefaultCluster",
     "rmq topic create Orders --broker 127.0.0.1:10911 --json",
+    "rmq topic create Payments --message-type FIFO   # for 5.x FIFO producers",
 )
 def topic_create(
     ctx: typer.Context,
@@ -37,6 +50,14 @@ def topic_create(
         int, typer.Option("--perm", help="Permission: 6 read+write, 4 read, 2 write.")
     ] = 6,
     order: Annotated[bool, typer.Option("--order", help="Mark as an ordered topic.")] = False,
+    message_type: Annotated[
+        MessageTypeChoice | None,
+        typer.Option(
+            "--message-type",
+            case_sensitive=False,
+            help="RocketMQ 5's message.type: what 5.x clients may send (default NORMAL).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create (or update) a topic on the masters of a cluster or on one broker."""
@@ -53,6 +74,7 @@ def topic_create(
                 broker_addr=broker_addr,
                 perm=perm,
                 order=order,
+                message_type=message_type.value if message_type is not None else None,
             )
 
     render.topic_changed("created", topic, _run(main), as_json=as_json)

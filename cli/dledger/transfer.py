@@ -232,7 +232,11 @@ async def leadership_transfer(
 
     async with contextlib.AsyncExitStack() as stack:
         if remoting is None:
-            remoting = await stack.enter_async_context(open_remoting_client(connect_timeout=3.0))
+            from cli.client_network import network_from_env
+
+            remoting = await stack.enter_async_context(
+                open_remoting_client(connect_timeout=3.0, network=network_from_env())
+            )
         if dledger is None:
             network = RemotingDLedgerNetwork(connect_timeout=3.0)
             dledger = await stack.enter_async_context(network.open_client(LOCAL_ID))

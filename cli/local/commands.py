@@ -38,6 +38,7 @@ _CONFIG_HELP = "Topology file of the cluster; its data_dir is used when --data-d
     "rmq up --detach --json              # the nodes as one JSON document (as status --json)",
     "rmq up --json                       # foreground: one JSON object per event and line",
     "rmq up --metrics                    # and a Prometheus scraping every node (port printed)",
+    "rmq up --tls                        # TLS (permissive) on every port, with a local CA",
 )
 def up(
     # typer passes it, and knows it only by a bare typer.Context annotation (Optional would
@@ -130,6 +131,15 @@ def up(
             "--prometheus-port", help="Prometheus's web port with --metrics; 0: a free one."
         ),
     ] = 0,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="TLS on every node's ports in permissive mode (plain clients keep working): "
+            "makes a local CA and a server certificate in <data-dir>/tls once, prints the CA "
+            "to trust; `RMQ_TLS=1 rmq ...` then connects with TLS.",
+        ),
+    ] = False,
 ) -> None:
     """Run a local cluster: a nameserver, a SYNC_MASTER broker and its slave(s), each its own
     process; or with --dledger N, DLedger groups of N brokers sharing a Raft log.
@@ -188,6 +198,15 @@ def up(
             f"with `rmq down --data-dir {data_dir}`"
         )
         raise typer.Exit(1)
+    if tls:
+        import attrs
+
+        from cli.local.certificates import ensure_local_tls
+
+        local_tls = ensure_local_tls(data_dir, plan.namesrv.host)
+        plan = attrs.evolve(plan, tls_config=local_tls.properties)
+        if not as_json:
+            render.tls_note(local_tls.ca_cert)
     busy = busy_ports(plan)
     if busy:
         node, port = busy[0]
@@ -202,6 +221,8 @@ def up(
                 argv += [f"--{name.replace('_', '-')}", str(value)]
         if sync_master:
             argv.append("--sync-master")
+        if tls:
+            argv.append("--tls")
         if plan.prometheus is not None:
             # the port chosen here, so that the one checked free above is the one used
             argv += ["--prometheus", str(plan.prometheus.executable)]

@@ -43,12 +43,15 @@ def _detail(
     dledger_self_id: str | None = None,
     dledger_port: int | None = None,
     metrics_port: int | None = None,
+    grpc: str | None = None,
 ) -> str:
     if kind == "namesrv":
         return f"nameserver, metrics {metrics_port}" if metrics_port else "nameserver"
     if kind == "prometheus":  # `rmq up --metrics` (cli/local/prometheus.py)
         return f"prometheus, web UI and API on port {port}, scraping every node"
     metrics = f", metrics {metrics_port}" if metrics_port else ""
+    if grpc:
+        metrics += f", grpc {grpc}"
     if dledger_self_id is not None:
         # its brokerId (0 as leader, k+1 as follower n<k>) is decided at run time
         return (
@@ -76,6 +79,7 @@ def spec_detail(node: NodeSpec) -> str:
         node.dledger_self_id,
         node.dledger_port,
         node.metrics_port,
+        node.grpc_addr,
     )
 
 
@@ -125,6 +129,8 @@ def spec_json(node: NodeSpec) -> dict[str, Any]:
         "dledger_port": node.dledger_port,
         "metrics_port": node.metrics_port,
         "metrics": node.metrics_url,
+        # RocketMQ 5's gRPC endpoint (broker/grpc), host:port
+        "grpc": node.grpc_addr,
     }
 
 
@@ -145,6 +151,13 @@ def up_event_json(event: UpEvent) -> None:
     _line(json.dumps(doc))
 
 
+def tls_note(ca: object) -> None:
+    """Where `rmq up --tls`'s CA is, and how each kind of client is told to trust it."""
+    _line(f"tls            permissive on every port; CA {ca}")
+    _line(f"{'':<14} rmq: RMQ_TLS=1 RMQ_TLS_CA={ca} rmq ...")
+    _line(f"{'':<14} 5.x gRPC clients (grpcio): GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca}")
+
+
 def topology(status: dict[str, Any]) -> None:
     """The node lines of a detached cluster, as a foreground `rmq up` prints them."""
     for n in status["nodes"]:
@@ -158,6 +171,7 @@ def topology(status: dict[str, Any]) -> None:
             n.get("dledger_self_id"),
             n.get("dledger_port"),
             n.get("metrics_port"),
+            n.get("grpc"),
         )
         node_line(n["name"], n["addr"], n["pid"], detail, n["log"])
 
@@ -217,6 +231,8 @@ def status(status: dict[str, Any], *, as_json: bool = False) -> None:
     if console.width < 110:
         console.width = 110  # a pipe reports 80 columns: do not fold the rows
     console.print(table)
+    if status.get("tls_ca"):
+        _line(f"tls: permissive on every port; CA {status['tls_ca']}")
     for n in status["nodes"]:
         if n["status"] == "exited":
             _line(f"{n['name']} exited; last log lines ({n['log']}):")

@@ -125,6 +125,8 @@ class NodeState:
             # the Prometheus endpoint (docs/metrics.md)
             "metrics_port": n.metrics_port,
             "metrics": n.metrics_url,
+            # RocketMQ 5's gRPC endpoint (broker/grpc), host:port
+            "grpc": n.grpc_addr,
             "pid": self.pid,
             "status": self.status.value,
             "returncode": self.returncode,
@@ -429,6 +431,10 @@ class Supervisor:
             "prometheus": None
             if self.plan.prometheus is None
             else f"http://{self.plan.prometheus.addr}",
+            # `rmq up --tls`: the CA its clients trust (cli/local/certificates.py)
+            "tls_ca": None
+            if self.plan.tls_config is None
+            else str(self.plan.tls_config.parent / "ca.pem"),
             "nodes": [ns.to_json() for ns in self.nodes.values()],
         }
 

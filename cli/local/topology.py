@@ -53,6 +53,7 @@ PLANNED_PROPERTIES = frozenset(
         "listenPort",
         "haListenPort",
         "metricsPromExporterPort",
+        "grpcServerPort",
         "namesrvAddr",
         "storePathRootDir",
         *PLANNED_DLEDGER_PROPERTIES,

@@ -5,7 +5,8 @@ Theory of operation:
 * The port plan (`plan_cluster`) is pure. The nameserver gets one port (9876). Every broker gets
   a block of 10 ports starting at the first broker port (10911): the listen port P, the VIP
   port P-2 and the HA port P+1 (RocketMQ forces both), and the metrics port P+3 (the
-  nameserver's: its port + 1; docs/metrics.md). Masters take the first blocks (10911,
+  nameserver's: its port + 1; docs/metrics.md), and the gRPC port P+4 (RocketMQ 5's clients,
+  broker/grpc). Masters take the first blocks (10911,
   10921, ...) and slaves the blocks after them, so adding slaves never moves a master.
 * `run_up` (in `cli/local/supervisor.py`, which runs the processes) spawns every node at once:
   the interpreters start in parallel, and a broker that comes up before the nameserver
@@ -115,14 +116,31 @@ class NodeSpec:
         return self.port + 3 if self.kind == "broker" else self.port + 1
 
     @property
+    def grpc_port(self) -> int | None:
+        """Where a broker serves RocketMQ 5's gRPC MessagingService (broker/grpc): its listen
+        port + 4, in its block."""
+        return self.port + 4 if self.kind == "broker" else None
+
+    @property
+    def grpc_addr(self) -> str | None:
+        return f"{self.host}:{self.grpc_port}" if self.grpc_port is not None else None
+
+    @property
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def ports(self) -> list[int]:
         if self.is_dledger:
-            return [self.port - 2, self.port, self.port + 1, self.port + 2, self.metrics_port]
+            return [
+                self.port - 2,
+                self.port,
+                self.port + 1,
+                self.port + 2,
+                self.metrics_port,
+                self.port + 4,
+            ]
         if self.kind == "broker":
-            return [self.port - 2, self.port, self.port + 1, self.metrics_port]
+            return [self.port - 2, self.port, self.port + 1, self.metrics_port, self.port + 4]
         return sorted({self.port, self.metrics_port})
 
 
@@ -132,6 +150,8 @@ class ClusterPlan:
     brokers: tuple[NodeSpec, ...]
     # `rmq up --metrics`: a Prometheus server scraping every node (cli/local/prometheus.py)
     prometheus: NodeSpec | None = None
+    # `rmq up --tls`: the tls.properties every node starts with (cli/local/certificates.py)
+    tls_config: Path | None = None
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -288,6 +308,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
     """The child command line; `python -m cli.servers.node` keeps the child's imports lean."""
     base = [sys.executable, "-m", "cli.servers.node"]
     node_dir = str(data_dir / node.name)
+    tls = [] if plan.tls_config is None else ["--tls-config", str(plan.tls_config)]
     if node.kind == "namesrv":
         return [
             *base,
@@ -301,6 +322,7 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
             "--data-dir",
             node_dir,
             "--watch-stdin",
+            *tls,
         ]
     # a DLedger member's brokerId and role follow its Raft role: the plan fixes neither
     identity = (
@@ -324,11 +346,14 @@ def node_command(node: NodeSpec, plan: ClusterPlan, data_dir: Path) -> list[str]
         plan.namesrv_addr,
         "--metrics-port",
         str(node.metrics_port),
+        "--grpc-port",
+        str(node.grpc_port),
         "--data-dir",
         node_dir,
         "--watch-stdin",
         # extra properties from a file; the flags above win over it (see cli.servers.node)
         *(["--config", str(node_config_path(node, data_dir))] if node.properties else []),
+        *tls,
     ]
 
 

@@ -43,6 +43,25 @@ def produce(
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="1..18, 0 = none.")
     ] = 0,
+    deliver_at: Annotated[
+        str | None,
+        typer.Option(
+            "--deliver-at",
+            metavar="TIME",
+            help="Deliver at TIME (epoch ms, or ISO 8601 such as 2026-01-02T15:04:05Z): a "
+            "RocketMQ 5 timer message (TIMER_DELIVER_MS), to the second, up to the broker's "
+            "timerMaxDelaySec (3 days by default).",
+        ),
+    ] = None,
+    delay_sec: Annotated[
+        float | None,
+        typer.Option(
+            "--delay-sec",
+            min=0,
+            metavar="N",
+            help="Deliver after N seconds (a RocketMQ 5 timer message).",
+        ),
+    ] = None,
     prop: Annotated[
         list[str] | None,
         typer.Option("--property", "-P", metavar="K=V", help="User property K=V (repeatable)."),
@@ -116,6 +135,13 @@ def produce(
             raise typer.BadParameter(f"expected K=V, got {item!r}", param_hint="--property")
         properties[k] = v
     from_stdin = not bodies
+    at_ms = _deliver_at_ms(deliver_at)
+    if sum((at_ms is not None, delay_sec is not None, delay_level > 0)) > 1:
+        raise typer.BadParameter("use one of --deliver-at, --delay-sec and --delay-level")
+    if transaction is not None and (at_ms is not None or delay_sec is not None):
+        raise typer.BadParameter(
+            "transactional messages cannot have a delivery time", param_hint="--transaction"
+        )
     if transaction is not None or check_answer is not None:
         _produce_in_transaction(
             ctx,
@@ -136,7 +162,13 @@ def produce(
     else:
         mode = "auto" if from_stdin and not _stdin_is_tty() else "lines"
     template = MessageTemplate(
-        topic, tags=tags, keys=keys, properties=properties, delay_level=delay_level
+        topic,
+        tags=tags,
+        keys=keys,
+        properties=properties,
+        delay_level=delay_level,
+        deliver_at=at_ms,
+        delay=delay_sec,
     )
     stats = ProduceStats()
 
@@ -206,6 +238,22 @@ def _outcome(value: str | None, option: str) -> Any:
     except ValueError:
         raise typer.BadParameter(
             f"expected commit, rollback or unknown, got {value!r}", param_hint=option
+        ) from None
+
+
+def _deliver_at_ms(text: str | None) -> int | None:
+    """--deliver-at: epoch ms, or an ISO 8601 time (no zone: local time)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    import datetime
+
+    try:
+        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected epoch ms or an ISO 8601 time, got {text!r}", param_hint="--deliver-at"
         ) from None
 
 

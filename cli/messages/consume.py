@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common import serde
 from common.errors import RmqError
 from common.message import MessageExt
@@ -88,7 +89,13 @@ async def consume_topic(
     # after the block, not in it: leaving a client can swallow an exception (its nursery's own
     # cancellation), and then this still says how many were handed over
     creds = credentials_from_env() if remoting is None else None
-    async with PullConsumer(group, namesrv, remoting=remoting, credentials=creds) as consumer:
+    async with PullConsumer(
+        group,
+        namesrv,
+        remoting=remoting,
+        credentials=creds,
+        network=network_from_env() if remoting is None else None,
+    ) as consumer:
         queues = await consumer.fetch_queues(topic)
         if not queues:
             raise ClientError(f"topic {topic} has no readable queue")

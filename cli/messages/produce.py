@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common.errors import RmqError
 from common.message_properties import encode_properties
 from common.model import MessageQueue
@@ -67,6 +68,14 @@ class MessageTemplate:
     keys: str | None = None
     properties: Mapping[str, str] = attrs.field(factory=dict)
     delay_level: int = 0
+    # RocketMQ 5 timer: epoch ms, or seconds from now
+    deliver_at: int | None = None
+    delay: float | None = None
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """Delayed messages cannot be batched."""
+        return bool(self.delay_level) or self.deliver_at is not None or self.delay is not None
 
     def message(self, body: bytes) -> Message:
         return Message(
@@ -76,6 +85,8 @@ class MessageTemplate:
             keys=self.keys,
             properties=dict(self.properties),
             delay_level=self.delay_level,
+            deliver_at=self.deliver_at,
+            delay=self.delay,
         )
 
 
@@ -282,7 +293,7 @@ async def send_batches(
     n = max(1, min(senders, len(queues)))
 
     async def send_one(lines: list[bytes], mq: MessageQueue) -> list[SendResult] | None:
-        if template.delay_level:
+        if template.one_at_a_time:
             results: list[SendResult] = []
             for line in lines:
                 result = await producer.send(template.message(line), queue=mq)
@@ -354,7 +365,13 @@ async def produce(
     limits.setdefault("max_line", max_line_bytes(template))
     send, receive = trio.open_memory_channel[list[bytes]](channel_batches)
     creds = credentials_from_env() if remoting is None else None
-    async with Producer(group, namesrv, remoting=remoting, credentials=creds) as producer:
+    async with Producer(
+        group,
+        namesrv,
+        remoting=remoting,
+        credentials=creds,
+        network=network_from_env() if remoting is None else None,
+    ) as producer:
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
             watching = trio.CancelScope()

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from common.message import MessageExt
 from common.remoting.network import Network
 from rmq import LocalTransactionState, TransactionProducer, TransactionSendResult
@@ -84,6 +85,8 @@ async def produce_in_transaction(
         return state
 
     creds = credentials_from_env() if network is None else None
+    if network is None:
+        network = network_from_env()
     async with TransactionProducer(
         group,
         namesrv,

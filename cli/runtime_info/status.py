@@ -204,9 +204,12 @@ async def fetch_broker_status(
 
 async def broker_status(addr: str, *, timeout: float = 3.0) -> list[BrokerStatus]:
     """The status of the one broker at `addr` (no nameserver needed); errors raise."""
+    from cli.client_network import network_from_env
     from common.remoting.client import open_remoting_client
 
-    async with open_remoting_client(connect_timeout=timeout) as remoting:
+    async with open_remoting_client(
+        connect_timeout=timeout, network=network_from_env()
+    ) as remoting:
         # the first call raises a connection error to the caller (one line, exit 1)
         await fetch_runtime_table(remoting, addr, timeout)
         status = await fetch_broker_status(remoting, addr, timeout=timeout)
@@ -227,7 +230,11 @@ async def cluster_status(namesrv: str, *, timeout: float = 3.0) -> list[BrokerSt
     addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
     if not addrs:
         raise StatusError("no nameserver address given")
-    async with open_remoting_client(connect_timeout=timeout) as remoting:
+    from cli.client_network import network_from_env
+
+    async with open_remoting_client(
+        connect_timeout=timeout, network=network_from_env()
+    ) as remoting:
         resp = await remoting.invoke(
             addrs[0], RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout
         )

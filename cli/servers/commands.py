@@ -35,6 +35,10 @@ def namesrv(
         typer.Option("--data-dir", help="Directory for kvConfig.json (default ~/namesrv)."),
     ] = None,
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
+    tls_config: Annotated[
+        Path | None,
+        typer.Option("--tls-config", help="RocketMQ tls.properties (tls.server.mode, ...)."),
+    ] = None,
 ) -> None:
     """Run a nameserver until Ctrl-C or SIGTERM.
 
@@ -42,7 +46,9 @@ def namesrv(
     `rmq cluster --json`.
     """
     try:
-        serve_namesrv(port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin)
+        serve_namesrv(
+            port=port, host=host, data_dir=data_dir, watch_stdin=watch_stdin, tls_config=tls_config
+        )
     except Exit as exc:  # the error line is printed already
         raise typer.Exit(exc.code) from None
 
@@ -80,6 +86,10 @@ def broker(
     role: Annotated[
         str | None, typer.Option("--role", help="ASYNC_MASTER, SYNC_MASTER or SLAVE.")
     ] = None,
+    tls_config: Annotated[
+        Path | None,
+        typer.Option("--tls-config", help="tls.config.file: RocketMQ tls.properties."),
+    ] = None,
     watch_stdin: Annotated[bool, typer.Option("--watch-stdin", hidden=True)] = False,
 ) -> None:
     """Run a broker until Ctrl-C or SIGTERM. Flags override the config file.
@@ -110,6 +120,7 @@ def broker(
         "data_dir": data_dir,
         "flush": flush.upper() if flush else None,
         "role": role.upper() if role else None,
+        "tls_config": tls_config,
     }
     props = broker_properties(conf_text, overrides)
     props.setdefault("namesrvAddr", _namesrv(ctx))

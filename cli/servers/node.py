@@ -45,6 +45,9 @@ BROKER_FLAG_PROPERTIES = {
     "flush": "flushDiskType",
     "role": "brokerRole",
     "metrics_port": "metricsPromExporterPort",
+    "grpc_port": "grpcServerPort",
+    # RocketMQ's -Dtls.config.file: a tls.properties (common/tls.py)
+    "tls_config": "tls.config.file",
 }
 
 
@@ -115,9 +118,11 @@ def serve_namesrv(
     data_dir: Path | None,
     watch_stdin: bool = False,
     metrics_port: int = 0,
+    tls_config: Path | None = None,
 ) -> None:
     """Run a nameserver until Ctrl-C, SIGTERM (or stdin EOF with `watch_stdin`);
-    `metrics_port`: serve Prometheus metrics there (docs/metrics.md; 0: no)."""
+    `metrics_port`: serve Prometheus metrics there (docs/metrics.md; 0: no); `tls_config`: a
+    RocketMQ tls.properties (tls.server.mode, tls.server.certPath ...; common/tls.py)."""
     configure_logging()
     kwargs: dict[str, Any] = {
         "listen_port": port,
@@ -134,6 +139,12 @@ def serve_namesrv(
         from namesrv.config import NamesrvConfig
         from namesrv.service import run_namesrv
 
+        if tls_config is not None:
+            from common.tls import TlsServerConfig, tls_properties
+            from namesrv.config import parse_properties
+
+            props = tls_properties({"tls.config.file": str(tls_config)}, parse_properties)
+            kwargs["tls"] = TlsServerConfig.from_properties(props)
         config = NamesrvConfig(**kwargs)
         await serve_until_stopped(
             run_namesrv,
@@ -206,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     ns.add_argument("--host", default="127.0.0.1")
     ns.add_argument("--data-dir", type=Path)
     ns.add_argument("--metrics-port", type=int, default=0)
+    ns.add_argument("--tls-config", type=Path)
     ns.add_argument("--watch-stdin", action="store_true")
     br = sub.add_parser("broker", help="Run a broker; flags override the config file.")
     br.add_argument("--config", "-c", type=Path, dest="config_file")
@@ -219,6 +231,8 @@ def _parser() -> argparse.ArgumentParser:
     br.add_argument("--flush", type=_choice(FLUSH_TYPES))
     br.add_argument("--role", type=_choice(BROKER_ROLES))
     br.add_argument("--metrics-port", type=int)
+    br.add_argument("--grpc-port", type=int)
+    br.add_argument("--tls-config", type=Path)
     br.add_argument("--watch-stdin", action="store_true")
     return ap
 
@@ -242,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 data_dir=args.data_dir,
                 watch_stdin=args.watch_stdin,
                 metrics_port=args.metrics_port,
+                tls_config=args.tls_config,
             )
             return 0
         try:

@@ -99,9 +99,14 @@ class TopicView:
 class GroupView:
     group: str
     topics: tuple[str, ...] = ()
-    lag: int | None = None  # sum over the group's queues of broker offset - consumer offset
+    # ready + inflight: what the group has not consumed yet
+    lag: int | None = None
     queues: int = 0
     error: str | None = None
+    # pop groups (RocketMQ 5): ready = sum of broker offset - consumer offset (not handed out
+    # yet), inflight = popped and not acked yet; a 4.x group's inflight is 0 and lag == ready
+    ready: int | None = None
+    inflight: int = 0
 
 
 @attrs.frozen
@@ -207,8 +212,9 @@ class NodeInfo:
 @attrs.frozen
 class GroupLag:
     topics: tuple[str, ...]
-    lag: int
+    lag: int  # ready: broker offset - consumer offset over the group's queues
     queues: int
+    inflight: int = 0
 
 
 class TopSource(Protocol):
@@ -334,7 +340,14 @@ class TopCollector:
                 if isinstance(got, BaseException):
                     found[group] = GroupView(group, error=describe_error(got))
                 else:
-                    found[group] = GroupView(group, got.topics, got.lag, got.queues)
+                    found[group] = GroupView(
+                        group,
+                        got.topics,
+                        got.lag + got.inflight,
+                        got.queues,
+                        ready=got.lag,
+                        inflight=got.inflight,
+                    )
 
             async with trio.open_nursery() as nursery:
                 for group in user[: self.max_groups]:
@@ -462,4 +475,4 @@ class AdminSource:
 
     async def group_lag(self, group: str) -> GroupLag:
         stats = await self.admin.consume_stats(group)
-        return GroupLag(tuple(stats.topics()), stats.lag, len(stats.queues))
+        return GroupLag(tuple(stats.topics()), stats.lag, len(stats.queues), stats.inflight)

@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.app import credentials_from_env
+from cli.client_network import network_from_env
 from cli.render import rate as _tps
 from cli.runtime_info.raft import RaftStatus, raft_cell, with_lag
 from cli.top.model import NodeView, TopSnapshot, rates, slave_lag
@@ -289,7 +290,14 @@ def topics_table(snap: TopSnapshot, *, width: int) -> Table:
     return table
 
 
-GROUP_COLUMNS = [Column("group", 0), Column("lag", 1, "right"), Column("queues", 3, "right")]
+GROUP_COLUMNS = [
+    Column("group", 0),
+    Column("lag", 1, "right"),
+    # pop groups (RocketMQ 5): lag = ready (not handed out) + inflight (popped, not acked)
+    Column("ready", 2, "right"),
+    Column("inflight", 2, "right"),
+    Column("queues", 3, "right"),
+]
 GROUP_TOPICS = Column("topics", 100)
 
 
@@ -299,7 +307,14 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
         if g.error:
             rows.append(
                 (
-                    {"group": g.group, "lag": "-", "queues": "-", "topics": f"error: {g.error}"},
+                    {
+                        "group": g.group,
+                        "lag": "-",
+                        "ready": "-",
+                        "inflight": "-",
+                        "queues": "-",
+                        "topics": f"error: {g.error}",
+                    },
                     DOWN_STYLE,
                 )
             )
@@ -310,6 +325,8 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
                 {
                     "group": g.group,
                     "lag": lag,
+                    "ready": _num(g.ready),
+                    "inflight": _num(g.inflight) if g.inflight else "",
                     "queues": str(g.queues),
                     "topics": ", ".join(g.topics) or "-",
                 },
@@ -371,7 +388,9 @@ async def run_top(
     from rmq import Admin
 
     console = console or Console(highlight=False)
-    async with Admin(namesrv, timeout=timeout, credentials=credentials_from_env()) as admin:
+    async with Admin(
+        namesrv, timeout=timeout, credentials=credentials_from_env(), network=network_from_env()
+    ) as admin:
         collector = TopCollector(
             AdminSource(admin, timeout), namesrv, timeout=timeout, show_system=show_system
         )

@@ -120,6 +120,12 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    # --- RocketMQ 5: pop consumption (broker/processor/pop.py) ---
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ControllerRequestCode(enum.IntEnum):
@@ -192,6 +198,9 @@ class ResponseCode(enum.IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # RocketMQ 5 (ResponseCode.java gives the pop answers the ACL codes' numbers)
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 class DLedgerResponseCode(enum.IntEnum):

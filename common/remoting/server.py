@@ -36,8 +36,10 @@ from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler
 from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
+from common.remoting.deferred_answer import DeferredAnswer
 from common.remoting.network import TCP, Network
 from common.remoting.server_limits import ServerLimits, ServerLoad
+from common.tls import PLAIN, TlsPolicy, accept_stream
 
 __all__ = [
     "Channel",
@@ -109,6 +111,9 @@ class RequestDispatcher:
             result = inline(cmd, channel)
             if result is None or isinstance(result, RemotingCommand):
                 return result
+            if isinstance(result, DeferredAnswer):
+                # an answer set later with no task waiting (a SYNC_MASTER send's replica wait)
+                return await result.wait()
             return await result
         handler = self._handlers.get(cmd.code, self._default)
         if handler is None:
@@ -147,16 +152,7 @@ async def handle_stream(
     if load is None:
         load = ServerLoad()
     if load.connections >= load.limits.max_connections:
-        load.refused_connections += 1
-        if load.refused_connections % 1000 == 1:
-            log.warning(
-                "closing the connection from %s: %d connections is the limit (%d refused)",
-                remote_addr,
-                load.limits.max_connections,
-                load.refused_connections,
-            )
-        with trio.CancelScope(shield=True):
-            await trio.aclose_forcefully(stream)
+        await _refuse(stream, load, remote_addr)
         return
     channel = Channel(stream, remote_addr, max_frame_length=max_frame_length, load=load)
     channel.last_active = trio.current_time()
@@ -169,6 +165,20 @@ async def handle_stream(
         )
     finally:
         load.channels.discard(channel)
+
+
+async def _refuse(stream: trio.abc.Stream, load: ServerLoad, remote_addr: str) -> None:
+    """Close a connection over ``max_connections`` (logged once per 1000)."""
+    load.refused_connections += 1
+    if load.refused_connections % 1000 == 1:
+        log.warning(
+            "closing the connection from %s: %d connections is the limit (%d refused)",
+            remote_addr,
+            load.limits.max_connections,
+            load.refused_connections,
+        )
+    with trio.CancelScope(shield=True):
+        await trio.aclose_forcefully(stream)
 
 
 async def sweep_idle_channels(load: ServerLoad) -> None:
@@ -192,17 +202,34 @@ async def serve_remoting(
     max_frame_length: int = MAX_FRAME_LENGTH,
     network: Network = TCP,
     limits: ServerLimits | None = None,
+    tls: TlsPolicy = PLAIN,
     task_status: trio.TaskStatus[RemotingServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled."""
+    """Bind ``host:port`` (0 = any free port) on ``network``, report it, serve until cancelled;
+    each connection is first given to ``tls`` (common/tls.py: plain, TLS, or either)."""
     bound = await network.listen(host, port)
     load = ServerLoad(limits or ServerLimits())
 
     async def on_connection(stream: trio.abc.Stream) -> None:
+        peer = network.peer_addr(stream)
+        served: trio.abc.Stream | None = stream
+        if tls.enabled:
+            # a connection still deciding or shaking hands counts against max_connections too,
+            # so a flood of clients that never finish holds at most that many tasks
+            if load.connections + load.handshaking >= load.limits.max_connections:
+                await _refuse(stream, load, peer)
+                return
+            load.handshaking += 1
+            try:
+                served = await accept_stream(stream, tls, peer=peer)
+            finally:
+                load.handshaking -= 1
+        if served is None:
+            return
         await handle_stream(
-            stream,
+            served,
             dispatcher,
-            remote_addr=network.peer_addr(stream),
+            remote_addr=peer,
             max_frame_length=max_frame_length,
             load=load,
         )

@@ -8,7 +8,9 @@ answers it does not read.  :class:`ServerLimits` bounds each, per connection and
 and :class:`ServerLoad` is the process's live count (one per ``serve_remoting``, shared by its
 channels):
 
-* **connections**: past ``max_connections`` a new connection is closed at once (logged);
+* **connections**: past ``max_connections`` a new connection is closed at once (logged); on a
+  TLS port, connections still in their handshake (bounded in time by the handshake timeout)
+  count too;
 * **requests held**: a request the server must hold (its handler runs in a task, or its answer
   is deferred) counts until its answer is queued.  A connection at ``max_requests_held``, or
   holding more than ``fair_share`` while the process is at ``max_requests_held_total``, gets
@@ -77,6 +79,9 @@ class ServerLoad:
     # refusals so far, by cause (for logs and tests)
     refused_connections: int = 0
     refused_requests: int = 0
+    # connections accepted on a TLS port that have not finished deciding / their handshake
+    # (common/tls.py); they count against max_connections with the channels
+    handshaking: int = 0
     channels: weakref.WeakSet[ServedConnection] = attrs.Factory(weakref.WeakSet)
     # called with (request code, response code, seconds since the request was read) for
     # every answer queued, when the node serves metrics (common/metrics/remoting_metrics.py)

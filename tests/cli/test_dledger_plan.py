@@ -38,7 +38,7 @@ def test_dledger_3_is_one_group_of_three_members_on_the_broker_blocks():
     for k, b in enumerate(plan.brokers):
         assert b.cluster == "DefaultCluster" and b.is_dledger
         assert b.ha_port is None and b.vip_port == b.port - 2
-        assert b.ports() == [b.port - 2, b.port, b.port + 1, b.port + 2, b.port + 3]
+        assert b.ports() == [b.port - 2, b.port, b.port + 1, b.port + 2, b.port + 3, b.port + 4]
         assert props(b) == {
             **LAPTOP_TIMING,
             **LOCAL_BROKER_DEFAULTS,

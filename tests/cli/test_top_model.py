@@ -95,7 +95,7 @@ class FakeSource:
     async def group_lag(self, group: str) -> GroupLag:
         if group == "g2":
             raise RemotingConnectError("gone")
-        return GroupLag(("Orders",), 3, 2)
+        return GroupLag(("Orders",), 3, 2, inflight=4)  # a pop group: 4 popped, not acked
 
 
 async def test_collects_nodes_topics_groups_without_system_ones(autojump_clock):
@@ -109,7 +109,10 @@ async def test_collects_nodes_topics_groups_without_system_ones(autojump_clock):
     assert [t.topic for t in snap.topics] == ["Orders"]
     assert [q.queue_id for q in snap.topics[0].queues] == [0, 1]  # sorted
     assert snap.topics[0].total == 12
-    assert [(g.group, g.lag, g.queues) for g in snap.groups] == [("g1", 3, 2)]
+    # lag = ready + inflight
+    assert [(g.group, g.lag, g.ready, g.inflight, g.queues) for g in snap.groups] == [
+        ("g1", 7, 3, 4, 2)
+    ]
     lag = slave_lag(snap.master_of(snap.nodes[1]), snap.nodes[1])
     assert (lag.bytes, lag.ms) == (50, 20)
 

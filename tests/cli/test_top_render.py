@@ -6,6 +6,7 @@ recorded text back, and the styles of the segments to check a dead node is drawn
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from rich.console import Console, RenderableType
 from rich.segment import Segment
@@ -235,3 +236,21 @@ def test_the_disk_column_shows_use_and_a_refusing_broker_in_red():
     assert "127.0.0.1:10921 refuses sends: the broker's disk is full [CL: 0.93]" in why
     assert "(cleanFileForciblyEnable=false)" in out
     assert "127.0.0.1:10911 refuses" not in out
+
+
+def test_pop_group_shows_ready_inflight_and_lag():
+    snap = attrs.evolve(
+        snapshot(taken_at=12.0, put=300, get=140),
+        groups=(
+            GroupView("order-consumers", ("Orders",), lag=17, queues=2, ready=17),
+            GroupView("pop-cg", ("Orders", "%RETRY%pop-cg_Orders"), 9, 3, ready=4, inflight=5),
+        ),
+    )
+    text = record(render_top(snap, None, width=160), 160).export_text(clear=False)
+    header = next(ln for ln in text.splitlines() if "inflight" in ln).split()
+    assert header[:5] == ["group", "lag", "ready", "inflight", "queues"]
+    [pop] = [ln.split() for ln in text.splitlines() if ln.split()[:1] == ["pop-cg"]]
+    assert pop[:5] == ["pop-cg", "9", "4", "5", "3"]
+    # a 4.x group: nothing in flight, the column is blank
+    [push] = [ln.split() for ln in text.splitlines() if "order-consumers" in ln]
+    assert push[:4] == ["order-consumers", "17", "17", "2"]

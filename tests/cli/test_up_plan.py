@@ -140,3 +140,16 @@ def test_readiness_reads_the_nameserver_cluster_info_json():
     junk: object
     for junk in (None, [], {"brokerAddrTable": []}, {"brokerAddrTable": {"broker-a": 3}}):
         assert not registered_at(junk, master)
+
+
+def test_every_broker_has_a_grpc_port_in_its_block() -> None:
+    from cli.local.up import plan_cluster
+
+    plan = plan_cluster(masters=2, slaves=1)
+    seen: set[int] = set()
+    for b in plan.brokers:
+        assert b.grpc_port == b.port + 4 and b.grpc_addr == f"{b.host}:{b.port + 4}"
+        assert b.grpc_port in b.ports()
+        assert not seen & set(b.ports())
+        seen |= set(b.ports())
+    assert plan.namesrv.grpc_port is None

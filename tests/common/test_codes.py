@@ -164,8 +164,25 @@ def test_every_rocketmq_4_9_7_request_code_is_listed_by_its_name():
     } == ROCKETMQ_4_9_7_REQUEST_CODES
 
 
-def test_request_codes_are_exactly_rocketmq_4_9_7s():
-    assert {c.value for c in RequestCode} == set(ROCKETMQ_4_9_7_REQUEST_CODES)
+# RocketMQ 5's pop codes (RequestCode.java 5.x; broker/processor/pop.py): above a short, so
+# they travel in JSON headers only, as RocketMQ 5's clients send them
+ROCKETMQ_5_POP_REQUEST_CODES = {
+    200050: "POP_MESSAGE",
+    200051: "ACK_MESSAGE",
+    200052: "PEEK_MESSAGE",
+    200053: "CHANGE_MESSAGE_INVISIBLETIME",
+    200151: "BATCH_ACK_MESSAGE",
+}
+
+
+def test_request_codes_are_exactly_rocketmq_4_9_7s_and_5s_pop_codes():
+    assert {c.value for c in RequestCode} == set(ROCKETMQ_4_9_7_REQUEST_CODES) | set(
+        ROCKETMQ_5_POP_REQUEST_CODES
+    )
+    assert {n: RequestCode(n).name for n in ROCKETMQ_5_POP_REQUEST_CODES} == (
+        ROCKETMQ_5_POP_REQUEST_CODES
+    )
+    assert int(ResponseCode.POLLING_FULL) == 209 and int(ResponseCode.POLLING_TIMEOUT) == 210
 
 
 def test_every_rocketmq_4_9_7_response_code_is_listed_by_its_name():
@@ -182,7 +199,7 @@ def test_every_rocketmq_4_9_7_response_code_is_listed_by_its_name():
 def test_request_codes_are_unique_and_fit_a_short():
     values = [c.value for c in RequestCode]
     assert len(values) == len(set(values))
-    assert all(0 < v < 0x8000 for v in values)
+    assert all(0 < v < 0x8000 for v in values if v not in ROCKETMQ_5_POP_REQUEST_CODES)
 
 
 def test_response_codes():

@@ -430,3 +430,23 @@ async def test_dispatch_awaits_inline_handlers_too(autojump_clock):
     # registering again as a task handler replaces the inline one
     d.register(1, echo)
     assert (await answer(RemotingCommand.request(1, {"v": "e"}))).ext_fields == {"echo": "e"}
+
+
+async def test_dispatch_awaits_an_inline_deferred_answer(autojump_clock):
+    """A caller outside a read loop (the gRPC service's local calls) gets the answer an inline
+    handler sets later, as a SYNC_MASTER send's replica wait does."""
+    from common.remoting.deferred_answer import DeferredAnswer
+
+    deferred = DeferredAnswer()
+    d = RequestDispatcher()
+    d.register(7, lambda cmd, ch: deferred, inline=True)
+    req = RemotingCommand.request(7)
+
+    async def answer_later() -> None:
+        await trio.sleep(1)
+        deferred.set(req.response(0, "late"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer_later)
+        resp = await d.dispatch_guarded(req, cast(Channel, None))
+    assert resp is not None and resp.remark == "late"

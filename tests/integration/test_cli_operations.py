@@ -153,6 +153,18 @@ def test_group_create_describe_delete(ns):
     assert "cg-ops" not in ok_json(ns, "group", "list")["groups"]
 
 
+def test_group_create_orderly(ns):
+    # RocketMQ 5's consumeMessageOrderly, in the 4.x admin code's SubscriptionGroupConfig body
+    assert ok_json(ns, "group", "create", "cg-fifo", "--orderly")["action"] == "created"
+    doc = ok_json(ns, "group", "describe", "cg-fifo")
+    assert doc["config"]["consumeMessageOrderly"] is True
+    text = rmq(ns, "group", "describe", "cg-fifo")
+    assert "consumeMessageOrderly=True" in text.stdout
+    ok_json(ns, "group", "create", "cg-fifo")
+    assert ok_json(ns, "group", "describe", "cg-fifo")["config"]["consumeMessageOrderly"] is False
+    ok_json(ns, "group", "delete", "cg-fifo")
+
+
 def test_producer_list(ns):
     assert ok_json(ns, "producer", "list", "--group", "pg-ops") == {"producers": []}
     heartbeat = {

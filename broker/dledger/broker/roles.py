@@ -227,7 +227,11 @@ class DLedgerRoleChangeHandler:
                         )
                     else:
                         await nursery.start(c.schedule_service.run)
+                        await nursery.start(c.timer_service.run)
                         await nursery.start(c.run_transaction_check)
+                        if c.pop is not None:
+                            # rebuilds the pop state from the replicated revive log first
+                            await nursery.start(c.pop.run_revive)
                     task_status.started()
         finally:
             if slave:

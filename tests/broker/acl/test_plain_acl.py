@@ -128,6 +128,16 @@ def test_groups_admin_and_retry_topics():
     assert resources_of(send("%RETRY%groupB")) == [("%RETRY%pg", Perm.SUB)]
 
 
+def test_pop_codes_need_sub_on_topic_and_group():
+    for code in (
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    ):
+        cmd = RemotingCommand.request(code, {"consumerGroup": "cg", "topic": "T"})
+        assert resources_of(cmd) == [("T", Perm.SUB), ("%RETRY%cg", Perm.SUB)]
+
+
 def test_perms_and_addresses_parse_as_rocketmq():
     assert parse_perm("PUB|SUB") == parse_perm(" SUB|PUB ") == Perm.PUB | Perm.SUB
     assert parse_perm(None) == parse_perm("WRITE") == Perm.DENY

@@ -372,3 +372,38 @@ async def test_consumer_offsets_survive_a_leader_change(nursery, tmp_path, mk, a
     group.kill(master.raft.config.self_id)
     new = await group.wait_master()
     assert new.up.controller.consumer_offset_manager.query_offset("cg", "T", 0) == 3
+
+
+async def test_timers_go_on_through_a_leader_kill(nursery, tmp_path, autojump_clock):
+    # RocketMQ 5 timer messages (broker/timer): the timer records replicate as entries; the new
+    # leader, with no timer checkpoint of its own, finds what the old one delivered in the log
+    # and delivers the rest, each once and none before its time
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    async with Admin(group.namesrv.addr, network=group.network) as admin:
+        await admin.create_topic("TM", broker_addr=master.up.addr, queues=1)
+    now = master.up.controller.timer_service.clock_ms()
+    dues = {b"t%d" % i: now + 3000 + 2000 * i for i in range(8)}
+    async with Producer("pg", group.namesrv.addr, network=group.network) as producer:
+        for body, due in dues.items():
+            r = await producer.send(Message("TM", body, deliver_at=due))
+            assert r.status is SendStatus.SEND_OK
+    await trio.sleep((now + 8500 - master.up.controller.timer_service.clock_ms()) / 1000)
+    before = stored(master, "TM", 0)
+    assert 0 < len(before) < len(dues)
+    old = master.raft.config.self_id
+    group.kill(old)
+    new = await group.wait_master()
+    assert new.raft.config.self_id != old
+    await eventually(lambda: len(stored(new, "TM", 0)) >= len(dues), timeout=60)
+    await trio.sleep(5)
+    store = new.up.store
+    got = []
+    for off in range(store.get_max_offset_in_queue("TM", 0)):
+        phys = store.get_commit_log_offset_in_queue("TM", 0, off)
+        record = store.select_one_message_by_offset(phys)
+        assert record is not None
+        got.append(decode_record(record))
+    assert sorted(m.body for m in got) == sorted(dues)  # each once
+    for m in got:
+        assert int(m.properties["TIMER_DEQUEUE_MS"]) >= dues[m.body]

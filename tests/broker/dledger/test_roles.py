@@ -163,3 +163,37 @@ async def test_runtime_info_has_the_raft_state(world, new_node, autojump_clock):
     assert table["dledgerGroup"] == "broker-a" and table["dledgerLeaderId"] == "n0"
     for key in ("dledgerSelfId", "dledgerLedgerEndIndex", "dledgerCommittedIndex", "dledgerPeers"):
         assert key in table
+
+
+async def test_timer_service_runs_on_the_leader_only(world, new_node, mk, autojump_clock):
+    # the timer service (broker/timer) starts and stops with the role, like the schedule
+    # service; a leader again resumes from the log: the timer is delivered once, when due
+    _, _, start = world
+    node = new_node(role=Role.CANDIDATE, leader_id=None)
+    broker = await start(node)
+    c = broker.controller
+    timers = c.timer_service
+    node.change_role(Role.FOLLOWER, term=1, leader_id="n0")
+    await trio.sleep(0.5)
+    assert not timers.running
+    node.change_role(Role.LEADER, term=2, leader_id="n1")
+    await trio.sleep(0.5)
+    assert c.broker_role == "SYNC_MASTER" and timers.running
+    due = timers.clock_ms() + 10_000
+    props = {"TIMER_OUT_MS": due - 1000, "REAL_TOPIC": "TT", "REAL_QID": 0, "UNIQ_KEY": "U"}
+    assert (await broker.store.put_message(mk(topic="rmq_sys_wheel_timer", **props))).ok
+    await trio.sleep(1)
+    node.change_role(Role.FOLLOWER, term=3, leader_id="n0")
+    await trio.sleep(0.5)
+    assert not timers.running
+    await trio.sleep(12)  # due while a follower: nothing delivered here
+    assert broker.store.get_max_offset_in_queue("TT", 0) == 0
+    node.change_role(Role.LEADER, term=4, leader_id="n1")
+    await trio.sleep(1)
+    assert timers.running
+    assert broker.store.get_max_offset_in_queue("TT", 0) == 1
+    node.change_role(Role.FOLLOWER, term=5, leader_id="n0")
+    await trio.sleep(0.5)
+    node.change_role(Role.LEADER, term=6, leader_id="n1")
+    await trio.sleep(2)
+    assert broker.store.get_max_offset_in_queue("TT", 0) == 1  # once

@@ -1,0 +1,587 @@
+"""One HTTP/2 connection serving gRPC calls: ``h2`` (sans-I/O) driven by Trio tasks.
+
+Theory of operation
+-------------------
+``h2.H2Connection`` is a pure state machine: bytes in, events out, bytes to send buffered. Three
+kinds of task drive it, all in the connection's nursery, all on one Trio thread (so the state
+machine needs no lock: no ``await`` happens between touching it and leaving it consistent):
+
+* the **reader** feeds received bytes to h2 and acts on its events: a new stream (headers) starts a
+  call task, DATA goes to that call's :class:`~common.grpc.framing.MessageDecoder`, a reset cancels
+  the call, a WINDOW_UPDATE wakes senders. A protocol error (garbage, a header list too large, a
+  stream past MAX_CONCURRENT_STREAMS) makes h2 queue a GOAWAY; the reader stops and the connection
+  ends after flushing it;
+* the **writer** takes whatever h2 has buffered and writes it. A write that does not finish within
+  ``send_timeout`` (a peer that reads nothing) ends the connection;
+* a **call task** per stream runs the handler inside a cancel scope whose deadline is the
+  request's ``grpc-timeout``, then ends the stream with ``grpc-status``/``grpc-message`` trailers
+  (headers+trailers in one frame, "trailers-only", when no message was sent).
+
+Flow control, both ways, is what bounds memory (limits.py). Inbound, received DATA is
+acknowledged to h2 (reopening the client's window) only while the connection holds less than
+``max_buffered_inbound`` bytes its handlers have not taken; otherwise the acknowledgement waits
+until a handler takes a message. Outbound, a call hands h2 at most the peer's window and waits
+while the connection has more than ``outbound_high_water`` bytes unwritten; a call that cannot send
+for ``send_timeout`` (the peer's window stays shut) is reset with CANCEL and its handler ends.
+
+A call's sends are serialized by a per-call lock, so another task (the broker pushing a telemetry
+command) may send on a stream while its handler also does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator
+
+import attrs
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+from google.protobuf.message import DecodeError, Message
+
+from common.grpc.deadline import parse_grpc_timeout
+from common.grpc.framing import PREFIX, MessageDecoder, encode_message
+from common.grpc.limits import GrpcServerLimits
+from common.grpc.service import CallContext, Method, MethodKind, Send, ServiceTable
+from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
+
+log = logging.getLogger(__name__)
+
+_connection_ids = itertools.count(1)
+
+
+class _StreamGone(Exception):
+    """The stream was reset, or the connection is closing: nothing more can be sent on it."""
+
+
+@attrs.define(eq=False)
+class _Call:
+    stream_id: int
+    method: Method
+    context: CallContext
+    decoder: MessageDecoder
+    inbox_send: trio.MemorySendChannel[bytes]
+    inbox_receive: trio.MemoryReceiveChannel[bytes]
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    send_lock: trio.Lock = attrs.Factory(trio.Lock)
+    headers_sent: bool = False
+    remote_ended: bool = False
+    reset: bool = False
+    finished: bool = False
+    # bytes received but not yet acknowledged to h2 (the connection was over its inbound budget)
+    unacked: int = 0
+
+
+class GrpcConnection:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        services: ServiceTable,
+        limits: GrpcServerLimits,
+        *,
+        peer: str = "unknown",
+    ) -> None:
+        self.id = next(_connection_ids)
+        self.peer = peer
+        self._stream = stream
+        self._services = services
+        self._limits = limits
+        self._h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        self._calls: dict[int, _Call] = {}
+        self._wake_writer = trio.Event()
+        self._progress = trio.Event()
+        self._queued = 0  # bytes handed to h2 since the writer last took them
+        self._unsent = 0  # bytes the writer is writing now
+        self._sending = False  # a write is under way (the writer's or a call's _flush_now)
+        self._inbound = 0  # bytes received that handlers have not taken
+        self._closing = False
+        self._writer_done = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._reader_scope = trio.CancelScope()
+        self._greeted = False  # the client's preface and first SETTINGS are in
+        self.last_active = trio.current_time()
+
+    @property
+    def open_calls(self) -> int:
+        return len(self._calls)
+
+    def close(self) -> None:
+        """Send GOAWAY and end the connection (running calls are cancelled)."""
+        if self._closing:
+            return
+        try:
+            self._h2.close_connection()
+        except h2.exceptions.ProtocolError:
+            pass
+        self._closing = True
+        self._kick()
+
+    async def run(self) -> None:
+        """Serve until the peer leaves or the connection is closed; never raises but Cancelled."""
+        limits = self._limits
+        self._h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window_size,
+            },
+        )
+        self._h2.decoder.max_header_list_size = limits.max_header_list_size
+        self._h2.initiate_connection()
+        # the connection's own window starts at 65535 whatever SETTINGS say: widen it
+        extra = limits.initial_window_size - self._h2.inbound_flow_control_window
+        if extra > 0:
+            self._h2.increment_flow_control_window(extra)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._idle_watch)
+                nursery.start_soon(self._handshake_watch)
+                await self._read_loop()
+                # flush what h2 still holds (a GOAWAY, the last trailers), briefly
+                self._closing = True
+                self._kick()
+                with trio.move_on_after(1.0):
+                    await self._writer_done.wait()
+                nursery.cancel_scope.cancel()
+        except Exception:
+            log.exception("gRPC connection from %s failed", self.peer)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._stream)
+
+    # --- the writer ------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        self._wake_writer.set()
+
+    def _notify_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                if self._sending:
+                    # a call task is writing its own answer (_flush_now)
+                    await self._progress.wait()
+                    continue
+                data = self._h2.data_to_send()
+                if not data:
+                    if self._closing:
+                        return
+                    await self._wake_writer.wait()
+                    self._wake_writer = trio.Event()
+                    continue
+                if not await self._write(data):
+                    return
+        finally:
+            self._writer_done.set()
+
+    async def _write(self, data: bytes) -> bool:
+        """Write bytes h2 gave us; False (and the connection ends) if the peer does not take
+        them within send_timeout or is gone."""
+        self._sending = True
+        self._unsent, self._queued = len(data), 0
+        try:
+            with trio.move_on_after(self._limits.send_timeout) as timer:
+                await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._abort()
+            return False
+        finally:
+            self._sending = False
+            self._unsent = 0
+            self._notify_progress()
+        if timer.cancelled_caught:
+            log.warning(
+                "closing the gRPC connection from %s: it read nothing for %.0f s",
+                self.peer,
+                self._limits.send_timeout,
+            )
+            self._abort()
+            return False
+        return True
+
+    async def _flush_now(self) -> None:
+        """Write what h2 holds from this task when no write is under way: a call's answer
+        leaves without waiting for the writer task's turn (one scheduling round less)."""
+        if self._sending or self._closing:
+            self._kick()
+            return
+        data = self._h2.data_to_send()
+        if data:
+            await self._write(data)
+
+    def _abort(self) -> None:
+        self._closing = True
+        self._notify_progress()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _idle_watch(self) -> None:
+        idle = self._limits.idle_timeout
+        while True:
+            await trio.sleep(max(idle / 4, 0.01))
+            if not self._calls and trio.current_time() - self.last_active > idle:
+                log.info("closing the gRPC connection from %s: idle for %.0f s", self.peer, idle)
+                self.close()
+                self._abort_reader()
+                return
+
+    async def _handshake_watch(self) -> None:
+        await trio.sleep(self._limits.handshake_timeout)
+        if not self._greeted:
+            log.info("closing the gRPC connection from %s: no HTTP/2 preface in time", self.peer)
+            self.close()
+            self._abort_reader()
+
+    def _abort_reader(self) -> None:
+        self._reader_scope.cancel()
+
+    # --- the reader ------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        with self._reader_scope:
+            while not self._closing:
+                try:
+                    data = await self._stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                if not data:
+                    return
+                self.last_active = trio.current_time()
+                try:
+                    events = self._h2.receive_data(data)
+                except h2.exceptions.ProtocolError as exc:
+                    # h2 queued a GOAWAY with the error's code; the writer flushes it
+                    log.info("gRPC connection from %s: protocol error: %s", self.peer, exc)
+                    self._closing = True
+                    self._kick()
+                    return
+                for event in events:
+                    self._on_event(event)
+                if self._frame_too_large():
+                    return
+                self._kick()
+
+    def _frame_too_large(self) -> bool:
+        """h2 checks a frame's length only once the whole frame is buffered: a header that
+        announces more than our SETTINGS_MAX_FRAME_SIZE ends the connection at once instead
+        (FRAME_SIZE_ERROR), so a peer cannot make us buffer 16 MB of a frame we will refuse."""
+        # (h2's FrameBuffer keeps the unparsed bytes, after the client preface, in `_data`)
+        frames = self._h2.incoming_buffer
+        pending = frames._data
+        if frames._preamble_len or len(pending) < 3:
+            return False
+        length = int.from_bytes(pending[:3], "big")
+        if length <= self._h2.max_inbound_frame_size:
+            return False
+        log.info("gRPC connection from %s: a frame of %d bytes announced", self.peer, length)
+        self._h2.close_connection(h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+        self._closing = True
+        self._kick()
+        return True
+
+    def _on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._start_call(event.stream_id, event.headers or [])
+            if event.stream_ended is not None:
+                self._on_remote_end(event.stream_id)
+        elif isinstance(event, h2.events.DataReceived):
+            self._on_data(event.stream_id, event.data or b"", event.flow_controlled_length or 0)
+            if event.stream_ended is not None:
+                self._on_remote_end(event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            self._on_remote_end(event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            call = self._calls.get(event.stream_id)
+            if call is not None:
+                call.reset = True
+                call.scope.cancel()
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._greeted = True
+            self._notify_progress()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._closing = True
+        elif isinstance(event, h2.events.TrailersReceived):
+            # a client sends no trailers in gRPC; h2 reports the end separately
+            pass
+
+    def _start_call(self, stream_id: int, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        headers: dict[str, str] = {}
+        for name, value in raw_headers:
+            headers[bytes(name).decode("latin-1")] = bytes(value).decode("latin-1")
+        path = headers.get(":path", "")
+        content_type = headers.get("content-type", "")
+        if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
+            self._reject(stream_id, "415", "application/grpc POST expected")
+            return
+        method = self._services.get(path)
+        if method is None:
+            self._send_trailers_only(
+                stream_id, StatusCode.UNIMPLEMENTED, f"Method not found: {path}"
+            )
+            return
+        timeout = parse_grpc_timeout(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
+        metadata = {k: v for k, v in headers.items() if not k.startswith(":")}
+        send, receive = trio.open_memory_channel[bytes](math.inf)
+        call = _Call(
+            stream_id=stream_id,
+            method=method,
+            context=CallContext(
+                path=path, metadata=metadata, peer=self.peer, connection_id=self.id, timeout=timeout
+            ),
+            decoder=MessageDecoder(self._limits.max_message_size),
+            inbox_send=send,
+            inbox_receive=receive,
+        )
+        if timeout is not None:
+            call.scope.deadline = trio.current_time() + timeout
+        self._calls[stream_id] = call
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_call, call)
+
+    def _reject(self, stream_id: int, http_status: str, why: str) -> None:
+        try:
+            self._h2.send_headers(
+                stream_id, [(":status", http_status), ("grpc-message", why)], end_stream=True
+            )
+        except h2.exceptions.ProtocolError:
+            pass
+
+    def _send_trailers_only(self, stream_id: int, code: StatusCode, message: str) -> None:
+        headers = [(":status", "200"), ("content-type", "application/grpc")]
+        headers += self._status_headers(code, message)
+        try:
+            self._h2.send_headers(stream_id, headers, end_stream=True)
+        except h2.exceptions.ProtocolError:
+            pass
+
+    @staticmethod
+    def _status_headers(code: StatusCode, message: str) -> list[tuple[str, str]]:
+        headers = [("grpc-status", str(int(code)))]
+        if message:
+            headers.append(("grpc-message", encode_grpc_message(message)))
+        return headers
+
+    def _on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
+        call = self._calls.get(stream_id)
+        if call is None or call.finished:
+            # a stream we answered already: its bytes only count against the windows
+            self._acknowledge(stream_id, flow_length)
+            return
+        self._inbound += len(data)
+        try:
+            messages = call.decoder.feed(data)
+        except GrpcError as exc:
+            self._fail_call(call, exc)
+            self._acknowledge(stream_id, flow_length)
+            return
+        for message in messages:
+            call.inbox_send.send_nowait(message)
+        if self._inbound < self._limits.max_buffered_inbound:
+            self._acknowledge(stream_id, flow_length)
+        else:
+            call.unacked += flow_length
+
+    def _acknowledge(self, stream_id: int, flow_length: int) -> None:
+        if flow_length <= 0:
+            return
+        try:
+            self._h2.acknowledge_received_data(flow_length, stream_id)
+        except (h2.exceptions.ProtocolError, KeyError):
+            pass
+
+    def _took(self, call: _Call, nbytes: int) -> None:
+        """A handler took a message of ``nbytes``: acknowledge what waited for room."""
+        self._inbound -= nbytes
+        if self._inbound >= self._limits.max_buffered_inbound:
+            return
+        for waiting in list(self._calls.values()):
+            if waiting.unacked:
+                self._acknowledge(waiting.stream_id, waiting.unacked)
+                waiting.unacked = 0
+        self._kick()
+
+    def _on_remote_end(self, stream_id: int) -> None:
+        call = self._calls.get(stream_id)
+        if call is None:
+            return
+        call.remote_ended = True
+        if not call.decoder.finished_cleanly():
+            self._fail_call(call, GrpcError(StatusCode.INTERNAL, "stream ended inside a message"))
+        call.inbox_send.close()
+
+    def _fail_call(self, call: _Call, error: GrpcError) -> None:
+        """End a call from the reader (bad input): its handler is cancelled, the error sent."""
+        if call.finished:
+            return
+        call.finished = True
+        call.scope.cancel()
+        self._end_stream(call, error.code, error.message)
+
+    # --- calls -------------------------------------------------------------------------------
+
+    async def _run_call(self, call: _Call) -> None:
+        method = call.method
+        code, message = StatusCode.OK, ""
+        try:
+            with call.scope:
+                send: Send[Message] = Send(lambda m: self._send_message(call, m))
+                if method.kind is MethodKind.BIDI_STREAMING:
+                    await method.handler(self._requests(call), call.context, send)
+                else:
+                    request = await self._single_request(call)
+                    if method.kind is MethodKind.UNARY:
+                        response = await method.handler(request, call.context)
+                        await self._send_message(call, response)
+                    else:
+                        await method.handler(request, call.context, send)
+        except GrpcError as exc:
+            code, message = exc.code, exc.message
+        except _StreamGone:
+            call.finished = True
+        except Exception as exc:
+            log.exception("gRPC handler of %s failed", call.context.path)
+            code, message = StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._forget(call)
+        if call.scope.cancelled_caught and not call.finished and not call.reset:
+            code, message = StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        if not call.finished and not call.reset:
+            call.finished = True
+            self._end_stream(call, code, message)
+        await self._flush_now()
+
+    def _forget(self, call: _Call) -> None:
+        self._calls.pop(call.stream_id, None)
+        leftover = call.decoder.buffered
+        while True:
+            try:
+                leftover += len(call.inbox_receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        call.inbox_receive.close()
+        if call.unacked:
+            self._acknowledge(call.stream_id, call.unacked)
+            call.unacked = 0
+        self._took(call, leftover)
+
+    def _end_stream(self, call: _Call, code: StatusCode, message: str) -> None:
+        if call.reset:
+            return
+        try:
+            if call.headers_sent:
+                self._h2.send_headers(
+                    call.stream_id, self._status_headers(code, message), end_stream=True
+                )
+            else:
+                self._send_trailers_only(call.stream_id, code, message)
+                return
+        except h2.exceptions.ProtocolError:
+            return
+        finally:
+            self._kick()
+        if not call.remote_ended:
+            # the client is still sending (a bidi call we ended): tell it to stop
+            try:
+                self._h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            except h2.exceptions.ProtocolError:
+                pass
+
+    async def _next_message(self, call: _Call) -> bytes | None:
+        try:
+            data = await call.inbox_receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+        self._took(call, len(data) + PREFIX.size)
+        return data
+
+    def _parse(self, call: _Call, data: bytes) -> Message:
+        request = call.method.request_type()
+        try:
+            request.ParseFromString(data)
+        except DecodeError as exc:
+            raise GrpcError(StatusCode.INTERNAL, f"bad request message: {exc}") from None
+        return request
+
+    async def _single_request(self, call: _Call) -> Message:
+        data = await self._next_message(call)
+        if data is None:
+            raise GrpcError(StatusCode.UNIMPLEMENTED, "no request message")
+        # a unary request is complete when the client ends its side (grpc: exactly one message)
+        extra = await self._next_message(call)
+        if extra is not None:
+            raise GrpcError(StatusCode.UNIMPLEMENTED, "more than one request message")
+        return self._parse(call, data)
+
+    async def _requests(self, call: _Call) -> AsyncIterator[Message]:
+        while True:
+            data = await self._next_message(call)
+            if data is None:
+                return
+            yield self._parse(call, data)
+
+    async def _send_message(self, call: _Call, message: Message) -> None:
+        data = encode_message(message.SerializeToString())
+        async with call.send_lock:
+            if not call.headers_sent:
+                self._ensure_open(call)
+                self._h2.send_headers(
+                    call.stream_id,
+                    [
+                        (":status", "200"),
+                        ("content-type", "application/grpc"),
+                        ("grpc-accept-encoding", "identity"),
+                    ],
+                )
+                call.headers_sent = True
+            await self._send_data(call, memoryview(data))
+
+    def _ensure_open(self, call: _Call) -> None:
+        if call.reset or call.finished or self._closing:
+            raise _StreamGone
+
+    async def _send_data(self, call: _Call, view: memoryview) -> None:
+        limits = self._limits
+        with trio.move_on_after(limits.send_timeout) as timer:
+            while view:
+                self._ensure_open(call)
+                try:
+                    window = self._h2.local_flow_control_window(call.stream_id)
+                except h2.exceptions.ProtocolError:
+                    raise _StreamGone from None
+                if window <= 0 or self._queued + self._unsent >= limits.outbound_high_water:
+                    await self._progress.wait()
+                    continue
+                n = min(window, len(view), self._h2.max_outbound_frame_size)
+                self._h2.send_data(call.stream_id, bytes(view[:n]))
+                self._queued += n
+                view = view[n:]
+                self._kick()
+            return
+        if timer.cancelled_caught:
+            log.warning(
+                "gRPC call %s from %s: the peer's window stayed shut for %.0f s; resetting it",
+                call.context.path,
+                self.peer,
+                limits.send_timeout,
+            )
+            call.reset = True
+            try:
+                self._h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.CANCEL)
+            except h2.exceptions.ProtocolError:
+                pass
+            self._kick()
+            raise _StreamGone
