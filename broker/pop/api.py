@@ -5,10 +5,11 @@ The seam between ``broker/pop`` and its callers: request/result types and the
 Revive runs only on a master / DLedger leader; the calls below are valid on any role but a
 slave answers :attr:`PopStatus.NOT_MASTER` to anything that writes pop state.
 
-Receipt handles are RocketMQ 5's ExtraInfo strings (``common/.../ExtraInfoUtil.java``), so a
-4.x-wire POP client (remoting code 200050) and a 5.x gRPC client carry the same handle:
-``ckQueueOffset popTime invisibleTime reviveQid topicMark brokerName queueId queueOffset``
-separated by single spaces (``broker/pop/receipt.py`` builds and parses it).
+Receipt handles are RocketMQ 5's proxy receipt handles (``common/.../ReceiptHandle.java``): the
+ExtraInfo string (``ExtraInfoUtil.java``) ``ckQueueOffset popTime invisibleTime reviveQid
+topicMark brokerName queueId queueOffset`` plus the message's CommitLog offset, separated by
+single spaces; the remoting wire (code 200050) carries the eight-field ExtraInfo, and every call
+here takes either form (``broker/pop/receipt.py`` builds and parses them).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class PopRequest:
 @attrs.frozen
 class PopMessage:
     msg: MessageExt  # the stored message as read (topic is the original topic, never a retry)
-    receipt_handle: str  # ExtraInfo string; hand back to ack / change_invisible_time
+    receipt_handle: str  # the proxy's form; hand back to ack / change_invisible_time
     delivery_attempt: int  # reconsume_times + 1
     pop_time_ms: int
     invisible_time_ms: int

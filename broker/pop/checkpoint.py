@@ -24,7 +24,7 @@ Invariants
 * I1: a CK's record precedes, in its revive queue, every ack record of it (the ack is written
   after the CK was answered to the client, which waited for the CK's put).
 * I2: the committed revive offset of a queue is never beyond the record of a CK that is not
-  done (:meth:`CheckpointTable.safe_revive_offset`), so by I1 a replay from it sees every
+  done (:meth:`CheckpointTable.safe_revive_offsets`), so by I1 a replay from it sees every
   undone CK and all of its acks: the rebuilt table equals the lost one, except CKs revived or
   finished after the last commit, which come back (their messages are delivered again: at
   least once, never lost).
@@ -65,6 +65,10 @@ class Checkpoint:
     acked: set[int] = attrs.field(factory=set)
     # queue offset of the CK's record in its revive queue (-1 until written)
     revive_offset: int = -1
+    # a FIFO batch (broker/pop/order.py): never revived (its lapse just unlocks the queue); an
+    # ack clears the offset in every FIFO CK of the queue, so the undone ones say how often
+    # each unacked offset was handed out
+    order: bool = False
 
     @property
     def key(self) -> CkKey:
@@ -100,6 +104,8 @@ class Checkpoint:
             "d": [o - self.start_offset for o in self.offsets],
             "bn": self.broker_name,
         }
+        if self.order:
+            body["ord"] = 1  # ours: RocketMQ keeps FIFO state in consumerOrderInfo.json instead
         return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -149,6 +155,7 @@ def decode_record_body(tag: str, body: bytes, revive_qid: int) -> Checkpoint | A
                 offsets=offsets,
                 broker_name=str(d.get("bn", "")),
                 acked={o for i, o in enumerate(offsets) if bm >> i & 1},
+                order=bool(d.get("ord")),
             )
         if tag == ACK_TAG:
             return AckRecord(
@@ -173,10 +180,14 @@ class CheckpointTable:
     # (revive time, seq, key); stale entries (done or re-keyed CKs) are skipped when popped
     _heap: list[tuple[int, int, CkKey]] = attrs.field(factory=list)
     _seq: int = 0
-    # unacked offsets per (group, queue topic, queue id)
+    # unacked offsets per (group, queue topic, queue id), FIFO CKs not counted
     _per_queue: dict[tuple[str, str, int], int] = attrs.field(factory=dict)
+    # (group, queue topic, queue id) -> keys of its undone FIFO CKs
+    _order: dict[tuple[str, str, int], list[CkKey]] = attrs.field(factory=dict)
 
     def _count(self, ck: Checkpoint, delta: int) -> None:
+        if ck.order:
+            return
         k = (ck.group, ck.topic, ck.queue_id)
         n = self._per_queue.get(k, 0) + delta
         if n > 0:
@@ -197,11 +208,15 @@ class CheckpointTable:
         self._cks.clear()
         self._heap.clear()
         self._per_queue.clear()
+        self._order.clear()
 
     def add(self, ck: Checkpoint) -> None:
         if ck.done or ck.key in self._cks:
             return
         self._cks[ck.key] = ck
+        if ck.order:
+            self._order.setdefault((ck.group, ck.topic, ck.queue_id), []).append(ck.key)
+            return
         self._count(ck, len(ck.offsets) - len(ck.acked))
         self._seq += 1
         heapq.heappush(self._heap, (ck.revive_time, self._seq, ck.key))
@@ -218,7 +233,30 @@ class CheckpointTable:
         self._count(ck, -1)
         if ck.done:
             del self._cks[key]
+            if ck.order:
+                self._drop_order(ck)
         return True
+
+    def _drop_order(self, ck: Checkpoint) -> None:
+        k = (ck.group, ck.topic, ck.queue_id)
+        keys = self._order.get(k)
+        if keys is not None and ck.key in keys:
+            keys.remove(ck.key)
+            if not keys:
+                del self._order[k]
+
+    def order_checkpoints(self) -> list[Checkpoint]:
+        return [self._cks[k] for keys in self._order.values() for k in keys]
+
+    def ack_order(self, group: str, topic: str, queue_id: int, offset: int) -> list[Checkpoint]:
+        """A FIFO offset acked (or dead-lettered): cleared in every FIFO CK of its queue; the
+        CKs it was cleared in (each gets an ack record)."""
+        hit = []
+        for key in list(self._order.get((group, topic, queue_id), ())):
+            ck = self._cks[key]
+            if self.ack(key, offset):
+                hit.append(ck)
+        return hit
 
     def is_inflight(self, key: CkKey, offset: int) -> bool:
         ck = self._cks.get(key)
@@ -235,18 +273,20 @@ class CheckpointTable:
                 due.append(ck)
         return due
 
-    def safe_revive_offset(self, revive_qid: int, max_offset: int) -> int:
-        """I2: how far the revive queue may be committed (the oldest undone CK's record)."""
-        lowest = max_offset
+    def safe_revive_offsets(self, max_offsets: dict[int, int]) -> dict[int, int]:
+        """I2: how far each revive queue may be committed (its oldest undone CK's record, or
+        its end), in one pass over the table."""
+        out = dict(max_offsets)
         for ck in self._cks.values():
-            if ck.revive_qid == revive_qid and 0 <= ck.revive_offset < lowest:
-                lowest = ck.revive_offset
-        return lowest
+            lowest = out.get(ck.revive_qid)
+            if lowest is not None and 0 <= ck.revive_offset < lowest:
+                out[ck.revive_qid] = ck.revive_offset
+        return out
 
     def inflight(self, group: str, topic: str) -> int:
         """Messages popped and not yet acked nor revived, of a group on a queue topic."""
         return sum(
             len(ck.offsets) - len(ck.acked)
             for ck in self._cks.values()
-            if ck.group == group and ck.topic == topic
+            if ck.group == group and ck.topic == topic and not ck.order
         )

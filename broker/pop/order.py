@@ -12,12 +12,16 @@ invisible time runs out the lock lapses and the next pop reads from that offset 
 same messages in the same order, each with its attempt count raised.  Nothing is re-put to a
 retry topic (RocketMQ's FIFO revive does the same).
 
-State is per process: the consumer offset is persisted and replicated as every offset is, so
-after a restart or failover the first unacked message comes again; the attempt counts of the
-batch in flight then start over at 1.
+Durability: each FIFO batch is also a checkpoint marked ``order`` in the revive log
+(``broker/pop/checkpoint.py``), never revived; an ack clears its offset in every such checkpoint
+of the queue.  A new master rebuilds the locks and the attempt counts from the undone ones
+(:meth:`OrderInfoManager.rebuild`); a change of a FIFO message's invisible time is not
+recorded (after a failover the batch's own invisible time holds).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import attrs
 
@@ -95,6 +99,20 @@ class OrderInfoManager:
             return False
         b.invisible_until = until_ms
         return True
+
+    def rebuild(self, batches: Iterable[tuple[OrderKey, list[int], set[int], int, int]]) -> None:
+        """After a replay of the revive log: ``(key, offsets, acked, pop_time, invisible_ms)``
+        of every undone FIFO checkpoint.  An offset's attempts are the undone batches that hold
+        it unacked; the latest batch of a queue is its lock."""
+        self.clear()
+        for key, offsets, acked, pop_time, invisible_ms in sorted(batches, key=lambda b: b[3]):
+            att = self._attempts.setdefault(key, {})
+            for o in offsets:
+                if o not in acked:
+                    att[o] = att.get(o, 0) + 1
+            self._batches[key] = OrderBatch(
+                list(offsets), pop_time, pop_time + invisible_ms, set(acked) & set(offsets)
+            )
 
     def inflight(self, group: str, topic: str) -> int:
         return sum(

@@ -1,9 +1,14 @@
-"""Receipt handles: RocketMQ 5's ExtraInfo string (``remoting/.../header/ExtraInfoUtil.java``).
+"""Receipt handles: RocketMQ 5's ExtraInfo string (``remoting/.../header/ExtraInfoUtil.java``)
+and the proxy's receipt handle (``common/.../consumer/ReceiptHandle.java``).
 
 A handle names the checkpoint a popped message belongs to and the message itself, as eight
-fields joined by single spaces::
+fields joined by single spaces (the ExtraInfo, a record's ``POP_CK`` on the remoting wire)::
 
     ckQueueOffset popTime invisibleTime reviveQid topicMark brokerName queueId queueOffset
+
+RocketMQ 5's proxy hands its gRPC clients the same eight plus the message's CommitLog offset
+(nine fields); both forms parse, and :meth:`ReceiptHandle.encode` writes the nine-field one
+when the CommitLog offset is known.
 
 ``topicMark`` is ``1`` when the message was read from the group's pop retry topic
 (``%RETRY%<group>_<topic>``, ``KeyBuilder.buildPopRetryTopic``), else ``0``; ``reviveQid`` 999
@@ -55,6 +60,7 @@ class ReceiptHandle:
     broker_name: str
     queue_id: int
     offset: int  # the message's queue offset
+    commit_log_offset: int = -1  # the proxy's ninth field (-1: not given)
 
     @property
     def order(self) -> bool:
@@ -66,20 +72,33 @@ class ReceiptHandle:
             return pop_retry_topic(topic, group)
         return topic
 
-    def encode(self) -> str:
+    @property
+    def next_visible_time(self) -> int:
+        """When the message becomes visible again (the proxy calls a handle past it expired)."""
+        return self.pop_time + self.invisible_time
+
+    def extra_info(self) -> str:
+        """The eight-field ExtraInfo (``POP_CK``, the remoting ack's ``extraInfo``)."""
         return (
             f"{self.ck_offset} {self.pop_time} {self.invisible_time} {self.revive_qid} "
             f"{1 if self.retry else 0} {self.broker_name} {self.queue_id} {self.offset}"
         )
 
+    def encode(self) -> str:
+        """The proxy's form: the ExtraInfo and, when known, the CommitLog offset."""
+        if self.commit_log_offset < 0:
+            return self.extra_info()
+        return f"{self.extra_info()} {self.commit_log_offset}"
+
     @classmethod
     def parse(cls, text: str, offset: int | None = None) -> ReceiptHandle:
-        """Parse a handle; a 7-field one (the 4.x POP header's extraInfo) takes ``offset``."""
+        """Parse a handle of 8 fields (ExtraInfo) or 9 (the proxy's); a 7-field one (an older
+        client's extraInfo) takes ``offset``."""
         parts = text.split(" ") if text else []
         try:
             if len(parts) == 7 and offset is not None:
                 parts.append(str(offset))
-            if len(parts) != 8:
+            if len(parts) not in (8, 9):
                 raise ValueError(f"{len(parts)} fields")
             h = cls(
                 ck_offset=int(parts[0]),
@@ -90,6 +109,7 @@ class ReceiptHandle:
                 broker_name=parts[5],
                 queue_id=int(parts[6]),
                 offset=int(parts[7]),
+                commit_log_offset=int(parts[8]) if len(parts) == 9 else -1,
             )
         except ValueError as exc:
             raise BadReceiptHandle(f"parse the extra info failed: {text!r} ({exc})") from None

@@ -26,8 +26,9 @@ re-puts each unacked message to the pop retry topic with ``reconsumeTimes + 1``,
 ``retryMaxTimes + 1`` are delivered, as RocketMQ 5's proxy lets through), then commits how far
 each revive queue is done (invariant I2).
 
-*FIFO* groups (``consumeMessageOrderly`` or the request's order flag) go through
-``broker/pop/order.py`` instead of CKs.
+*FIFO* groups (``consumeMessageOrderly`` or the request's order flag) are locked per queue by
+``broker/pop/order.py``; their batches are CKs marked ``order``, kept for durability and never
+revived.
 
 *Long polling* (``broker/pop/long_polling.py``): a pop that found nothing waits for an arrival
 on its topic or retry topic, or a FIFO ack, up to its poll time, and looks once more at the end.
@@ -40,8 +41,10 @@ import logging
 import time
 from collections.abc import Callable
 
+import attrs
 import trio
 
+from broker.broker_stats_manager import BROKER_GET_NUMS
 from broker.controller import BrokerController
 from broker.filter.consumer_filter_manager import is_tag_type
 from broker.pop.api import (
@@ -145,16 +148,6 @@ class PopMessageService:
                 PopStatus.NO_PERMISSION,
                 remark=f"the broker[{b.config.broker_ip1}] popping message is forbidden",
             )
-        sgc = self._group(req.group)
-        if sgc is None:
-            return PopResult(
-                PopStatus.SUBSCRIPTION_GROUP_NOT_EXIST,
-                remark=f"subscription group [{req.group}] does not exist",
-            )
-        if not sgc.consumeEnable:
-            return PopResult(
-                PopStatus.NO_PERMISSION, remark=f"subscription group no permission, {req.group}"
-            )
         tc = b.topic_config_manager.select_topic_config(req.topic)
         if tc is None:
             return PopResult(
@@ -181,6 +174,17 @@ class PopMessageService:
             return PopResult(
                 PopStatus.BAD_REQUEST,
                 remark=f"invisibleTime[{req.invisible_time_ms}] is illegal",
+            )
+        # (RocketMQ's order of checks: the broker, the topic, the queue, then the group)
+        sgc = self._group(req.group)
+        if sgc is None:
+            return PopResult(
+                PopStatus.SUBSCRIPTION_GROUP_NOT_EXIST,
+                remark=f"subscription group [{req.group}] does not exist",
+            )
+        if not sgc.consumeEnable:
+            return PopResult(
+                PopStatus.NO_PERMISSION, remark=f"subscription group no permission, {req.group}"
             )
         try:
             mfilter = self._filter(req)
@@ -278,19 +282,23 @@ class PopMessageService:
                 rest += self._ready(req.group, topic, qid)
                 continue
             if order:
-                self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
+                ck = self._pop_order(req, sgc, topic, qid, room, mfilter, now, out, dead)
             else:
                 ck = self._pop_queue(req, topic, qid, room, mfilter, now, rqid, out)
-                if ck is not None:
-                    cks.append(ck)
+            if ck is not None:
+                cks.append(ck)
             rest += self._ready(req.group, topic, qid)
         # the records, then the answer: an answered pop is as durable as a send
         for ck in cks:
             await self._put_ck(ck)
         for m in dead:
             await self._put_dlq(req.group, m)
+            for ck in self.table.ack_order(req.group, m.topic, m.queue_id, m.queue_offset):
+                await self._put_ack(ck.key, m.queue_offset, ck.revive_qid)
         if not out:
+            self.broker.stats.get_miss += 1
             return PopResult(PopStatus.NO_NEW_MSG, pop_time_ms=now, rest_num=rest)
+        self._count_get(req, out)
         return PopResult(
             PopStatus.FOUND,
             out,
@@ -299,6 +307,15 @@ class PopMessageService:
             revive_qid=rqid,
             rest_num=rest,
         )
+
+    def _count_get(self, req: PopRequest, out: list[PopMessage]) -> None:
+        """Popped messages count as gets (the pull TPS of ``rmq top``, ``rmq stats``)."""
+        b = self.broker
+        t = trio.current_time()
+        b.stats.get_found += len(out)
+        size = sum(len(p.msg.body) for p in out)
+        b.stats.manager.inc_group_get(req.topic, req.group, len(out), size, t)
+        b.stats.manager.inc_broker(BROKER_GET_NUMS, b.config.broker_cluster_name, len(out), t)
 
     def _ready(self, group: str, topic: str, qid: int) -> int:
         off = self.broker.consumer_offset_manager.query_offset(group, topic, qid)
@@ -349,7 +366,7 @@ class PopMessageService:
         for m in msgs:
             handle = ReceiptHandle(
                 ck.start_offset, now, req.invisible_time_ms, rqid, is_retry,
-                self._broker_name, qid, m.queue_offset,
+                self._broker_name, qid, m.queue_offset, m.commit_log_offset,
             )  # fmt: skip
             out.append(self._popped(m, req, handle, m.reconsume_times + 1, now))
         return ck
@@ -372,10 +389,10 @@ class PopMessageService:
         now: int,
         out: list[PopMessage],
         dead: list[MessageExt],
-    ) -> None:
+    ) -> Checkpoint | None:
         key = (req.group, topic, qid)
         if self.order.is_locked(key, now):
-            return
+            return None
         offset = self._start_offset(req.group, topic, qid, req.init_mode)
         # past the max attempts: dead-lettered now, and the queue moves on (RocketMQ 5's proxy)
         while True:
@@ -391,7 +408,7 @@ class PopMessageService:
         if not keep:
             if nxt != offset or dead:
                 self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, nxt)
-            return
+            return None
         first = keep[0].queue_offset
         self.broker.consumer_offset_manager.commit_offset(req.group, topic, qid, first)
         self.order.begin(key, [m.queue_offset for m in keep], now, req.invisible_time_ms)
@@ -399,9 +416,23 @@ class PopMessageService:
             attempt = self.order.attempt_of(key, m.queue_offset) - 1
             handle = ReceiptHandle(
                 m.queue_offset, now, req.invisible_time_ms, POP_ORDER_REVIVE_QUEUE, False,
-                self._broker_name, qid, m.queue_offset,
+                self._broker_name, qid, m.queue_offset, m.commit_log_offset,
             )  # fmt: skip
             out.append(self._popped(m, req, handle, attempt, now))
+        ck = Checkpoint(
+            group=req.group,
+            topic=topic,
+            queue_id=qid,
+            start_offset=first,
+            pop_time=now,
+            invisible_time=req.invisible_time_ms,
+            revive_qid=next(self._revive_rr) % self.revive_queues,
+            offsets=[m.queue_offset for m in keep],
+            broker_name=self._broker_name,
+            order=True,
+        )
+        self.table.add(ck)
+        return ck
 
     # --- records ------------------------------------------------------------------------------
     def _ensure_revive_topic(self) -> None:
@@ -484,6 +515,8 @@ class PopMessageService:
                 return AckResult(AckStatus.EXPIRED, "the handle is stale")
             self.broker.consumer_offset_manager.commit_offset(group, real, h.queue_id, nxt)
             self.polling.wake(topic.removeprefix(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"))
+            for ck in self.table.ack_order(group, real, h.queue_id, h.offset):
+                await self._put_ack(ck.key, h.offset, ck.revive_qid)
             return AckResult(AckStatus.OK)
         ck_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.ack(ck_key, h.offset):
@@ -508,10 +541,7 @@ class PopMessageService:
                 return ChangeInvisibleResult(AckStatus.EXPIRED, remark="the handle is stale")
             # RocketMQ keeps the pop time and stretches the invisible time for FIFO handles
             new_it = now + invisible_time_ms - h.pop_time
-            nh = ReceiptHandle(
-                h.ck_offset, h.pop_time, new_it, h.revive_qid, h.retry, h.broker_name,
-                h.queue_id, h.offset,
-            )  # fmt: skip
+            nh = attrs.evolve(h, invisible_time=new_it)
             return ChangeInvisibleResult(AckStatus.OK, nh.encode(), h.pop_time, new_it)
         old_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
         if not self.table.is_inflight(old_key, h.offset):
@@ -536,10 +566,7 @@ class PopMessageService:
         self.table.ack(old_key, h.offset)
         await self._put_ck(ck)
         await self._put_ack(old_key, h.offset, h.revive_qid)
-        nh = ReceiptHandle(
-            h.offset, now, invisible_time_ms, h.revive_qid, h.retry, self._broker_name,
-            h.queue_id, h.offset,
-        )  # fmt: skip
+        nh = attrs.evolve(h, ck_offset=h.offset, pop_time=now, invisible_time=invisible_time_ms)
         return ChangeInvisibleResult(AckStatus.OK, nh.encode(), now, invisible_time_ms)
 
     async def forward_to_dead_letter_queue(
@@ -632,11 +659,12 @@ class PopMessageService:
             return  # the next round commits (I2)
         store = self.broker.store
         com = self.broker.consumer_offset_manager
-        for q in range(self.revive_queues):
-            mx = store.get_max_offset_in_queue(self.revive_topic, q)
-            com.commit_offset(
-                REVIVE_GROUP, self.revive_topic, q, self.table.safe_revive_offset(q, mx)
-            )
+        ends = {
+            q: store.get_max_offset_in_queue(self.revive_topic, q)
+            for q in range(self.revive_queues)
+        }
+        for q, safe in self.table.safe_revive_offsets(ends).items():
+            com.commit_offset(REVIVE_GROUP, self.revive_topic, q, safe)
 
     def recover(self) -> int:
         """Rebuild the table from the revive log (a master starting or a new leader)."""
@@ -661,6 +689,8 @@ class PopMessageService:
                     if isinstance(rec, Checkpoint):
                         rec.revive_offset = m.queue_offset
                         self.table.add(rec)
+                        if rec.order:
+                            continue  # a FIFO group's offset stays at its first unacked
                         # I4: the pop offset is past every offset a CK holds
                         last = max(rec.offsets) + 1
                         if com.query_offset(rec.group, rec.topic, rec.queue_id) < last:
@@ -670,6 +700,16 @@ class PopMessageService:
                 if nxt <= off:
                     break
                 off = nxt
+        self.order.rebuild(
+            (
+                (ck.group, ck.topic, ck.queue_id),
+                ck.offsets,
+                ck.acked,
+                ck.pop_time,
+                ck.invisible_time,
+            )
+            for ck in self.table.order_checkpoints()
+        )
         return records
 
     async def run_revive(

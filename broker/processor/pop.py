@@ -63,7 +63,7 @@ _ACK_CODES = {
 def _record(p: PopMessage, queue_topic: str) -> bytes:
     m = p.msg
     props = dict(m.properties)
-    props[POP_CK] = p.receipt_handle
+    props[POP_CK] = ReceiptHandle.parse(p.receipt_handle).extra_info()
     props.setdefault("1ST_POP_TIME", str(p.pop_time_ms))
     inner = MessageExtBrokerInner(
         topic=queue_topic,

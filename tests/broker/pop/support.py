@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ async def make_pop_broker(
     queues: int = 2,
     revive: bool = True,
     store_cfg: dict[str, Any] | None = None,
+    clock: Callable[[], int] | None = None,
     **cfg: object,
 ) -> tuple[BrokerController, PopMessageService]:
     config = BrokerConfig(
@@ -35,7 +37,7 @@ async def make_pop_broker(
     )
     if store is None:
         store = await nursery.start(run_memory_store, config.store)
-    clock = trio_wall_clock_ms()
+    clock = clock or trio_wall_clock_ms()
     if hasattr(store, "clock"):
         store.clock = clock
     b = BrokerController(config, store, io_threads=False)

@@ -36,8 +36,12 @@ async def test_pop_then_ack_is_done(autojump_clock: trio.abc.Clock, tmp_path: Pa
         assert all(m.delivery_attempt == 1 for m in r.messages)
         h = ReceiptHandle.parse(r.messages[0].receipt_handle)
         assert (h.broker_name, h.retry, h.invisible_time) == (b.config.broker_name, False, 10_000)
-        assert len(r.messages[0].receipt_handle.split(" ")) == 8
-        for m in r.messages:
+        # the proxy's form: the ExtraInfo and the CommitLog offset; both forms ack
+        assert len(r.messages[0].receipt_handle.split(" ")) == 9
+        assert h.commit_log_offset == r.messages[0].msg.commit_log_offset
+        assert len(h.extra_info().split(" ")) == 8
+        assert (await pop.ack("G", "T", h.extra_info())).status is AckStatus.OK
+        for m in r.messages[1:]:
             assert (await pop.ack("G", "T", m.receipt_handle)).status is AckStatus.OK
         # acked twice: stale
         again = await pop.ack("G", "T", r.messages[0].receipt_handle)
@@ -330,4 +334,15 @@ async def test_poll_time_is_capped(autojump_clock: trio.abc.Clock, tmp_path: Pat
         r = await pop.pop(req(poll_time_ms=10**12))
         assert r.status is PopStatus.NO_NEW_MSG
         assert trio.current_time() - t0 <= 31
+        n.cancel_scope.cancel()
+
+
+async def test_pops_count_as_gets(autojump_clock: trio.abc.Clock, tmp_path: Path) -> None:
+    async with trio.open_nursery() as n:
+        b, pop = await make_pop_broker(n, tmp_path)
+        await put(b, b"s1")
+        await put(b, b"s2", queue_id=1)
+        assert len((await pop.pop(req())).messages) == 2
+        assert b.stats.get_found == 2
+        assert b.stats.manager.tps_group_get_nums("T", "G", trio.current_time()) > 0
         n.cancel_scope.cancel()

@@ -14,7 +14,7 @@ from broker.store.api import MessageStore
 from common.message import MessageExtBrokerInner
 from common.model import TopicConfig
 from tests.broker.dledger.test_broker_dledger import eventually, start_group
-from tests.broker.pop.support import make_pop_broker, put
+from tests.broker.pop.support import make_pop_broker, put, set_group
 
 
 def req(**kw: object) -> PopRequest:
@@ -118,3 +118,41 @@ async def test_dledger_leader_change_keeps_pop_state(
                 seen.append((p.msg.body, p.delivery_attempt))
                 assert (await npop.ack("G", "T", p.receipt_handle)).status is AckStatus.OK
     assert seen == [(b"d2", 2)]
+
+
+async def test_fifo_lock_and_attempts_survive_a_takeover(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with trio.open_nursery() as n:
+        m, mpop = await make_pop_broker(n, tmp_path / "m", queues=1)
+        set_group(m, "F", consumeMessageOrderly=True)
+        for i in range(2):
+            await put(m, b"f%d" % i)
+        fifo = req(group="F", max_msgs=1)
+        assert [p.delivery_attempt for p in (await mpop.pop(fifo)).messages] == [1]
+        await trio.sleep(11)
+        second = (await mpop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in second] == [(b"f0", 2)]
+
+        s, spop = await make_pop_broker(
+            n,
+            tmp_path / "s",
+            queues=1,
+            revive=False,
+            store_cfg={"broker_role": "SLAVE"},
+            clock=mpop.now_ms,  # one wall clock for both
+        )
+        set_group(s, "F", consumeMessageOrderly=True)
+        copy_commit_log(m.store, s.store)
+        await s.store.wait_dispatched()
+        s.set_role(0, "SYNC_MASTER")
+        await n.start(spop.run_revive)
+        # the lock of the batch in flight holds on the new master
+        assert (await spop.pop(fifo)).status is PopStatus.NO_NEW_MSG
+        await trio.sleep(11)
+        third = (await spop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in third] == [(b"f0", 3)]
+        assert (await spop.ack("F", "T", third[0].receipt_handle)).status is AckStatus.OK
+        nxt = (await spop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in nxt] == [(b"f1", 1)]
+        n.cancel_scope.cancel()
