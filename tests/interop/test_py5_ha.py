@@ -105,7 +105,23 @@ def test_dledger_leader_killed(
 ) -> None:
     data_dir = tmp_path / "rmq"
     with cluster_runner(data_dir, "--dledger", "3", ready_timeout=60) as c:
-        leader = [n for n in status(data_dir) if n.get("broker_id") == 0]
-        assert len(leader) == 1, status(data_dir)
         py5 = Py5(py5_python, endpoints(data_dir), c.namesrv_addr)
-        run_failover(tmp_path, py5, data_dir, leader[0]["name"], restart=False, topic="Py5HaRaft")
+        leader = raft_leader(c.namesrv_addr)
+        run_failover(tmp_path, py5, data_dir, leader, restart=False, topic="Py5HaRaft")
+
+
+def raft_leader(namesrv: str, timeout: float = 30.0) -> str:
+    """The node name of the DLedger member that leads and serves as brokerId 0."""
+    deadline = time.monotonic() + timeout
+    while True:
+        brokers = json.loads(rmq("cluster", "--json", "-n", namesrv))["brokers"]
+        leaders = [
+            f"{b['broker_name']}-{b['raft']['self_id']}"
+            for b in brokers
+            if b.get("raft") and not b.get("error")
+            and b["raft"]["role"] == "LEADER" and b["broker_id"] == 0
+        ]  # fmt: skip
+        if len(leaders) == 1:
+            return leaders[0]
+        assert time.monotonic() < deadline, f"no single DLedger leader: {brokers}"
+        time.sleep(0.2)
