@@ -88,6 +88,7 @@ class ConsumerConnection:
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
+    protocol: str = "REMOTING"  # or GRPC_V2: a RocketMQ 5 client (broker/grpc)
 
 
 @attrs.frozen
@@ -147,6 +148,7 @@ class ProducerInfo:
     language: str
     version: int
     last_update_timestamp: int  # wall-clock ms of its last heartbeat
+    protocol: str = "REMOTING"  # or GRPC_V2: a RocketMQ 5 client (broker/grpc)
 
 
 @attrs.frozen
@@ -304,6 +306,7 @@ class AdminAPI(RequestHelpers):
                     str(doc.get("consumeType") or ""),
                     str(doc.get("messageModel") or ""),
                     str(doc.get("consumeFromWhere") or ""),
+                    str(c.get("protocol") or "REMOTING"),
                 )
                 for c in doc.get("connectionSet") or []
             ]
@@ -469,6 +472,7 @@ class AdminAPI(RequestHelpers):
                     str(p.get("language", "")),
                     _int(p.get("version", 0), "version"),
                     _int(p.get("lastUpdateTimestamp", 0), "lastUpdateTimestamp"),
+                    str(p.get("protocol") or "REMOTING"),
                 )
                 for group, infos in data.items()
                 for p in infos or []

@@ -11,7 +11,9 @@ How each kind of block runs:
   1. `rmq up` in the foreground (what `make up` runs) until `ready`;
   2. the "Using it" commands, line by line (`-f` is followed until a new message shows up,
      then Ctrl-C);
-  3. the Python blocks, each with the venv's `python`;
+  3. the Python blocks, each with the venv's `python`; the RocketMQ 5 client's block with the
+     python of that client's own venv (tests/interop/py5_venv.py: it and the C++ client both
+     install a `rocketmq` module), against broker-a's gRPC endpoint;
   4. Ctrl-C to the foreground cluster;
   5. the tour's `$ ` commands, each checked against the output lines the README shows
      (pids are wildcards, `...` matches anything);
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 
 from tests import readme_blocks as readme
+from tests.interop.py5_venv import ensure_py5_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +56,8 @@ def kind(block: readme.Block) -> str | None:
         return "tour"
     if block.lang == "toml":
         return "topology"
+    if block.lang == "python" and "from rocketmq import" in block.text:
+        return "python5"  # the official RocketMQ 5 client, `rocketmq-python-client`
     if block.lang == "python":
         return "python"
     if block.lang == "yaml" and "scrape_configs:" in block.text:
@@ -67,8 +72,9 @@ def of_kind(k: str) -> list[readme.Block]:
 def test_every_block_is_run() -> None:
     unclaimed = [str(b) for b in BLOCKS if kind(b) is None]
     assert not unclaimed, f"no test runs these README blocks: {unclaimed}"
-    counts = {k: len(of_kind(k)) for k in ("quickstart", "commands", "topology", "spark")}
-    assert counts == {"quickstart": 1, "commands": 1, "topology": 1, "spark": 1}
+    kinds = ("quickstart", "commands", "topology", "spark", "python5")
+    counts = {k: len(of_kind(k)) for k in kinds}
+    assert counts == {"quickstart": 1, "commands": 1, "topology": 1, "spark": 1, "python5": 1}
     assert len(of_kind("tour")) >= 3 and len(of_kind("python")) >= 2
 
 
@@ -161,7 +167,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail("the README test needs root and unshare (network + PID namespaces)")
     work = tmp_path_factory.mktemp("readme")
     python_blocks = of_kind("python")
+    (python5,) = of_kind("python5")
     (topology,) = of_kind("topology")
+    # built (or found cached) out here: the session's namespace has no network for pip
+    py5_python = ensure_py5_python()
     steps: list[dict] = [
         {"op": "start", "cmd": "rmq up", "until": "ready", "timeout": 60, "stop_on_failure": 1},
         *_command_steps(),
@@ -169,6 +178,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             {"op": "run", "cmd": "python -", "stdin": b.text, "timeout": 120, "block": b.line}
             for b in python_blocks
         ),
+        {
+            "op": "run",
+            "cmd": f"{py5_python} -",
+            "stdin": python5.text,
+            "timeout": 120,
+            "block": python5.line,
+        },
         {"op": "stop", "signal": "SIGINT"},
         *_tour_steps(),
         {"op": "write", "path": "cluster.toml", "text": topology.text},
@@ -354,3 +370,19 @@ def test_topology_file_starts_its_cluster(session: dict[str, Any]) -> None:
     ):
         assert want in out, f"{want!r} missing:\n{out}"
     _ok(session, "rmq down --data-dir toml-cluster")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_python5_block_sends_receives_and_acks(session: dict[str, Any]) -> None:
+    (block,) = of_kind("python5")
+    e = next(x for x in session["steps"] if x.get("block") == block.line)
+    assert e["rc"] == 0, f"{block} failed:\n{e['out'][-3000:]}"
+    # what the block sent is what it received, by the client-made message id and the body
+    sent = re.findall(r"^sent (\S+)$", e["out"], re.M)
+    got = re.findall(r"^received Coupons issued (b'[^']*') (\S+)$", e["out"], re.M)
+    assert len(sent) == 1 and len(got) == 1, e["out"]
+    body = re.search(r'msg\.body, msg\.tag = "Coupons", (b"[^"]*")', block.text)
+    assert body, block.text
+    assert got[0] == (body.group(1).replace(chr(34), chr(39)), sent[0]), e["out"]
+    print(f"{block}:\n{e['out']}")

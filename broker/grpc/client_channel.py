@@ -24,7 +24,7 @@ from broker.grpc.converter import message_of
 from common.grpc.v2 import definition_pb2 as pb
 from common.grpc.v2 import service_pb2 as spb
 from common.message import RecordDecodeError, decode_record
-from common.remoting.channel import Channel
+from common.remoting.channel import PROTOCOL_ATTR, Channel
 from common.remoting.codes import RequestCode
 from common.remoting.command import RemotingCommand
 
@@ -66,6 +66,9 @@ def parse_transaction_id(text: str) -> tuple[int, int] | None:
 class GrpcClientChannel(Channel):
     def __init__(self, client_id: str, remote_addr: str, namespace: str = "") -> None:
         super().__init__(_NoStream(), remote_addr)
+        # what the admin answers (connection lists, producer info) say it speaks: the value of
+        # the `x-mq-protocol` header the 5.x clients send; a 4.x connection has no entry
+        self.attrs[PROTOCOL_ATTR] = "GRPC_V2"
         self.client_id = client_id
         self.namespace = namespace
         self.telemetry: TelemetrySend | None = None

@@ -48,6 +48,7 @@ from common import serde
 from common.errors import RequestError
 from common.model import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig
 from common.mq_map import encode_mq_map
+from common.remoting.channel import PROTOCOL_ATTR
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import CURRENT_VERSION, RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher
@@ -79,9 +80,18 @@ def _connection_set(clients: Iterable[ClientChannelInfo]) -> list[dict[str, obje
             "clientAddr": c.channel.remote_addr,
             "language": c.language,
             "version": c.version,
+            **_protocol(c.channel),
         }
         for c in clients
     ]
+
+
+def _protocol(channel: Channel) -> dict[str, str]:
+    """`protocol` (our addition to Java's Connection / ProducerInfo, which Java readers ignore)
+    for a RocketMQ 5 gRPC client, so `rmq top` and `rmq group describe` can tell it from a 4.x
+    connection; nothing for a 4.x connection."""
+    protocol = channel.attrs.get(PROTOCOL_ATTR)
+    return {"protocol": protocol} if isinstance(protocol, str) else {}
 
 
 class AdminBrokerProcessor:
@@ -354,6 +364,7 @@ class AdminBrokerProcessor:
                     "language": c.language,
                     "version": c.version,
                     "lastUpdateTimestamp": int((c.last_update + skew) * 1000),
+                    **_protocol(c.channel),
                 }
                 for c in chans.values()
             ]

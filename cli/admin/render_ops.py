@@ -79,6 +79,7 @@ def producer_list(producers: list[ProducerInfo], *, as_json: bool = False) -> No
                 "version": p.version,
                 "last_heartbeat_ms": p.last_update_timestamp,
                 "last_heartbeat": iso_ms(p.last_update_timestamp),
+                "protocol": p.protocol,  # GRPC_V2: a RocketMQ 5 client
             }
             for p in producers
         ]
@@ -97,13 +98,22 @@ def producer_list(producers: list[ProducerInfo], *, as_json: bool = False) -> No
             p["language"],
             p["version"],
             p["last_heartbeat"] or "-",
+            p["protocol"],
         )
         for p in doc["producers"]
     ]
     _console(min_width=110).print(
         _table(
             "producers",
-            ("group", "client id", "address", "language", "version", "last heartbeat (UTC)"),
+            (
+                "group",
+                "client id",
+                "address",
+                "language",
+                "version",
+                "last heartbeat (UTC)",
+                "protocol",
+            ),
             rows,
         )
     )
@@ -203,6 +213,7 @@ def group_describe_doc(
                 "client_addr": c.client_addr,
                 "language": c.language,
                 "version": c.version,
+                "protocol": c.protocol,  # GRPC_V2: a RocketMQ 5 client
             }
             for c in connections
         ],
@@ -248,9 +259,9 @@ def group_describe(
         console.print(
             _table(
                 "members",
-                ("client id", "address", "language", "version"),
+                ("client id", "address", "language", "version", "protocol"),
                 [
-                    (m["client_id"], m["client_addr"], m["language"], m["version"])
+                    (m["client_id"], m["client_addr"], m["language"], m["version"], m["protocol"])
                     for m in doc["members"]
                 ],
             )

@@ -21,6 +21,12 @@ the remembered nodes.
 A DLedger member's row also carries its Raft state (`cli/runtime_info/raft.py`); the snapshot
 names each group's leader (`raft_leaders`), from which the drawing computes every member's lag.
 
+The clients are the online producers (GET_ALL_PRODUCER_INFO of every master) and the members
+of each consumer group shown (GET_CONSUMER_CONNECTION_LIST), RocketMQ 5 gRPC clients among
+them: the broker registers those like 4.x connections (broker/grpc/client_manager.py), a 5.x
+producer under a producer group named after each topic it publishes to, as RocketMQ 5's proxy
+does, and says `GRPC_V2` for their protocol.
+
 Rates are not in the snapshot: `rates(snap, prev)` diffs the brokers' msgPutTotalTodayNow /
 msgGetTotalTodayNow counters between two snapshots over Trio-clock seconds (a counter that went
 down means the broker restarted: no rate for that frame). Replication lag per slave is
@@ -40,7 +46,11 @@ from cli.runtime_info.raft import RaftStatus, group_leaders
 from cli.runtime_info.status import SlaveLag, broker_role, parse_runtime_info, runtime_table
 from common.mixall import is_system_group
 from common.model import ClusterInfo
-from common.topics import SYSTEM_TOPICS, is_system_topic  # noqa: F401 - re-exported
+from common.topics import (  # noqa: F401 - SYSTEM_TOPICS, is_system_topic re-exported
+    RETRY_GROUP_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+    is_system_topic,
+)
 
 if TYPE_CHECKING:
     from rmq.admin import Admin
@@ -110,6 +120,31 @@ class GroupView:
 
 
 @attrs.frozen
+class ClientView:
+    """One online client of a producer or consumer group, as the brokers see it."""
+
+    kind: str  # "producer", "push consumer", "simple consumer" (5.x), "pull consumer" (4.x)
+    group: str  # a 5.x producer's group is the topic it publishes to
+    client_id: str
+    language: str  # JAVA, CPP, PYTHON, ...
+    protocol: str  # REMOTING (4.x) or GRPC_V2 (RocketMQ 5)
+    addr: str
+    topics: tuple[str, ...] = ()  # a consumer's subscriptions
+
+    @property
+    def is_5x(self) -> bool:
+        return self.protocol == "GRPC_V2"
+
+
+def consumer_kind(consume_type: str, protocol: str) -> str:
+    """A consumer's kind from its group's consume type: a 5.x client that consumes actively is
+    a SimpleConsumer (it receives by pop), a 4.x one a pull consumer."""
+    if consume_type == "CONSUME_PASSIVELY":
+        return "push consumer"
+    return "simple consumer" if protocol == "GRPC_V2" else "pull consumer"
+
+
+@attrs.frozen
 class TopSnapshot:
     namesrv: str
     taken_at: float  # trio.current_time() when collected: rates divide by its differences
@@ -122,6 +157,8 @@ class TopSnapshot:
     hidden_groups: int = 0
     topics_error: str | None = None  # the topic list could not be read
     groups_error: str | None = None  # the group list could not be read
+    clients: tuple[ClientView, ...] = ()  # producers, then consumers, each sorted by group
+    clients_error: str | None = None  # the producers could not be read
 
     def node(self, addr: str) -> NodeView | None:
         return next((n for n in self.nodes if n.addr == addr), None)
@@ -226,6 +263,8 @@ class TopSource(Protocol):
     async def topic_queues(self, topic: str) -> list[QueueView]: ...
     async def group_list(self) -> list[str]: ...
     async def group_lag(self, group: str) -> GroupLag: ...
+    async def producers(self) -> list[ClientView]: ...
+    async def consumers(self, group: str) -> list[ClientView]: ...
 
 
 def describe_error(exc: BaseException) -> str:
@@ -326,6 +365,26 @@ class TopCollector:
                     nursery.start_soon(one, topic)
             topics.extend(found[t] for t in user[: self.max_topics])
 
+        producers: list[ClientView] = []
+        consumers: dict[str, list[ClientView]] = {}
+
+        async def all_producers() -> None:
+            got = await _bounded(self.timeout, self.source.producers)
+            if isinstance(got, BaseException):
+                list_errors["clients"] = describe_error(got)
+                return
+            producers.extend(
+                sorted(
+                    (p for p in got if self.show_system or not is_system_group(p.group)),
+                    key=lambda c: (c.group, c.client_id),
+                )
+            )
+
+        async def group_members(group: str) -> None:
+            got = await _bounded(self.timeout, lambda: self.source.consumers(group))
+            if not isinstance(got, BaseException):  # its row in the groups table says why
+                consumers[group] = sorted(got, key=lambda c: c.client_id)
+
         async def all_groups() -> None:
             names = await _bounded(self.timeout, self.source.group_list)
             if isinstance(names, BaseException):
@@ -352,6 +411,7 @@ class TopCollector:
             async with trio.open_nursery() as nursery:
                 for group in user[: self.max_groups]:
                     nursery.start_soon(one, group)
+                    nursery.start_soon(group_members, group)
             groups.extend(found[g] for g in user[: self.max_groups])
 
         async with trio.open_nursery() as nursery:
@@ -360,6 +420,7 @@ class TopCollector:
             if namesrv_error is None:
                 nursery.start_soon(all_topics)
                 nursery.start_soon(all_groups)
+                nursery.start_soon(all_producers)
         return TopSnapshot(
             namesrv=self.namesrv,
             taken_at=started,
@@ -372,6 +433,8 @@ class TopCollector:
             hidden_groups=hidden[1],
             topics_error=list_errors.get("topics"),
             groups_error=list_errors.get("groups"),
+            clients=(*producers, *(c for g in sorted(consumers) for c in consumers[g])),
+            clients_error=list_errors.get("clients"),
         )
 
 
@@ -476,3 +539,26 @@ class AdminSource:
     async def group_lag(self, group: str) -> GroupLag:
         stats = await self.admin.consume_stats(group)
         return GroupLag(tuple(stats.topics()), stats.lag, len(stats.queues), stats.inflight)
+
+    async def producers(self) -> list[ClientView]:
+        return [
+            ClientView("producer", p.group, p.client_id, p.language, p.protocol, p.client_addr)
+            for p in await self.admin.producers()
+        ]
+
+    async def consumers(self, group: str) -> list[ClientView]:
+        return [
+            ClientView(
+                consumer_kind(c.consume_type, c.protocol),
+                group,
+                c.client_id,
+                c.language,
+                c.protocol,
+                c.client_addr,
+                # a 4.x consumer also subscribes to its group's retry topic: not news
+                tuple(
+                    sorted(t for t in c.subscriptions if not t.startswith(RETRY_GROUP_TOPIC_PREFIX))
+                ),
+            )
+            for c in await self.admin.consumer_connections(group)
+        ]

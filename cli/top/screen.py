@@ -13,7 +13,8 @@ in bytes and ms, send/pull TPS, cluster; for a DLedger member also its Raft role
 group's leader marked *, term, ledger end and committed index, and its lag behind the leader;
 a line under the header names each group's leader), topics
 (messages = sum of queue max offsets, queue count, the per-queue max offsets) and consumer
-groups (lag, queues, topics). Every column has a priority; `fit_table` measures the table
+groups (lag, queues, topics), then the online clients (producers and consumers, RocketMQ 5 gRPC
+clients among them: kind, group, client id, language, protocol, address). Every column has a priority; `fit_table` measures the table
 and drops the lowest-priority columns until each row fits on one line of the terminal, so a
 narrow terminal still shows who is who and who is down, a wide one shows everything. A node
 that did not answer is a red row saying DOWN, with the reason in a red line under the table;
@@ -339,6 +340,37 @@ def groups_table(snap: TopSnapshot, *, width: int) -> Table:
     return table
 
 
+CLIENT_COLUMNS = [
+    Column("kind", 0),
+    Column("group", 1),
+    Column("client id", 2),
+    Column("language", 3),
+    # GRPC_V2: a RocketMQ 5 client (broker/grpc), REMOTING: a 4.x one
+    Column("protocol", 3),
+    Column("address", 5),
+]
+CLIENT_TOPICS = Column("topics", 100)
+
+
+def clients_table(snap: TopSnapshot, *, width: int) -> Table:
+    rows: _Rows = [
+        (
+            {
+                "kind": c.kind,
+                "group": c.group,
+                "client id": c.client_id,
+                "language": c.language,
+                "protocol": Text(c.protocol, style="bold" if c.is_5x else ""),
+                "address": c.addr,
+                "topics": ", ".join(c.topics),
+            },
+            None,
+        )
+        for c in snap.clients
+    ]
+    return fit_table("clients", CLIENT_COLUMNS, rows, width, wrap_last=CLIENT_TOPICS)
+
+
 def render_top(
     snap: TopSnapshot, prev: TopSnapshot | None = None, *, width: int = 120
 ) -> RenderableType:
@@ -360,6 +392,10 @@ def render_top(
         parts.append(groups_table(snap, width=width))
     if snap.groups_error:
         parts.append(Text(f"consumer groups: {snap.groups_error}", style=DOWN_STYLE))
+    if snap.clients:
+        parts.append(clients_table(snap, width=width))
+    if snap.clients_error:
+        parts.append(Text(f"producers: {snap.clients_error}", style=DOWN_STYLE))
     parts.append(Text("ctrl-C to quit", style="dim"))
     return Group(*parts)
 

@@ -195,6 +195,11 @@ def _error_response(cmd: RemotingCommand, raw: BaseException, addr: str) -> Remo
     return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc) or repr(exc))
 
 
+# Channel.attrs key: the protocol of a client that is not a remoting connection (a RocketMQ 5
+# gRPC client seen through broker/grpc/client_channel.py), for what the admin calls report
+PROTOCOL_ATTR = "protocol"
+
+
 class Channel:
     """One connection. ``attrs`` is a free slot for owners (e.g. a broker's client id)."""
 

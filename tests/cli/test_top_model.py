@@ -14,6 +14,7 @@ import trio
 
 from cli.runtime_info.status import SlaveLag
 from cli.top.model import (
+    ClientView,
     GroupLag,
     NodeInfo,
     NodeView,
@@ -96,6 +97,23 @@ class FakeSource:
         if group == "g2":
             raise RemotingConnectError("gone")
         return GroupLag(("Orders",), 3, 2, inflight=4)  # a pop group: 4 popped, not acked
+
+    async def producers(self) -> list[ClientView]:
+        if self.lists_fail:
+            raise RuntimeError("kaboom")
+        return [
+            # a 5.x producer is registered under a group named after its topic
+            ClientView("producer", "Orders", "h@2@0@x", "PYTHON", "GRPC_V2", "127.0.0.1:4002"),
+            ClientView("producer", "pg", "h@1", "CPP", "REMOTING", "127.0.0.1:4001"),
+            ClientView("producer", "CID_RMQ_SYS_TRANS", "h@1", "CPP", "REMOTING", "x:1"),
+        ]
+
+    async def consumers(self, group: str) -> list[ClientView]:
+        if group == "g2":
+            raise RemotingConnectError("gone")
+        return [
+            ClientView("simple consumer", group, "h@3@0@y", "PYTHON", "GRPC_V2", "x:3", ("Orders",))
+        ]
 
 
 async def test_collects_nodes_topics_groups_without_system_ones(autojump_clock):
@@ -239,3 +257,23 @@ def test_snapshot_lookup():
     snap = TopSnapshot("ns", 0.0, 0.0, (NodeView("c", "b", 1, "a:1"),))
     assert snap.node("a:1") is not None and snap.node("a:2") is None
     assert snap.master_of(snap.nodes[0]) is None
+
+
+async def test_clients_are_producers_then_consumers_5x_among_them(autojump_clock):
+    snap = await TopCollector(FakeSource(), "ns").collect()
+    assert [(c.kind, c.group, c.language, c.protocol, c.is_5x) for c in snap.clients] == [
+        ("producer", "Orders", "PYTHON", "GRPC_V2", True),
+        ("producer", "pg", "CPP", "REMOTING", False),  # the system producer group is left out
+        ("simple consumer", "g1", "PYTHON", "GRPC_V2", True),
+    ]
+    assert snap.clients_error is None
+    failing = await TopCollector(FakeSource(lists_fail=True), "ns").collect()
+    assert failing.clients == () and failing.clients_error == "kaboom"
+
+
+def test_consumer_kind_from_consume_type_and_protocol():
+    from cli.top.model import consumer_kind
+
+    assert consumer_kind("CONSUME_PASSIVELY", "GRPC_V2") == "push consumer"
+    assert consumer_kind("CONSUME_ACTIVELY", "GRPC_V2") == "simple consumer"
+    assert consumer_kind("CONSUME_ACTIVELY", "REMOTING") == "pull consumer"

@@ -13,6 +13,7 @@ from rich.segment import Segment
 
 from cli.runtime_info.status import SlaveLag
 from cli.top.model import (
+    ClientView,
     GroupView,
     NodeInfo,
     NodeView,
@@ -254,3 +255,26 @@ def test_pop_group_shows_ready_inflight_and_lag():
     # a 4.x group: nothing in flight, the column is blank
     [push] = [ln.split() for ln in text.splitlines() if "order-consumers" in ln]
     assert push[:4] == ["order-consumers", "17", "17", "2"]
+
+
+def test_clients_table_shows_5x_clients_with_language_and_protocol():
+    snap = attrs.evolve(
+        snapshot(taken_at=1.0, put=0, get=0),
+        clients=(
+            ClientView("producer", "Payments", "h@7@0@a", "PYTHON", "GRPC_V2", "127.0.0.1:40001"),
+            ClientView(
+                "simple consumer", "coupons", "h@8@0@b", "PYTHON", "GRPC_V2", "x:2", ("Coupons",)
+            ),
+        ),
+    )
+    text = record(render_top(snap, width=160), 160).export_text()
+    assert "clients" in text
+    lines = [ln for ln in text.splitlines() if "GRPC_V2" in ln]
+    assert len(lines) == 2, text
+    for want in ("producer", "Payments", "h@7@0@a", "PYTHON", "127.0.0.1:40001"):
+        assert want in lines[0], lines[0]
+    for want in ("simple consumer", "coupons", "h@8@0@b", "PYTHON", "Coupons"):
+        assert want in lines[1], lines[1]
+    # no clients, no table
+    plain = render_top(snapshot(taken_at=1.0, put=0, get=0), width=160)
+    assert "client id" not in record(plain, 160).export_text()

@@ -1,0 +1,177 @@
+"""RocketMQ 5's gRPC path against the 4.x remoting path, in the same run on the same cluster:
+sends one at a time, 32 in flight, and receive/ack throughput.
+
+    .venv/bin/python bench/run_grpc_bench.py [--rounds 1] [--one 2000] [--many 10000]
+
+Theory of operation. One `rmq up --detach` (the default SYNC_MASTER + slave) in a temp data dir
+on free ports. Each side sends 1 KiB bodies to its own 4-queue topic after 300 untimed sends:
+
+* 4.x: `rmq bench produce --batch 1 --inflight 1|32` (remoting, our Trio client), then
+  `rmq bench consume` (pull, 32 per request, all queues) of what it sent;
+* 5.x: the official `rocketmq-python-client` (the interop tests' venv,
+  tests/interop/py5_venv.py) through tests/interop/py5_driver.py: `bench-send --inflight 1`
+  (`Producer.send`), `--inflight 32` (`send_async`, 32 outstanding), then `bench-receive`
+  (`SimpleConsumer.receive` of up to 32, one `ack` per message) of what it sent.
+
+The clients differ (ours is Trio; the 5.x one is grpcio's asyncio loop behind blocking calls),
+so beside msg/s each row gives the brokers' CPU per message (/proc/<pid>/stat before and after):
+the server's cost of a request on each path, which is what this compares. Client and servers
+share the host's cores. Prints one JSON line per measurement and a table of the rounds' medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.cluster import ClusterError, cpu_seconds, free_ports  # noqa: E402
+from tests.interop.py5_venv import ensure_py5_python  # noqa: E402
+
+DRIVER = ROOT / "tests" / "interop" / "py5_driver.py"
+TOPIC4, TOPIC5, GROUP5 = "GrpcBench4x", "GrpcBench5x", "grpc-bench-5x"
+
+
+def rmq(*args: str, timeout: float = 600) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )  # fmt: skip
+    if out.returncode:
+        raise ClusterError(f"rmq {' '.join(args)}: {out.stdout}{out.stderr}")
+    return out.stdout
+
+
+@contextlib.contextmanager
+def cluster() -> Iterator[dict[str, Any]]:
+    """`rmq up --detach --json` (SYNC_MASTER + slave); its status document, `rmq down` after."""
+    namesrv_port, broker_port = free_ports(brokers=2)
+    with tempfile.TemporaryDirectory(prefix="rmq-grpc-bench-") as tmp:
+        data = str(Path(tmp) / "rmq")
+        doc = json.loads(
+            rmq("up", "--detach", "--json", "--data-dir", data, "--namesrv-port",
+                str(namesrv_port), "--broker-port", str(broker_port), timeout=120)
+        )  # fmt: skip
+        try:
+            doc["namesrv"] = f"127.0.0.1:{namesrv_port}"
+            yield doc
+        finally:
+            with contextlib.suppress(Exception):
+                rmq("down", "--data-dir", data, timeout=120)
+
+
+def py5(python: Path, home: Path, *args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [str(python), str(DRIVER), *args],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    if proc.returncode:
+        raise ClusterError(f"py5 driver {args[0]}: {proc.stderr[-3000:]}")
+    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"event": "bench"')][0]
+
+
+def measured(pids: dict[str, int], count_of: Any, run: Any) -> dict[str, Any]:
+    before = {n: cpu_seconds(p) for n, p in pids.items()}
+    result = run()
+    count = count_of(result)
+    result["cpu_us"] = {n: 1e6 * (cpu_seconds(p) - before[n]) / count for n, p in pids.items()}
+    return result
+
+
+def one_round(python: Path, home: Path, one: int, many: int) -> dict[str, dict[str, Any]]:
+    with cluster() as doc:
+        ns = doc["namesrv"]
+        brokers = [n for n in doc["nodes"] if n["kind"] == "broker"]
+        pids = {n["name"]: n["pid"] for n in brokers}
+        master = next(n for n in brokers if n["broker_id"] == 0)
+        if not master.get("grpc"):
+            raise ClusterError(f"no gRPC endpoint in `rmq up --json` for {master['name']}")
+        endpoint = str(master["grpc"])
+        for t, mtype in ((TOPIC4, None), (TOPIC5, "NORMAL")):
+            extra = ["--message-type", mtype] if mtype else []
+            rmq("topic", "create", t, "--queues", "4", "-n", ns, *extra)
+        rmq("group", "create", GROUP5, "-n", ns)
+
+        def bench4(inflight: int, count: int) -> dict[str, Any]:
+            out = rmq("-n", ns, "bench", "produce", "--topic", TOPIC4, "--batch", "1",
+                      "--inflight", str(inflight), "--size", "1024", "--count", str(count),
+                      "--json")  # fmt: skip
+            run = json.loads(out)["runs"][0]
+            return {"msg_per_s": run["msg_per_s"], "p50_ms": run["latency_median_ms"],
+                    "count": count}  # fmt: skip
+
+        def bench5(inflight: int, count: int) -> dict[str, Any]:
+            r = py5(python, home, "bench-send", "--endpoint", endpoint, "--topic", TOPIC5,
+                    "--count", str(count), "--inflight", str(inflight), "--size", "1024",
+                    "--timeout", "600")  # fmt: skip
+            return {"msg_per_s": r["rate"], "p50_ms": r["p50_ms"], "count": count,
+                    "errors": r["errors"]}  # fmt: skip
+
+        out: dict[str, dict[str, Any]] = {}
+        bench4(1, 300)  # warm-up: connections, routes, the first mapped file
+        bench5(1, 300)
+        n = lambda r: r["count"]  # noqa: E731
+        out["4.x send, 1 in flight"] = measured(pids, n, lambda: bench4(1, one))
+        out["5.x send, 1 in flight"] = measured(pids, n, lambda: bench5(1, one))
+        out["4.x send, 32 in flight"] = measured(pids, n, lambda: bench4(32, many))
+        out["5.x send, 32 in flight"] = measured(pids, n, lambda: bench5(32, many))
+        total4 = 300 + one + many
+        total5 = 300 + 1 + one + many  # bench-send's own untimed first send
+
+        def consume4() -> dict[str, Any]:
+            run = json.loads(
+                rmq("-n", ns, "bench", "consume", "--topic", TOPIC4, "--batch", "32", "--json")
+            )["runs"][0]
+            return {"msg_per_s": run["msg_per_s"], "count": total4}
+
+        def consume5() -> dict[str, Any]:
+            r = py5(python, home, "bench-receive", "--endpoint", endpoint, "--topic", TOPIC5,
+                    "--group", GROUP5, "--count", str(total5), "--batch", "32",
+                    "--timeout", "600")  # fmt: skip
+            return {"msg_per_s": r["rate"], "count": r["count"], "errors": r["errors"]}
+
+        out["4.x pull (32 per request)"] = measured(pids, n, consume4)
+        out["5.x receive (32) + ack each"] = measured(pids, n, consume5)
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--one", type=int, default=2000, help="sends one at a time")
+    ap.add_argument("--many", type=int, default=10000, help="sends 32 in flight")
+    args = ap.parse_args()
+    python = ensure_py5_python()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="py5-bench-home-") as home:
+        for i in range(args.rounds):
+            r = one_round(python, Path(home), args.one, args.many)
+            rounds.append(r)
+            for name, m in r.items():
+                print(json.dumps({"round": i, "scenario": name, **m}), flush=True)
+    print("\n| scenario | msg/s | p50 ms | broker CPU us/msg |\n|---|---|---|---|")
+    for name in rounds[0]:
+        ms = [r[name] for r in rounds]
+        rate = statistics.median(m["msg_per_s"] for m in ms)
+        p50s = [m["p50_ms"] for m in ms if m.get("p50_ms") is not None]
+        p50 = f"{statistics.median(p50s):.2f}" if p50s else "-"
+        cpu = ", ".join(
+            f"{k} {statistics.median(m['cpu_us'][k] for m in ms):.0f}" for k in ms[0]["cpu_us"]
+        )
+        print(f"| {name} | {rate:,.0f} | {p50} | {cpu} |")
+
+
+if __name__ == "__main__":
+    main()
