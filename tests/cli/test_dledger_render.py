@@ -244,6 +244,9 @@ async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(au
         async def group_list(self) -> list[str]:
             return []
 
+        async def producers(self) -> list[object]:
+            return []
+
     collector = TopCollector(Source(), "127.0.0.1:9876")  # type: ignore[arg-type]
     first = await collector.collect()
     assert first.raft_leaders()["broker-a"].self_id == "n1"

@@ -157,6 +157,8 @@ def test_node_log_lines_carry_a_timestamp(tmp_path: Path) -> None:
             "broker",
             "--port",
             str(port),
+            "--grpc-port",  # as `rmq up` gives it: in the node's block, not the shared 8081
+            str(port + 4),
             "--namesrv",
             "127.0.0.1:1",
             "--data-dir",

@@ -15,6 +15,7 @@ from broker.config import BrokerConfig
 from broker.service import BrokerHandle, address_in_use, run_broker
 from broker.store import MessageStoreConfig
 from broker.store.memory_store import run_memory_store
+from cli.chaos.port_blocks import free_port_block
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -25,10 +26,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_listen_port() -> int:
+    """A listen port whose block (VIP -2, HA +1) is free: the broker binds all three."""
+    return free_port_block(10) + 2
+
+
 async def start_broker(nursery: trio.Nursery, tmp_path: Path, **kw: object) -> BrokerHandle:
     """A broker on fixed loopback ports, as a broker.conf names them (listenPort set)."""
     config = BrokerConfig(
-        listen_port=free_port(),
+        listen_port=free_listen_port(),
         listen_host="127.0.0.1",
         store=MessageStoreConfig(store_path_root_dir=str(tmp_path)),
         **kw,  # type: ignore[arg-type]
