@@ -7,7 +7,7 @@ ReceiveMessage pops from the broker the queue names, from any of its queues (the
 
 * the invisible time: the request's ``invisible_duration`` (RocketMQ 5 refuses less than 10 s
   or more than 12 h: ILLEGAL_INVISIBLE_TIME), or with ``auto_renew`` (push consumers) the
-  proxy's default, 60 s;
+  proxy's default, 60 s, renewed while the client holds the message (receipt_renewal.py);
 * long polling: ``long_polling_timeout``, cut so the answer comes before the call's own
   deadline (``grpc-timeout`` less a 3 s margin, never below 0);
 * the filter: TAG or SQL92 expression, checked by pop as the pull path checks it;
@@ -32,11 +32,13 @@ from broker.grpc.converter import (
     wrap_namespace,
 )
 from broker.grpc.local_broker import LocalBroker
+from broker.grpc.receipt_renewal import ReceiptRenewal
 from broker.grpc.status import OK, ActivityError, status
 from broker.pop.api import AckStatus, PopRequest, PopService, PopStatus
 from common.grpc.service import CallContext, Send
 from common.grpc.v2 import definition_pb2 as pb
 from common.grpc.v2 import service_pb2 as spb
+from common.message_properties import MessageConst
 
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -71,6 +73,11 @@ class ConsumerActivity:
     def __init__(self, local: LocalBroker, clients: GrpcClientManager) -> None:
         self.local = local
         self.clients = clients
+        # push consumers' messages whose invisible time the server renews (auto_renew)
+        self.renewal: ReceiptRenewal | None = (
+            ReceiptRenewal(local.pop) if local.pop is not None else None
+        )
+        self.default_invisible_ms = DEFAULT_INVISIBLE_MS
 
     def _pop(self) -> PopService:
         pop = self.local.pop
@@ -105,7 +112,7 @@ class ConsumerActivity:
         if not topic:
             raise ActivityError(pb.ILLEGAL_TOPIC, "topic is empty")
         if req.auto_renew or not req.HasField("invisible_duration"):
-            invisible_ms = DEFAULT_INVISIBLE_MS
+            invisible_ms = self.default_invisible_ms
         else:
             invisible_ms = duration_ms(req.invisible_duration)
             if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
@@ -148,7 +155,17 @@ class ConsumerActivity:
         # and fails the batch without it (rocketmq-python-client 5.1.2, ClientMetrics)
         await send(spb.ReceiveMessageResponse(delivery_timestamp=timestamp_of_ms(now_ms())))
         namespace = req.message_queue.topic.resource_namespace
+        renewal = self.renewal if req.auto_renew else None
         for popped in result.messages:
+            if renewal is not None:
+                renewal.add(
+                    channel.client_id,
+                    group,
+                    topic,
+                    popped.msg.properties.get(MessageConst.UNIQ_KEY) or popped.msg.msg_id,
+                    popped.receipt_handle,
+                    popped.invisible_time_ms,
+                )
             message = message_of(
                 popped.msg,
                 namespace=namespace,
@@ -164,13 +181,16 @@ class ConsumerActivity:
     ) -> spb.AckMessageResponse:
         try:
             pop = self._pop()
-            self.clients.channel(ctx)
+            channel = self.clients.channel(ctx)
         except ActivityError as exc:
             return spb.AckMessageResponse(status=exc.status)
         group, topic = wrap_namespace(req.group), wrap_namespace(req.topic)
         entries = []
         for entry in req.entries:
-            result = await pop.ack(group, topic, entry.receipt_handle)
+            handle = self._current_handle(
+                channel.client_id, group, entry.message_id, entry.receipt_handle
+            )
+            result = await pop.ack(group, topic, handle)
             code = _ACK_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
             entries.append(
                 spb.AckMessageResultEntry(
@@ -187,12 +207,17 @@ class ConsumerActivity:
         )
         return spb.AckMessageResponse(status=overall, entries=entries)
 
+    def _current_handle(self, client_id: str, group: str, message_id: str, handle: str) -> str:
+        if self.renewal is None:
+            return handle
+        return self.renewal.take(client_id, group, message_id, handle)
+
     async def change_invisible_duration(
         self, req: spb.ChangeInvisibleDurationRequest, ctx: CallContext
     ) -> spb.ChangeInvisibleDurationResponse:
         try:
             pop = self._pop()
-            self.clients.channel(ctx)
+            channel = self.clients.channel(ctx)
         except ActivityError as exc:
             return spb.ChangeInvisibleDurationResponse(status=exc.status)
         invisible_ms = duration_ms(req.invisible_duration)
@@ -200,8 +225,10 @@ class ConsumerActivity:
             return spb.ChangeInvisibleDurationResponse(
                 status=status(pb.ILLEGAL_INVISIBLE_TIME, f"illegal invisible time {invisible_ms}")
             )
+        group = wrap_namespace(req.group)
+        handle = self._current_handle(channel.client_id, group, req.message_id, req.receipt_handle)
         result = await pop.change_invisible_time(
-            wrap_namespace(req.group), wrap_namespace(req.topic), req.receipt_handle, invisible_ms
+            group, wrap_namespace(req.topic), handle, invisible_ms
         )
         code = _ACK_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
         if code != pb.OK:
@@ -213,12 +240,12 @@ class ConsumerActivity:
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         try:
             pop = self._pop()
-            self.clients.channel(ctx)
+            channel = self.clients.channel(ctx)
         except ActivityError as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=exc.status)
-        result = await pop.forward_to_dead_letter_queue(
-            wrap_namespace(req.group), wrap_namespace(req.topic), req.receipt_handle
-        )
+        group = wrap_namespace(req.group)
+        handle = self._current_handle(channel.client_id, group, req.message_id, req.receipt_handle)
+        result = await pop.forward_to_dead_letter_queue(group, wrap_namespace(req.topic), handle)
         code = _ACK_CODES.get(result.status, pb.INTERNAL_SERVER_ERROR)
         return spb.ForwardMessageToDeadLetterQueueResponse(
             status=status(code, result.remark or None)

@@ -96,6 +96,11 @@ class MessagingService:
         while True:
             await trio.sleep(SWEEP_INTERVAL)
             self.clients.sweep()
+            renewal = self.consumer.renewal
+            if renewal is not None:
+                live = set(self.clients.channels)
+                for client_id in {k[0] for k in renewal.held} - live:
+                    renewal.forget_client(client_id)
 
 
 async def run_grpc_service(
@@ -133,5 +138,7 @@ async def run_grpc_service(
             # an ephemeral port: GET_BROKER_CONFIG reports the bound one (cluster_route.py)
             controller.config = attrs.evolve(controller.config, grpc_server_port=handle.port)
         nursery.start_soon(service.sweep_clients)
+        if service.consumer.renewal is not None:
+            nursery.start_soon(service.consumer.renewal.run)
         log.info("gRPC MessagingService on %s:%d", host, handle.port)
         task_status.started(handle)

@@ -349,3 +349,66 @@ async def test_telemetry_carries_server_commands_and_the_client_answers(tmp_path
         answer = await manager.ask("c", ask)
         assert answer is not None and answer.thread_stack_trace.thread_stack_trace == "stack"
         assert await manager.ask("nobody", ask) is None
+
+
+async def test_auto_renew_keeps_a_held_message_invisible_and_the_first_handle_acks(
+    tmp_path: Path,
+) -> None:
+    from google.protobuf.duration_pb2 import Duration
+
+    from broker.grpc.client_manager import GrpcClientManager
+    from broker.grpc.consumer import ConsumerActivity
+    from broker.grpc.local_broker import LocalBroker
+    from common.grpc.service import CallContext, Send
+    from common.remoting.server import RequestDispatcher
+
+    async with grpc_broker(tmp_path) as b:
+        await create_topic(b, "Renew", queues=1)
+        client = GrpcClient(f"127.0.0.1:{b.grpc_port}")
+        req = spb.SendMessageRequest(messages=[message("Renew", b"held", "01R0")])
+        assert (await run_sync(partial(client.unary, "SendMessage", req))).status.code == pb.OK
+        client.close()
+
+        local = LocalBroker(b.controller, RequestDispatcher(), b.controller.pop)
+        consumer = ConsumerActivity(local, GrpcClientManager(local))
+        assert consumer.renewal is not None
+        consumer.default_invisible_ms = 2000
+        consumer.renewal.renew_ahead_ms = 1500  # scans are 1 s apart: 0.5 s of margin
+        consumer.renewal.renew_invisible_ms = 2000
+        ctx = CallContext(path="", metadata={"x-mq-client-id": "push@1"}, peer="p", connection_id=1)
+        receive = _receive_request(
+            "Renew", "RG", batch_size=1, auto_renew=True, long_polling_timeout=Duration(seconds=1)
+        )
+
+        async def received(receive: spb.ReceiveMessageRequest = receive) -> list[pb.Message]:
+            got: list[spb.ReceiveMessageResponse] = []
+
+            async def collect(m: Message) -> None:
+                assert isinstance(m, spb.ReceiveMessageResponse)
+                got.append(m)
+
+            await consumer.receive_message(receive, ctx, Send(collect))
+            return [r.message for r in got if r.HasField("message")]
+
+        [held] = await received()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer.renewal.run)
+            # three invisible times go by; renewed, the message is never served again
+            peek = _receive_request("Renew", "RG", batch_size=1, auto_renew=True)
+            for _ in range(3):
+                await trio.sleep(2)
+                assert await received(peek) == []
+            ack = spb.AckMessageRequest(
+                group=pb.Resource(name="RG"),
+                topic=pb.Resource(name="Renew"),
+                entries=[
+                    spb.AckMessageEntry(
+                        message_id=held.system_properties.message_id,
+                        receipt_handle=held.system_properties.receipt_handle,
+                    )
+                ],
+            )
+            acked = await consumer.ack_message(ack, ctx)
+            assert acked.status.code == pb.OK, acked
+            assert not consumer.renewal.held
+            nursery.cancel_scope.cancel()
