@@ -96,6 +96,9 @@ def test_a_tls_client_that_does_not_trust_the_ca_is_refused(
         "--topic", "Py5TlsUntrusted", "--count", "1", "--request-timeout", "3", timeout=90,
     )  # fmt: skip
     assert [e["event"] for e in events if e["event"] in ("sent", "send_error")] == ["send_error"]
+    # refused by the client's own check of the certificate: the server did speak TLS
+    log = tmp_path / "home-produce" / "logs" / "rocketmq_python" / "rocketmq_client.log"
+    assert "CERTIFICATE_VERIFY_FAILED" in log.read_text(errors="replace")
 
 
 def test_plain_clients_keep_working_in_permissive_mode(
