@@ -1,5 +1,7 @@
 """The seeded DLedger simulation (simulator.py): 2,000 seeds, 3 and 5 members, every safety
-check after every step; and proof that the checks fail on cores with planted bugs.
+check after every step; and proof that the checks fail on planted bugs: cores (a double voter,
+an eager committer, a vote forgetter, a leader without the section 5.4.2 current-term commit
+rule) and a driver whose follower acks before it flushes, with power cuts losing unflushed tails.
 
 A failing seed prints the command that replays it with a trace.  The larger run (50,000 seeds)
 is ``.venv/bin/python -m tests.broker.dledger.sim_cli --seeds 0:50000 --workers 2``.
