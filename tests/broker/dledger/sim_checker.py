@@ -130,7 +130,9 @@ class Checker:
                 return
             if i < len(self.canon):
                 if self.canon[i] != entry:
-                    self.fail(f"{member} committed {entry} where {self.canon[i]} was committed")
+                    self.fail(
+                        f"state machine safety: {member} committed {entry} where {self.canon[i]} was committed"
+                    )
             else:
                 self.canon.append(entry)
                 self.canon_term.append(term)
@@ -147,7 +149,9 @@ class Checker:
         self.leader_checked.add(key)
         for i, entry in enumerate(self.canon):
             if self.canon_term[i] <= term and log.get(i) != entry:
-                self.fail(f"{member} leads term {term} without committed {entry}: {log.get(i)}")
+                self.fail(
+                    f"leader completeness: {member} leads term {term} without committed {entry}: {log.get(i)}"
+                )
 
     def on_proposed(self, member: str, incarnation: int, entries: list[Entry]) -> None:
         self.proposals[(member, incarnation, entries[0].index)] = entries
@@ -162,4 +166,6 @@ class Checker:
         self.acked += len(entries)
         for entry in entries:
             if entry.index >= len(self.canon) or self.canon[entry.index] != entry:
-                self.fail(f"{member}: acknowledged {entry} is not the committed entry")
+                self.fail(
+                    f"acknowledged appends: {member}: acknowledged {entry} is not the committed entry"
+                )

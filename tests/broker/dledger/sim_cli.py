@@ -5,6 +5,10 @@
                                      seeds A..B-1 (3 members for even seeds, 5 for odd
                                      ones unless --nodes), over W processes; prints a
                                      summary and every failing seed's replay command
+--planted NAME                       run a planted bug instead of the correct core
+                                     (sim_planted.py: no-current-term-rule,
+                                     ack-before-flush); a long form of the suite's
+                                     proof that the checks catch it
 """
 
 from __future__ import annotations
@@ -13,14 +17,34 @@ import argparse
 import multiprocessing
 import sys
 import time
+from collections.abc import Callable
 
-from tests.broker.dledger.simulator import SimStats, SimulationFailure, nodes_for, run_seed
+from tests.broker.dledger.sim_planted import PLANTED, factory_of
+from tests.broker.dledger.simulator import (
+    SimStats,
+    SimulationFailure,
+    default_factory,
+    nodes_for,
+    replay_command,
+    run_seed,
+)
 
 
-def _one(job: tuple[int, int]) -> tuple[int, int, SimStats | None, str]:
-    seed, nodes = job
+def _run(
+    seed: int, nodes: int, planted: str | None, trace: Callable[[str], None] | None = None
+) -> SimStats:
+    if planted is None:
+        return run_seed(seed, nodes, core_factory=default_factory, trace=trace)
+    cls, acks_before_flush = PLANTED[planted]
+    return run_seed(
+        seed, nodes, core_factory=factory_of(cls), trace=trace, acks_before_flush=acks_before_flush
+    )
+
+
+def _one(job: tuple[int, int, str | None]) -> tuple[int, int, SimStats | None, str]:
+    seed, nodes, planted = job
     try:
-        return seed, nodes, run_seed(seed, nodes), ""
+        return seed, nodes, _run(seed, nodes, planted), ""
     except SimulationFailure as e:
         return seed, nodes, None, str(e)
 
@@ -38,30 +62,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, choices=(3, 5))
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--planted", choices=sorted(PLANTED))
     args = parser.parse_args(argv)
     if args.seed is not None:
         nodes = args.nodes or nodes_for(args.seed)
         trace = print if args.verbose else None
         try:
-            print(run_seed(args.seed, nodes, trace=trace))
+            print(_run(args.seed, nodes, args.planted, trace))
         except SimulationFailure as e:
             print(f"FAILED {e}")
             return 1
         return 0
-    jobs = [(s, args.nodes or nodes_for(s)) for s in args.seeds]
+    jobs = [(s, args.nodes or nodes_for(s), args.planted) for s in args.seeds]
     started = time.perf_counter()
     failures: list[str] = []
+    failed_seeds: list[int] = []
     events = acked = leaders = 0
     with multiprocessing.Pool(args.workers) as pool:
-        for _seed, _nodes, result, error in pool.imap_unordered(_one, jobs, chunksize=64):
+        for seed, _nodes, result, error in pool.imap_unordered(_one, jobs, chunksize=64):
             if result is None:
                 failures.append(error)
-                print(f"FAILED {error}", flush=True)
+                failed_seeds.append(seed)
+                if args.planted is None:
+                    print(f"FAILED {error}", flush=True)
             else:
                 events += result.events
                 acked += result.acked
                 leaders += result.leaders
     elapsed = time.perf_counter() - started
+    if args.planted is not None:
+        # a planted bug is the other way round: every seed that catches it is a success
+        failed_seeds.sort()
+        print(
+            f"{args.planted}: caught by {len(failed_seeds)} of {len(jobs)} seeds, the first "
+            f"{failed_seeds[:10]}, {elapsed:.1f} s"
+        )
+        if failed_seeds:
+            first = failed_seeds[0]
+            print(
+                f"replay: {replay_command(first, args.nodes or nodes_for(first))} "
+                f"--planted {args.planted}"
+            )
+        return 0 if failed_seeds else 1
     print(
         f"{len(jobs)} seeds, {len(failures)} failed, {elapsed:.1f} s "
         f"({events} events, {leaders} leader terms, {acked} acknowledged entries)"

@@ -11,6 +11,18 @@ A crash drops the member's core; its log is kept (mmap writes survive a process 
 hard state is the last one whose PersistState action ran.  A restart builds a new core from
 them, with the committed index of a checkpoint taken at some earlier Committed action.
 
+A power cut is a crash that also loses the log's unflushed tail (sim_disk.py): each member
+flushes every ``flush_interval`` (drawn per seed), and the simulated driver flushes before
+running the actions of a call that answers a push or advanced the committed index, so an ack
+(a follower's answer, the leader counting itself) only ever names durable entries, while a
+leader's new entries wait for the periodic flush and a power cut can take them.  Power cuts hit one
+member, a majority, or everyone at once; some are timed right after a follower acknowledged a
+push, when an ack that ran ahead of the flush would be exposed.
+
+Planted bugs the checks must catch live in test_simulation.py: cores (a double voter, a vote
+forgetter, an eager committer, a leader without Raft's section 5.4.2 current-term commit rule)
+and one driver bug, a follower that answers pushes before flushing (``acks_before_flush``).
+
 Replay one seed with a trace, or run many::
 
     .venv/bin/python -m tests.broker.dledger.sim_cli --seed 1234 --nodes 5 -v
@@ -42,6 +54,8 @@ from broker.dledger.raft.log import RaftLog
 from broker.dledger.raft.member_state import HardState
 from broker.dledger.raft.messages import (
     DLedgerResponseCode,
+    PushEntryRequest,
+    PushEntryResponse,
     Request,
     Response,
     Role,
@@ -49,7 +63,8 @@ from broker.dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from tests.broker.dledger.sim_checker import CheckedLog, Checker, SimulationFailure
+from tests.broker.dledger.sim_checker import Checker, SimulationFailure
+from tests.broker.dledger.sim_disk import DiskLog
 from tests.broker.dledger.sim_network import Channel, NetworkProfile, SimNetwork
 from tests.broker.dledger.sim_trace import describe
 
@@ -68,7 +83,7 @@ RPC_TIMEOUT = 0.3  # DLedger's 3 s, scaled like the timings below
 FAULT_PHASE = 4.0
 QUIET_PHASE = 2.5
 
-TICK, REQUEST, RESPONSE, FAIL, CLIENT, FAULT, RESTART, HEAL, UNFULL, CALM = range(10)
+TICK, REQUEST, RESPONSE, FAIL, CLIENT, FAULT, RESTART, HEAL, UNFULL, CALM, FLUSH, POWER = range(12)
 
 
 def default_factory(
@@ -89,7 +104,7 @@ def replay_command(seed: int, nodes: int) -> str:
 @attrs.define(eq=False)
 class SimNode:
     id: str
-    log: CheckedLog
+    log: DiskLog
     core: RaftCore | None = None
     incarnation: int = 0
     persisted: HardState = HardState()
@@ -101,6 +116,10 @@ class SimNode:
     tick_at: float = math.inf
     # crash after a random prefix of the actions of the next call
     crash_armed: bool = False
+    # ... and that crash is a power cut
+    power_armed: bool = False
+    # a stalled process: requests arriving before this time are dropped
+    deaf_until: float = -math.inf
 
 
 @attrs.define(eq=False)
@@ -120,6 +139,8 @@ class SimStats:
     committed: int
     acked: int
     crashes: int
+    power_cuts: int
+    lost_unflushed: int
     partitions: int
     transfers: int
 
@@ -132,9 +153,12 @@ class Simulation:
         *,
         core_factory: CoreFactory = default_factory,
         trace: Callable[[str], None] | None = None,
+        acks_before_flush: bool = False,
     ) -> None:
         self.seed, self.rng = seed, random.Random(seed)
         self.factory, self.trace = core_factory, trace
+        # the planted driver bug: a follower answers a push before its log is flushed
+        self.acks_before_flush = acks_before_flush
         rng = self.rng
         ids = tuple(f"n{i}" for i in range(nodes))
         self.config = CoreConfig(
@@ -166,14 +190,16 @@ class Simulation:
                 fifo=fifo,
             ),
         )
+        # flushFileInterval (10 ms), and longer: the window a power cut can take
+        self.flush_interval = rng.choice((0.001, 0.01, 0.05))
         self.checker = Checker()
-        self.nodes = {i: SimNode(i, CheckedLog(owner=i, checker=self.checker)) for i in ids}
+        self.nodes = {i: SimNode(i, DiskLog(owner=i, checker=self.checker)) for i in ids}
         self.events: list[tuple[float, int, int, tuple[Any, ...]]] = []
         self.seq = self.rpc_seq = self.body_seq = 0
         self.rpcs: dict[int, _Rpc] = {}
         self.now = 0.0
         self.faulty = True
-        self.count = {"events": 0, "crashes": 0, "partitions": 0, "transfers": 0}
+        self.count = {"events": 0, "crashes": 0, "power": 0, "partitions": 0, "transfers": 0}
         self._stall = (0.0, 0)
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -189,6 +215,7 @@ class Simulation:
     def run(self) -> SimStats:
         for node in self.nodes.values():
             self._start(node)
+            self._at(self.rng.uniform(0, self.flush_interval), FLUSH, node.id)
         self._at(self.rng.uniform(0.3, 0.6), CLIENT)
         self._at(self.rng.uniform(0.2, 0.6), FAULT)
         self._at(FAULT_PHASE, CALM)
@@ -204,11 +231,13 @@ class Simulation:
             self._on_heal,
             self._on_unfull,
             self._on_calm,
+            self._on_flush,
+            self._on_power,
         ]
         while self.events and self.events[0][0] <= end:
             at, _, kind, args = heapq.heappop(self.events)
             self.now = self.checker.now = at
-            self.count["events"] += 1
+            self.count["events"] += kind != FLUSH  # a flush is bookkeeping, not an event
             handlers[kind](*args)
         self._check_converged()
         return SimStats(
@@ -219,6 +248,8 @@ class Simulation:
             committed=len(self.checker.canon),
             acked=self.checker.acked,
             crashes=self.count["crashes"],
+            power_cuts=self.count["power"],
+            lost_unflushed=sum(n.log.lost for n in self.nodes.values()),
             partitions=self.count["partitions"],
             transfers=self.count["transfers"],
         )
@@ -236,11 +267,16 @@ class Simulation:
         )
         self._after(node)
 
-    def _crash(self, node: SimNode) -> None:
-        self._log(f"{node.id} CRASH")
+    def _crash(self, node: SimNode, *, power: bool = False) -> None:
+        if power:
+            gone = node.log.power_cut(self.rng)
+            self._log(f"{node.id} POWER CUT: lost {gone} unflushed, log ends {node.log.end_index}")
+            self.count["power"] += 1
+        else:
+            self._log(f"{node.id} CRASH")
         self.count["crashes"] += 1
         node.core = None
-        node.crash_armed = False
+        node.crash_armed = node.power_armed = False
         node.incarnation += 1
         node.tick_at = math.inf
         for other in self.nodes:
@@ -248,15 +284,36 @@ class Simulation:
                 self.network.break_channels(node.id, other)
         self._at(self.now + self.rng.uniform(0.05, 1.0), RESTART, node.id)
 
-    def _run(self, node: SimNode, actions: list[Action]) -> bool:
-        """Execute ``actions`` in order as the driver would; True when the member crashed."""
+    def _run(self, node: SimNode, actions: list[Action], *, answers_push: bool = False) -> bool:
+        """Execute ``actions`` in order as the driver would; True when the member crashed.
+
+        An ack must name durable entries only, so the log is flushed first when the call
+        answers a push (``answers_push``: the answer, sent after the actions, acknowledges
+        what the log now holds) or advanced the committed index (the leader counted its own
+        log end towards the quorum).  Other calls leave their writes (a leader's new entries)
+        to the periodic flush, and a power cut can take them."""
         stop = len(actions)
+        if self.faulty and not node.crash_armed and self.rng.random() < 0.2:
+            if any(isinstance(a, RoleChanged) and a.role is Role.LEADER for a in actions):
+                # a new leader dies around its first pushes: its no-op stays a minority's,
+                # the divergent tail Raft's Figure 8 starts from
+                self._log(f"{node.id} will crash as it takes the lead")
+                node.crash_armed = True
         if node.crash_armed:
             stop = self.rng.randrange(len(actions) + 1)
+            if node.power_armed and stop == 0:
+                self._crash(node, power=True)  # the power went before the flush
+                return True
+        if answers_push:
+            flush = not self.acks_before_flush
+        else:
+            flush = any(isinstance(a, Committed) for a in actions)
+        if flush:
+            node.log.flush()
         for action in actions[:stop]:
             self._execute(node, action)
         if node.crash_armed:
-            self._crash(node)
+            self._crash(node, power=node.power_armed)
             return True
         return False
 
@@ -331,15 +388,39 @@ class Simulation:
         self, rpc_id: int, to: str, request: Request, channel: Channel, epoch: int
     ) -> None:
         node = self.nodes[to]
-        if node.core is None or not self.network.alive(channel, epoch):
+        if (
+            node.core is None
+            or not self.network.alive(channel, epoch)
+            or self.now < node.deaf_until
+        ):
             self._lost(rpc_id)
             return
         if self.trace is not None:
             self._log(f"{to} <- {describe(request)}")
         actions, response = node.core.handle_request(request, self.now)
-        if self._run(node, actions):
+        answers_push = isinstance(response, PushEntryResponse)
+        if self._run(node, actions, answers_push=answers_push):
             self._lost(rpc_id)
             return
+        if (
+            self.faulty
+            and answers_push
+            and response.code is DLedgerResponseCode.SUCCESS
+            and self.rng.random() < 0.03
+        ):
+            # the power fails just after an ack: what the ack named must be on disk
+            self._at(self.now + self.rng.uniform(0.0, 0.002), POWER, self._quorum_or_all())
+        if (
+            self.faulty
+            and isinstance(request, PushEntryRequest)
+            and request.entries
+            and request.entries[-1].term < request.term
+            and self.rng.random() < 0.6
+        ):
+            # it took entries of an older term from a new leader and stalls: a quorum may now
+            # hold them without the leader's own (section 5.4.2's window; see _on_response)
+            node.deaf_until = self.now + self.rng.uniform(0.01, 0.1)
+            self._log(f"{to} stalls until {node.deaf_until:.4f}")
         self._after(node)
         if isinstance(response, VoteResponse) and response.vote_result is VoteResult.ACCEPT:
             if isinstance(request, VoteRequest) and request.leader_id is not None:
@@ -367,7 +448,22 @@ class Simulation:
         else:
             if self.trace is not None:
                 self._log(f"{node.id} <- {describe(response)}")
+            before = self._quorum_index(node.core)
             actions = node.core.handle_response(rpc.request, response, self.now)
+            after = self._quorum_index(node.core)
+            if (
+                self.faulty
+                and after > before
+                and node.log.term_at(after) < node.core.term
+                and self.rng.random() < 0.8
+            ):
+                # a quorum now holds an entry of an older term, not yet one of this term:
+                # Raft's section 5.4.2 says not to count it committed.  Kill the leader now,
+                # so a leader that did count it leaves a commit the next one may overwrite
+                if not self._run(node, actions):
+                    self._after(node)
+                    self._crash(node)
+                return
         if not self._run(node, actions):
             self._after(node)
 
@@ -427,17 +523,25 @@ class Simulation:
         self._at(self.now + self.rng.expovariate(2.5), FAULT)
         rng = self.rng
         ids = sorted(self.nodes)
-        kind = rng.choice(("crash", "crash", "arm", "partition", "partition", "transfer", "disk"))
+        kind = rng.choice(
+            ("crash", "crash", "arm", "partition", "partition", "transfer", "disk", "power")
+        )
         up = [n for n in self.nodes.values() if n.core is not None]
         if kind in ("crash", "arm") and up:
             # half the crashes hit a leader: the interesting interleavings follow its death
             leaders = self._leaders()
             node = rng.choice(leaders if leaders and rng.random() < 0.5 else up)
             if kind == "crash":
-                self._crash(node)
+                self._crash(node, power=rng.random() < 0.3)
             else:
-                self._log(f"{node.id} will crash inside its next call")
+                node.power_armed = rng.random() < 0.3
+                self._log(
+                    f"{node.id} will {'lose power' if node.power_armed else 'crash'} "
+                    "inside its next call"
+                )
                 node.crash_armed = True
+        elif kind == "power":
+            self._on_power(self._quorum_or_all())
         elif kind == "partition":
             rng.shuffle(ids)
             cut = rng.randint(1, len(ids) // 2)
@@ -459,6 +563,33 @@ class Simulation:
             node.core.set_disk_full(True)
             self._log(f"{node.id} disk full")
             self._at(self.now + rng.uniform(0.05, 0.5), UNFULL, node.id, node.incarnation)
+
+    @staticmethod
+    def _quorum_index(core: RaftCore) -> int:
+        """Leader: the highest index a quorum acknowledged (its own end counted); else -1."""
+        marks = sorted(core.peer_watermarks().values(), reverse=True)
+        return marks[len(marks) // 2] if marks else -1
+
+    def _quorum_or_all(self) -> tuple[str, ...]:
+        ids = sorted(self.nodes)
+        self.rng.shuffle(ids)
+        size = self.rng.choice((1, len(ids) // 2 + 1, len(ids)))
+        return tuple(sorted(ids[:size]))
+
+    def _on_power(self, members: tuple[str, ...]) -> None:
+        if not self.faulty:
+            return
+        self._log(f"POWER FAILS on {list(members)}")
+        for member in members:
+            node = self.nodes[member]
+            if node.core is not None:
+                self._crash(node, power=True)
+            else:
+                node.log.power_cut(self.rng)  # down already: its page cache goes too
+
+    def _on_flush(self, member: str) -> None:
+        self.nodes[member].log.flush()
+        self._at(self.now + self.flush_interval, FLUSH, member)
 
     def _on_restart(self, member: str) -> None:
         node = self.nodes[member]
@@ -482,7 +613,7 @@ class Simulation:
         # a healthy network from now on: TCP-like, nothing lost, so the group must converge
         self.network.profile = NetworkProfile()
         for node in self.nodes.values():
-            node.crash_armed = False
+            node.crash_armed = node.power_armed = False
             if node.core is None:
                 self._start(node)
             else:
@@ -512,10 +643,14 @@ def run_seed(
     *,
     core_factory: CoreFactory = default_factory,
     trace: Callable[[str], None] | None = None,
+    acks_before_flush: bool = False,
 ) -> SimStats:
     """Run one seed; raises SimulationFailure (with the replay command) when a check fails."""
     try:
-        return Simulation(seed, nodes, core_factory=core_factory, trace=trace).run()
+        simulation = Simulation(
+            seed, nodes, core_factory=core_factory, trace=trace, acks_before_flush=acks_before_flush
+        )
+        return simulation.run()
     except SimulationFailure as e:
         raise SimulationFailure(
             f"seed {seed} ({nodes} nodes): {e}\nreplay: {replay_command(seed, nodes)}"
