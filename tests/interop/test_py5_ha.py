@@ -48,6 +48,36 @@ def endpoints(data_dir: Path) -> str:
     return ";".join(str(n["grpc"]) for n in nodes)
 
 
+def wait_topic_everywhere(data_dir: Path, topic: str, timeout: float = 30.0) -> None:
+    """Until every broker node holds ``topic``: followers and slaves copy the master's topics
+    every few seconds, and a kill before that takes the topic with the old master (RocketMQ's
+    behaviour too), so a 5.x client would then get TOPIC_NOT_FOUND from the new one."""
+    import trio
+
+    from common.remoting.client import open_remoting_client
+    from common.remoting.codes import RequestCode
+    from common.remoting.command import RemotingCommand
+    from common.serde import loads
+
+    addrs = [str(n["addr"]) for n in status(data_dir)]
+
+    async def missing() -> list[str]:
+        out = []
+        async with open_remoting_client() as client:
+            for addr in addrs:
+                r = await client.invoke(
+                    addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+                )
+                if topic not in loads(r.body_bytes()).get("topicConfigTable", {}):
+                    out.append(addr)
+        return out
+
+    deadline = time.monotonic() + timeout
+    while lacking := trio.run(missing):
+        assert time.monotonic() < deadline, f"{topic} never reached {lacking}"
+        time.sleep(0.5)
+
+
 def wait_acked(proc_events: list[dict[str, Any]], count: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while sum(1 for e in proc_events if e["event"] == "ack") < count:
@@ -69,6 +99,8 @@ def run_failover(
     try:
         assert consumer.started.wait(60), "the 5.x consumer did not start"
         wait_acked(consumer.events, N // 2, 60)
+        if not restart:  # the victim stays down: a member that takes over must hold the topic
+            wait_topic_everywhere(data_dir, topic)
         rmq("kill", victim, "--data-dir", str(data_dir))
         if restart:
             time.sleep(1.0)
