@@ -4,8 +4,15 @@ Theory of operation. `read_task` pulls [start, end) of one queue with maxMsgNums
 pullBatchSize; the broker caps each answer by maxTransferCountOnMessageInMemory (32 by default)
 and maxTransferBytesOnMessageInMemory (256 KiB), raise both in broker.conf for throughput.
 Records whose queue offset lies outside the range are dropped, and the tag filter is re-checked
-exactly because the broker compares only tag hash codes. A pull answered OFFSET_MOVED, or a gap
-in the offsets of an unfiltered read, is data loss: it raises unless failOnDataLoss=false.
+exactly because the broker compares only tag hash codes. A pull answered OFFSET_MOVED below the
+queue's min offset, or a gap in the offsets of an unfiltered read, is data loss: it raises unless
+failOnDataLoss=false.
+
+A node whose queue ends before the offset asked for is behind, not lossy: the range's end was
+planned from whichever node answered first, and another can lag it (a slave behind its master, a
+DLedger member just elected that has not yet applied all the old leader committed). The read
+tries the range's other nodes, then polls them for up to CATCH_UP_WAIT; only offsets no node
+reaches by then count as lost.
 
 The pulls go over `pipeline.blocking_client` (Spark's Python workers have no event loop). We
 measured rmq.sync against it for the read loop: rmq.sync hands every pull to a Trio thread and
@@ -23,8 +30,8 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -40,6 +47,16 @@ if TYPE_CHECKING:  # pyarrow is imported where batches are made, on the executor
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
+
+
+class PullClient(Protocol):
+    """What a read needs of its connection: `BlockingClient`, or a scripted one in tests."""
+
+    def call(self, addr: str, code: int, ext: dict | None = None) -> RemotingCommand: ...
+
+    def __enter__(self) -> PullClient: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 @attrs.frozen
@@ -81,6 +98,11 @@ def pa_strings(values: frozenset[str]) -> pa.Array:
     return pa.array(sorted(values), type=pa.string())
 
 
+# how long a range's nodes may all stay behind it before the missing offsets count as lost: a
+# DLedger election plus the new leader's apply, or a slave's catch-up, take seconds
+CATCH_UP_WAIT = 30.0
+_CATCH_UP_POLL = 0.2
+
 # bytes of raw records decoded at once: one vectorized decode per chunk, not per pull
 DECODE_CHUNK = 4 << 20
 # a CommitLog record's queue offset sits after totalSize, magic, bodyCRC, queueId and flag
@@ -121,12 +143,21 @@ def read_task(task: PullTask) -> Iterator:
             yield batch
 
 
-def _pull_bodies(task: PullTask, wanted: frozenset[str] | None) -> Iterator[bytes]:
+def _pull_bodies(
+    task: PullTask,
+    wanted: frozenset[str] | None,
+    *,
+    connect: Callable[[float], PullClient] = BlockingClient,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[bytes]:
     """The raw PULL bodies of [start, end) of `task`'s queue, in order."""
     where = f"{task.topic} {task.broker}/{task.queue_id}"
     offset = task.start
     addrs = list(task.addrs)
-    with BlockingClient(task.timeout) as client:
+    behind_since: float | None = None  # when every node first proved behind `offset`
+    behind_tried = 0  # nodes found behind `offset` since the last poll
+    with connect(task.timeout) as client:
         while offset < task.end:
             ext = {
                 "consumerGroup": task.group,
@@ -145,6 +176,28 @@ def _pull_bodies(task: PullTask, wanted: frozenset[str] | None) -> Iterator[byte
             resp = _pull(client, addrs, ext, task)
             code = resp.code
             nxt = int(resp.ext_fields.get("nextBeginOffset", offset))
+            if _is_behind(resp, offset):
+                behind_tried += 1
+                if behind_tried < len(addrs):
+                    addrs.append(addrs.pop(0))
+                    continue
+                now = clock()
+                if behind_since is None:
+                    behind_since = now
+                if now - behind_since < CATCH_UP_WAIT:
+                    behind_tried = 0
+                    addrs.append(addrs.pop(0))
+                    sleep(_CATCH_UP_POLL)
+                    continue
+                _lost(
+                    task,
+                    f"{where}: offsets {offset}..{task.end - 1} are not in the queue on any "
+                    f"node after {CATCH_UP_WAIT:g} s (its max offset is "
+                    f"{resp.ext_fields.get('maxOffset')})",
+                )
+                break
+            behind_since = None
+            behind_tried = 0
             if code == ResponseCode.SUCCESS:
                 body = resp.body_bytes()
                 if wanted is None and len(body) >= _QUEUE_OFFSET_POS + 8:
@@ -175,7 +228,15 @@ def _pull_bodies(task: PullTask, wanted: frozenset[str] | None) -> Iterator[byte
             offset = nxt
 
 
-def _pull(client: BlockingClient, addrs: list[str], ext: dict, task: PullTask) -> RemotingCommand:
+def _is_behind(resp: RemotingCommand, offset: int) -> bool:
+    """True when the answering node's queue simply ends at or before `offset`."""
+    if resp.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED):
+        return False
+    max_offset = resp.ext_fields.get("maxOffset")
+    return max_offset is not None and offset >= int(max_offset)
+
+
+def _pull(client: PullClient, addrs: list[str], ext: dict, task: PullTask) -> RemotingCommand:
     """PULL_MESSAGE to the first node that answers; a dead node moves to the back."""
     last: Exception | None = None
     for _ in range(len(addrs)):
