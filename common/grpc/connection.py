@@ -46,7 +46,14 @@ import trio
 from google.protobuf.message import DecodeError, Message
 
 from common.grpc.deadline import parse_grpc_timeout
-from common.grpc.framing import PREFIX, MessageDecoder, encode_message
+from common.grpc.framing import (
+    ACCEPT_ENCODING,
+    ENCODINGS,
+    IDENTITY,
+    PREFIX,
+    MessageDecoder,
+    encode_message,
+)
 from common.grpc.limits import GrpcServerLimits
 from common.grpc.service import CallContext, Method, MethodKind, Send, ServiceTable
 from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
@@ -333,6 +340,16 @@ class GrpcConnection:
                 stream_id, StatusCode.UNIMPLEMENTED, f"Method not found: {path}"
             )
             return
+        encoding = headers.get("grpc-encoding", IDENTITY)
+        if encoding not in ENCODINGS:
+            # gRPC's compression spec: UNIMPLEMENTED, naming what we accept
+            self._send_trailers_only(
+                stream_id,
+                StatusCode.UNIMPLEMENTED,
+                f"grpc-encoding {encoding} is not supported",
+                [("grpc-accept-encoding", ACCEPT_ENCODING)],
+            )
+            return
         timeout = parse_grpc_timeout(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
         metadata = {k: v for k, v in headers.items() if not k.startswith(":")}
         send, receive = trio.open_memory_channel[bytes](math.inf)
@@ -342,7 +359,7 @@ class GrpcConnection:
             context=CallContext(
                 path=path, metadata=metadata, peer=self.peer, connection_id=self.id, timeout=timeout
             ),
-            decoder=MessageDecoder(self._limits.max_message_size),
+            decoder=MessageDecoder(self._limits.max_message_size, encoding),
             inbox_send=send,
             inbox_receive=receive,
         )
@@ -360,8 +377,15 @@ class GrpcConnection:
         except h2.exceptions.ProtocolError:
             pass
 
-    def _send_trailers_only(self, stream_id: int, code: StatusCode, message: str) -> None:
+    def _send_trailers_only(
+        self,
+        stream_id: int,
+        code: StatusCode,
+        message: str,
+        extra: list[tuple[str, str]] | None = None,
+    ) -> None:
         headers = [(":status", "200"), ("content-type", "application/grpc")]
+        headers += extra or []
         headers += self._status_headers(code, message)
         try:
             self._h2.send_headers(stream_id, headers, end_stream=True)
@@ -510,6 +534,7 @@ class GrpcConnection:
 
     def _parse(self, call: _Call, data: bytes) -> Message:
         request = call.method.request_type()
+        data = call.decoder.inflate(data)  # GrpcError: bad or too large once inflated
         try:
             request.ParseFromString(data)
         except DecodeError as exc:
@@ -543,7 +568,7 @@ class GrpcConnection:
                     [
                         (":status", "200"),
                         ("content-type", "application/grpc"),
-                        ("grpc-accept-encoding", "identity"),
+                        ("grpc-accept-encoding", ACCEPT_ENCODING),
                     ],
                 )
                 call.headers_sent = True

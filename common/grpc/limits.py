@@ -6,7 +6,7 @@
 * message size: a message declared longer than ``max_message_size`` ends its call with
   RESOURCE_EXHAUSTED before its bytes are buffered (RocketMQ 5's proxy allows 130 MiB,
   ``grpcMaxInboundMessageSize``; we take the remoting frame limit, 16 MiB, as the bodies are
-  the same);
+  the same); a compressed message is held to it once inflated (framing.py);
 * headers: ``max_header_list_size`` is announced and enforced by h2's HPACK decoder;
 * inbound bytes: received DATA is acknowledged (its flow-control window reopened) only while
   the connection buffers less than ``max_buffered_inbound`` bytes of messages its handlers have
