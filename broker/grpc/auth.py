@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
-SCHEME = "MQv2-HMAC-SHA1"
 
 
 class AuthHeaderError(ValueError):

@@ -193,6 +193,12 @@ async def test_signed_calls_pass_and_refusals_carry_rocketmq_5_codes(tmp_path: P
             talk = await run_sync(lambda: wrong.telemetry([settings("Orders")], answers=2))
             assert [t.status.code for t in talk] == [pb.UNAUTHORIZED]
             assert b.controller.acl is not None and b.controller.acl.denied >= 4
+
+            # the file is the one of the remoting port: a change reloads for both
+            acl.write_text(ACL.replace("ReadOnly=SUB", "ReadOnly=PUB|SUB"))  # another size
+            assert await b.controller.acl.reload_if_changed()
+            allowed = await run_sync(lambda: good.unary("SendMessage", send_request("ReadOnly")))
+            assert allowed.status.code == pb.OK
         finally:
             good.close()
             wrong.close()
