@@ -51,6 +51,7 @@ from common.grpc.framing import (
     ENCODINGS,
     IDENTITY,
     PREFIX,
+    CompressedMessage,
     MessageDecoder,
     encode_message,
 )
@@ -83,6 +84,9 @@ class _Call:
     finished: bool = False
     # bytes received but not yet acknowledged to h2 (the connection was over its inbound budget)
     unacked: int = 0
+    # bytes of the call's latest inflated (decompressed) request, counted in the connection's
+    # _inflated until the next one or the call's end (a handler holds the request it is on)
+    inflated: int = 0
 
 
 class GrpcConnection:
@@ -109,6 +113,7 @@ class GrpcConnection:
         self._unsent = 0  # bytes the writer is writing now
         self._sending = False  # a write is under way (the writer's or a call's _flush_now)
         self._inbound = 0  # bytes received that handlers have not taken
+        self._inflated = 0  # sum of the calls' `inflated`: at most max_buffered_inbound
         self._closing = False
         self._writer_done = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -490,6 +495,8 @@ class GrpcConnection:
 
     def _forget(self, call: _Call) -> None:
         self._calls.pop(call.stream_id, None)
+        self._inflated -= call.inflated
+        call.inflated = 0
         leftover = call.decoder.buffered
         while True:
             try:
@@ -534,7 +541,18 @@ class GrpcConnection:
 
     def _parse(self, call: _Call, data: bytes) -> Message:
         request = call.method.request_type()
-        data = call.decoder.inflate(data)  # GrpcError: bad or too large once inflated
+        if isinstance(data, CompressedMessage):
+            data = call.decoder.inflate(data)  # GrpcError: bad or too large once inflated
+            # a few compressed bytes make up to max_message_size: what the connection's calls
+            # hold inflated is bounded like its buffered input (a flood of zip bombs on many
+            # streams is refused, not held)
+            self._inflated += len(data) - call.inflated
+            call.inflated = len(data)
+            if self._inflated > self._limits.max_buffered_inbound:
+                raise GrpcError(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    "the connection holds too many decompressed bytes",
+                )
         try:
             request.ParseFromString(data)
         except DecodeError as exc:

@@ -16,8 +16,9 @@ protocol error (INTERNAL). The decoder does not inflate: it yields a compressed 
 :func:`inflate` when it parses it, so the connection's reader never spends time on it and the
 inbound budget (limits.py) counts the bytes that are actually buffered. :func:`inflate` stops
 as soon as the output would pass ``max_message_size`` (RESOURCE_EXHAUSTED): the limit applies
-to the decompressed size, and a small "zip bomb" never becomes more than that many bytes. We
-answer uncompressed (flag 0), which every client accepts.
+to the decompressed size, and a small "zip bomb" never becomes more than that many bytes (and
+the connection bounds what all its calls hold inflated, limits.py). We answer uncompressed
+(flag 0), which every client accepts.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@
 * inbound bytes: received DATA is acknowledged (its flow-control window reopened) only while
   the connection buffers less than ``max_buffered_inbound`` bytes of messages its handlers have
   not taken, so a client sending faster than we handle is stopped by HTTP/2 flow control;
+  the same budget bounds what the connection's calls hold decompressed (each its latest
+  request): a compressed request that would pass it is refused with RESOURCE_EXHAUSTED;
 * outbound bytes: a handler waits for the peer's flow-control window and for the connection's
   unwritten bytes to fall below ``outbound_high_water``; a peer that reads nothing for
   ``send_timeout`` has its connection closed (a client that never reads);

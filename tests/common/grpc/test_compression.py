@@ -20,7 +20,7 @@ from common.grpc.limits import GrpcServerLimits
 from common.grpc.status import GrpcError, StatusCode
 from common.grpc.v2 import definition_pb2 as pb
 from common.grpc.v2 import service_pb2 as spb
-from tests.common.grpc.test_transport import CHAT, ECHO, _strs, frame, served
+from tests.common.grpc.test_transport import CHAT, ECHO, SLOW, _strs, frame, served
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -185,4 +185,39 @@ async def test_zip_bombs_and_broken_gzip_end_their_call_and_the_connection_serve
         await client.until(lambda: client.trailers(ok) is not None)
         assert client.trailers(ok) == {"grpc-status": "0"}
         assert client.goaway() is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_what_calls_hold_decompressed_is_bounded_per_connection(autojump_clock: Any) -> None:
+    """Each stream's bomb is within the message limit, but together they would hold far more
+    than the bytes sent: past max_buffered_inbound a call is refused, and a call's end frees
+    its share."""
+    limits = GrpcServerLimits(max_message_size=64 * 1024, max_buffered_inbound=256 * 1024)
+    big = gzip.compress(hello("x" * 60_000))  # ~60 KB inflated from a few hundred bytes
+    assert len(big) < 1000
+    async with trio.open_nursery() as nursery:
+        client, _, _ = await served(nursery, limits)
+
+        async def call(path: str) -> int:
+            sid = await client.request(path, end=False, headers={"grpc-encoding": "gzip"})
+            client.h2.send_data(sid, frame(big, flag=1), end_stream=True)
+            await client.flush()
+            return sid
+
+        held = [await call(SLOW) for _ in range(4)]  # 4 x 60 KB: within the 256 KB
+        refused = await call(SLOW)
+        await client.until(lambda: client.trailers(refused) is not None)
+        trailers = client.trailers(refused)
+        assert trailers is not None and trailers["grpc-status"] == "8", trailers
+        assert "decompressed" in trailers["grpc-message"]
+        assert all(client.trailers(sid) is None for sid in held)  # still running
+        # one held call ends (the client cancels it): its share is free again
+        client.h2.reset_stream(held[0])
+        await client.flush()
+        await trio.sleep(1)
+        ok = await call(ECHO)
+        await client.until(lambda: client.trailers(ok) is not None)
+        assert client.trailers(ok) == {"grpc-status": "0"}
+        [answer] = client.messages(ok)
+        assert spb.HeartbeatResponse.FromString(answer).status.message == "x" * 60_000
         nursery.cancel_scope.cancel()
