@@ -197,22 +197,36 @@ def judge(
     resources: Sequence[tuple[str, Perm]],
 ) -> None:
     """Raise AclDenied unless the request may go on (module docstring for the order)."""
-    if any(rule(peer_ip) for rule in config.global_white):
-        return
     fields = ext or {}
     ak = fields.get(ACCESS_KEY)
-    if ak is None:
-        raise AclDenied("No accessKey is configured")
-    account = config.accounts.get(str(ak))
+    account = identify(config, None if ak is None else str(ak), peer_ip)
     if account is None:
-        raise AclDenied(f"No acl config for {ak}")
-    if account.white_remote_address is not None and account.white_remote_address(peer_ip):
         return
     expected = calculate_signature(account.secret_key, combine(fields, body))
     if not hmac.compare_digest(str(fields.get(SIGNATURE, "")), expected):
         raise AclDenied(f"Check signature failed for accessKey={ak}")
     if code in ADMIN_CODES and not account.admin:
         raise AclDenied(f"Need admin permission for request code={code}, but accessKey={ak} is not")
+    check_resources(account, resources)
+
+
+def identify(config: AclConfig, access_key: str | None, peer_ip: str) -> Account | None:
+    """Steps 1 to 3 of :func:`judge`: the account whose signature is to be checked, or None
+    when the peer is white-listed and nothing more is checked. Raises AclDenied."""
+    if any(rule(peer_ip) for rule in config.global_white):
+        return None
+    if access_key is None:
+        raise AclDenied("No accessKey is configured")
+    account = config.accounts.get(access_key)
+    if account is None:
+        raise AclDenied(f"No acl config for {access_key}")
+    if account.white_remote_address is not None and account.white_remote_address(peer_ip):
+        return None
+    return account
+
+
+def check_resources(account: Account, resources: Sequence[tuple[str, Perm]]) -> None:
+    """Step 6 of :func:`judge`: raise AclDenied unless ``account`` holds every permission."""
     if not resources or (account.admin and not account.resource_perms):
         return
     for resource, needed in resources:

@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from broker.controller import BrokerController
+from broker.grpc.auth import guard_services
 from broker.grpc.client_manager import GrpcClientManager
 from broker.grpc.cluster_route import ClusterRoute
 from broker.grpc.consumer import ConsumerActivity
@@ -121,10 +122,14 @@ async def run_grpc_service(
     if remoting is not None and controller.config.namesrv_addrs:
         local.cluster = ClusterRoute(remoting, controller.config.namesrv_addrs)
     service = MessagingService(local)
+    table = service.table()
+    if controller.acl is not None:
+        # aclEnable: every call judged by the same plain_acl.yml as the remoting port (auth.py)
+        table = guard_services(table, controller.acl)
     async with trio.open_nursery() as nursery:
         handle: GrpcServerHandle = await nursery.start(
             lambda task_status: serve_grpc(
-                service.table(),
+                table,
                 host,
                 port,
                 network=network,

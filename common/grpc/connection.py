@@ -46,7 +46,15 @@ import trio
 from google.protobuf.message import DecodeError, Message
 
 from common.grpc.deadline import parse_grpc_timeout
-from common.grpc.framing import PREFIX, MessageDecoder, encode_message
+from common.grpc.framing import (
+    ACCEPT_ENCODING,
+    ENCODINGS,
+    IDENTITY,
+    PREFIX,
+    CompressedMessage,
+    MessageDecoder,
+    encode_message,
+)
 from common.grpc.limits import GrpcServerLimits
 from common.grpc.service import CallContext, Method, MethodKind, Send, ServiceTable
 from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
@@ -76,6 +84,9 @@ class _Call:
     finished: bool = False
     # bytes received but not yet acknowledged to h2 (the connection was over its inbound budget)
     unacked: int = 0
+    # bytes of the call's latest inflated (decompressed) request, counted in the connection's
+    # _inflated until the next one or the call's end (a handler holds the request it is on)
+    inflated: int = 0
 
 
 class GrpcConnection:
@@ -102,6 +113,7 @@ class GrpcConnection:
         self._unsent = 0  # bytes the writer is writing now
         self._sending = False  # a write is under way (the writer's or a call's _flush_now)
         self._inbound = 0  # bytes received that handlers have not taken
+        self._inflated = 0  # sum of the calls' `inflated`: at most max_buffered_inbound
         self._closing = False
         self._writer_done = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -333,6 +345,16 @@ class GrpcConnection:
                 stream_id, StatusCode.UNIMPLEMENTED, f"Method not found: {path}"
             )
             return
+        encoding = headers.get("grpc-encoding", IDENTITY)
+        if encoding not in ENCODINGS:
+            # gRPC's compression spec: UNIMPLEMENTED, naming what we accept
+            self._send_trailers_only(
+                stream_id,
+                StatusCode.UNIMPLEMENTED,
+                f"grpc-encoding {encoding} is not supported",
+                [("grpc-accept-encoding", ACCEPT_ENCODING)],
+            )
+            return
         timeout = parse_grpc_timeout(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
         metadata = {k: v for k, v in headers.items() if not k.startswith(":")}
         send, receive = trio.open_memory_channel[bytes](math.inf)
@@ -342,7 +364,7 @@ class GrpcConnection:
             context=CallContext(
                 path=path, metadata=metadata, peer=self.peer, connection_id=self.id, timeout=timeout
             ),
-            decoder=MessageDecoder(self._limits.max_message_size),
+            decoder=MessageDecoder(self._limits.max_message_size, encoding),
             inbox_send=send,
             inbox_receive=receive,
         )
@@ -360,8 +382,15 @@ class GrpcConnection:
         except h2.exceptions.ProtocolError:
             pass
 
-    def _send_trailers_only(self, stream_id: int, code: StatusCode, message: str) -> None:
+    def _send_trailers_only(
+        self,
+        stream_id: int,
+        code: StatusCode,
+        message: str,
+        extra: list[tuple[str, str]] | None = None,
+    ) -> None:
         headers = [(":status", "200"), ("content-type", "application/grpc")]
+        headers += extra or []
         headers += self._status_headers(code, message)
         try:
             self._h2.send_headers(stream_id, headers, end_stream=True)
@@ -466,6 +495,8 @@ class GrpcConnection:
 
     def _forget(self, call: _Call) -> None:
         self._calls.pop(call.stream_id, None)
+        self._inflated -= call.inflated
+        call.inflated = 0
         leftover = call.decoder.buffered
         while True:
             try:
@@ -510,6 +541,18 @@ class GrpcConnection:
 
     def _parse(self, call: _Call, data: bytes) -> Message:
         request = call.method.request_type()
+        if isinstance(data, CompressedMessage):
+            data = call.decoder.inflate(data)  # GrpcError: bad or too large once inflated
+            # a few compressed bytes make up to max_message_size: what the connection's calls
+            # hold inflated is bounded like its buffered input (a flood of zip bombs on many
+            # streams is refused, not held)
+            self._inflated += len(data) - call.inflated
+            call.inflated = len(data)
+            if self._inflated > self._limits.max_buffered_inbound:
+                raise GrpcError(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    "the connection holds too many decompressed bytes",
+                )
         try:
             request.ParseFromString(data)
         except DecodeError as exc:
@@ -543,7 +586,7 @@ class GrpcConnection:
                     [
                         (":status", "200"),
                         ("content-type", "application/grpc"),
-                        ("grpc-accept-encoding", "identity"),
+                        ("grpc-accept-encoding", ACCEPT_ENCODING),
                     ],
                 )
                 call.headers_sent = True

@@ -6,11 +6,13 @@
 * message size: a message declared longer than ``max_message_size`` ends its call with
   RESOURCE_EXHAUSTED before its bytes are buffered (RocketMQ 5's proxy allows 130 MiB,
   ``grpcMaxInboundMessageSize``; we take the remoting frame limit, 16 MiB, as the bodies are
-  the same);
+  the same); a compressed message is held to it once inflated (framing.py);
 * headers: ``max_header_list_size`` is announced and enforced by h2's HPACK decoder;
 * inbound bytes: received DATA is acknowledged (its flow-control window reopened) only while
   the connection buffers less than ``max_buffered_inbound`` bytes of messages its handlers have
   not taken, so a client sending faster than we handle is stopped by HTTP/2 flow control;
+  the same budget bounds what the connection's calls hold decompressed (each its latest
+  request): a compressed request that would pass it is refused with RESOURCE_EXHAUSTED;
 * outbound bytes: a handler waits for the peer's flow-control window and for the connection's
   unwritten bytes to fall below ``outbound_high_water``; a peer that reads nothing for
   ``send_timeout`` has its connection closed (a client that never reads);

@@ -21,7 +21,8 @@ optional: if it is missing this exits non-zero with the import error and the tes
 
 Common: `--tls` (the client's `tls_enable`), `--ca FILE` (trusted roots for it: the client
 verifies the server certificate against grpc's defaults, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH),
-`--request-timeout S`.
+`--request-timeout S`, `--access-key AK --secret-key SK` (the client's Credentials: it signs
+every call). A failed send or receive reports the exception's RocketMQ code (`code`).
 
 Every message carries the user property `seq` (its index) and, for FIFO, `grp` (its message
 group); bodies are `<prefix>body-<i>`. A consumer's `recv` event reports the delivery attempt
@@ -57,7 +58,8 @@ def emit(**event: object) -> None:
 def _config(args: argparse.Namespace) -> Any:
     from rocketmq import ClientConfiguration, Credentials
 
-    return ClientConfiguration(args.endpoint, Credentials(), request_timeout=args.request_timeout)
+    credentials = Credentials(args.access_key, args.secret_key)
+    return ClientConfiguration(args.endpoint, credentials, request_timeout=args.request_timeout)
 
 
 def _filter(args: argparse.Namespace) -> Any:
@@ -175,7 +177,7 @@ def produce(args: argparse.Namespace) -> int:
                         time.sleep(0.2)
                         continue
                     failures += 1
-                    emit(event="send_error", i=i, error=repr(exc))
+                    emit(event="send_error", i=i, error=repr(exc), code=getattr(exc, "code", None))
                     receipt = None
                     break
             if receipt is not None:
@@ -254,7 +256,7 @@ def simple_consume(args: argparse.Namespace) -> int:
                 messages = consumer.receive(args.batch, args.invisible)
             except Exception as exc:
                 errors += 1
-                emit(event="receive_error", error=repr(exc))
+                emit(event="receive_error", error=repr(exc), code=getattr(exc, "code", None))
                 time.sleep(0.5)
                 continue
             for msg in messages:
@@ -293,7 +295,7 @@ def simple_consume(args: argparse.Namespace) -> int:
             try:
                 messages = consumer.receive(args.batch, args.invisible)
             except Exception as exc:
-                emit(event="receive_error", error=repr(exc))
+                emit(event="receive_error", error=repr(exc), code=getattr(exc, "code", None))
                 time.sleep(0.5)
                 continue
             for msg in messages:
@@ -464,6 +466,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout", type=int, default=5, help="seconds")
     p.add_argument("--topic", required=True)
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--access-key", default="", help="the client's Credentials (plain ACL)")
+    p.add_argument("--secret-key", default="")
 
 
 def _consumer_args(p: argparse.ArgumentParser) -> None:
