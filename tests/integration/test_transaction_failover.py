@@ -133,6 +133,19 @@ def assert_exactly_the_commits(keys: list[str], decisions: dict[str, int]) -> No
     assert sorted(keys) == commits, (len(keys), len(commits))  # once each, none rolled back
 
 
+def assert_checked_every_undecided(answered: set[str], decisions: dict[str, int]) -> None:
+    """Every transaction sent without an END was checked back.
+
+    One whose END was sent may be checked too: RocketMQ's check service asks about any half
+    message older than transactionTimeOut whose op record it has not read yet, and a oneway END
+    that has not been stored (under load, or waiting for a Raft commit) is no op record yet.  The
+    producer answers such a check with its decision; what is delivered is asserted separately.
+    """
+    undecided = {k for i, k in enumerate(decisions) if i % 3 == 0}
+    assert undecided <= answered, sorted(undecided - answered)
+    assert answered <= set(decisions)
+
+
 async def queue_max(client: RemotingClient, addr: str, topic: str) -> int:
     r = await client.invoke(
         addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
@@ -187,7 +200,7 @@ async def test_sync_master_killed_mid_check_resumes_after_restart(
             assert_exactly_the_commits(keys, decisions)
             # (probes a SYNC_MASTER stored before its slave was there are checked too)
             answered = {m.properties["UNIQ_KEY"] for _, m in p.checks} & set(decisions)
-            assert answered == {k for i, k in enumerate(decisions) if i % 3 == 0}
+            assert_checked_every_undecided(answered, decisions)
         # the half and op records are on the slave too: they replicated like any record
         for topic in (RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC):
             with trio.fail_after(30):
@@ -214,4 +227,4 @@ async def test_dledger_leader_killed_mid_check_the_new_leader_checks(
         keys = await settled(raft_client, lambda: group.addr(new), decisions)
         assert_exactly_the_commits(keys, decisions)
         answered = {m.properties["UNIQ_KEY"] for _, m in p.checks}
-        assert answered == {k for i, k in enumerate(decisions) if i % 3 == 0}
+        assert_checked_every_undecided(answered, decisions)
