@@ -58,6 +58,17 @@ def from_ranges(ranges: object) -> set[int]:
     return out
 
 
+# the most resolved entries above the watermark a copy may carry (the service's own are bounded
+# by one roll window of timers; this only stops a bad answer from taking the memory)
+MAX_DONE = 1 << 22
+
+
+def _span(r: object) -> int:
+    if isinstance(r, list) and len(r) == 2:
+        return max(0, int(r[1]) - int(r[0]) + 1)
+    return 0
+
+
 # the running service's (commit offset, scan-from CommitLog offset, resolved entries above)
 LiveState = Callable[[], tuple[int, int, set[int]]]
 
@@ -88,7 +99,11 @@ class CheckpointCopy:
         phy = int(obj.get("scanFromPhy") or 0)
         if int(c) < 0 or phy < 0:
             raise ValueError("timer checkpoint: negative offset")
-        return cls(int(c), phy, frozenset(from_ranges(obj.get("done") or [])))
+        ranges = obj.get("done") or []
+        # (another node's answer: its size is checked before it is expanded)
+        if isinstance(ranges, list) and sum(_span(r) for r in ranges) > MAX_DONE:
+            raise ValueError(f"timer checkpoint: more than {MAX_DONE} resolved entries")
+        return cls(int(c), phy, frozenset(from_ranges(ranges)))
 
 
 @attrs.define(eq=False)

@@ -113,6 +113,10 @@ async def test_sync_keeps_the_masters_checkpoint_as_the_slaves_log_allows(
             older = CheckpointCopy(1, 0, frozenset())
             assert not cp.take_master(older, st.get_max_phy_offset())
             assert cp.commit_offset == 2
+            # a copy that would expand beyond any real one is refused before it is
+            with pytest.raises(ValueError, match="resolved entries"):
+                CheckpointCopy.from_obj({"commitOffset": 0, "done": [[0, 10**12]]})
+            assert CheckpointCopy.from_obj({"commitOffset": None}) is None
             # the sync asks for it last, after the 4.x tables
             assert sync.client.calls[-1] == (MASTER, RequestCode.GET_TIMER_CHECK_POINT)  # type: ignore[attr-defined]
 
