@@ -45,6 +45,7 @@ from broker.schedule import ScheduleMessageService, parse_delay_levels
 from broker.slave_sync import SlaveSyncBroker, SlaveSynchronize
 from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
+from broker.timer.checkpoint import TimerCheckpoint
 from broker.timer.service import TimerMessageService
 from broker.timer.transform import TimerSettings
 from broker.topic_config import TopicConfigManager
@@ -241,6 +242,10 @@ class BrokerController:
     def _ensure_check_max_time_topic(self, topic: str) -> None:
         # RocketMQ createTopicOfTranCheckMaxTime: one queue, READ|WRITE
         self.topic_config_manager.create_topic_in_send_message_back_method(topic, 1, 6)
+
+    @property
+    def timer_checkpoint(self) -> TimerCheckpoint:
+        return self.timer_service.checkpoint
 
     # --- addresses ---------------------------------------------------------------------------
     @property

@@ -15,6 +15,13 @@ each bounded by ``timeout`` (3 s):
 2. ``GET_ALL_CONSUMER_OFFSET`` (43): ``put_all`` (Java's ``offsetTable.putAll``), persist.
 3. ``GET_ALL_DELAY_OFFSET`` (45): adopt the cursors, persist ``delayOffset.json``.
 4. ``GET_ALL_SUBSCRIPTIONGROUP_CONFIG`` (201): like topics, only on a dataVersion change.
+5. ``GET_TIMER_CHECK_POINT`` (60, RocketMQ 5 ``syncTimerCheckPoint``), when timers are enabled
+   here: the master's timer checkpoint, kept as ``broker/timer/checkpoint.py`` says (only while
+   this node's timer service is stopped, only a fresher one, used at start only if this node's
+   CommitLog reaches it), persisted in ``timerCheckpoint.json``; so a slave or DLedger follower
+   that becomes the serving node starts its timers near where the master was rather than at the
+   oldest timer record.  (RocketMQ syncs it every 3 s and its timer metrics, code 61, with the
+   rest; we have no per-topic timer metrics to copy.)
 
 The master's address is the ``masterAddr`` of the newest REGISTER_BROKER answer
 (``controller.registrar.master_addr``) unless one is given explicitly; nothing runs while it is
@@ -77,7 +84,9 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.ha.service import HAService
 from broker.registrar import Invoker
 from broker.schedule import ScheduleMessageService
+from broker.store.api import MessageStore
 from broker.subscription import SubscriptionGroupManager
+from broker.timer.checkpoint import CheckpointCopy, TimerCheckpoint
 from broker.topic_config import TopicConfigManager
 from common import serde
 from common.errors import RmqError
@@ -134,6 +143,13 @@ class SlaveSyncBroker(Protocol):
     @property
     def schedule_service(self) -> ScheduleMessageService: ...
 
+    @property
+    def store(self) -> MessageStore: ...
+
+    # the timer service's checkpoint (a copy of the master's is kept in it)
+    @property
+    def timer_checkpoint(self) -> TimerCheckpoint: ...
+
     def persist_topics(self) -> None: ...
 
     def persist_groups(self) -> None: ...
@@ -156,6 +172,7 @@ class SyncReport:
     offsets: bool = False
     delay_offsets: bool = False
     groups: bool = False
+    timer_checkpoint: bool = False
     errors: tuple[str, ...] = ()
 
 
@@ -235,12 +252,15 @@ class SlaveSynchronize:
             return None
         errors: list[str] = []
         done: dict[str, bool] = {}
-        for name, step in (
+        steps = [
             ("topics", self.sync_topic_config),
             ("offsets", self.sync_consumer_offset),
             ("delay_offsets", self.sync_delay_offset),
             ("groups", self.sync_subscription_group_config),
-        ):
+        ]
+        if self.controller.config.store.timer_wheel_enable:
+            steps.append(("timer_checkpoint", self.sync_timer_checkpoint))
+        for name, step in steps:
             try:
                 done[name] = await step(addr)
             except (RmqError, ValueError, TypeError, KeyError) as exc:
@@ -363,6 +383,18 @@ class SlaveSynchronize:
             self.controller.persist_groups,
             "subscription groups",
         )
+
+    async def sync_timer_checkpoint(self, addr: str) -> bool:
+        body = await self._call(addr, RequestCode.GET_TIMER_CHECK_POINT)
+        copy = CheckpointCopy.from_obj(serde.loads(body) if body else None)
+        if copy is None:
+            return False  # the master has none yet (its timer service never ran)
+        cp = self.controller.timer_checkpoint
+        if not cp.take_master(copy, self.controller.store.get_max_phy_offset()):
+            return False
+        self.controller.persist_offsets()
+        log.info("slave sync: timer checkpoint %d from %s", copy.commit_offset, addr)
+        return True
 
 
 async def run_slave_sync(

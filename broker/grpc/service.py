@@ -36,6 +36,7 @@ from broker.grpc.client_manager import GrpcClientManager
 from broker.grpc.cluster_route import ClusterRoute
 from broker.grpc.consumer import ConsumerActivity
 from broker.grpc.local_broker import LocalBroker
+from broker.grpc.master_pop import MasterPop
 from broker.grpc.offsets import OffsetActivity
 from broker.grpc.producer import ProducerActivity
 from broker.grpc.route import RouteActivity
@@ -118,6 +119,9 @@ async def run_grpc_service(
     task_status: trio.TaskStatus[GrpcServerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the MessagingService on ``host:port`` until cancelled; reports the bound port."""
+    if pop is not None and remoting is not None:
+        # a slave's endpoint serves pop from the master, as RocketMQ 5's proxy routes it
+        pop = MasterPop(pop, controller, remoting)
     local = LocalBroker(controller, dispatcher, pop, host=controller.config.broker_ip1)
     if remoting is not None and controller.config.namesrv_addrs:
         local.cluster = ClusterRoute(remoting, controller.config.namesrv_addrs)

@@ -32,6 +32,9 @@ Invariants
   makes a new one-message CK and acks the offset in the old one, in that order in the log.
 * I4: the group's pop offset of a queue (its consumer offset) is beyond every offset in any
   CK of that queue; replay raises it to keep this when the offsets file lagged.
+* I5: a FIFO CK may be written more than once under one key (a change of its invisible time,
+  RocketMQ's ``updateNextVisibleTime``); the last record's invisible time is the batch's, its
+  acks still come from the ack records.
 """
 
 from __future__ import annotations
@@ -220,6 +223,25 @@ class CheckpointTable:
         self._count(ck, len(ck.offsets) - len(ck.acked))
         self._seq += 1
         heapq.heappush(self._heap, (ck.revive_time, self._seq, ck.key))
+
+    def replay(self, ck: Checkpoint) -> None:
+        """A CK record read back from the revive log.  A FIFO CK whose key is already held is
+        a change of the batch's invisible time (I5): only that is taken from it (its bitmap may
+        lag acks already applied, and its revive offset must stay the first record's, I2)."""
+        held = self._cks.get(ck.key)
+        if held is not None and held.order and ck.order:
+            held.invisible_time = ck.invisible_time
+            return
+        self.add(ck)
+
+    def change_order_invisible(self, key: CkKey, invisible_time: int) -> Checkpoint | None:
+        """A FIFO batch's invisible time changed (from its pop time); the CK to write again,
+        None when no undone FIFO CK has this key."""
+        ck = self._cks.get(key)
+        if ck is None or not ck.order:
+            return None
+        ck.invisible_time = invisible_time
+        return ck
 
     def get(self, key: CkKey) -> Checkpoint | None:
         return self._cks.get(key)

@@ -15,8 +15,11 @@ retry topic (RocketMQ's FIFO revive does the same).
 Durability: each FIFO batch is also a checkpoint marked ``order`` in the revive log
 (``broker/pop/checkpoint.py``), never revived; an ack clears its offset in every such checkpoint
 of the queue.  A new master rebuilds the locks and the attempt counts from the undone ones
-(:meth:`OrderInfoManager.rebuild`); a change of a FIFO message's invisible time is not
-recorded (after a failover the batch's own invisible time holds).
+(:meth:`OrderInfoManager.rebuild`).  A change of a FIFO message's invisible time (RocketMQ 5
+``ConsumerOrderInfoManager.updateNextVisibleTime``, persisted with its order info) is the batch's
+CK written once more under the same key with the new invisible time (counted from the batch's
+pop time); replay takes the last such record of a key, so a restarted master or a new leader
+keeps the queue locked until the changed time, not the batch's first one.
 """
 
 from __future__ import annotations

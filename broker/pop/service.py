@@ -541,6 +541,16 @@ class PopMessageService:
                 return ChangeInvisibleResult(AckStatus.EXPIRED, remark="the handle is stale")
             # RocketMQ keeps the pop time and stretches the invisible time for FIFO handles
             new_it = now + invisible_time_ms - h.pop_time
+            # and persists it (ConsumerOrderInfoManager.updateNextVisibleTime): here the batch's
+            # CK once more, with the new invisible time (checkpoint.py I5), answered once written
+            # so a restart or a failover after the answer keeps the queue locked as long
+            batch = self.order.batch(key)
+            if batch is not None:
+                ck = self.table.change_order_invisible(
+                    (group, real, h.queue_id, batch.offsets[0], h.pop_time), new_it
+                )
+                if ck is not None:
+                    await self._put_record(CK_TAG, ck.to_json(), ck.revive_qid)
             nh = attrs.evolve(h, invisible_time=new_it)
             return ChangeInvisibleResult(AckStatus.OK, nh.encode(), h.pop_time, new_it)
         old_key = (group, real, h.queue_id, h.ck_offset, h.pop_time)
@@ -688,7 +698,7 @@ class PopMessageService:
                     records += 1
                     if isinstance(rec, Checkpoint):
                         rec.revive_offset = m.queue_offset
-                        self.table.add(rec)
+                        self.table.replay(rec)
                         if rec.order:
                             continue  # a FIFO group's offset stays at its first unacked
                         # I4: the pop offset is past every offset a CK holds

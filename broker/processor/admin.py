@@ -105,6 +105,7 @@ class AdminBrokerProcessor:
         r(RequestCode.GET_ALL_TOPIC_CONFIG, self.get_all_topic_config)
         r(RequestCode.GET_ALL_CONSUMER_OFFSET, self.get_all_consumer_offset)
         r(RequestCode.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
+        r(RequestCode.GET_TIMER_CHECK_POINT, self.get_timer_check_point)
         r(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.get_all_subscription_group)
         r(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update_and_create_group)
         r(RequestCode.DELETE_SUBSCRIPTIONGROUP, self.delete_group)
@@ -205,6 +206,17 @@ class AdminBrokerProcessor:
 
     async def get_all_delay_offset(self, req: RemotingCommand, channel: Channel) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, body=self.broker.schedule_service.encode())
+
+    async def get_timer_check_point(
+        self, req: RemotingCommand, channel: Channel
+    ) -> RemotingCommand:
+        """RocketMQ 5 AdminBrokerProcessor.getTimerCheckPoint: what a slave's sync copies.  The
+        body is our checkpoint's JSON (``broker/timer/checkpoint.py``), not RocketMQ's binary
+        TimerCheckpoint: only our slaves ask for it."""
+        if not self.broker.config.store.timer_wheel_enable:
+            return req.response(ResponseCode.SYSTEM_ERROR, "The checkpoint is null")
+        body = serde.dumps(self.broker.timer_service.checkpoint.own())
+        return req.response(ResponseCode.SUCCESS, body=body)
 
     async def get_all_subscription_group(
         self, req: RemotingCommand, channel: Channel

@@ -43,12 +43,12 @@ Invariants
    start the service reads the timer queue from the watermark, then scans the CommitLog from that
    position for ``TIMER_QUEUE_OFFSET`` markers, and only the entries resolved by neither are put
    in the wheel.  A delivery between the last checkpoint and a crash is found by the scan, so it
-   is not repeated; without a checkpoint (a slave that never was master) the scan starts at the
-   oldest timer record still stored, which is slower but equally exact.  The watermark stays
-   behind the oldest far timer not looked at yet (at most one window), so a start scans about
-   one window of CommitLog.  Within one master's life a re-put the store refused is retried; if
-   the refused put landed after all (a DLedger entry a later leader commits), the message
-   appears twice, as after a producer's retry.
+   is not repeated; a slave keeps a copy of its master's checkpoint (``checkpoint.py``); without
+   any usable one the scan starts at the oldest timer record still stored, which is slower but
+   equally exact.  The watermark stays behind the oldest far timer not looked at yet (at most
+   one window), so a start scans about one window of CommitLog.  Within one master's life a
+   re-put the store refused is retried; if the refused put landed after all (a DLedger entry a
+   later leader commits), the message appears twice, as after a producer's retry.
 
 The service's clock (``clock_ms``) follows the Trio clock from a wall-clock anchor taken when it
 first runs (as ``broker/schedule.py`` does), so autojump tests see time pass; the send path

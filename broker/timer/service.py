@@ -207,6 +207,7 @@ class TimerMessageService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.clock_ms()
         self._recover()
+        self.checkpoint.master = None  # the live state supersedes any synced copy
         self.checkpoint.live = self._live_state
         self.running = True
         try:
@@ -228,8 +229,9 @@ class TimerMessageService:
         store = self.store
         lo = store.get_min_offset_in_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
         hi = store.get_max_offset_in_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
-        cp = self.checkpoint
-        if cp.commit_offset is None:
+        # its own checkpoint or the master's synced copy, whichever is fresher and usable
+        cp_commit, cp_phy, cp_done = self.checkpoint.best(store.get_max_phy_offset())
+        if cp_commit is None:
             commit = lo
             if lo < hi:
                 scan_from = store.get_commit_log_offset_in_queue(TIMER_TOPIC, TIMER_QUEUE_ID, lo)
@@ -237,10 +239,10 @@ class TimerMessageService:
                 scan_from = store.get_max_phy_offset()
             done: set[int] = set()
         else:
-            commit = min(max(cp.commit_offset, lo), hi)
-            scan_from = cp.scan_from_phy
+            commit = min(max(cp_commit, lo), hi)
+            scan_from = cp_phy
             # (an offset at or past the queue's end names no record of this log)
-            done = {o for o in cp.done if commit <= o < hi}
+            done = {o for o in cp_done if commit <= o < hi}
         end = store.get_max_phy_offset()
         found = scan_markers(store, scan_from, end, self.commit_log_file_size, commit)
         self.wheel.clear()

@@ -52,6 +52,8 @@ class RequestCode(enum.IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    # RocketMQ 5: a slave's copy of the master's timer checkpoint (SlaveSynchronize)
+    GET_TIMER_CHECK_POINT = 60
     # --- broker: ACL (4.4+) ---
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51

@@ -175,9 +175,16 @@ ROCKETMQ_5_POP_REQUEST_CODES = {
 }
 
 
+# RocketMQ 5's timer checkpoint code (RequestCode.java 5.x; a slave's sync asks its master)
+ROCKETMQ_5_TIMER_REQUEST_CODES = {60: "GET_TIMER_CHECK_POINT"}
+
+
 def test_request_codes_are_exactly_rocketmq_4_9_7s_and_5s_pop_codes():
     assert {c.value for c in RequestCode} == set(ROCKETMQ_4_9_7_REQUEST_CODES) | set(
         ROCKETMQ_5_POP_REQUEST_CODES
+    ) | set(ROCKETMQ_5_TIMER_REQUEST_CODES)
+    assert {n: RequestCode(n).name for n in ROCKETMQ_5_TIMER_REQUEST_CODES} == (
+        ROCKETMQ_5_TIMER_REQUEST_CODES
     )
     assert {n: RequestCode(n).name for n in ROCKETMQ_5_POP_REQUEST_CODES} == (
         ROCKETMQ_5_POP_REQUEST_CODES

@@ -18,6 +18,7 @@ import pytest
 from tests.interop.py5_harness import Py5, grpc_endpoint, rmq
 
 if TYPE_CHECKING:
+    from cli.top.model import TopSnapshot
     from tests.conftest import ClusterRunner, LocalCluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -75,3 +76,60 @@ def test_a_5x_simple_consumer_shows_in_top_and_group_describe(
         assert "PYTHON" in text and '"protocol": "GRPC_V2"' in text, described
     finally:
         consumer.stop()
+
+
+async def _snapshots(namesrv: str, gap: float) -> tuple[TopSnapshot, TopSnapshot]:
+    """Two collections of `rmq top`'s data source, `gap` seconds apart (as `top --once`)."""
+    import trio
+
+    from cli.top.model import AdminSource, TopCollector
+    from rmq import Admin
+
+    async with Admin(namesrv, timeout=5.0) as admin:
+        collector = TopCollector(AdminSource(admin, 5.0), namesrv, timeout=5.0)
+        first = await collector.collect()
+        await trio.sleep(gap)
+        return first, await collector.collect()
+
+
+def test_a_5x_producer_shows_in_top_while_it_produces(
+    tmp_path: Path, py5_python: Path, cluster: LocalCluster
+) -> None:
+    """The official 5.x Producer sending (a message every 100 ms) is listed by `rmq top` as a
+    5.x producer (group = its topic, PYTHON, GRPC_V2), and the topic's messages grow meanwhile."""
+    import trio
+
+    py5 = Py5(py5_python, grpc_endpoint(cluster.data_dir), cluster.namesrv_addr)
+    topic = "Py5TopProducer"
+    py5.topic(topic)
+    producer = py5.background(
+        tmp_path, "produce", "--topic", topic, "--count", "600", "--interval-ms", "100",
+        "--prefix", "top-", "--timeout", "120",
+    )  # fmt: skip
+    try:
+        assert producer.started.wait(60), producer.events
+        deadline = time.monotonic() + 30
+        while True:  # registered by its telemetry settings or first heartbeat
+            first, snap = trio.run(_snapshots, cluster.namesrv_addr, 1.0)
+            mine = [c for c in snap.clients if c.kind == "producer" and c.group == topic]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert [(c.language, c.protocol, c.is_5x) for c in mine] == [("PYTHON", "GRPC_V2", True)]
+        assert producer.proc.poll() is None, "the producer must still be sending"
+        # it is producing while listed: the topic's messages grew between the two collections
+        before = {t.topic: t.total for t in first.topics}
+        after = {t.topic: t.total for t in snap.topics}
+        assert after[topic] > before.get(topic, 0), (before.get(topic), after.get(topic))
+        # and the frame people see says the same
+        rows = [
+            ln for ln in _top(cluster.namesrv_addr).splitlines()
+            if topic in ln and "GRPC_V2" in ln
+        ]  # fmt: skip
+        assert rows, "no 5.x producer row in rmq top"
+        for want in ("producer", "PYTHON"):
+            assert want in rows[0], rows[0]
+        sent = [e for e in producer.events if e["event"] == "sent"]
+        assert sent and not [e for e in producer.events if e["event"] == "send_error"]
+    finally:
+        producer.stop()

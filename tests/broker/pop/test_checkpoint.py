@@ -109,3 +109,30 @@ def test_replay_from_the_safe_offsets_rebuilds_the_table(seed: int) -> None:
     got, want = state(rebuilt), state(table)
     assert {k: v for k, v in got.items() if k in want} == want
     assert set(got) - set(want) <= revived
+
+
+def test_replay_takes_a_fifo_ck_written_again_as_its_new_invisible_time() -> None:
+    """I5: the second record of a FIFO CK changes its invisible time only; its acks and its
+    revive offset (I2) stay those of the first record and the ack records."""
+    t = CheckpointTable()
+    first = Checkpoint("G", "T", 0, 4, 1000, 10_000, 1, [4, 5], "b", order=True)
+    first.revive_offset = 3
+    t.replay(first)
+    assert t.ack(first.key, 4)
+    again = decode_record_body(
+        CK_TAG,
+        Checkpoint("G", "T", 0, 4, 1000, 70_000, 1, [4, 5], "b", order=True).to_json(),
+        1,
+    )
+    assert isinstance(again, Checkpoint)
+    again.revive_offset = 9
+    t.replay(again)
+    (held,) = t.order_checkpoints()
+    assert (held.invisible_time, held.acked, held.revive_offset) == (70_000, {4}, 3)
+    assert t.safe_revive_offsets({1: 20}) == {1: 3}
+    # a plain CK of the same key is no change of anything (duplicates are ignored)
+    plain = Checkpoint("G", "T", 1, 4, 1000, 10_000, 1, [4], "b")
+    t.replay(plain)
+    t.replay(Checkpoint("G", "T", 1, 4, 1000, 99_000, 1, [4], "b"))
+    assert t.get(plain.key) is plain and plain.invisible_time == 10_000
+    assert t.change_order_invisible(plain.key, 5) is None

@@ -156,3 +156,96 @@ async def test_fifo_lock_and_attempts_survive_a_takeover(
         nxt = (await spop.pop(fifo)).messages
         assert [(p.msg.body, p.delivery_attempt) for p in nxt] == [(b"f1", 1)]
         n.cancel_scope.cancel()
+
+
+async def test_fifo_changed_invisible_time_survives_restart_and_takeover(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    """RocketMQ 5 persists a FIFO message's new invisible time with its order info
+    (ConsumerOrderInfoManager.updateNextVisibleTime): neither a restarted master nor the slave
+    that takes over hands the message out again before the changed time."""
+    async with trio.open_nursery() as n:
+        m, mpop = await make_pop_broker(n, tmp_path / "m", queues=1)
+        set_group(m, "F", consumeMessageOrderly=True)
+        for i in range(2):
+            await put(m, b"f%d" % i)
+        fifo = req(group="F", max_msgs=1)
+        first = (await mpop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in first] == [(b"f0", 1)]
+        ch = await mpop.change_invisible_time("F", "T", first[0].receipt_handle, 120_000)
+        assert ch.status is AckStatus.OK
+        popped_at = mpop.now_ms()
+
+        # a restart of the master's pop service: the state comes back from the revive log only
+        restarted = await make_pop_broker(
+            n, tmp_path / "r", store=m.store, queues=1, clock=mpop.now_ms
+        )
+        rb, rpop = restarted
+        set_group(rb, "F", consumeMessageOrderly=True)
+        # the slave: the same bytes, then it takes over
+        s, spop = await make_pop_broker(
+            n,
+            tmp_path / "s",
+            queues=1,
+            revive=False,
+            store_cfg={"broker_role": "SLAVE"},
+            clock=mpop.now_ms,
+        )
+        set_group(s, "F", consumeMessageOrderly=True)
+        copy_commit_log(m.store, s.store)
+        await s.store.wait_dispatched()
+        s.set_role(0, "SYNC_MASTER")
+        await n.start(spop.run_revive)
+
+        # past the batch's own 10 s, short of the changed 120 s: still locked on both
+        await trio.sleep(30)
+        for pop in (rpop, spop):
+            assert (await pop.pop(fifo)).status is PopStatus.NO_NEW_MSG
+        # the changed handle acks on the broker that took over, and the next one follows
+        assert (await spop.ack("F", "T", ch.receipt_handle)).status is AckStatus.OK
+        nxt = (await spop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in nxt] == [(b"f1", 1)]
+        # on the restarted one (no ack there) f0 comes back once the changed time is past
+        await trio.sleep(max(0, popped_at + 120_000 - mpop.now_ms()) / 1000 + 1)
+        again = (await rpop.pop(fifo)).messages
+        assert [(p.msg.body, p.delivery_attempt) for p in again] == [(b"f0", 2)]
+        n.cancel_scope.cancel()
+
+
+async def test_dledger_leader_change_keeps_a_fifo_changed_invisible_time(
+    nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """The changed invisible time is a revive-log record, replicated by Raft: the new leader
+    keeps the FIFO queue locked until the changed time, then the next message follows the ack."""
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    c = master.up.controller
+    c.topic_config_manager.update_topic_config(
+        TopicConfig(topicName="T", readQueueNums=1, writeQueueNums=1)
+    )
+    set_group(c, "F", consumeMessageOrderly=True)
+    for i in range(2):
+        msg = MessageExtBrokerInner(
+            topic="T", queue_id=0, body=b"f%d" % i, properties={"UNIQ_KEY": f"F{i}"}
+        )
+        assert (await master.up.store.put_message(msg)).ok
+    pop = c.pop
+    assert pop is not None
+    await eventually(lambda: getattr(pop, "serving", False))
+    fifo = req(group="F", max_msgs=1, invisible_time_ms=10_000)
+    first = (await pop.pop(fifo)).messages
+    assert [p.msg.body for p in first] == [b"f0"]
+    ch = await pop.change_invisible_time("F", "T", first[0].receipt_handle, 120_000)
+    assert ch.status is AckStatus.OK
+    await trio.sleep(6)  # a follower sync round: the topic and the group reach the followers
+
+    group.kill(master.raft.config.self_id)
+    new = await group.wait_master()
+    npop = new.up.controller.pop
+    assert npop is not None and new is not master
+    await eventually(lambda: getattr(npop, "serving", False))
+    await trio.sleep(20)  # well past the batch's own 10 s
+    assert (await npop.pop(fifo)).status is PopStatus.NO_NEW_MSG
+    assert (await npop.ack("F", "T", ch.receipt_handle)).status is AckStatus.OK
+    nxt = (await npop.pop(fifo)).messages
+    assert [(p.msg.body, p.delivery_attempt) for p in nxt] == [(b"f1", 1)]

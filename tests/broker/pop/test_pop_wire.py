@@ -200,3 +200,39 @@ async def test_batch_ack_with_a_java_bitset(tmp_path: Path, nursery: trio.Nurser
                 got = [m.body for m in decode_records(r.body_bytes())] if r.body_bytes() else []
         assert got == [b"b1"]
     await running.stop()
+
+
+async def test_fifo_changed_invisible_time_survives_a_restart_on_files(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """A FIFO pop (order=true) for 2 s, its invisible time changed to 60 s, the broker
+    restarted on its files: past the 2 s the queue stays locked (RocketMQ 5 persists the new
+    time with its order info); the changed handle acks and the next message follows."""
+    running, handle = await start(nursery, tmp_path)
+    async with open_remoting_client() as client:
+        env = Env(handle, client)
+        for i in range(2):
+            assert (await env.send("FT", b"f%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+        cmd = pop_cmd("FG", "FT", queueId=0, invisible=2000, maxMsgNums=1, order=True)
+        r = await env.call(RequestCode.POP_MESSAGE, cmd)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        popped_at = time.monotonic()
+        (f0,) = decode_records(r.body_bytes())
+        assert f0.body == b"f0"
+        pop_ck = f0.properties["POP_CK"]
+        ext = ack_ext("FG", "FT", pop_ck) | {"invisibleTime": 60_000}
+        r = await env.call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    await running.stop()
+    running, handle = await start(nursery, tmp_path)
+    async with open_remoting_client() as client:
+        env = Env(handle, client)
+        await trio.sleep(max(0.0, popped_at + 3.0 - time.monotonic()))
+        r = await env.call(RequestCode.POP_MESSAGE, cmd)
+        assert r.code == ResponseCode.POLLING_TIMEOUT, (r.code, r.remark)
+        r = await env.call(RequestCode.ACK_MESSAGE, ack_ext("FG", "FT", pop_ck))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await env.call(RequestCode.POP_MESSAGE, cmd)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert [m.body for m in decode_records(r.body_bytes())] == [b"f1"]
+    await running.stop()
