@@ -66,16 +66,22 @@ def send_result(result: SendResult) -> None:
     )
 
 
-def message(msg: MessageExt, *, verbose: bool = False, served_by: str = "") -> None:
+def message(
+    msg: MessageExt, *, verbose: bool = False, served_by: str = "", broker_id: int = -1
+) -> None:
     """A consumed message: its body, or with `verbose` where it came from and its ids.
 
-    `served_by` is the node that answered the pull. The record's own store host is the
-    master that stored it, which is wrong once a slave serves it (the master is down)."""
+    `served_by` is the node that answered the pull, `broker_id` its brokerId in the route (0
+    the master, else a slave; -1 unknown). The record's own store host is the master that
+    stored it, which is wrong once a slave serves it (the master is down, or in DLedger mode
+    the leader changed)."""
     body = msg.body.decode("utf-8", errors="replace")
     if not verbose:
         _line(body)
         return
     addr = served_by or f"{msg.store_host[0]}:{msg.store_host[1]}"
+    if broker_id >= 0:
+        addr += f" brokerId={broker_id} {'master' if broker_id == 0 else 'slave'}"
     _line(
         f"[{msg.topic} {addr} q{msg.queue_id} "
         f"@{msg.queue_offset}] msgId={msg.uniq_key or msg.msg_id} tags={msg.tags or ''} "

@@ -63,6 +63,11 @@ class PullResult:
     # the node that answered: the master, or a slave serving reads (a message's store_host
     # names the master that stored it, even when a slave serves it)
     broker_addr: str = ""
+    # the brokerId the route listed that node under when it was asked (0: the master; in
+    # DLedger mode a follower is k + 1 for member n<k>); -1 when the route did not list it
+    broker_id: int = -1
+    # the node the answer suggests for the next pull of this queue (suggestWhichBrokerId)
+    suggest_which_broker_id: int = 0
 
 
 class PullConsumer(ClientBase):
@@ -131,6 +136,10 @@ class PullConsumer(ClientBase):
         addr, _is_slave = await client.subscribe_addr(
             mq.brokerName, self._suggested.get(mq, 0), mq.topic
         )
+        # RocketMQ's pull answer does not name the node; the client knows whom it asked
+        broker_id = next(
+            (i for i, a in client.broker_addrs(mq.brokerName).items() if a == addr), -1
+        )
         try:
             resp = await client.api.pull_message(
                 addr,
@@ -162,6 +171,8 @@ class PullConsumer(ClientBase):
             resp.max_offset,
             messages,
             addr,
+            broker_id,
+            resp.suggest_which_broker_id,
         )
 
     async def check_selector(self, topic: str, selector: MessageSelector) -> None:

@@ -398,7 +398,14 @@ def consume(
         typer.Option("--idle-timeout", help="Stop after this many seconds without a message."),
     ] = None,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show queue, offset, ids, tags.")
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Show queue, offset, ids, tags, and the node that served each message: "
+            "address, brokerId and role (master, or slave: a DLedger follower serves only "
+            "committed entries, docs/guarantees.md).",
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -413,13 +420,14 @@ def consume(
     from cli.admin.render import consumed_json
 
     collected: list[Any] = []
-    served = {"by": ""}  # the node that answered the pull whose messages are being printed
+    # the node that answered the pull whose messages are being printed, and its brokerId
+    served: dict[str, Any] = {"by": "", "id": -1}
 
     def on_message(m: Any) -> None:
         if as_json:
             collected.append(m)
         else:
-            render.message(m, verbose=verbose, served_by=served["by"])
+            render.message(m, verbose=verbose, served_by=served["by"], broker_id=served["id"])
 
     skipped: list[int] = []  # the new group's skipped messages, told once (see below)
     stopped_by: list[int] = []  # the signal that ended the run (offsets are committed)
@@ -443,7 +451,7 @@ def consume(
             idle_timeout=idle_timeout,
             on_message=on_message,
             follow=follow,
-            served_by=lambda addr: served.update(by=addr),
+            served_by=lambda addr, broker_id: served.update(by=addr, id=broker_id),
             on_new_group=on_new_group,
             on_signal=stopped_by.append,
         )

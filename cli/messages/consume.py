@@ -60,13 +60,14 @@ async def consume_topic(
     handle_signals: bool = True,
     follow: bool = True,
     remoting: Remoting | None = None,
-    served_by: Callable[[str], None] | None = None,
+    served_by: Callable[[str, int], None] | None = None,
     on_new_group: Callable[[int], None] | None = None,
     on_signal: Callable[[int], None] | None = None,
 ) -> int:
     """Consume until done; returns how many messages were handed to `on_message`.
 
-    `served_by`, if given, is told the address of the node that answered each pull right
+    `served_by`, if given, is told the address and brokerId (0 the master, else a slave: in
+    DLedger mode a follower; -1 not in the route) of the node that answered each pull right
     before that pull's messages go to `on_message` (no checkpoint in between, so it names
     the right node even with one task per queue).
 
@@ -137,7 +138,7 @@ async def consume_topic(
                     mq, offsets[mq], tags=tags, suspend=suspend, selector=selector
                 )
                 if served_by is not None and result.messages:
-                    served_by(result.broker_addr)
+                    served_by(result.broker_addr, result.broker_id)
                 for msg in result.messages:
                     if count is not None and handed >= count:
                         return  # another queue's task reached the count first

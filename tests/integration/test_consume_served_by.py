@@ -44,7 +44,9 @@ def test_verbose_consume_names_the_slave_once_the_master_is_dead(local_cluster):
         "3",
         "-v",
     ).stdout.splitlines()
-    assert len(before) == 3 and all(f" {master} " in line for line in before), before
+    assert len(before) == 3 and all(f" {master} brokerId=0 master " in line for line in before), (
+        before
+    )
 
     subprocess.run(
         [
@@ -72,5 +74,7 @@ def test_verbose_consume_names_the_slave_once_the_master_is_dead(local_cluster):
         "-v",
     ).stdout.splitlines()
     assert len(after) == 3, after
-    assert all(f" {slave} " in line and master not in line for line in after), after
+    assert all(f" {slave} brokerId=1 slave " in line and master not in line for line in after), (
+        after
+    )
     assert [line.rsplit("body=", 1)[1] for line in after] == ["m1", "m2", "m3"]

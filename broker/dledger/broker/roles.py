@@ -13,7 +13,13 @@ time, in order (RocketMQ's single-thread executor), so two changes never interle
   handed to it), the master address forgotten and a registration sent at once (the
   nameserver's "same address, new brokerId" rule replaces this address's old entry).
 * CANDIDATE: ``change_to_slave`` only when this broker was the master: a leader that lost its
-  quorum must stop acting as one; a member that never led stays as it is.
+  quorum must stop acting as one; a member that never led stays as it is.  The core makes a
+  leader a candidate when its lease runs out (broker/dledger/raft/election.py, "The leader's
+  lease": ``maxHeartBeatLeak * heartBeatTimeIntervalMs`` without a heartbeat quorum); from that
+  call on the store refuses puts (SERVICE_NOT_AVAILABLE, 14: ``DLedgerMessageStore.is_master``
+  reads the node's role), and this handler re-registers the broker as a slave, so the
+  nameserver's route stops naming it brokerId 0.  Both moves are logged at WARNING (a node's log
+  shows WARNING and above): when it stops serving as master and when it serves as master again.
 * LEADER: every ``poll_interval`` (100 ms) until the member is no longer the leader of that
   term (then nothing: the next event says what it is) or the log is fully caught up (ledger
   end == committed == applied, nothing left to dispatch: ``DLedgerMessageStore.caught_up``);
@@ -106,6 +112,9 @@ class DLedgerRoleChangeHandler:
     changes: int = 0
     _send: trio.MemorySendChannel[RoleEvent] = attrs.field(init=False)
     _recv: trio.MemoryReceiveChannel[RoleEvent] = attrs.field(init=False)
+    # this broker served as master before and stepped down since (its next change_to_master
+    # is logged as a come-back)
+    _stepped_down: bool = attrs.field(default=False, init=False)
     # the current role's services: their scope and the event set once they stopped; None when
     # none run
     _services: tuple[trio.CancelScope, trio.Event] | None = attrs.field(default=None, init=False)
@@ -139,11 +148,24 @@ class DLedgerRoleChangeHandler:
             event.term,
             event.leader_id,
         )
-        if event.role is Role.FOLLOWER:
+        was_master = self.controller.broker_id == MASTER_ID
+        if event.role is Role.FOLLOWER or (event.role is Role.CANDIDATE and was_master):
             await self.change_to_slave()
-        elif event.role is Role.CANDIDATE:
-            if self.controller.broker_id == MASTER_ID:
-                await self.change_to_slave()
+            if was_master:
+                self._stepped_down = True
+                c = self.controller
+                log.warning(
+                    "broker %s (DLedger %s) stopped serving as master: %s in term %d; writes "
+                    "are refused with SERVICE_NOT_AVAILABLE, reads are served as slave %d "
+                    "(committed entries only)",
+                    c.config.broker_name,
+                    self.node.config.self_id,
+                    "it lost its quorum and is a candidate"
+                    if event.role is Role.CANDIDATE
+                    else f"it follows {event.leader_id}",
+                    event.term,
+                    c.broker_id,
+                )
         elif await self._wait_caught_up(event.term):
             await self.change_to_master(event.term)
 
@@ -177,7 +199,16 @@ class DLedgerRoleChangeHandler:
         await self._start_services(slave=False)
         self._register(forget_master=False)
         self.changes += 1
-        log.info("broker %s is master now (term %d)", c.config.broker_name, term)
+        if self._stepped_down:
+            self._stepped_down = False
+            log.warning(
+                "broker %s (DLedger %s) serves as master again (leader of term %d)",
+                c.config.broker_name,
+                self.node.config.self_id,
+                term,
+            )
+        else:
+            log.info("broker %s is master now (term %d)", c.config.broker_name, term)
 
     def _register(self, *, forget_master: bool) -> None:
         registrar = self.controller.registrar

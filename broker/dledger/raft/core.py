@@ -165,6 +165,11 @@ class RaftCore:
     def committed_index(self) -> int:
         return self._state.committed_index
 
+    def lease_end(self) -> float:
+        """Leader: when it steps down unless a majority answers a heartbeat round sent before
+        then (election.py, "The leader's lease"); inf in every other role."""
+        return self._elector.lease_end()
+
     def peer_watermarks(self) -> dict[str, int]:
         """Leader: the match index of every member (its own end index for itself); else {}."""
         return self._pusher.watermarks() if self._pusher.leading_term is not None else {}
@@ -185,10 +190,12 @@ class RaftCore:
 
     def handle_request(self, request: Request, now: float) -> tuple[list[Action], Response]:
         """Answer a peer's request; run the actions before sending the answer back."""
+        self._elector.check_lease(now)
         response = self._answer(request, now)
         return self._finish(now), response
 
     def handle_response(self, request: Request, response: Response, now: float) -> list[Action]:
+        self._elector.check_lease(now)
         if isinstance(request, VoteRequest) and isinstance(response, VoteResponse):
             self._elector.on_vote_response(request, response, now)
         elif isinstance(request, HeartBeatRequest) and isinstance(response, HeartBeatResponse):
@@ -204,6 +211,7 @@ class RaftCore:
 
     def handle_failure(self, request: Request, now: float) -> list[Action]:
         """``request`` got no answer (lost, timed out, refused)."""
+        self._elector.check_lease(now)
         if isinstance(request, VoteRequest):
             self._elector.on_vote_failure(request, now)
         elif isinstance(request, HeartBeatRequest):
@@ -225,6 +233,7 @@ class RaftCore:
         (a driver taking many proposals in one turn pushes them together, one push per follower
         instead of one per proposal)."""
         entries: list[Entry] = []
+        self._elector.check_lease(now)
         if self._state.role is Role.LEADER and self._transfer is not None:
             code = Code.LEADER_TRANSFERRING
         else:
@@ -239,6 +248,7 @@ class RaftCore:
     ) -> tuple[DLedgerResponseCode, list[Action]]:
         """Leader: start moving leadership to ``transferee``; SUCCESS means started, and a
         TransferDone action reports the end."""
+        self._elector.check_lease(now)
         code = self._start_transfer(transferee, now)
         return code, self._finish(now)
 

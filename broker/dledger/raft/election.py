@@ -19,8 +19,29 @@ Each role has one timer, checked by :meth:`LeaderElector.tick`:
   the default interval); its decision sets the next vote time (rounds.VoteDecision).
 * LEADER: every ``heartBeatTimeInterval`` a heartbeat round, ending early as rounds.py says, at
   the latest after one interval.  A larger term seen -> CANDIDATE at that term; success +
-  not-ready make a quorum -> resend at once; an inconsistent leader, or no successful quorum for
-  ``maxHeartBeatLeak * interval`` -> CANDIDATE at the same term.
+  not-ready make a quorum -> resend at once; an inconsistent leader -> CANDIDATE at the same
+  term.  And the lease (below) -> CANDIDATE at the same term the moment it runs out.
+
+The leader's lease
+------------------
+A leader holds a lease of ``maxHeartBeatLeak * heartBeatTimeInterval`` (6 s by default) from
+``lease_start``: the time the last heartbeat round that a quorum (itself included) answered
+SUCCESS was *sent* (its election, for a new leader).  When the lease runs out it becomes a
+CANDIDATE at once: the deadline is part of :meth:`LeaderElector.next_deadline` and every call
+checks it (:meth:`LeaderElector.check_lease`), so a leader is never LEADER past its lease end
+(the simulator checks this after every step).  DLedger measures from when the quorum *answered*
+and checks only when a heartbeat round ends, so its leader steps down between 6 and 8 s after
+its last quorum; the new leader on the other side of a partition may be elected before that.
+
+Why the send time: each follower that answered that round received it at or after
+``lease_start`` and only becomes a candidate ``max(2, maxHeartBeatLeak) * interval`` after the
+last heartbeat it received, i.e. no earlier than the lease end (clocks advancing at the same
+rate).  So when a leader is cut off from its followers, it has stepped down before any of them
+can start an election.  It is not a read lease in Raft's sense (section 6.4): there is no vote
+stickiness, so a member whose log is as good can still win a newer term while this leader's
+lease runs (a newer term reaching the old leader makes it a candidate at once).  What the lease
+gives is "a leader that lost its quorum stops acting as one within the lease" (broker/dledger/
+broker/roles.py then stops serving as master), not "reads on the leader are never stale".
 
 Any vote, heartbeat or push with a larger term moves this node to CANDIDATE at that term (term
 persisted, no vote) and is answered TERM_NOT_READY / REJECT_TERM_NOT_READY, as DLedger does;
@@ -35,6 +56,7 @@ Invariants
 
 from __future__ import annotations
 
+import logging
 import math
 
 import attrs
@@ -62,6 +84,8 @@ from broker.dledger.raft.rounds import (
 
 __all__ = ["LeaderElector"]
 
+_log = logging.getLogger(__name__)
+
 Code = DLedgerResponseCode
 
 
@@ -78,8 +102,9 @@ class LeaderElector:
     vote_round: VoteRound | None = None
     # leader: start of the last heartbeat round; -inf asks for one at once
     last_send_heartbeat: float = -math.inf
-    # leader: when a heartbeat round last reached a quorum of successes
-    last_succ_heartbeat: float = -math.inf
+    # leader: the start of its lease: when the last heartbeat round a quorum answered SUCCESS
+    # was sent, or its election (see "The leader's lease")
+    lease_start: float = -math.inf
     # leader: the heartbeat round in progress, if any (None in every other role)
     beat_round: BeatRound | None = None
     # peer -> whether its last heartbeat got an answer (DLedger's peersLiveTable)
@@ -97,6 +122,13 @@ class LeaderElector:
 
     def _leak(self) -> float:
         return self._interval() * self.state.config.max_heart_beat_leak
+
+    def lease_end(self) -> float:
+        """Leader: when it steps down unless a heartbeat round sent before then reaches a
+        quorum; inf in every other role."""
+        if self.state.role is not Role.LEADER:
+            return math.inf
+        return self.lease_start + self._leak()
 
     def _taking_leadership(self) -> bool:
         cfg = self.state.config
@@ -123,8 +155,8 @@ class LeaderElector:
         if role is Role.CANDIDATE:
             return self.vote_round.deadline if self.vote_round else self.next_vote_time
         if self.beat_round is not None:
-            return self.beat_round.deadline
-        return self.last_send_heartbeat + self._interval()
+            return min(self.beat_round.deadline, self.lease_end())
+        return min(self.last_send_heartbeat + self._interval(), self.lease_end())
 
     # --- transitions -----------------------------------------------------------------------
 
@@ -153,14 +185,33 @@ class LeaderElector:
     def _become_leader(self, now: float) -> None:
         self.vote_round = None
         self.last_send_heartbeat = -math.inf
-        self.last_succ_heartbeat = now
+        self.lease_start = now
         self.term_to_take_leadership = -1
         self.state.change_role(Role.LEADER, self.state.self_id)
 
     # --- timers ----------------------------------------------------------------------------
 
+    def check_lease(self, now: float) -> None:
+        """A leader whose lease ran out becomes a candidate at its term (every entry point of
+        the core calls this, so no call sees a leader past its lease end)."""
+        st = self.state
+        if st.role is not Role.LEADER or now < self.lease_end():
+            return
+        _log.warning(
+            "DLedger %s: leader of term %d lost its quorum: no heartbeat round was answered by "
+            "a majority for %.3f s (lease: maxHeartBeatLeak %d x heartBeatTimeIntervalMs %d); "
+            "stepping down to candidate",
+            st.self_id,
+            st.term,
+            now - self.lease_start,
+            st.config.max_heart_beat_leak,
+            st.config.heart_beat_time_interval_ms,
+        )
+        self.become_candidate(st.term, now)
+
     def tick(self, now: float) -> None:
         st = self.state
+        self.check_lease(now)
         if st.role is Role.FOLLOWER and now >= self.next_deadline():
             self.become_candidate(st.term, now)
         if st.role is Role.CANDIDATE:
@@ -301,7 +352,7 @@ class LeaderElector:
         cfg = st.config
         self.last_send_heartbeat = now
         self.beat_round = BeatRound(
-            term=st.term, deadline=now + self._interval(), awaiting=set(cfg.others)
+            term=st.term, deadline=now + self._interval(), started=now, awaiting=set(cfg.others)
         )
         for peer in cfg.others:
             beat = HeartBeatRequest(
@@ -384,11 +435,13 @@ class LeaderElector:
         if decision is BeatDecision.LARGER_TERM:
             self.step_up(beat.max_term, now)
         elif decision is BeatDecision.QUORUM:
-            self.last_succ_heartbeat = now
+            self.lease_start = max(self.lease_start, beat.started)
         elif decision is BeatDecision.RESEND:
             self.last_send_heartbeat = -math.inf
-        elif decision is BeatDecision.INCONSISTENT or now - self.last_succ_heartbeat > self._leak():
+        elif decision is BeatDecision.INCONSISTENT:
             self.become_candidate(st.term, now)
+        else:
+            self.check_lease(now)
 
     # --- leadership transfer, transferee side ----------------------------------------------
 

@@ -16,7 +16,14 @@ term's first entry, so entries of older terms can commit through it) and starts 
   at most ``max_in_flight_pushes`` unanswered per follower; the push at watermark+1 is sent again
   when unanswered for ``maxPushTimeOutMs``.  INCONSISTENT_STATE (to an APPEND or COMMIT) -> COMPARE.
 * COMMIT: when nothing is left to push, a COMMIT push carries the commit index every half
-  heartbeat interval (DLedger's fixed 1 s at the default interval).
+  heartbeat interval (DLedger's fixed 1 s at the default interval), and sooner when the commit
+  index moved past the one the follower was last told: ``commit_push_delay_ms`` (20 ms) after
+  the last push.  So a follower's committed index is never more than one push behind the
+  leader's: a busy follower hears the new commit index with the next entries, an idle one in a
+  COMMIT push at most ``commit_push_delay_ms`` after the last push (or as soon as the commit
+  moves, when the acks took longer).  DLedger's idle follower can be 1 s behind, and reads
+  served by a follower (docs/guarantees.md, "Reads in DLedger mode") with it.  The delay keeps
+  the COMMIT push off a steady stream of single sends, whose next push carries the index.
 
 A failed or refused COMPARE/TRUNCATE goes back to COMPARE after half ``maxPushTimeOutMs``.
 Every ack raises the follower's watermark (never lowers it); after each change the quorum index
@@ -81,6 +88,8 @@ class _Dispatcher:
     retry_at: float = -math.inf
     # when anything was last pushed (for the idle COMMIT push)
     last_push: float = -math.inf
+    # the commit index the last push carried
+    told_commit: int = -1
     # highest index the follower acknowledged in this term; never decreases
     watermark: int = -1
     # the leader's begin index when it last logged that this follower ends before it
@@ -198,6 +207,13 @@ class EntryPusher:
     def _commit_interval(self) -> float:
         return self.state.config.heart_beat_time_interval_ms / 2000.0
 
+    def _commit_push_at(self, d: _Dispatcher) -> float:
+        """When an idle follower gets its next COMMIT push (the early one only once it
+        answered every push: a COMMIT overtaking an APPEND would cost a COMPARE)."""
+        if d.told_commit < self.state.committed_index and not d.pending:
+            return d.last_push + self.state.config.commit_push_delay_ms / 1000.0
+        return d.last_push + self._commit_interval()
+
     def _push_timeout(self) -> float:
         return self.state.config.max_push_time_out_ms / 1000.0
 
@@ -212,7 +228,7 @@ class EntryPusher:
                     at = min(at, d.retry_at)
                 continue
             if d.write_index > end:
-                at = min(at, d.last_push + self._commit_interval())
+                at = min(at, self._commit_push_at(d))
             first = d.pending.get(d.watermark + 1)
             if first is not None:
                 at = min(at, first[0] + self._push_timeout())
@@ -248,6 +264,7 @@ class EntryPusher:
 
     def _send(self, d: _Dispatcher, request: PushEntryRequest, now: float) -> None:
         d.last_push = now
+        d.told_commit = request.commit_index
         self.state.out.append(Send(d.peer, request))
 
     def _entries(self, first: int, count: int) -> tuple[Entry, ...]:
@@ -311,7 +328,7 @@ class EntryPusher:
             entries = self._entries(d.watermark + 1, first[1])
             d.pending[d.watermark + 1] = (now, len(entries))
             self._send(d, self._request(d, PushType.APPEND, entries), now)
-        if d.write_index > end and now >= d.last_push + self._commit_interval():
+        if d.write_index > end and now >= self._commit_push_at(d):
             self._send(d, self._request(d, PushType.COMMIT, ()), now)
 
     # --- answers ---------------------------------------------------------------------------

@@ -70,6 +70,9 @@ class CoreConfig:
     max_take_leadership_vote_interval_ms: int = 100
     leadership_transfer_wait_timeout_ms: int = 1000
     max_leadership_transfer_wait_index: int = 1000
+    # not DLedger's: an idle follower hears a new commit index this long after the last push
+    # (entry_pusher.py; DLedger waits for its 1 s COMMIT push)
+    commit_push_delay_ms: int = 20
 
     @property
     def quorum(self) -> int:

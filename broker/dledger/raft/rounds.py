@@ -161,6 +161,9 @@ class BeatDecision(enum.Enum):
 class BeatRound:
     term: int
     deadline: float
+    # when its heartbeats left: a quorum of SUCCESS proves every answering follower heard this
+    # leader at or after this time (the start of the leader's lease, election.py)
+    started: float
     # members asked and not answered yet
     awaiting: set[str]
     answered: int = 1

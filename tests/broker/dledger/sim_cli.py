@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import sys
 import time
@@ -55,6 +56,9 @@ def _range(text: str) -> range:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a simulated leader steps down for want of a quorum thousands of times per run: its
+    # warning (broker/dledger/raft/election.py) is for operators, not for this report
+    logging.getLogger("broker.dledger.raft.election").setLevel(logging.ERROR)
     parser = argparse.ArgumentParser(prog="python -m tests.broker.dledger.sim_cli")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int)

@@ -10,6 +10,9 @@
   sans-I/O design): a follower answers a push before the entries are flushed.  A power cut
   right after the ack loses them; **leader completeness** (or **acknowledged appends**, when
   the lost entry had been acknowledged to the client) catches it.
+* :class:`NoLease`: a leader that never steps down for want of a heartbeat quorum (it leads
+  until a newer term reaches it, which a cut-off leader never sees).  The simulator's lease
+  check (no leader past ``RaftCore.lease_end()``, broker/dledger/raft/election.py) catches it.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from __future__ import annotations
 import random
 
 from broker.dledger.raft.core import CoreConfig, RaftCore
+from broker.dledger.raft.election import LeaderElector
 from broker.dledger.raft.entry_pusher import EntryPusher
 from broker.dledger.raft.log import RaftLog
 from broker.dledger.raft.member_state import HardState
 from tests.broker.dledger.simulator import CoreFactory
 
-__all__ = ["PLANTED", "NoCurrentTermRule", "factory_of"]
+__all__ = ["PLANTED", "NoCurrentTermRule", "NoLease", "factory_of"]
 
 
 class _AnyTermPusher(EntryPusher):
@@ -55,6 +59,30 @@ class NoCurrentTermRule(RaftCore):
         self._state.listeners.append(self._pusher.on_role_change)
 
 
+class _NoLeaseElector(LeaderElector):
+    def check_lease(self, now: float) -> None:
+        pass  # the bug: the lease is never enforced
+
+
+class NoLease(RaftCore):
+    """A leader that keeps leading without a heartbeat quorum."""
+
+    def __init__(
+        self,
+        config: CoreConfig,
+        log: RaftLog,
+        state: HardState,
+        *,
+        rng: random.Random,
+        now: float,
+        committed_index: int = -1,
+    ) -> None:
+        super().__init__(config, log, state, rng=rng, now=now, committed_index=committed_index)
+        elector = _NoLeaseElector(self._state, last_leader_heartbeat=now)
+        elector.may_have_led = self._elector.may_have_led
+        self._elector = elector
+
+
 def factory_of(cls: type[RaftCore]) -> CoreFactory:
     def make(
         config: CoreConfig,
@@ -73,4 +101,5 @@ def factory_of(cls: type[RaftCore]) -> CoreFactory:
 PLANTED: dict[str, tuple[type[RaftCore], bool]] = {
     "no-current-term-rule": (NoCurrentTermRule, False),
     "ack-before-flush": (RaftCore, True),
+    "no-lease": (NoLease, False),
 }

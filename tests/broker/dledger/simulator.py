@@ -357,6 +357,12 @@ class Simulation:
             node.last_committed = committed
         if core.role is Role.LEADER:
             self.checker.on_leader(node.id, node.incarnation, core.term, node.log)
+            if self.now >= core.lease_end():
+                # election.py, "The leader's lease": no call returns a leader past its lease
+                self.checker.fail(
+                    f"{node.id} still leads term {core.term} at {self.now:.4f}, its lease "
+                    f"ended at {core.lease_end():.4f}"
+                )
         deadline = core.next_deadline()
         if deadline != node.tick_at:
             node.tick_at = deadline

@@ -17,6 +17,7 @@ from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
 from broker.dledger.driver.node import DLedgerNode, run_dledger_node
 from broker.dledger.driver.node_storage import MemoryStorage
 from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.messages import Role
 from broker.service import BrokerHandle, dledger_broker_config, dledger_node_config, run_broker
 from broker.store import MessageStoreConfig, PutMessageResult, PutMessageStatus, run_memory_store
 from common.errors import RmqError
@@ -407,3 +408,51 @@ async def test_timers_go_on_through_a_leader_kill(nursery, tmp_path, autojump_cl
     assert sorted(m.body for m in got) == sorted(dues)  # each once
     for m in got:
         assert int(m.properties["TIMER_DEQUEUE_MS"]) >= dues[m.body]
+
+
+# --- reads in DLedger mode (docs/guarantees.md) -------------------------------------------------
+
+
+async def test_a_cut_off_master_stops_serving_as_master_within_its_lease(
+    nursery, tmp_path, mk, autojump_clock
+):
+    # heartBeatTimeIntervalMs 500, maxHeartBeatLeak 3: a 1.5 s lease from the last heartbeat
+    # round a majority answered, which left at most one interval before the cut
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    await trio.sleep(2)  # steady: heartbeat rounds answered
+    leader_id = master.raft.config.self_id
+    followers = [i for i in group.members if i != leader_id]
+    cut_at = trio.current_time()
+    group.dnet.partition([leader_id], followers)
+    while master.raft.role is Role.LEADER:  # noqa: ASYNC110 - polling Trio's (mock) clock
+        await trio.sleep(0.001)
+    stepped_down = trio.current_time() - cut_at
+    assert 1.5 - 0.5 <= stepped_down <= 1.5 + 0.002
+    # from that moment a put is refused with 14 at once (no wait for a quorum that never comes)
+    refused = master.up.store.append_message(mk(body=b"late"))
+    assert isinstance(refused, PutMessageResult)
+    assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    # and the nameserver lists it as slave k+1 (its registration is not cut)
+    slave_id = int(leader_id[1:]) + 1
+    await eventually(lambda: group.routes().get(slave_id) == master.up.addr, timeout=1.0)
+    assert master.up.controller.broker_id == slave_id
+    # the other side elects a master only after the step-down (the followers' own 1.5 s wait
+    # starts at the last heartbeat they heard, no earlier than the lease's start)
+    new = await group.wait_master()
+    assert new is not master
+
+
+async def test_a_follower_serves_an_acknowledged_message_one_push_later(
+    nursery, tmp_path, mk, autojump_clock
+):
+    group = await start_group(nursery, tmp_path)
+    master = await group.wait_master()
+    await trio.sleep(2)  # steady, nothing pushed for a while: the followers are idle
+    followers = [m for m in group.members.values() if m is not master]
+    assert (await master.up.store.put_message(mk(body=b"one"))).ok
+    acked_at = trio.current_time()
+    # the entry's push carried the commit index from before it; the COMMIT push 20 ms after
+    # it carries the new one (DLedger's idle COMMIT push: every half interval, 250 ms here)
+    await eventually(lambda: all(stored(f, "T", 0) == [b"one"] for f in followers), 1.0)
+    assert trio.current_time() - acked_at <= 0.1

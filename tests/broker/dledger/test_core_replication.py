@@ -279,6 +279,58 @@ def test_idle_commit_push_carries_the_commit_index() -> None:
     assert {c.committed_index for c in cluster.cores.values()} == {1}
 
 
+def pushes_since(cluster: Cluster, mark: int, src: str, to: str) -> list[PushType]:
+    return [
+        r.type
+        for s, t, r in cluster.sent[mark:]
+        if (s, t) == (src, to) and isinstance(r, PushEntryRequest)
+    ]
+
+
+def test_a_follower_is_one_push_behind_the_leaders_commit_not_a_commit_interval() -> None:
+    """docs/guarantees.md, "Reads in DLedger mode": the push of an entry carries the commit
+    index from before it; once the leader counts the entry committed, an idle follower hears
+    so in a COMMIT push ``commit_push_delay_ms`` (20 ms) after that push, not at the next
+    half-interval COMMIT push (100 ms here; DLedger's 1 s)."""
+    cluster = Cluster.of(3)
+    lead = cluster.elect()
+    cluster.advance(0.3)
+    lc = cluster.cores[lead]
+    followers = [m for m in cluster.cores if m != lead]
+    mark = len(cluster.sent)
+    cluster.propose(lead, b"x")
+    committed = lc.committed_index
+    assert lc.log.end_index == committed  # the two acks came back at once
+    # the APPEND carried the commit index from before the entry: one push behind
+    assert all(cluster.cores[f].committed_index == committed - 1 for f in followers)
+    cluster.advance(0.019, step=0.001)
+    assert all(cluster.cores[f].committed_index == committed - 1 for f in followers)
+    cluster.advance(0.002, step=0.001)
+    assert all(cluster.cores[f].committed_index == committed for f in followers)
+    for f in followers:
+        assert pushes_since(cluster, mark, lead, f) == [PushType.APPEND, PushType.COMMIT]
+    # and nothing more until the half-interval COMMIT push: the told index is current
+    mark = len(cluster.sent)
+    cluster.advance(0.05, step=0.001)
+    assert not [r for _, _, r in cluster.sent[mark:] if isinstance(r, PushEntryRequest)]
+
+
+def test_no_early_commit_push_while_a_follower_has_pushes_unanswered() -> None:
+    cluster = Cluster.of(3)
+    lead = cluster.elect()
+    cluster.advance(0.3)
+    slow, fast = (m for m in cluster.cores if m != lead)
+    # the slow follower's answers are refused, so its APPEND stays unanswered; the fast one
+    # makes the quorum, and gets its early COMMIT push
+    cluster.cut = {frozenset((lead, slow))}
+    mark = len(cluster.sent)
+    cluster.propose(lead, b"x")
+    cluster.advance(0.05, step=0.001)
+    to = {f: pushes_since(cluster, mark, lead, f) for f in (slow, fast)}
+    assert to[fast] == [PushType.APPEND, PushType.COMMIT]
+    assert PushType.COMMIT not in to[slow]
+
+
 # --- pending appends -------------------------------------------------------------------------
 
 

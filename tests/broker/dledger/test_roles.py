@@ -9,6 +9,7 @@ nameserver lists for the group.
 from __future__ import annotations
 
 import functools
+import logging
 
 import pytest
 import trio
@@ -197,3 +198,40 @@ async def test_timer_service_runs_on_the_leader_only(world, new_node, mk, autoju
     node.change_role(Role.LEADER, term=6, leader_id="n1")
     await trio.sleep(2)
     assert broker.store.get_max_offset_in_queue("TT", 0) == 1  # once
+
+
+async def test_a_master_that_loses_its_quorum_stops_at_once_and_says_so(
+    world, new_node, mk, autojump_clock, caplog
+):
+    # the core made the leader a candidate (its lease ran out, broker/dledger/raft/election.py):
+    # the very next put is refused with 14, the route loses brokerId 0, and the log says so;
+    # when it leads again, the log says that too
+    _, ns, start = world
+    node = new_node(role=Role.CANDIDATE, leader_id=None)
+    broker = await start(node)
+    c = broker.controller
+    node.change_role(Role.LEADER, term=2, leader_id="n0")
+    await trio.sleep(0.5)
+    assert c.broker_id == 0 and addrs(ns) == {0: broker.addr}
+    with caplog.at_level(logging.INFO, logger="broker.dledger.broker.roles"):
+        node.change_role(Role.CANDIDATE, term=2, leader_id=None)
+        # no checkpoint yet: the role handler has not run, the store already refuses
+        r = await broker.store.put_message(mk())
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        await trio.sleep(0.5)
+        assert (c.broker_id, c.broker_role) == (1, "SLAVE")
+        assert addrs(ns) == {1: broker.addr}
+        node.change_role(Role.LEADER, term=3, leader_id="n0")
+        await trio.sleep(0.5)
+        assert c.broker_id == 0 and addrs(ns) == {0: broker.addr}
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name == "broker.dledger.broker.roles"
+    ]
+    assert warned == [
+        "broker broker-a (DLedger n0) stopped serving as master: it lost its quorum and is a "
+        "candidate in term 2; writes are refused with SERVICE_NOT_AVAILABLE, reads are served "
+        "as slave 1 (committed entries only)",
+        "broker broker-a (DLedger n0) serves as master again (leader of term 3)",
+    ]
