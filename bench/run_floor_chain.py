@@ -430,6 +430,42 @@ def rmq_client(ns: str, count: int, inflight: int, *, pids: dict[str, int]) -> d
 # --- driver --------------------------------------------------------------------------------------
 
 
+def _syscalls(
+    out: Path, tag: str, pids: dict[str, int], run: Callable[[], dict], count: int
+) -> dict[str, dict[str, float]]:
+    """`strace -c -f` on every process while `run` makes `count` sends: per process, the
+    syscalls per send by name (epoll_wait: the event loop's passes that waited or polled)."""
+    out.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for name, pid in {**pids, "client": os.getpid()}.items():
+        path = out / f"{tag}-{name}.strace"
+        procs[name] = (
+            subprocess.Popen(
+                ["strace", "-c", "-f", "-q", "-o", str(path), "-p", str(pid)],
+                stderr=subprocess.DEVNULL,
+            ),
+            path,
+        )
+    time.sleep(1.0)  # strace attaches
+    try:
+        run()
+    finally:
+        for p, _ in procs.values():  # the strace processes started here, by pid
+            p.send_signal(signal.SIGINT)
+        for p, _ in procs.values():
+            p.wait(timeout=30)
+    table: dict[str, dict[str, float]] = {}
+    for name, (_, path) in procs.items():
+        calls: dict[str, float] = {}
+        for line in path.read_text().splitlines():
+            f = line.split()
+            # "% time  seconds  usecs/call  calls  [errors]  syscall"
+            if len(f) >= 5 and f[0][0].isdigit() and f[3].isdigit():
+                calls[f[-1]] = int(f[3]) / count
+        table[name] = calls
+    return table
+
+
 def _profiled(prof: Path | None, tag: str, pids: dict[str, int], run: Callable[[], dict]) -> dict:
     if prof is None:
         return run()
@@ -454,6 +490,12 @@ def main() -> None:
     ap.add_argument("--inflight-count", type=int, default=20000, help="sends 32 in flight")
     ap.add_argument("--only", default="floor,codec,rmq", help="which systems, comma-separated")
     ap.add_argument("--profile", type=Path, help="py-spy the trio-rmq parts of round 1 here")
+    ap.add_argument(
+        "--syscalls",
+        type=Path,
+        help="instead of the rounds: strace -c each system's processes for --one sends one "
+        "at a time, print syscalls per send (needs strace)",
+    )
     ap.add_argument("--serve", choices=("master", "slave"), help=argparse.SUPPRESS)
     ap.add_argument("--kind", choices=("floor", "codec"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -487,6 +529,20 @@ def main() -> None:
 
             trio.run(create)
             targets["rmq"] = (functools.partial(rmq_client, ns, pids=pids), pids)
+        if args.syscalls is not None:
+            for system, (run, pids) in targets.items():
+                table = _syscalls(
+                    args.syscalls, system, pids, functools.partial(run, args.one, 1), args.one
+                )
+                for name, calls in table.items():
+                    top = sorted(calls.items(), key=lambda kv: -kv[1])[:6]
+                    print(
+                        f"{system:5s} {name:6s}: {sum(calls.values()):5.1f} syscalls/send, "
+                        f"epoll_wait {calls.get('epoll_wait', 0.0):.2f}; "
+                        + ", ".join(f"{k} {v:.2f}" for k, v in top),
+                        flush=True,
+                    )
+            return
         parts = [(s, m) for m in ("one", "inflight32") for s in targets]
         for i in range(args.rounds):
             k = i % len(parts)

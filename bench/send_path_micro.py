@@ -44,7 +44,6 @@ from broker.store import MessageStoreConfig, PutMessageStatus, run_message_store
 from common.remoting.channel import Channel  # noqa: E402
 from common.remoting.codec import FrameDecoder, encode, encode_header_and_prefix  # noqa: E402
 from common.remoting.command import RemotingCommand  # noqa: E402
-from rmq.client_api import send_response  # noqa: E402
 from rmq.message import Message  # noqa: E402
 from rmq.producer import Producer  # noqa: E402
 
@@ -132,9 +131,8 @@ async def main(count: int, runs: int, profile: bool) -> None:
 
             def client_result() -> None:
                 (resp,) = rdec.feed(answer)
-                r = send_response(resp, req_cmd.ext_fields)
-                producer._result(resp, req_cmd, mq, "uniq")
-                assert r.code == 0
+                r = producer._result(resp, req_cmd, mq, "uniq")
+                assert r.queue_offset >= 0
 
             cl = store.commit_log
 
