@@ -29,7 +29,9 @@ part: the master's and slave's from /proc/<pid>/stat, the client's (this process
 getrusage. The medians over the rounds, and trio-rmq's rate as a fraction of each chain's in
 the same round, are printed last. `--profile DIR` samples the trio-rmq client, master and slave
 with py-spy (`bench/profile_summary.py`) during their one-at-a-time and 32-in-flight parts of
-the first round and prints the summaries.
+the first round and prints the summaries. `--syscalls DIR` runs `--one` sends of each system
+one at a time under `strace -c -f` on each process instead and prints the syscalls per send
+(epoll_wait counts the event loop's passes: a number the host's load does not move).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ ACK = 8
 ANSWER = 100
 TOPIC = "FloorChainBench"
 INFLIGHT = 32
+# untimed sends before each timed part (a new connection, routes, the first pages)
+WARMUP = 200
 _LEN = struct.Struct(">i")
 _ACK = struct.Struct(">q")
 
@@ -375,12 +379,12 @@ def chain_client(kind: str, port: int, count: int, inflight: int, *, pids: dict[
                             slots.release()
 
             if inflight == 1:
-                await one(200, None)
+                await one(WARMUP, None)
                 lat: list[float] = []
                 meter = Meter(pids)
                 await one(count, lat)
                 return meter.result(count, lat)
-            await pipelined(200)
+            await pipelined(WARMUP)
             meter = Meter(pids)
             await pipelined(count)
             return meter.result(count)
@@ -400,7 +404,7 @@ def rmq_client(ns: str, count: int, inflight: int, *, pids: dict[str, int]) -> d
                 if r.status is not SendStatus.SEND_OK:
                     raise RuntimeError(f"send answered {r}")
 
-            for _ in range(200):
+            for _ in range(WARMUP):
                 await send()
             if inflight == 1:
                 lat: list[float] = []
@@ -433,8 +437,9 @@ def rmq_client(ns: str, count: int, inflight: int, *, pids: dict[str, int]) -> d
 def _syscalls(
     out: Path, tag: str, pids: dict[str, int], run: Callable[[], dict], count: int
 ) -> dict[str, dict[str, float]]:
-    """`strace -c -f` on every process while `run` makes `count` sends: per process, the
-    syscalls per send by name (epoll_wait: the event loop's passes that waited or polled)."""
+    """`strace -c -f` on every process while `run` makes `count` sends (and its WARMUP ones,
+    which strace sees too): per process, the syscalls per send by name (epoll_wait: the event
+    loop's passes that waited or polled)."""
     out.mkdir(parents=True, exist_ok=True)
     procs = {}
     for name, pid in {**pids, "client": os.getpid()}.items():
@@ -460,8 +465,8 @@ def _syscalls(
         for line in path.read_text().splitlines():
             f = line.split()
             # "% time  seconds  usecs/call  calls  [errors]  syscall"
-            if len(f) >= 5 and f[0][0].isdigit() and f[3].isdigit():
-                calls[f[-1]] = int(f[3]) / count
+            if len(f) >= 5 and f[0][0].isdigit() and f[3].isdigit() and f[-1] != "total":
+                calls[f[-1]] = int(f[3]) / (count + WARMUP)
         table[name] = calls
     return table
 
