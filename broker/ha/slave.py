@@ -294,10 +294,12 @@ class HAClient:
             # waits for this; a hop through the reporter task, or send_all, costs a pass
             offset = store.get_max_phy_offset()
             report = encode_report(offset)
-            sent = _write_nowait(receiver.fd, report)
-            # the ack is out (unless the socket was full): the queues and index come after it,
-            # still before the next await (append_to_commit_log's contract)
-            store.dispatch_appended()
+            try:
+                sent = _write_nowait(receiver.fd, report)
+            finally:
+                # the ack is out (unless the socket was full or gone): the queues and index
+                # come after it, before the next await (append_to_commit_log's contract)
+                store.dispatch_appended()
             if sent < len(report):
                 async with self._send_lock:
                     await stream.send_all(report[sent:])
