@@ -38,6 +38,11 @@ class Receiver:
                 self._fd = -1
         self._wait_first = False
 
+    @property
+    def fd(self) -> int:
+        """The socket's descriptor, or -1 when the stream is not a socket."""
+        return self._fd
+
     async def receive(self) -> bytes | bytearray:
         fd = self._fd
         if fd < 0:

@@ -16,7 +16,9 @@ Contract, in words the type checker cannot hold:
 * offsets are RocketMQ's: physical offsets are CommitLog byte positions, queue offsets count
   ConsumeQueue units; ``get_max_offset_in_queue`` is one past the last unit.
 * ``append_to_commit_log`` (a slave's HA path) accepts bytes only at exactly
-  ``get_max_phy_offset()`` and answers False otherwise.
+  ``get_max_phy_offset()`` and answers False otherwise.  With ``wake_reput=False`` their dispatch
+  waits for the caller's ``dispatch_appended()`` (a slave acknowledges first, then dispatches on
+  the same turn); a caller that passes it must call that before its next ``await``.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ class MessageStore(Protocol):
 
     async def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult: ...
 
-    def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool: ...
+    def append_to_commit_log(
+        self, start_offset: int, data: bytes | memoryview, *, wake_reput: bool = True
+    ) -> bool: ...
+
+    def dispatch_appended(self) -> None: ...
 
     async def wait_dispatched(self, end: int | None = None) -> None: ...
 

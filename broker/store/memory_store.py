@@ -321,7 +321,10 @@ class MemoryMessageStore(PutSteps, StoreQueries):
         f, pos = loc
         return memoryview(bytes(f[pos:]))
 
-    def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
+    def append_to_commit_log(
+        self, start_offset: int, data: bytes | memoryview, *, wake_reput: bool = True
+    ) -> bool:
+        # (dispatched right here either way: there is no reput task to spare a turn of)
         size = self.config.mapped_file_size_commit_log
         if not self._files:
             if start_offset % size:
@@ -341,6 +344,9 @@ class MemoryMessageStore(PutSteps, StoreQueries):
         self._files[-1] += data
         self._dispatch_new()
         return True
+
+    def dispatch_appended(self) -> None:
+        pass  # append_to_commit_log dispatched already
 
     # ------------------------------------------------------------------ admin
 

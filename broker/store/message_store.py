@@ -469,7 +469,9 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             self.reput.queue_put(msgs, sizes, qoffs, start_offset, store_ts)
         return True
 
-    def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
+    def append_to_commit_log(
+        self, start_offset: int, data: bytes | memoryview, *, wake_reput: bool = True
+    ) -> bool:
         if self.shutdown:
             return False
         try:
@@ -484,8 +486,12 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             reput = self.reput
             if reput.reput_from < self.commit_log.min_offset:
                 reput.reput_from = self.commit_log.min_offset
-            reput.wake()
+            if wake_reput:
+                reput.wake()
         return ok
+
+    def dispatch_appended(self) -> None:
+        self.reput.dispatch_now()
 
     # ================================================================ admin
 

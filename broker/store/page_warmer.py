@@ -49,15 +49,26 @@ log = logging.getLogger(__name__)
 # how far ahead of the write position pages are kept warm, and the scratch buffer's size
 DEFAULT_AHEAD = 32 << 20
 _CHUNK = 1 << 20
-# how often the writer's position is looked at when there is nothing to warm
+# how often the writer's position is looked at when there is nothing to warm: at first, and
+# (doubling each idle look) at most.  Every look takes the GIL from the event loop; a writer
+# needs ahead/2 = 16 MiB to outrun a warmer that looks every 50 ms, i.e. 320 MB/s, which only a
+# catch-up reaches, and a catch-up keeps the warmer busy (each busy step resets the interval)
 DEFAULT_INTERVAL = 0.005
+MAX_INTERVAL = 0.05
 
 
 class _Warmer:
-    def __init__(self, last: Callable[[], MappedFile | None], ahead: int, interval: float):
+    def __init__(
+        self,
+        last: Callable[[], MappedFile | None],
+        ahead: int,
+        interval: float,
+        max_interval: float = MAX_INTERVAL,
+    ):
         self.last = last
         self.ahead = ahead - ahead % _CHUNK
         self.interval = interval
+        self.max_interval = max(interval, max_interval)
         self.stop = threading.Event()
         self._buf = memoryview(bytearray(_CHUNK))
         self._segment: MappedFile | None = None
@@ -65,10 +76,14 @@ class _Warmer:
         self._warmed = 0
 
     def run(self) -> None:
+        idle = self.interval
         try:
             while not self.stop.is_set():
-                if not self._step():
-                    self.stop.wait(self.interval)
+                if self._step():
+                    idle = self.interval
+                else:
+                    self.stop.wait(idle)
+                    idle = min(idle * 2, self.max_interval)
         finally:
             self._switch(None)
 

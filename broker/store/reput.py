@@ -98,6 +98,26 @@ class ReputService:
     def wake(self) -> None:
         self._wake.set()
 
+    def dispatch_now(self) -> None:
+        """One round on the caller's turn (a slave's HA reader, after it acknowledged what it
+        appended): the records of a send are dispatched without waking this task, a scheduler
+        pass per send saved.  What one round leaves (a catch-up), a failed round and a round
+        after a failure (the task logs, refuses puts, retries and says when it resumed) are the
+        task's, woken here."""
+        if self.flags.logics_queue_error:
+            self._wake.set()
+            return
+        before = self.reput_from
+        try:
+            more = self.do_reput()
+        except OSError:
+            self._wake.set()
+            return
+        if self.reput_from != before:
+            self._wake_progress()
+        if more:
+            self._wake.set()
+
     def cut(self, offset: int) -> None:
         """The CommitLog was cut back to ``offset`` (dirty_files.py): dispatch from there, and
         forget what the put path left for records at or past it."""

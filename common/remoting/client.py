@@ -115,14 +115,13 @@ class RemotingClient:
         """
         if self._sign is not None:
             self._sign(cmd)
-        try:
-            with trio.fail_after(timeout):
-                channel = await self.get_channel(addr)
-                return await channel.request(cmd)
-        except trio.TooSlowError:
-            raise RemotingTimeoutError(
-                f"no response from {addr} within {timeout}s (code {cmd.code})"
-            ) from None
+        # move_on_after, not fail_after: the same outcome without fail_after's generator context
+        # manager, a few microseconds of every request (a send's client CPU, issue 28)
+        with trio.move_on_after(timeout):
+            channel = await self.get_channel(addr)
+            return await channel.request(cmd)
+        # only the deadline ends the scope without a return: a timeout
+        raise RemotingTimeoutError(f"no response from {addr} within {timeout}s (code {cmd.code})")
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         if self._sign is not None:

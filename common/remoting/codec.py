@@ -37,7 +37,7 @@ import orjson
 
 from common import serde
 from common.errors import FrameDecodeError, FrameTooLarge, ProtocolError
-from common.remoting.codes import LanguageCode, SerializeType
+from common.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from common.remoting.command import RemotingCommand, stringify
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -55,6 +55,9 @@ _JSON_DECODE = json.JSONDecoder().decode
 # The C string escaper json.dumps(ensure_ascii=False) uses: a quoted JSON string.
 _escape = json.encoder.encode_basestring
 _SERIALIZE_NAME = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
+# Codes as callers pass them: plain ints, or the IntEnum members of codes.py (a producer's
+# SEND_MESSAGE_V2). orjson writes an IntEnum as its value and json as int.__repr__: same bytes.
+_INT_CODES = (int, RequestCode, ResponseCode)
 
 
 # --- encoding ----------------------------------------------------------------------------------
@@ -106,7 +109,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     """
     remark, ext = cmd.remark, cmd.ext_fields
     if (
-        type(cmd.code) is int
+        type(cmd.code) in _INT_CODES
         and type(cmd.flag) is int
         and type(cmd.opaque) is int
         and type(cmd.version) is int

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from common.errors import FrameDecodeError, FrameTooLarge, ProtocolError
 from common.remoting import codec
 from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode
-from common.remoting.codes import SerializeType
+from common.remoting.codes import RequestCode, ResponseCode, SerializeType
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
 
 int32 = st.integers(-(2**31), 2**31 - 1)
@@ -285,6 +285,16 @@ def test_json_header_is_byte_for_byte_json_dumps(cmd, ext):
     assert codec.encode_json_header(cmd) == _dumps_header(cmd)
     cmd.ext_fields = None
     assert codec.encode_json_header(cmd) == _dumps_header(cmd)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE_V2, ResponseCode.FLUSH_SLAVE_TIMEOUT])
+def test_an_enum_code_is_written_as_its_number(code, monkeypatch):
+    # a producer's SEND_MESSAGE_V2 is an IntEnum member: the fast path takes it, same bytes
+    cmd = RemotingCommand(code=code, ext_fields={"b": "T", "i": "WAIT\x01true"})
+    monkeypatch.setattr(codec, "_encode_json_header_generic", None)  # not used for this shape
+    assert codec.encode_json_header(cmd) == _dumps_header(cmd)
+    assert b'"code":%d,' % int(code) in codec.encode_json_header(cmd)
 
 
 def test_json_header_in_utf16_and_control_characters():

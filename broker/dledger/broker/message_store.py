@@ -205,8 +205,13 @@ class DLedgerMessageStore(PutSteps):
             return r
         return await r.wait()
 
-    def append_to_commit_log(self, start_offset: int, data: bytes | memoryview) -> bool:
+    def append_to_commit_log(
+        self, start_offset: int, data: bytes | memoryview, *, wake_reput: bool = True
+    ) -> bool:
         return False  # no classic HA in DLedger mode: the Raft log replicates
+
+    def dispatch_appended(self) -> None:
+        pass  # nothing is appended through append_to_commit_log here
 
     # --- read side: the classic store's ---------------------------------------------------------
     async def wait_dispatched(self, end: int | None = None) -> None:

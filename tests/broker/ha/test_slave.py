@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pytest
@@ -319,3 +320,25 @@ async def test_a_second_restart_soon_after_the_first_is_found_as_fast(
                 assert back[:3] == [restart_at, restart_at + 0.1, restart_at + 0.2]
                 assert back[-1] - restart_at <= 1.1  # found within 0.1 s of listening again
             n.cancel_scope.cancel()
+
+
+def test_a_report_written_straight_to_the_socket() -> None:
+    # the slave's ack skips send_all: what the socket takes, 0 when it takes nothing (or the
+    # stream is not a socket), BrokenResourceError when the peer is gone
+    from broker.ha.slave import _write_nowait
+
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        assert _write_nowait(a.fileno(), b"12345678") == 8
+        assert b.recv(8) == b"12345678"
+        assert _write_nowait(-1, b"12345678") == 0
+        while _write_nowait(a.fileno(), b"x" * 65536):
+            pass  # fill the buffer: then nothing more is taken
+        assert _write_nowait(a.fileno(), b"12345678") == 0
+        b.close()
+        with pytest.raises(trio.BrokenResourceError):
+            _write_nowait(a.fileno(), b"12345678")
+    finally:
+        a.close()
+        b.close()

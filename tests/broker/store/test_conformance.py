@@ -420,6 +420,24 @@ async def test_ha_replication_round_trip(open_store, tmp_path, chunk):
         assert len(slave.query_message("T", "k7", 32, 0, 2**62).buffers) == 1
 
 
+async def test_replicated_bytes_dispatched_on_the_callers_turn(open_store, tmp_path):
+    # a slave's HA reader appends without waking the reput task, acknowledges, then dispatches
+    # on its own turn: the units are there with no await in between
+    async with (
+        open_store(root=tmp_path / "m") as master,
+        open_store(root=tmp_path / "s", broker_role="SLAVE") as slave,
+    ):
+        for i in range(5):
+            await master.put_message(mk(qid=1, body=b"%d" % i * 20, KEYS=f"k{i}"))
+        data = bytes(master.get_commit_log_data(0))
+        assert slave.append_to_commit_log(0, data, wake_reput=False)
+        slave.dispatch_appended()
+        assert slave.get_max_offset_in_queue("T", 1) == 5
+        assert slave.dispatch_behind_bytes == 0
+        assert len(slave.query_message("T", "k3", 32, 0, 2**62).buffers) == 1
+        await slave.wait_dispatched()  # nothing left for the task either
+
+
 async def test_ha_slave_starting_mid_log(open_store, tmp_path):
     seg = 2048
     async with (

@@ -124,3 +124,21 @@ async def test_the_task_runs_a_thread_until_cancelled(tmp_path: Path) -> None:
             scope.cancel()
     assert warmers() == before  # joined, not left running
     assert os.pread(mf.fileno(), 16 * MiB, 0) == bytes(16 * MiB)
+
+
+def test_an_idle_warmer_looks_less_and_less_often_and_a_busy_step_resets_it() -> None:
+    # every look takes the GIL from the event loop: idle looks back off from 5 ms to 50 ms
+    busy = iter([False, False, False, False, False, False, True, False, False])
+    waits: list[float] = []
+    w = _Warmer(lambda: None, 32 * MiB, 0.005, 0.05)
+    w._step = lambda: next(busy)  # type: ignore[method-assign]
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(timeout or 0.0)
+        if len(waits) == 8:
+            w.stop.set()
+        return w.stop.is_set()
+
+    w.stop.wait = wait  # type: ignore[method-assign]
+    w.run()
+    assert waits == [0.005, 0.01, 0.02, 0.04, 0.05, 0.05, 0.005, 0.01]
