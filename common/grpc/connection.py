@@ -48,6 +48,7 @@ from google.protobuf.message import DecodeError, Message
 
 from common.grpc.deadline import parse_grpc_timeout
 from common.grpc.framing import PREFIX, MessageDecoder, encode_message
+from common.grpc.hpack_codec import GrpcHpackDecoder, GrpcHpackEncoder
 from common.grpc.limits import GrpcServerLimits
 from common.grpc.service import CallContext, Method, MethodKind, Send, ServiceTable
 from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
@@ -126,6 +127,12 @@ class GrpcConnection:
                 normalize_inbound_headers=False,
             )
         )
+        # hpack's decoder, leaner for the raw blocks h2 asks it for, and an encoder that keeps
+        # the blocks of our constant headers (hpack_codec.py)
+        decoder = GrpcHpackDecoder(self._h2.decoder.max_header_list_size)
+        decoder.max_allowed_table_size = self._h2.decoder.max_allowed_table_size
+        self._h2.decoder = decoder
+        self._h2.encoder = GrpcHpackEncoder((_RESPONSE_HEADERS, _OK_TRAILERS))
         self._calls: dict[int, _Call] = {}
         self._wake_writer = trio.Event()
         self._progress = trio.Event()
