@@ -10,9 +10,11 @@ machine needs no lock: no ``await`` happens between touching it and leaving it c
   call task, DATA goes to that call's :class:`~common.grpc.framing.MessageDecoder`, a reset cancels
   the call, a WINDOW_UPDATE wakes senders. A protocol error (garbage, a header list too large, a
   stream past MAX_CONCURRENT_STREAMS) makes h2 queue a GOAWAY; the reader stops and the connection
-  ends after flushing it;
+  ends after flushing it. A request whose header fields are malformed (checked here, see
+  ``_FIELD_NAMES``; h2's own per-field validation is off for its cost) has its stream reset;
 * the **writer** takes whatever h2 has buffered and writes it. A write that does not finish within
-  ``send_timeout`` (a peer that reads nothing) ends the connection;
+  ``send_timeout`` (a peer that reads nothing) ends the connection. It is woken only when h2
+  holds bytes that no call task is about to write itself (each wakeup is a scheduling round);
 * a **call task** per stream runs the handler inside a cancel scope whose deadline is the
   request's ``grpc-timeout``, then ends the stream with ``grpc-status``/``grpc-message`` trailers
   (headers+trailers in one frame, "trailers-only", when no message was sent).
@@ -24,8 +26,13 @@ until a handler takes a message. Outbound, a call hands h2 at most the peer's wi
 while the connection has more than ``outbound_high_water`` bytes unwritten; a call that cannot send
 for ``send_timeout`` (the peer's window stays shut) is reset with CANCEL and its handler ends.
 
-A call's sends are serialized by a per-call lock, so another task (the broker pushing a telemetry
-command) may send on a stream while its handler also does.
+The per-call path is kept short, as the broker pays it for every 5.x send and ack (profiles in
+docs/benchmarks.md): whole request messages wait in a deque (a unary request is usually complete
+before its task first runs), and an answer that fits the peer's window, one frame and the
+outbound budget is handed to h2 at once, with no lock, timer or wait; a unary call's answer and
+trailers then leave in the call's own write (``_flush_now``). Only a send that has to wait takes
+the call's lock, so sends stay in order, and another task (the broker pushing a telemetry
+command) may send on a stream while its handler also does. HPACK is ``hpack_codec.py``'s.
 """
 
 from __future__ import annotations
@@ -92,7 +99,8 @@ class _Call:
     inbox: collections.deque[bytes] = attrs.Factory(collections.deque)
     waiting: trio.Event | None = None
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    send_lock: trio.Lock = attrs.Factory(trio.Lock)
+    # taken by a send that has to wait (the peer's window, the outbound budget); made then
+    send_lock: trio.Lock | None = None
     headers_sent: bool = False
     remote_ended: bool = False
     reset: bool = False
@@ -620,10 +628,14 @@ class GrpcConnection:
 
     async def _send_message(self, call: _Call, message: Message) -> None:
         data = encode_message(message.SerializeToString())
-        if not call.send_lock.locked() and self._send_at_once(call, data):
+        if (call.send_lock is None or not call.send_lock.locked()) and self._send_at_once(
+            call, data
+        ):
             # handed to h2 whole without waiting: the writer (or the call's _flush_now) writes
             # it; a streaming handler's next send, or its end, comes with it in one write
             return
+        if call.send_lock is None:
+            call.send_lock = trio.Lock()
         async with call.send_lock:
             if not call.headers_sent:
                 self._send_response_headers(call)

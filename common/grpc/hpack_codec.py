@@ -93,13 +93,18 @@ class GrpcHpackDecoder(hpack.Decoder):
         limit = self.max_header_list_size
         table = self.header_table
         headers: list[tuple[bytes, bytes]] = []
+        append = headers.append
         inflated = 0
         i = 0
         while i < end:
             first = data[i]
-            if first & 0x80:  # indexed field
-                index, i = _integer(data, i + 1, first & 0x7F, 0x7F)
-                header = self._entry(index)
+            if first & 0x80:  # indexed field (the common case: inlined)
+                index = first & 0x7F
+                if index == 0x7F:
+                    index, i = _integer(data, i + 1, index, 0x7F)
+                else:
+                    i += 1
+                header = _STATIC[index - 1] if 0 < index <= _STATIC_LENGTH else self._entry(index)
             elif first & 0x40:  # literal, added to the table
                 index, i = _integer(data, i + 1, first & 0x3F, 0x3F)
                 if index:
@@ -125,7 +130,7 @@ class GrpcHpackDecoder(hpack.Decoder):
                     name, i = self._string(data, i)
                 value, i = self._string(data, i)
                 header = NeverIndexedHeaderTuple(name, value) if first & 0x10 else (name, value)
-            headers.append(header)
+            append(header)
             inflated += _ENTRY_OVERHEAD + len(header[0]) + len(header[1])
             if inflated > limit:
                 raise OversizedHeaderListError(
