@@ -16,6 +16,11 @@ own. The client is the same for both: grpcio's synchronous client in this proces
 time (latency) and 32 in flight (``future()``; throughput). Each case runs ``--runs`` times after
 a warm-up; the median is printed, and the server's CPU seconds per call (/proc/<pid>/stat), which
 is what the broker pays. Children are ended by their pid.
+
+``--base DIR`` compares this tree's h2-on-Trio server with another checkout's (before and after
+a change to common/grpc): only the Trio server, the two trees alternating run by run, and every
+call carries the metadata RocketMQ 5's Python client sends (``x-mq-*``, a fresh request id
+each, ``authorization``), whose header decoding is part of the server's cost.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -120,7 +126,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(port: int, pid: int, count: int, inflight: int) -> dict[str, float]:
+def _metadata() -> list[tuple[str, str]]:
+    """What rocketmq-python-client 5.x sends with every call (its Signature.metadata)."""
+    return [
+        ("x-mq-language", "PYTHON"),
+        ("x-mq-protocol", "GRPC_V2"),
+        ("x-mq-client-version", "5.1.2"),
+        ("x-mq-date-time", time.strftime("%Y%m%dT%H%M%SZ")),
+        ("x-mq-request-id", str(uuid.uuid4())),
+        ("x-mq-client-id", "bench-host@4242@0@1a2b3c4d"),
+        ("x-mq-namespace", ""),
+        ("authorization", "MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature="),
+    ]
+
+
+def _measure(
+    port: int, pid: int, count: int, inflight: int, *, metadata: bool = False
+) -> dict[str, float]:
     import grpc
 
     from common.grpc.v2 import service_pb2 as spb
@@ -133,22 +155,23 @@ def _measure(port: int, pid: int, count: int, inflight: int) -> dict[str, float]
     )
     request = _request()
     grpc.channel_ready_future(channel).result(timeout=10)
+    md = _metadata if metadata else lambda: None
     for _ in range(200):
-        call(request, timeout=5)
+        call(request, timeout=5, metadata=md())
     cpu0 = _cpu_seconds(pid)
     latencies: list[float] = []
     start = time.perf_counter()
     if inflight == 1:
         for _ in range(count):
             t = time.perf_counter()
-            call(request, timeout=5)
+            call(request, timeout=5, metadata=md())
             latencies.append(time.perf_counter() - t)
     else:
         pending: list[Any] = []
         sent = 0
         while sent < count or pending:
             while sent < count and len(pending) < inflight:
-                pending.append(call.future(request, timeout=10))
+                pending.append(call.future(request, timeout=10, metadata=md()))
                 sent += 1
             pending.pop(0).result()
     elapsed = time.perf_counter() - start
@@ -162,15 +185,17 @@ def _measure(port: int, pid: int, count: int, inflight: int) -> dict[str, float]
     return out
 
 
-def _case(kind: str, count: int, inflight: int) -> dict[str, float]:
+def _case(
+    kind: str, count: int, inflight: int, *, root: str = ROOT, metadata: bool = False
+) -> dict[str, float]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", kind, "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
     )
     try:
-        return _measure(port, proc.pid, count, inflight)
+        return _measure(port, proc.pid, count, inflight, metadata=metadata)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -183,12 +208,16 @@ def main() -> None:
     ap.add_argument("--many", type=int, default=6000)
     ap.add_argument("--serve", choices=["trio", "grpcio"])
     ap.add_argument("--port", type=int)
+    ap.add_argument("--base", default=None, help="another checkout's Trio server to alternate with")
     args = ap.parse_args()
     if args.serve == "trio":
         serve_trio(args.port)
         return
     if args.serve == "grpcio":
         serve_grpcio(args.port)
+        return
+    if args.base is not None:
+        compare(os.path.abspath(args.base), args)
         return
     rows = []
     for kind in ("trio", "grpcio"):
@@ -208,6 +237,28 @@ def main() -> None:
             f"| {names[kind]} | {inflight} | {m['calls_per_s']:.0f} | {p50} | {p99} | "
             f"{m['server_cpu_us_per_call']:.0f} |"
         )
+
+
+def compare(base: str, args: argparse.Namespace) -> None:
+    """--base: the Trio server of `base` and of this tree, alternating, with 5.x metadata."""
+    print("| tree | in flight | calls/s | p50 µs | server CPU µs/call (runs) | median |")
+    print("|---|---|---|---|---|---|")
+    for inflight, count in ((1, args.one), (32, args.many)):
+        runs: dict[str, list[dict[str, float]]] = {"base": [], "new": []}
+        for _ in range(args.runs):
+            for name, root in (("base", base), ("new", ROOT)):
+                runs[name].append(_case("trio", count, inflight, root=root, metadata=True))
+        for name, rs in runs.items():
+            cpu = [r["server_cpu_us_per_call"] for r in rs]
+            rate = statistics.median(r["calls_per_s"] for r in rs)
+            p50s = [r["p50_us"] for r in rs if "p50_us" in r]
+            p50 = f"{statistics.median(p50s):.0f}" if p50s else "-"
+            each = ", ".join(f"{c:.0f}" for c in cpu)
+            print(
+                f"| {name} | {inflight} | {rate:.0f} | {p50} | {each} | "
+                f"{statistics.median(cpu):.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

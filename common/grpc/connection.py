@@ -10,9 +10,11 @@ machine needs no lock: no ``await`` happens between touching it and leaving it c
   call task, DATA goes to that call's :class:`~common.grpc.framing.MessageDecoder`, a reset cancels
   the call, a WINDOW_UPDATE wakes senders. A protocol error (garbage, a header list too large, a
   stream past MAX_CONCURRENT_STREAMS) makes h2 queue a GOAWAY; the reader stops and the connection
-  ends after flushing it;
+  ends after flushing it. A request whose header fields are malformed (checked here, see
+  ``_FIELD_NAMES``; h2's own per-field validation is off for its cost) has its stream reset;
 * the **writer** takes whatever h2 has buffered and writes it. A write that does not finish within
-  ``send_timeout`` (a peer that reads nothing) ends the connection;
+  ``send_timeout`` (a peer that reads nothing) ends the connection. It is woken only when h2
+  holds bytes that no call task is about to write itself (each wakeup is a scheduling round);
 * a **call task** per stream runs the handler inside a cancel scope whose deadline is the
   request's ``grpc-timeout``, then ends the stream with ``grpc-status``/``grpc-message`` trailers
   (headers+trailers in one frame, "trailers-only", when no message was sent).
@@ -24,15 +26,21 @@ until a handler takes a message. Outbound, a call hands h2 at most the peer's wi
 while the connection has more than ``outbound_high_water`` bytes unwritten; a call that cannot send
 for ``send_timeout`` (the peer's window stays shut) is reset with CANCEL and its handler ends.
 
-A call's sends are serialized by a per-call lock, so another task (the broker pushing a telemetry
-command) may send on a stream while its handler also does.
+The per-call path is kept short, as the broker pays it for every 5.x send and ack (profiles in
+docs/benchmarks.md): whole request messages wait in a deque (a unary request is usually complete
+before its task first runs), and an answer that fits the peer's window, one frame and the
+outbound budget is handed to h2 at once, with no lock, timer or wait; a unary call's answer and
+trailers then leave in the call's own write (``_flush_now``). Only a send that has to wait takes
+the call's lock, so sends stay in order, and another task (the broker pushing a telemetry
+command) may send on a stream while its handler also does. HPACK is ``hpack_codec.py``'s.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
-import math
+import re
 from collections.abc import AsyncIterator
 
 import attrs
@@ -55,6 +63,7 @@ from common.grpc.framing import (
     MessageDecoder,
     encode_message,
 )
+from common.grpc.hpack_codec import GrpcHpackDecoder, GrpcHpackEncoder
 from common.grpc.limits import GrpcServerLimits
 from common.grpc.service import CallContext, Method, MethodKind, Send, ServiceTable
 from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
@@ -62,6 +71,24 @@ from common.grpc.status import GrpcError, StatusCode, encode_grpc_message
 log = logging.getLogger(__name__)
 
 _connection_ids = itertools.count(1)
+
+
+# What h2's own inbound header validation (off: it cost a third of h2's work per request, see
+# docs/benchmarks.md) refused that a gRPC server must still refuse (RFC 9113 8.2): a field name
+# with upper-case or non-token characters, a value with NUL, CR or LF, a connection-specific
+# field. Such a request is malformed: its stream is reset with PROTOCOL_ERROR. The names are
+# checked joined by LF (one line a name), the values concatenated: one regex call each.
+_FIELD_NAMES = re.compile(rb"(?::?[a-z0-9!#$%&'*+\-.^_`|~]+\n)*:?[a-z0-9!#$%&'*+\-.^_`|~]+")
+_BAD_VALUE = re.compile(rb"[\x00\r\n]")
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+_RESPONSE_HEADERS = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", ACCEPT_ENCODING.encode()),
+]
+_OK_TRAILERS = [(b"grpc-status", b"0")]
 
 
 class _StreamGone(Exception):
@@ -74,10 +101,14 @@ class _Call:
     method: Method
     context: CallContext
     decoder: MessageDecoder
-    inbox_send: trio.MemorySendChannel[bytes]
-    inbox_receive: trio.MemoryReceiveChannel[bytes]
+    # whole request messages the handler has not taken yet, and the event a handler waiting
+    # for the next one parks on (a deque and an event cost less per call than a memory channel,
+    # and a unary request is usually complete before its task first runs: no wait at all)
+    inbox: collections.deque[bytes] = attrs.Factory(collections.deque)
+    waiting: trio.Event | None = None
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    send_lock: trio.Lock = attrs.Factory(trio.Lock)
+    # taken by a send that has to wait (the peer's window, the outbound budget); made then
+    send_lock: trio.Lock | None = None
     headers_sent: bool = False
     remote_ended: bool = False
     reset: bool = False
@@ -104,8 +135,23 @@ class GrpcConnection:
         self._services = services
         self._limits = limits
         self._h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding=None)
+            h2.config.H2Configuration(
+                client_side=False,
+                header_encoding=None,
+                # outbound headers are ours (constants and status trailers); inbound ones are
+                # checked by _start_call, far cheaper than h2's per-field generator chain
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+                validate_inbound_headers=False,
+                normalize_inbound_headers=False,
+            )
         )
+        # hpack's decoder, leaner for the raw blocks h2 asks it for, and an encoder that keeps
+        # the blocks of our constant headers (hpack_codec.py)
+        decoder = GrpcHpackDecoder(self._h2.decoder.max_header_list_size)
+        decoder.max_allowed_table_size = self._h2.decoder.max_allowed_table_size
+        self._h2.decoder = decoder
+        self._h2.encoder = GrpcHpackEncoder((_RESPONSE_HEADERS, _OK_TRAILERS))
         self._calls: dict[int, _Call] = {}
         self._wake_writer = trio.Event()
         self._progress = trio.Event()
@@ -113,6 +159,7 @@ class GrpcConnection:
         self._unsent = 0  # bytes the writer is writing now
         self._sending = False  # a write is under way (the writer's or a call's _flush_now)
         self._inbound = 0  # bytes received that handlers have not taken
+        self._withheld = 0  # the sum of the calls' `unacked`
         self._inflated = 0  # sum of the calls' `inflated`: at most max_buffered_inbound
         self._closing = False
         self._writer_done = trio.Event()
@@ -285,7 +332,15 @@ class GrpcConnection:
                     self._on_event(event)
                 if self._frame_too_large():
                     return
-                self._kick()
+                if self._h2_has_output():
+                    # (most reads make h2 answer nothing: a request's answer comes from its
+                    # call; waking the writer for nothing would cost a scheduling round)
+                    self._kick()
+
+    def _h2_has_output(self) -> bool:
+        """Whether h2 holds bytes to send (a peek into its buffer: `data_to_send` would take
+        them); True when that buffer is not where this h2 version keeps it."""
+        return bool(getattr(self._h2, "_data_to_send", True))
 
     def _frame_too_large(self) -> bool:
         """h2 checks a frame's length only once the whole frame is buffered: a header that
@@ -331,9 +386,25 @@ class GrpcConnection:
             pass
 
     def _start_call(self, stream_id: int, raw_headers: list[tuple[bytes, bytes]]) -> None:
-        headers: dict[str, str] = {}
-        for name, value in raw_headers:
-            headers[bytes(name).decode("latin-1")] = bytes(value).decode("latin-1")
+        names = [bytes(name) for name, _ in raw_headers]
+        values = [bytes(value) for _, value in raw_headers]
+        joined_names = b"\n".join(names)
+        if (
+            _FIELD_NAMES.fullmatch(joined_names) is None
+            or _BAD_VALUE.search(b"".join(values)) is not None
+            or not _CONNECTION_SPECIFIC.isdisjoint(names)
+        ):
+            log.info("gRPC connection from %s: malformed header fields %r", self.peer, names)
+            self._reset(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        # (no value holds a LF now: decode all at once, then split)
+        headers = dict(
+            zip(
+                joined_names.decode("latin-1").split("\n"),
+                b"\n".join(values).decode("latin-1").split("\n"),
+                strict=True,
+            )
+        )
         path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
@@ -357,7 +428,6 @@ class GrpcConnection:
             return
         timeout = parse_grpc_timeout(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
         metadata = {k: v for k, v in headers.items() if not k.startswith(":")}
-        send, receive = trio.open_memory_channel[bytes](math.inf)
         call = _Call(
             stream_id=stream_id,
             method=method,
@@ -365,14 +435,18 @@ class GrpcConnection:
                 path=path, metadata=metadata, peer=self.peer, connection_id=self.id, timeout=timeout
             ),
             decoder=MessageDecoder(self._limits.max_message_size, encoding),
-            inbox_send=send,
-            inbox_receive=receive,
         )
         if timeout is not None:
             call.scope.deadline = trio.current_time() + timeout
         self._calls[stream_id] = call
         assert self._nursery is not None
         self._nursery.start_soon(self._run_call, call)
+
+    def _reset(self, stream_id: int, code: h2.errors.ErrorCodes) -> None:
+        try:
+            self._h2.reset_stream(stream_id, code)
+        except h2.exceptions.ProtocolError:
+            pass
 
     def _reject(self, stream_id: int, http_status: str, why: str) -> None:
         try:
@@ -417,12 +491,14 @@ class GrpcConnection:
             self._fail_call(call, exc)
             self._acknowledge(stream_id, flow_length)
             return
-        for message in messages:
-            call.inbox_send.send_nowait(message)
+        if messages:
+            call.inbox.extend(messages)
+            self._wake(call)
         if self._inbound < self._limits.max_buffered_inbound:
             self._acknowledge(stream_id, flow_length)
         else:
             call.unacked += flow_length
+            self._withheld += flow_length
 
     def _acknowledge(self, stream_id: int, flow_length: int) -> None:
         if flow_length <= 0:
@@ -435,11 +511,12 @@ class GrpcConnection:
     def _took(self, call: _Call, nbytes: int) -> None:
         """A handler took a message of ``nbytes``: acknowledge what waited for room."""
         self._inbound -= nbytes
-        if self._inbound >= self._limits.max_buffered_inbound:
+        if not self._withheld or self._inbound >= self._limits.max_buffered_inbound:
             return
         for waiting in list(self._calls.values()):
             if waiting.unacked:
                 self._acknowledge(waiting.stream_id, waiting.unacked)
+                self._withheld -= waiting.unacked
                 waiting.unacked = 0
         self._kick()
 
@@ -450,7 +527,13 @@ class GrpcConnection:
         call.remote_ended = True
         if not call.decoder.finished_cleanly():
             self._fail_call(call, GrpcError(StatusCode.INTERNAL, "stream ended inside a message"))
-        call.inbox_send.close()
+        self._wake(call)
+
+    @staticmethod
+    def _wake(call: _Call) -> None:
+        if call.waiting is not None:
+            call.waiting.set()
+            call.waiting = None
 
     def _fail_call(self, call: _Call, error: GrpcError) -> None:
         """End a call from the reader (bad input): its handler is cancelled, the error sent."""
@@ -467,15 +550,16 @@ class GrpcConnection:
         code, message = StatusCode.OK, ""
         try:
             with call.scope:
-                send: Send[Message] = Send(lambda m: self._send_message(call, m))
-                if method.kind is MethodKind.BIDI_STREAMING:
-                    await method.handler(self._requests(call), call.context, send)
-                else:
+                if method.kind is MethodKind.UNARY:
                     request = await self._single_request(call)
-                    if method.kind is MethodKind.UNARY:
-                        response = await method.handler(request, call.context)
-                        await self._send_message(call, response)
+                    response = await method.handler(request, call.context)
+                    await self._send_message(call, response)
+                else:
+                    send: Send[Message] = Send(lambda m: self._send_message(call, m))
+                    if method.kind is MethodKind.BIDI_STREAMING:
+                        await method.handler(self._requests(call), call.context, send)
                     else:
+                        request = await self._single_request(call)
                         await method.handler(request, call.context, send)
         except GrpcError as exc:
             code, message = exc.code, exc.message
@@ -490,40 +574,46 @@ class GrpcConnection:
             code, message = StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
         if not call.finished and not call.reset:
             call.finished = True
-            self._end_stream(call, code, message)
+            self._end_stream(call, code, message, kick=False)
         await self._flush_now()
 
     def _forget(self, call: _Call) -> None:
         self._calls.pop(call.stream_id, None)
         self._inflated -= call.inflated
         call.inflated = 0
-        leftover = call.decoder.buffered
-        while True:
-            try:
-                leftover += len(call.inbox_receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        call.inbox_receive.close()
+        # (a message's prefix counted in _inbound as well: _next_message gives back the same)
+        leftover = call.decoder.buffered + sum(len(m) + PREFIX.size for m in call.inbox)
+        call.inbox.clear()
         if call.unacked:
             self._acknowledge(call.stream_id, call.unacked)
+            self._withheld -= call.unacked
             call.unacked = 0
+            self._kick()
         self._took(call, leftover)
 
-    def _end_stream(self, call: _Call, code: StatusCode, message: str) -> None:
+    def _end_stream(
+        self, call: _Call, code: StatusCode, message: str, *, kick: bool = True
+    ) -> None:
+        """Send the call's trailers; `kick=False` when the caller writes them itself at once
+        (_run_call's _flush_now, which wakes the writer if it cannot)."""
         if call.reset:
             return
         try:
             if call.headers_sent:
-                self._h2.send_headers(
-                    call.stream_id, self._status_headers(code, message), end_stream=True
+                trailers = (
+                    _OK_TRAILERS
+                    if code is StatusCode.OK and not message
+                    else self._status_headers(code, message)
                 )
+                self._h2.send_headers(call.stream_id, trailers, end_stream=True)
             else:
                 self._send_trailers_only(call.stream_id, code, message)
                 return
         except h2.exceptions.ProtocolError:
             return
         finally:
-            self._kick()
+            if kick:
+                self._kick()
         if not call.remote_ended:
             # the client is still sending (a bidi call we ended): tell it to stop
             try:
@@ -532,10 +622,13 @@ class GrpcConnection:
                 pass
 
     async def _next_message(self, call: _Call) -> bytes | None:
-        try:
-            data = await call.inbox_receive.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            return None
+        while not call.inbox:
+            if call.remote_ended:
+                return None
+            if call.waiting is None:
+                call.waiting = trio.Event()
+            await call.waiting.wait()
+        data = call.inbox.popleft()
         self._took(call, len(data) + PREFIX.size)
         return data
 
@@ -578,19 +671,47 @@ class GrpcConnection:
 
     async def _send_message(self, call: _Call, message: Message) -> None:
         data = encode_message(message.SerializeToString())
+        if (call.send_lock is None or not call.send_lock.locked()) and self._send_at_once(
+            call, data
+        ):
+            # handed to h2 whole without waiting: the writer (or the call's _flush_now) writes
+            # it; a streaming handler's next send, or its end, comes with it in one write
+            return
+        if call.send_lock is None:
+            call.send_lock = trio.Lock()
         async with call.send_lock:
             if not call.headers_sent:
-                self._ensure_open(call)
-                self._h2.send_headers(
-                    call.stream_id,
-                    [
-                        (":status", "200"),
-                        ("content-type", "application/grpc"),
-                        ("grpc-accept-encoding", ACCEPT_ENCODING),
-                    ],
-                )
-                call.headers_sent = True
+                self._send_response_headers(call)
             await self._send_data(call, memoryview(data))
+
+    def _send_response_headers(self, call: _Call) -> None:
+        self._ensure_open(call)
+        self._h2.send_headers(call.stream_id, _RESPONSE_HEADERS)
+        call.headers_sent = True
+
+    def _send_at_once(self, call: _Call, data: bytes) -> bool:
+        """Hand a message to h2 now if it fits the peer's window, one frame and the outbound
+        budget (the common case): no lock, no timer, no wait. False: take the slow path."""
+        self._ensure_open(call)
+        if (
+            len(data) > self._h2.max_outbound_frame_size
+            or self._queued + self._unsent + len(data) >= self._limits.outbound_high_water
+        ):
+            return False
+        try:
+            window = self._h2.local_flow_control_window(call.stream_id)
+        except h2.exceptions.ProtocolError:
+            raise _StreamGone from None
+        if window < len(data):
+            return False
+        if not call.headers_sent:
+            self._send_response_headers(call)
+        self._h2.send_data(call.stream_id, data)
+        self._queued += len(data)
+        if call.method.kind is not MethodKind.UNARY:
+            # (a unary answer leaves with its trailers in _run_call's _flush_now)
+            self._kick()
+        return True
 
     def _ensure_open(self, call: _Call) -> None:
         if call.reset or call.finished or self._closing:

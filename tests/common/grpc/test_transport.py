@@ -261,6 +261,38 @@ async def test_not_grpc_content_type_is_415(autojump_clock: Any) -> None:
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("X-Upper", "v"),  # upper case in a name
+        ("x-ok", "a\r\nx-injected: 1"),  # CR LF in a value
+        ("x-ok", "a\x00b"),  # NUL in a value
+        ("connection", "keep-alive"),  # connection-specific
+    ],
+)
+async def test_malformed_header_field_resets_only_its_stream(
+    autojump_clock: Any, bad: tuple[str, str]
+) -> None:
+    # h2's own inbound validation is off (cost); the server's check must refuse these still
+    async with trio.open_nursery() as nursery:
+        client, _, _ = await served(nursery)
+        client.h2.config.validate_outbound_headers = False
+        client.h2.config.normalize_outbound_headers = False
+        sid = client.h2.get_next_available_stream_id()
+        client.h2.send_headers(sid, [*grpc_headers(ECHO), bad], end_stream=True)
+        await client.flush()
+        await client.until(lambda: client.reset(sid) is not None)
+        reset = client.reset(sid)
+        assert reset is not None and reset.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        # the connection serves on
+        req = spb.HeartbeatRequest(group=pb.Resource(name="next")).SerializeToString()
+        ok = await client.request(ECHO, req)
+        await client.until(lambda: client.trailers(ok) is not None)
+        assert client.trailers(ok) == {"grpc-status": "0"}
+        assert client.goaway() is None
+        nursery.cancel_scope.cancel()
+
+
 async def test_bidi_echoes_each_message_then_ends_with_the_client(autojump_clock: Any) -> None:
     async with trio.open_nursery() as nursery:
         client, _, _ = await served(nursery)
