@@ -4,7 +4,8 @@ and ``entry/DLedgerEntryCoder.java`` in openmessaging/dledger 0.3.1.2).
 Theory of operation
 -------------------
 Two queues of memory-mapped files (broker/store/mapped_file_queue.py, files named by their
-20-digit start offset), under ``<dir>/data`` and ``<dir>/index``:
+20-digit start offset), under ``<dir>/data`` and ``<dir>/index``, in the formats of
+entry_coder.py (which the tests and the reader of Apache stores decode them with):
 
 * data: entries, each a 48-byte header (big-endian ``int magic=1, int size, long index, long
   term, long pos, int channel, int chainCrc=0, int bodyCrc=0, int bodyLength``) then the body.
@@ -68,6 +69,7 @@ from collections.abc import Callable
 
 import attrs
 
+from broker.dledger.driver.entry_coder import BLANK, ENTRY_HEADER, INDEX_UNIT, INDEX_UNIT_SIZE
 from broker.dledger.raft.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
 from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
 from broker.store.heap import trim_heap
@@ -78,13 +80,13 @@ __all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
 
 log = logging.getLogger(__name__)
 
-INDEX_UNIT_SIZE = 32
 DEFAULT_DATA_FILE_SIZE = 1 << 30
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 
-_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc len
-_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
-_BLANK = struct.Struct(">ii")
+# the formats, byte for byte: entry_coder.py
+_HEADER = ENTRY_HEADER
+_UNIT = INDEX_UNIT
+_BLANK = BLANK
 # entries kept in memory after their write (see the module doc): 8192 x 1 KiB is 8 MiB, and a
 # follower further behind than that is read from the files as before
 RECENT_ENTRIES = 8192
