@@ -46,13 +46,20 @@ store switched from classic to DLedger keeps its old CommitLog files below
 thing a reader meets at a position apart, in the order ``DLedgerCommitLog.checkMessageAndReturnSize``
 tests them.
 
-No-op entries: 0.3.1.2 has none (its leader appends nothing when it takes office) and its
+No-op entries (:data:`NOOP_RECORD`): a new leader's entry of its term (Raft section 5.4.2 needs
+one before older entries can commit).  0.3.1.2 has none (its leader appends nothing when it takes office) and its
 recovery accepts magic 1 only: an entry of any other magic ends the log there, and everything
 after it is truncated.  DLedger 0.4's ``DLedgerEntryType.NOOP`` (magic 2, empty body) is
 therefore never written (:data:`NOOP_MAGIC_0_4` is here to recognise it in a store written by a
 newer DLedger).  An empty body is a valid DLedger entry but not a valid RocketMQ one: the reput
 of a 4.9 member reads a record at ``pos + 48``, finds the next entry's header there, and skips
-the rest of what it read (see broker/dledger/README.md, "No-op entries").
+the rest of what it read.  So the broker's no-op body is a CommitLog record that every reader
+takes and no dispatcher indexes: topic ``rmq_sys_dledger_noop``, queue 0, no body, SYSFLAG
+transaction type ROLLBACK, which RocketMQ's ConsumeQueue and index dispatchers skip
+(``CommitLogDispatcherBuildConsumeQueue``, ``IndexService.buildIndex``) and ours too
+(broker/store/dispatch.py); :func:`is_noop_body` recognises it (and the empty body of the
+simulator's and the driver tests' logs), whatever its PHYSICALOFFSET (broker/dledger/README.md,
+"No-op entry").
 """
 
 from __future__ import annotations
@@ -64,7 +71,14 @@ from typing import NamedTuple
 from broker.dledger.raft.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN
 from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC
 from common.message import BLANK_MAGIC_CODE as COMMITLOG_BLANK_MAGIC_CODE
-from common.message import MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION
+from common.message import (
+    MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    RecordBuffer,
+)
+from common.message_encoder import encode_record
 
 __all__ = [
     "BLANK",
@@ -77,6 +91,8 @@ __all__ = [
     "MAGIC_1",
     "MIN_BLANK_LEN",
     "NOOP_MAGIC_0_4",
+    "NOOP_RECORD",
+    "NOOP_TOPIC",
     "POS_OFFSET",
     "EntryFormatError",
     "EntryHeader",
@@ -90,6 +106,7 @@ __all__ = [
     "encode_entry",
     "encode_index_unit",
     "entry_problem",
+    "is_noop_body",
     "patch_physical_offset",
     "physical_offset",
     "record_physical_offset",
@@ -177,7 +194,7 @@ def encode_entry(
     )
 
 
-def decode_entry_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> EntryHeader:
+def decode_entry_header(buf: RecordBuffer, offset: int = 0) -> EntryHeader:
     """The 48-byte header at ``offset`` as it is (no check: see :func:`entry_problem`)."""
     if offset < 0 or offset + BODY_OFFSET > len(buf):
         raise EntryFormatError(f"no room for an entry header at {offset} (buffer {len(buf)})")
@@ -198,7 +215,7 @@ def entry_problem(header: EntryHeader, *, at: int | None = None) -> str | None:
 
 
 def decode_entry(
-    buf: bytes | bytearray | memoryview, offset: int = 0, *, at: int | None = None
+    buf: RecordBuffer, offset: int = 0, *, at: int | None = None
 ) -> tuple[EntryHeader, bytes]:
     """The entry at ``offset``: its header and a copy of its body.  Raises EntryFormatError for
     anything :func:`entry_problem` refuses or a body past the buffer's end; ``at`` as there."""
@@ -217,7 +234,7 @@ def encode_index_unit(magic: int, pos: int, size: int, index: int, term: int) ->
     return INDEX_UNIT.pack(magic, pos, size, index, term)
 
 
-def decode_index_unit(buf: bytes | bytearray | memoryview, offset: int = 0) -> IndexUnit:
+def decode_index_unit(buf: RecordBuffer, offset: int = 0) -> IndexUnit:
     if offset < 0 or offset + INDEX_UNIT_SIZE > len(buf):
         raise EntryFormatError(f"no room for an index unit at {offset} (buffer {len(buf)})")
     return IndexUnit._make(INDEX_UNIT.unpack_from(buf, offset))
@@ -250,7 +267,7 @@ def patch_physical_offset(entry: bytearray | memoryview, offset: int = 0) -> int
     return phys
 
 
-def record_physical_offset(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
+def record_physical_offset(buf: RecordBuffer, offset: int = 0) -> int:
     """The PHYSICALOFFSET field of the record in the body of the entry at ``offset``."""
     (phys,) = _Q.unpack_from(buf, offset + BODY_OFFSET + PHYSICAL_OFFSET_POSITION)
     return int(phys)
@@ -271,7 +288,7 @@ class Kind(enum.Enum):
     END = "end"
 
 
-def classify(buf: bytes | bytearray | memoryview, offset: int = 0) -> Kind:
+def classify(buf: RecordBuffer, offset: int = 0) -> Kind:
     """What starts at ``offset``, tested as ``DLedgerCommitLog.checkMessageAndReturnSize`` tests
     it: the second int is a classic record's magic code (an entry's ``size`` is small and
     positive, so the two cannot be confused); else a first int of -1 is DLedger's blank; else an
@@ -288,3 +305,33 @@ def classify(buf: bytes | bytearray | memoryview, offset: int = 0) -> Kind:
     if first == 0 and second == 0:
         return Kind.END
     return Kind.ENTRY
+
+
+# the no-op's record (see the module doc): "rmq_sys_" marks RocketMQ's system topics
+NOOP_TOPIC = "rmq_sys_dledger_noop"
+NOOP_RECORD = encode_record(
+    MessageExtBrokerInner(
+        topic=NOOP_TOPIC,
+        queue_id=0,
+        sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK,
+        born_host=("0.0.0.0", 0),
+        store_host=("0.0.0.0", 0),
+    ),
+    0,
+    0,
+    0,
+)
+_PHYS_END = PHYSICAL_OFFSET_POSITION + 8
+
+
+def is_noop_body(body: bytes | memoryview) -> bool:
+    """A leader's no-op: the empty body, or :data:`NOOP_RECORD` with any PHYSICALOFFSET (the
+    append hook wrote its position into it)."""
+    n = len(body)
+    if n == 0:
+        return True
+    return (
+        n == len(NOOP_RECORD)
+        and body[:PHYSICAL_OFFSET_POSITION] == NOOP_RECORD[:PHYSICAL_OFFSET_POSITION]
+        and body[_PHYS_END:] == NOOP_RECORD[_PHYS_END:]
+    )

@@ -14,6 +14,11 @@ entry_coder.py (which the tests and the reader of Apache stores decode them with
 * index: one 32-byte unit per entry (``int magic, long pos, int size, long index, long term``);
   entry ``i`` is at byte ``i * 32``, so a lookup is one unpack and one slice.
 
+With ``patch_physical_offset`` (the broker's logs: every body is a CommitLog record), ``append``
+writes the entry's ``pos + 48`` into the record's PHYSICALOFFSET first, as RocketMQ's
+DLedgerCommitLog append hook does, so the records in the data files say where they are, as in
+an Apache store (broker/dledger/broker/dledger_commitlog.py reads both the same way).
+
 An append is two memory copies, data first and then the index unit, with no system call: a
 process crash (SIGKILL) keeps both in the page cache.  ``flush`` (the node calls it every
 ``flushFileInterval`` from a worker thread) makes them durable against power loss.
@@ -75,6 +80,7 @@ from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
 from broker.store.heap import trim_heap
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
+from common.message import MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION
 
 __all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
 
@@ -83,6 +89,12 @@ log = logging.getLogger(__name__)
 DEFAULT_DATA_FILE_SIZE = 1 << 30
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 
+# a record's magic code (bytes 4..8) and PHYSICALOFFSET (bytes 28..36): the append hook
+_MAGIC_AT = 4
+_PHYS_AT = PHYSICAL_OFFSET_POSITION
+_PHYS_END = PHYSICAL_OFFSET_POSITION + 8
+_RECORD_MAGIC = struct.pack(">i", MESSAGE_MAGIC_CODE)
+_PHYS = struct.Struct(">q")
 # the formats, byte for byte: entry_coder.py
 _HEADER = ENTRY_HEADER
 _UNIT = INDEX_UNIT
@@ -129,6 +141,8 @@ class FileLog:
     # flush's quiet release: monotonic time of the last flush that had bytes to sync, and
     # whether everything flushed since then was released
     release_pages: bool = True
+    # entry bodies are CommitLog records: append writes pos + 48 into their PHYSICALOFFSET
+    patch_physical_offset: bool = False
     _last_write: float = 0.0
     _settled: bool = True
 
@@ -180,8 +194,21 @@ class FileLog:
         return -1 if unit is None else unit[4]
 
     def append(self, term: int, body: bytes) -> Entry:
-        body = bytes(body)
         pos = place_entry(self.write_pos, ENTRY_HEADER_SIZE + len(body), self.data.file_size)
+        if (
+            self.patch_physical_offset
+            and len(body) >= _PHYS_END
+            and body[_MAGIC_AT : _MAGIC_AT + 4] == _RECORD_MAGIC
+        ):
+            # DLedgerCommitLog's append hook: the record's PHYSICALOFFSET is where it lands,
+            # written on the leader before the entry is stored or pushed; followers get the
+            # patched body in the entry.  Bodies that are not records (none in the broker)
+            # are kept as they are.
+            body = b"".join(
+                (body[:_PHYS_AT], _PHYS.pack(pos + ENTRY_HEADER_SIZE), body[_PHYS_END:])
+            )
+        else:
+            body = bytes(body)
         entry = Entry(index=self._end + 1, term=term, pos=pos, body=body)
         self._write(entry)
         return entry
@@ -457,6 +484,7 @@ def open_file_log(
     *,
     data_file_size: int = DEFAULT_DATA_FILE_SIZE,
     index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
+    patch_physical_offset: bool = False,
 ) -> FileLog:
     """Map ``<directory>/{data,index}`` and recover the log's end (see the module doc)."""
     if index_file_size % INDEX_UNIT_SIZE:
@@ -465,7 +493,7 @@ def open_file_log(
     index = MappedFileQueue(os.path.join(directory, "index"), index_file_size)
     data.load()
     index.load()
-    flog = FileLog(data, index)
+    flog = FileLog(data, index, patch_physical_offset=patch_physical_offset)
     if data.files:
         flog._begin = max(0, flog.first_index_of(data.files[0]))
     n = _units_written(index)

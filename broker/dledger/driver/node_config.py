@@ -19,6 +19,7 @@ import os
 
 import attrs
 
+from broker.dledger.driver.entry_coder import NOOP_RECORD
 from broker.dledger.raft.core import CoreConfig
 from broker.store.config import MessageStoreConfig
 
@@ -69,6 +70,12 @@ class DLedgerConfig:
     # --- the driver's ---
     data_file_size: int = 1 << 30
     index_file_size: int = 32 * 5 * 1024 * 1024
+    # entry bodies are CommitLog records: write pos + 48 into their PHYSICALOFFSET as the
+    # leader appends them (RocketMQ's DLedgerCommitLog append hook; mmap_file_store.py)
+    patch_physical_offset: bool = False
+    # the body of a new leader's no-op entry (CoreConfig.noop_body): the broker's is
+    # entry_coder.NOOP_RECORD, which a Java member can read
+    noop_body: bytes = b""
     flush_file_interval_ms: int = 10
     check_point_interval_ms: int = 3000
     # min(0.95, diskSpaceRatioToForceClean + 0.05): appends fail with DISK_FULL at or above it
@@ -98,6 +105,8 @@ class DLedgerConfig:
             store_base_dir=store.dledger_store_dir,
             # RocketMQ's DLedgerCommitLog sizes the entry files as the CommitLog's
             data_file_size=store.mapped_file_size_commit_log,
+            patch_physical_offset=True,
+            noop_body=NOOP_RECORD,
             preferred_leader_id=store.preferred_leader_id or None,
             enable_batch_push=store.enable_batch_push,
             heart_beat_time_interval_ms=store.heart_beat_time_interval_ms,
@@ -137,4 +146,5 @@ class DLedgerConfig:
             max_take_leadership_vote_interval_ms=self.max_take_leadership_vote_interval_ms,
             leadership_transfer_wait_timeout_ms=self.leadership_transfer_wait_timeout_ms,
             max_leadership_transfer_wait_index=self.max_leadership_transfer_wait_index,
+            noop_body=self.noop_body,
         )

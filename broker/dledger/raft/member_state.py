@@ -70,6 +70,10 @@ class CoreConfig:
     max_take_leadership_vote_interval_ms: int = 100
     leadership_transfer_wait_timeout_ms: int = 1000
     max_leadership_transfer_wait_index: int = 1000
+    # the body of the entry a new leader appends (Raft section 8's no-op, which lets older
+    # entries commit under the section 5.4.2 rule): empty unless the driver gives one; the
+    # broker's is a record a Java member reads and dispatches nothing for (driver/entry_coder.py)
+    noop_body: bytes = b""
 
     @property
     def quorum(self) -> int:

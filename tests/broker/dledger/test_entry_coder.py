@@ -7,6 +7,7 @@ struct formats: a field swapped in the codec fails here."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,14 @@ from hypothesis import strategies as st
 
 from broker.dledger.driver import entry_coder as ec
 from broker.dledger.driver.mmap_file_store import open_file_log
-from common.message import MessageExtBrokerInner, decode_record
+from broker.store.dispatch import takes_index_entries, takes_queue_unit
+from common.message import BLANK_MAGIC_CODE as COMMITLOG_BLANK
+from common.message import (
+    MESSAGE_MAGIC_CODE,
+    MessageExtBrokerInner,
+    MessageSysFlag,
+    decode_record,
+)
 from common.message_encoder import encode_record
 from common.message_id import create_offset_msg_id
 
@@ -180,3 +188,66 @@ def test_our_file_log_decodes_with_the_same_decoder(tmp_path: Path) -> None:
             assert kind is ec.Kind.END and data[at:] == bytes(size - at)
     assert seen == [(i, 1 + i // 4, b) for i, b in enumerate(bodies)]
     assert ec.decode_index_unit(index, len(bodies) * 32).magic == 0
+
+
+# --- the no-op entry a Java member can read -------------------------------------------------
+
+
+def java_reput(data: bytes) -> list[tuple[str, int]]:
+    """What a RocketMQ 4.9 member's reput dispatches from one read of its DLedger data (from
+    the first entry to the committed position): ``ReputMessageService.doReput`` around
+    ``DLedgerCommitLog.checkMessageAndReturnSize`` around ``CommitLog.checkMessageAndReturnSize``,
+    reduced to the branches these bytes reach.  Returns the (topic, queue offset) of each
+    ConsumeQueue unit written."""
+    out: list[tuple[str, int]] = []
+    at = 0
+    while at < len(data):
+        try:
+            magic, size_or_old = struct.unpack_from(">ii", data, at)
+            if magic == -1:  # MmapFileList.BLANK_MAGIC_CODE: roll to the next file
+                break
+            total, code = struct.unpack_from(">ii", data, at + 48)
+        except struct.error:  # the Java code's BufferUnderflowException: DispatchRequest(-1)
+            break  # size -1: doNext = false, the rest of this read is skipped
+        if code == COMMITLOG_BLANK:
+            raise AssertionError("would dispatch DispatchRequest(0, true): topic '' queue 0")
+        if code != MESSAGE_MAGIC_CODE:
+            break  # "found a illegal magic code": size -1, the rest of this read skipped
+        msg = decode_record(data, at + 48)
+        if msg.sys_flag & MessageSysFlag.TRANSACTION_MASK in (0, MessageSysFlag.TRANSACTION_COMMIT):
+            out.append((msg.topic, msg.queue_offset))  # CommitLogDispatcherBuildConsumeQueue
+        at += total + 48  # bufferSize = msgSize + BODY_OFFSET
+    return out
+
+
+def entries_of(bodies: list[bytes]) -> bytes:
+    out = bytearray()
+    for i, b in enumerate(bodies):
+        raw = bytearray(ec.encode_entry(i, 1, len(out), b))
+        if len(b) >= 36:
+            ec.patch_physical_offset(raw)
+        out += raw
+    return bytes(out)
+
+
+def test_a_java_member_skips_messages_after_an_empty_no_op_but_not_after_ours() -> None:
+    a, b, c = (encode_record(message(bytes([i]) * 20), i, 0, 5) for i in range(3))
+    assert java_reput(entries_of([a, b, c])) == [("T", 0), ("T", 1), ("T", 2)]
+    # the empty no-op: b and c never reach a ConsumeQueue on a 4.9 member
+    assert java_reput(entries_of([a, b"", b, c])) == [("T", 0)]
+    # ours: a record every dispatcher skips
+    assert java_reput(entries_of([a, ec.NOOP_RECORD, b, c])) == [("T", 0), ("T", 1), ("T", 2)]
+
+
+def test_the_no_op_record() -> None:
+    msg = decode_record(ec.NOOP_RECORD)
+    assert (msg.topic, msg.queue_id, msg.body) == (ec.NOOP_TOPIC, 0, b"")
+    assert msg.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_ROLLBACK
+    assert not takes_queue_unit(msg.sys_flag) and not takes_index_entries(msg.sys_flag)
+    patched = bytearray(ec.encode_entry(3, 2, 640, ec.NOOP_RECORD))
+    ec.patch_physical_offset(patched)
+    assert ec.is_noop_body(bytes(patched[48:])) and ec.is_noop_body(b"")
+    assert decode_record(patched, 48).commit_log_offset == 688
+    assert not ec.is_noop_body(encode_record(message(b""), 0, 0, 0))
+    # DLedger's own recovery takes it: magic 1, a body
+    assert ec.entry_problem(ec.decode_entry_header(patched), at=640) is None
