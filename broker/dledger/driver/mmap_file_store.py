@@ -485,11 +485,13 @@ def open_file_log(
     data_file_size: int = DEFAULT_DATA_FILE_SIZE,
     index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
     patch_physical_offset: bool = False,
+    data_dir: str | None = None,
 ) -> FileLog:
-    """Map ``<directory>/{data,index}`` and recover the log's end (see the module doc)."""
+    """Map ``<directory>/{data,index}`` (the data files in ``data_dir`` when given: RocketMQ's
+    storePathDLedgerCommitLog) and recover the log's end (see the module doc)."""
     if index_file_size % INDEX_UNIT_SIZE:
         raise ValueError(f"index file size {index_file_size} is not a multiple of 32")
-    data = MappedFileQueue(os.path.join(directory, "data"), data_file_size)
+    data = MappedFileQueue(data_dir or os.path.join(directory, "data"), data_file_size)
     index = MappedFileQueue(os.path.join(directory, "index"), index_file_size)
     data.load()
     index.load()

@@ -68,6 +68,7 @@ async def open_log(config: DLedgerConfig) -> FileLog:
             data_file_size=config.data_file_size,
             index_file_size=config.index_file_size,
             patch_physical_offset=config.patch_physical_offset,
+            data_dir=config.data_store_path,
         )
     )
 
