@@ -13,7 +13,8 @@ read paths ask of it, by the same rules:
 * A message's CommitLog offset (PHYSICALOFFSET, ConsumeQueue unit, offset msgId) is its
   entry's ``pos + 48``.  ``getMessage(offset)``: below ``dividedCommitlogOffset`` the classic
   CommitLog (``storePathCommitLog``) answers, else the data file holding ``offset``.
-* ``dividedCommitlogOffset`` is the first data file's start.  A classic store switched to
+* ``dividedCommitlogOffset`` is the first data file's start (CommitLog files at or above it are
+  never read).  A classic store switched to
   DLedger keeps its CommitLog files below it: at the switch RocketMQ closed the last classic
   file with a BLANK record (``int remaining, int BLANK_MAGIC_CODE``) at its write position and
   created the first data file at that file's end; DLedger's positions go on from there (entry
@@ -339,17 +340,18 @@ def open_dledger_commitlog(paths: DLedgerStorePaths) -> DLedgerCommitLogReader:
     index = _Segments(paths.index_dir)
     classic = _Segments(paths.commit_log_dir)
     try:
+        if data.files:
+            # DLedgerCommitLog reads the classic CommitLog below dividedCommitlogOffset only:
+            # files at or above it are never read (this broker's own classic copy of the
+            # records, before issue 27's write-once layout, sits there)
+            divided = data.min_offset
+            for _start, mm in [f for f in classic.files if f[0] >= divided]:
+                mm.close()
+            classic.files = [f for f in classic.files if f[0] < divided]
         if classic.files and data.files and classic.file_size != data.file_size:
             raise DLedgerStoreError(
                 f"CommitLog files of {classic.file_size} bytes, DLedger's of {data.file_size}"
             )
-        if classic.files and data.files:
-            end = classic.files[-1][0] + classic.file_size
-            if end != data.min_offset:
-                raise DLedgerStoreError(
-                    f"the classic CommitLog ends at {end}, DLedger's data starts at "
-                    f"{data.min_offset}: not dividedCommitlogOffset"
-                )
         entries = _walk(data, index)
         checkpoint = load_checkpoint(paths.member_dir)
         hard = load_hard_state(paths.member_dir)

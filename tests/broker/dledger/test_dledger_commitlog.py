@@ -194,3 +194,18 @@ def test_our_own_file_log_reads_with_the_same_reader(tmp_path: Path) -> None:
         assert [m.commit_log_offset for m in reader.committed_messages()] == [o for o, _ in bodies]
     finally:
         reader.close()
+
+
+def test_commitlog_files_at_or_above_the_division_are_never_read(tmp_path: Path) -> None:
+    """As DLedgerCommitLog: offsets below dividedCommitlogOffset (here 0) go to the classic
+    CommitLog, none other; this broker's classic copy of the records is such a file."""
+    store = ApacheDLedgerStore(tmp_path, file_size=FILE)
+    fill(store, 10)
+    store.close()
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(b"\xff" * FILE)
+    reader = open_dledger_commitlog(DLedgerStorePaths(str(tmp_path), "n0"))
+    try:
+        check_every_message(reader, store.sent)
+    finally:
+        reader.close()
