@@ -48,6 +48,7 @@ from broker.controller import BrokerController
 from broker.dledger.broker.log_retention import retention_for, run_log_retention
 from broker.dledger.broker.message_store import DLedgerMessageStore, run_dledger_store
 from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
+from broker.dledger.broker.store_layout import move_legacy_layout
 from broker.dledger.driver.node import run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
@@ -326,7 +327,9 @@ def address_in_use(exc: BaseException) -> bool:
 
 
 def dledger_node_config(config: BrokerConfig) -> DLedgerConfig:
-    """The DLedger member a (checked) broker config describes."""
+    """The DLedger member a (checked) broker config describes; a store in the layout before
+    RocketMQ's is moved to it first (broker/dledger/broker/store_layout.py)."""
+    move_legacy_layout(config.store)
     return DLedgerConfig.from_store_config(config.store, group=config.broker_name)
 
 

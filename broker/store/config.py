@@ -132,7 +132,9 @@ class MessageStoreConfig:
     dleger_peers: str = ""
     dleger_self_id: str = ""
     preferred_leader_id: str | None = None
-    # None -> <root>/dledger_commitlog (the DLedger files go in dledger-<selfId>/ below it)
+    # RocketMQ's meaning (DLedgerCommitLog sets it as DLedgerConfig.dataStorePath): the directory
+    # of the DLedger data files alone; None -> <storePathRootDir>/dledger-<selfId>/data.  The
+    # member's index/, currterm and checkpoint are always in <storePathRootDir>/dledger-<selfId>/
     store_path_dledger_commit_log: str | None = None
     enable_batch_push: bool = False
     # DLedgerConfig.java timings (openmessaging/dledger) in ms, by its names, with its defaults
@@ -148,10 +150,15 @@ class MessageStoreConfig:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
 
     @property
-    def dledger_store_dir(self) -> str:
-        return self.store_path_dledger_commit_log or os.path.join(
-            self.store_path_root_dir, "dledger_commitlog"
-        )
+    def dledger_member_dir(self) -> str:
+        """``<storePathRootDir>/dledger-<selfId>`` (DLedgerConfig.getDefaultPath with RocketMQ's
+        storeBaseDir): index/, currterm, checkpoint, and data/ unless storePathDLedgerCommitLog."""
+        return os.path.join(self.store_path_root_dir, f"dledger-{self.dleger_self_id}")
+
+    @property
+    def dledger_data_dir(self) -> str:
+        """Where the DLedger data files are (DLedgerConfig.getDataStorePath)."""
+        return self.store_path_dledger_commit_log or os.path.join(self.dledger_member_dir, "data")
 
     def dledger_peer_map(self) -> dict[str, str]:
         """``dleger_peers`` as member id -> DLedger address; ValueError naming what is wrong."""

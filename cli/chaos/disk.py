@@ -132,7 +132,7 @@ def segment_dirs(store_root: Path, node: str, dledger: bool) -> list[Path]:
     """The segment directories a power cut tears on a broker whose store is ``store_root``."""
     dirs = [store_root / "commitlog"]
     if dledger:
-        dirs.append(store_root / "dledger_commitlog" / f"dledger-{node}" / "data")
+        dirs.append(store_root / f"dledger-{node}" / "data")  # RocketMQ's layout
     return dirs
 
 

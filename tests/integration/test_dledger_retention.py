@@ -39,7 +39,7 @@ FILE_SIZE = 64 * 1024
 def raft_data(group: DLedgerGroupProcs, node: str) -> Path:
     data_dir = group.nodes[node].data_dir
     assert data_dir is not None
-    return data_dir / "dledger_commitlog" / f"dledger-{node}" / "data"
+    return data_dir / f"dledger-{node}" / "data"
 
 
 def age_raft_files(group: DLedgerGroupProcs, node: str, hours: float = 3.0) -> None:

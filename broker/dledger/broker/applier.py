@@ -6,7 +6,8 @@ In DLedger mode the Raft log (``node.log``) is the replicated truth and the clas
 (``DefaultMessageStore``, or the in-memory one in tests) is the state machine readers see: its
 CommitLog, ConsumeQueues and index.  Each non-empty entry body is exactly one CommitLog record
 as the classic put path would have written it, queue offset included (the leader assigned it);
-an empty body is a leader's no-op entry (Raft §8) and is skipped.
+a leader's no-op entry (Raft §8: ``entry_coder.is_noop_body``, a ROLLBACK record no dispatcher
+indexes, or an empty body) is skipped.
 
 :meth:`Applier.run` waits until ``node.committed_index`` passes ``applied_index``, then for each
 committed entry in order writes its record at the classic CommitLog's end through the store's
@@ -61,6 +62,7 @@ from broker.dledger.broker.apply_resume import (
     write_durable_hint,
     write_hint,
 )
+from broker.dledger.driver.entry_coder import is_noop_body
 from broker.dledger.raft.log import RaftLog
 from broker.dledger.raft.messages import Entry, Role
 from broker.store.api import MessageStore
@@ -309,7 +311,7 @@ class Applier:
                     raise ApplyError(f"apply of entry {entry.index} after {self.applied_index}")
                 body = entry.body
                 hint = self.hints.pop(entry.index, None) if self.hints else None
-                if body:
+                if not is_noop_body(body):
                     if hint is not None and hint.term != entry.term:
                         hint = None
                     self._write_record(entry.index, body, hint)

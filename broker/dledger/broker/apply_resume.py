@@ -52,6 +52,7 @@ from typing import NamedTuple
 
 import attrs
 
+from broker.dledger.driver.entry_coder import is_noop_body
 from broker.dledger.raft.log import RaftLog
 from broker.store.api import MessageStore
 from common.config_file import atomic_write
@@ -241,7 +242,7 @@ def find_resume_point(classic: MessageStore, log_: RaftLog, hint_path: str) -> R
 
 
 def _next_record_entry(log_: RaftLog, index: int, offset: int) -> int | None:
-    """The first non-empty entry after ``index``; None when the log ends before one."""
+    """The first entry after ``index`` that is not a no-op; None when the log ends before one."""
     i = index + 1
     if i < log_.begin_index:
         raise ApplyError(
@@ -252,7 +253,7 @@ def _next_record_entry(log_: RaftLog, index: int, offset: int) -> int | None:
         entry = log_.get(i)
         if entry is None:
             return None
-        if entry.body:
+        if not is_noop_body(entry.body):
             return i
         i += 1
 

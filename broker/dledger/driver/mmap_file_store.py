@@ -4,7 +4,8 @@ and ``entry/DLedgerEntryCoder.java`` in openmessaging/dledger 0.3.1.2).
 Theory of operation
 -------------------
 Two queues of memory-mapped files (broker/store/mapped_file_queue.py, files named by their
-20-digit start offset), under ``<dir>/data`` and ``<dir>/index``:
+20-digit start offset), under ``<dir>/data`` and ``<dir>/index``, in the formats of
+entry_coder.py (which the tests and the reader of Apache stores decode them with):
 
 * data: entries, each a 48-byte header (big-endian ``int magic=1, int size, long index, long
   term, long pos, int channel, int chainCrc=0, int bodyCrc=0, int bodyLength``) then the body.
@@ -12,6 +13,11 @@ Two queues of memory-mapped files (broker/store/mapped_file_queue.py, files name
   the file gets a blank, ``int -1, int remaining``, and the entry starts the next file.
 * index: one 32-byte unit per entry (``int magic, long pos, int size, long index, long term``);
   entry ``i`` is at byte ``i * 32``, so a lookup is one unpack and one slice.
+
+With ``patch_physical_offset`` (the broker's logs: every body is a CommitLog record), ``append``
+writes the entry's ``pos + 48`` into the record's PHYSICALOFFSET first, as RocketMQ's
+DLedgerCommitLog append hook does, so the records in the data files say where they are, as in
+an Apache store (broker/dledger/broker/dledger_commitlog.py reads both the same way).
 
 An append is two memory copies, data first and then the index unit, with no system call: a
 process crash (SIGKILL) keeps both in the page cache.  ``flush`` (the node calls it every
@@ -68,23 +74,31 @@ from collections.abc import Callable
 
 import attrs
 
+from broker.dledger.driver.entry_coder import BLANK, ENTRY_HEADER, INDEX_UNIT, INDEX_UNIT_SIZE
 from broker.dledger.raft.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
 from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
 from broker.store.heap import trim_heap
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
+from common.message import MESSAGE_MAGIC_CODE, PHYSICAL_OFFSET_POSITION
 
 __all__ = ["INDEX_UNIT_SIZE", "FileLog", "open_file_log"]
 
 log = logging.getLogger(__name__)
 
-INDEX_UNIT_SIZE = 32
 DEFAULT_DATA_FILE_SIZE = 1 << 30
 DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 
-_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc len
-_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
-_BLANK = struct.Struct(">ii")
+# a record's magic code (bytes 4..8) and PHYSICALOFFSET (bytes 28..36): the append hook
+_MAGIC_AT = 4
+_PHYS_AT = PHYSICAL_OFFSET_POSITION
+_PHYS_END = PHYSICAL_OFFSET_POSITION + 8
+_RECORD_MAGIC = struct.pack(">i", MESSAGE_MAGIC_CODE)
+_PHYS = struct.Struct(">q")
+# the formats, byte for byte: entry_coder.py
+_HEADER = ENTRY_HEADER
+_UNIT = INDEX_UNIT
+_BLANK = BLANK
 # entries kept in memory after their write (see the module doc): 8192 x 1 KiB is 8 MiB, and a
 # follower further behind than that is read from the files as before
 RECENT_ENTRIES = 8192
@@ -127,6 +141,8 @@ class FileLog:
     # flush's quiet release: monotonic time of the last flush that had bytes to sync, and
     # whether everything flushed since then was released
     release_pages: bool = True
+    # entry bodies are CommitLog records: append writes pos + 48 into their PHYSICALOFFSET
+    patch_physical_offset: bool = False
     _last_write: float = 0.0
     _settled: bool = True
 
@@ -178,8 +194,21 @@ class FileLog:
         return -1 if unit is None else unit[4]
 
     def append(self, term: int, body: bytes) -> Entry:
-        body = bytes(body)
         pos = place_entry(self.write_pos, ENTRY_HEADER_SIZE + len(body), self.data.file_size)
+        if (
+            self.patch_physical_offset
+            and len(body) >= _PHYS_END
+            and body[_MAGIC_AT : _MAGIC_AT + 4] == _RECORD_MAGIC
+        ):
+            # DLedgerCommitLog's append hook: the record's PHYSICALOFFSET is where it lands,
+            # written on the leader before the entry is stored or pushed; followers get the
+            # patched body in the entry.  Bodies that are not records (none in the broker)
+            # are kept as they are.
+            body = b"".join(
+                (body[:_PHYS_AT], _PHYS.pack(pos + ENTRY_HEADER_SIZE), body[_PHYS_END:])
+            )
+        else:
+            body = bytes(body)
         entry = Entry(index=self._end + 1, term=term, pos=pos, body=body)
         self._write(entry)
         return entry
@@ -455,15 +484,18 @@ def open_file_log(
     *,
     data_file_size: int = DEFAULT_DATA_FILE_SIZE,
     index_file_size: int = DEFAULT_INDEX_FILE_SIZE,
+    patch_physical_offset: bool = False,
+    data_dir: str | None = None,
 ) -> FileLog:
-    """Map ``<directory>/{data,index}`` and recover the log's end (see the module doc)."""
+    """Map ``<directory>/{data,index}`` (the data files in ``data_dir`` when given: RocketMQ's
+    storePathDLedgerCommitLog) and recover the log's end (see the module doc)."""
     if index_file_size % INDEX_UNIT_SIZE:
         raise ValueError(f"index file size {index_file_size} is not a multiple of 32")
-    data = MappedFileQueue(os.path.join(directory, "data"), data_file_size)
+    data = MappedFileQueue(data_dir or os.path.join(directory, "data"), data_file_size)
     index = MappedFileQueue(os.path.join(directory, "index"), index_file_size)
     data.load()
     index.load()
-    flog = FileLog(data, index)
+    flog = FileLog(data, index, patch_physical_offset=patch_physical_offset)
     if data.files:
         flog._begin = max(0, flog.first_index_of(data.files[0]))
     n = _units_written(index)

@@ -19,6 +19,7 @@ import os
 
 import attrs
 
+from broker.dledger.driver.entry_coder import NOOP_RECORD
 from broker.dledger.raft.core import CoreConfig
 from broker.store.config import MessageStoreConfig
 
@@ -48,7 +49,8 @@ class DLedgerConfig:
     self_id: str
     # "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
     peers: str
-    # the member's files go under <store_base_dir>/dledger-<self_id>/
+    # the member's files go under <store_base_dir>/dledger-<self_id>/ (the broker's:
+    # storePathRootDir, as RocketMQ's DLedgerCommitLog sets DLedgerConfig.storeBaseDir)
     store_base_dir: str
     # --- the core's (CoreConfig's names and defaults) ---
     heart_beat_time_interval_ms: int = 2000
@@ -69,6 +71,15 @@ class DLedgerConfig:
     # --- the driver's ---
     data_file_size: int = 1 << 30
     index_file_size: int = 32 * 5 * 1024 * 1024
+    # entry bodies are CommitLog records: write pos + 48 into their PHYSICALOFFSET as the
+    # leader appends them (RocketMQ's DLedgerCommitLog append hook; mmap_file_store.py)
+    patch_physical_offset: bool = False
+    # DLedgerConfig.dataStorePath (RocketMQ's storePathDLedgerCommitLog): the data files'
+    # directory; None -> <store_dir>/data
+    data_dir: str | None = None
+    # the body of a new leader's no-op entry (CoreConfig.noop_body): the broker's is
+    # entry_coder.NOOP_RECORD, which a Java member can read
+    noop_body: bytes = b""
     flush_file_interval_ms: int = 10
     check_point_interval_ms: int = 3000
     # min(0.95, diskSpaceRatioToForceClean + 0.05): appends fail with DISK_FULL at or above it
@@ -95,9 +106,12 @@ class DLedgerConfig:
             group=store.dleger_group or group,
             self_id=store.dleger_self_id,
             peers=store.dleger_peers,
-            store_base_dir=store.dledger_store_dir,
+            store_base_dir=store.store_path_root_dir,
+            data_dir=store.store_path_dledger_commit_log,
             # RocketMQ's DLedgerCommitLog sizes the entry files as the CommitLog's
             data_file_size=store.mapped_file_size_commit_log,
+            patch_physical_offset=True,
+            noop_body=NOOP_RECORD,
             preferred_leader_id=store.preferred_leader_id or None,
             enable_batch_push=store.enable_batch_push,
             heart_beat_time_interval_ms=store.heart_beat_time_interval_ms,
@@ -114,8 +128,14 @@ class DLedgerConfig:
 
     @property
     def store_dir(self) -> str:
-        """``<store_base_dir>/dledger-<self_id>``: data/, index/, currterm, checkpoint."""
+        """``<store_base_dir>/dledger-<self_id>``: index/, currterm, checkpoint, and data/
+        unless ``data_dir`` is set."""
         return os.path.join(self.store_base_dir, f"dledger-{self.self_id}")
+
+    @property
+    def data_store_path(self) -> str:
+        """DLedgerConfig.getDataStorePath: ``data_dir`` or ``<store_dir>/data``."""
+        return self.data_dir or os.path.join(self.store_dir, "data")
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -137,4 +157,5 @@ class DLedgerConfig:
             max_take_leadership_vote_interval_ms=self.max_take_leadership_vote_interval_ms,
             leadership_transfer_wait_timeout_ms=self.leadership_transfer_wait_timeout_ms,
             max_leadership_transfer_wait_index=self.max_leadership_transfer_wait_index,
+            noop_body=self.noop_body,
         )

@@ -67,6 +67,8 @@ async def open_log(config: DLedgerConfig) -> FileLog:
             config.store_dir,
             data_file_size=config.data_file_size,
             index_file_size=config.index_file_size,
+            patch_physical_offset=config.patch_physical_offset,
+            data_dir=config.data_store_path,
         )
     )
 

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-When this node becomes leader of a term it appends one empty-bodied entry (Raft §8's no-op: the
-term's first entry, so entries of older terms can commit through it) and starts one
+When this node becomes leader of a term it appends one no-op entry (Raft §8's no-op, body
+``CoreConfig.noop_body``: the term's first entry, so entries of older terms can commit through
+it) and starts one
 :class:`_Dispatcher` per follower, in state COMPARE.  A dispatcher is a small state machine
 (``DLedgerEntryPusher.EntryDispatcher`` in openmessaging/dledger 0.3.1.2):
 
@@ -131,7 +132,8 @@ class EntryPusher:
         st = self.state
         self.leading_term = st.term
         self.dispatchers = {p: _Dispatcher(p) for p in st.config.others}
-        st.log.append(st.term, b"")  # the no-op: lets older entries commit in this term
+        # the no-op: lets older entries commit in this term
+        st.log.append(st.term, st.config.noop_body)
         self._advance_commit()
 
     def _stop_leading(self) -> None:

@@ -73,6 +73,10 @@ class CoreConfig:
     # not DLedger's: an idle follower hears a new commit index this long after the last push
     # (entry_pusher.py; DLedger waits for its 1 s COMMIT push)
     commit_push_delay_ms: int = 20
+    # the body of the entry a new leader appends (Raft section 8's no-op, which lets older
+    # entries commit under the section 5.4.2 rule): empty unless the driver gives one; the
+    # broker's is a record a Java member reads and dispatches nothing for (driver/entry_coder.py)
+    noop_body: bytes = b""
 
     @property
     def quorum(self) -> int:

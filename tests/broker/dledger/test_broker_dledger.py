@@ -64,7 +64,8 @@ def test_dledger_keys_are_read_by_their_rocketmq_names():
         "n1": "127.0.0.1:40912",
         "n2": "127.0.0.1:40913",
     }
-    assert s.dledger_store_dir == "/tmp/rmq/raft" and s.enable_batch_push
+    # RocketMQ's meaning: the data files' directory; the member's own files stay in the root
+    assert s.dledger_data_dir == "/tmp/rmq/raft" and s.enable_batch_push
     assert (s.heart_beat_time_interval_ms, s.max_heart_beat_leak) == (500, 4)
     assert (s.min_vote_interval_ms, s.max_vote_interval_ms) == (100, 200)
     assert (s.max_wait_ack_time_ms, s.max_push_time_out_ms) == (1500, 700)
@@ -79,7 +80,10 @@ def test_dledger_defaults_are_dledgers():
         "storePathRootDir=/data\nenableBatchPush=false\n"
     )
     s = config.store
-    assert s.dledger_store_dir == "/data/dledger_commitlog"
+    assert (s.dledger_member_dir, s.dledger_data_dir) == (
+        "/data/dledger-n0",
+        "/data/dledger-n0/data",
+    )
     assert (s.heart_beat_time_interval_ms, s.max_heart_beat_leak) == (2000, 3)
     assert (s.min_vote_interval_ms, s.max_vote_interval_ms) == (300, 1000)
     assert (s.max_wait_ack_time_ms, s.max_push_time_out_ms) == (2500, 1000)

@@ -506,6 +506,10 @@ def test_config_from_the_brokers_store_config():
     )
     cfg = DLedgerConfig.from_store_config(store, group="broker-a")
     assert (cfg.group, cfg.self_id, cfg.peers) == ("broker-a", "n2", peers_string(3))
-    assert cfg.store_dir == "/root-dir/dledger_commitlog/dledger-n2"
+    # RocketMQ's layout: <storePathRootDir>/dledger-<selfId>/{data,index,currterm,checkpoint}
+    assert cfg.store_dir == "/root-dir/dledger-n2"
+    assert cfg.data_store_path == "/root-dir/dledger-n2/data"
+    raft = attrs.evolve(store, store_path_dledger_commit_log="/raft")
+    assert DLedgerConfig.from_store_config(raft, group="b").data_store_path == "/raft"
     assert cfg.preferred_leader_id == "n0" and cfg.enable_batch_push
     assert cfg.heart_beat_time_interval_ms == 500 and cfg.max_wait_ack_time_ms == 2500
