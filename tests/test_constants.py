@@ -12,6 +12,7 @@ everyone else gets it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,6 +129,9 @@ def _definitions(tree: ast.Module) -> Iterator[tuple[str, ast.AST | None]]:
                     stack.extend(child.body if isinstance(child, ast.ExceptHandler) else [child])
 
 
+# Parsed once per run (the product's sources do not change while the suite runs): ten tests
+# read it, and parsing every module took seconds each time. Callers copy, never mutate, it.
+@functools.cache
 def _scan() -> dict[str, list[tuple[str, ast.AST | None]]]:
     return {
         module: list(_definitions(ast.parse(path.read_text(encoding="utf-8"))))

@@ -7,6 +7,7 @@ same facts are found as JSON.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,9 @@ def _commands(
             yield (*path, name), command
 
 
+# Rendered once per command (the app does not change while the suite runs): two tests read
+# every command's help, and rendering it all took tens of seconds on a busy machine.
+@functools.cache
 def _help(path: tuple[str, ...]) -> str:
     r = CliRunner().invoke(app, [*path, "--help"])
     assert r.exit_code == 0, r.output
