@@ -186,7 +186,7 @@ class SendMessageProcessor:
         """AbstractSendMessageProcessor.msgCheck: returns the TopicConfig or raises RequestError."""
         b = self.broker
         cfg = b.config
-        if not PermName.is_writeable(cfg.broker_permission):
+        if not cfg.broker_permission & PermName.WRITE:  # (PermName.is_writeable, inlined)
             raise RequestError(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden",
@@ -221,7 +221,7 @@ class SendMessageProcessor:
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please!",
                 )
-        if not PermName.is_writeable(tc.perm):
+        if not tc.perm & PermName.WRITE:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )

@@ -245,8 +245,8 @@ class PutSteps:
         if self.shutdown:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
         config = self.config
-        if not batch and msgs:
-            apply_delay(msgs[0], config)
+        if not batch and msgs and MessageConst.DELAY in msgs[0].properties:
+            apply_delay(msgs[0], config)  # (without DELAY it changes nothing)
         bad = validate_put(msgs, config, batch=batch, role=self.broker_role)
         if bad is not None:
             return self._fail(*bad)
