@@ -162,6 +162,28 @@ class BrokerStatsManager:
         self.sets[TOPIC_PUT_NUMS].add(topic, nums, now)
         self.sets[TOPIC_PUT_SIZE].add(topic, size, now)
 
+    def inc_put(self, topic: str, cluster: str, nums: int, size: int, now: float) -> None:
+        """One put: ``inc_topic_put`` + ``inc_broker(BROKER_PUT_NUMS)`` in one call.
+
+        Runs once per send. Within a second every item already has, each count is two
+        additions on the item (``StatsItem.add``'s same-second branch, inlined); anything else
+        (a new second, a new key) takes the general path.
+        """
+        second = int(now)
+        sets = self.sets
+        for name, key, value in (
+            (TOPIC_PUT_NUMS, topic, nums),
+            (TOPIC_PUT_SIZE, topic, size),
+            (BROKER_PUT_NUMS, cluster, nums),
+        ):
+            item_set = sets[name]
+            item = item_set._items.get(key)
+            if item is not None and item._second == second:
+                item._sum += value
+                item._times += 1
+            else:
+                item_set.add(key, value, now)
+
     def inc_group_get(self, topic: str, group: str, nums: int, size: int, now: float) -> None:
         key = f"{topic}@{group}"
         self.sets[GROUP_GET_NUMS].add(key, nums, now)

@@ -40,7 +40,7 @@ from collections.abc import Awaitable
 
 import trio
 
-from broker.broker_stats_manager import BROKER_PUT_NUMS
+from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.ha.service import HAService
 from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
@@ -161,6 +161,9 @@ class SendMessageProcessor:
         self._born_hosts: dict[str, tuple[str, int]] = {}
         # single sends seen with chaos_ack_before_store (the test-only broken mode)
         self._chaos_sends = 0
+        # the answer's fixed fields, made once per BrokerConfig (frozen: an update replaces it)
+        self._answer_config: BrokerConfig | None = None
+        self._answer_fields: dict[str, str] = {}
 
     def register(self, dispatcher: RequestDispatcher) -> None:
         for code in (
@@ -183,7 +186,7 @@ class SendMessageProcessor:
         """AbstractSendMessageProcessor.msgCheck: returns the TopicConfig or raises RequestError."""
         b = self.broker
         cfg = b.config
-        if not PermName.is_writeable(cfg.broker_permission):
+        if not cfg.broker_permission & PermName.WRITE:  # (PermName.is_writeable, inlined)
             raise RequestError(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden",
@@ -218,7 +221,7 @@ class SendMessageProcessor:
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please!",
                 )
-        if not PermName.is_writeable(tc.perm):
+        if not tc.perm & PermName.WRITE:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
@@ -522,10 +525,14 @@ class SendMessageProcessor:
         code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
         if result.remark and code != ResponseCode.SUCCESS:
             remark = f"{remark} ({result.remark})" if remark else result.remark
-        ext = {
-            "MSG_REGION": str(b.config.region_id),
-            "TRACE_ON": "true" if b.config.trace_on else "false",
-        }
+        cfg = b.config
+        if cfg is not self._answer_config:
+            self._answer_config = cfg
+            self._answer_fields = {
+                "MSG_REGION": str(cfg.region_id),
+                "TRACE_ON": "true" if cfg.trace_on else "false",
+            }
+        ext = self._answer_fields.copy()
         append = result.append
         if append is not None:
             ext["msgId"] = str(append.msg_id)
@@ -537,8 +544,9 @@ class SendMessageProcessor:
             if topic:
                 now = trio.current_time()
                 stats = b.stats.manager
-                stats.inc_topic_put(topic, append.msg_num, append.wrote_bytes, now)
-                stats.inc_broker(BROKER_PUT_NUMS, b.config.broker_cluster_name, append.msg_num, now)
+                stats.inc_put(
+                    topic, cfg.broker_cluster_name, append.msg_num, append.wrote_bytes, now
+                )
                 metrics = b.metrics
                 if metrics is not None:
                     props = req.ext_fields.get("i") or req.ext_fields.get("properties") or ""

@@ -32,16 +32,30 @@ V2_NAMES = {
 }
 
 
-def send_header(req: RemotingCommand) -> dict[str, str]:
-    """The request's header under the long (SendMessageRequestHeader) names."""
-    ext = req.ext_fields
-    if req.code in (
+# read once per send: plain ints (a member of an IntEnum class costs an attribute lookup on the
+# enum class each time) and the name pairs as a tuple
+_V2_CODES = frozenset(
+    int(c)
+    for c in (
         RequestCode.SEND_MESSAGE_V2,
         RequestCode.SEND_BATCH_MESSAGE,
         RequestCode.SEND_REPLY_MESSAGE_V2,
-    ) or ("b" in ext and "topic" not in ext):
+    )
+)
+_V2_ITEMS = tuple(V2_NAMES.items())
+_ABSENT = object()
+
+
+def send_header(req: RemotingCommand) -> dict[str, str]:
+    """The request's header under the long (SendMessageRequestHeader) names."""
+    ext = req.ext_fields
+    if req.code in _V2_CODES or ("b" in ext and "topic" not in ext):
         out = dict(ext)
-        out.update({V2_NAMES[k]: v for k, v in ext.items() if k in V2_NAMES})
+        get = ext.get
+        for short, name in _V2_ITEMS:
+            v = get(short, _ABSENT)
+            if v is not _ABSENT:
+                out[name] = v  # type: ignore[assignment]  # (a str: it came from ext)
         return out
     return ext
 

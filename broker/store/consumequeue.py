@@ -115,6 +115,29 @@ class ConsumeQueue:
         mf.append(CQ_UNIT.pack(phys, size, tags_code))
         return True
 
+    def put_tail_unit(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
+        """``put_tail`` of one unit, packed straight into the mapped segment at its cursor.
+
+        The put path of a single send: no packed bytes in between, no memoryview, no slicing.
+        Same bytes and the same False as ``put_tail``; a full last segment takes ``put_tail``'s
+        way (a new segment).
+        """
+        files = self.queue.files
+        if not files:
+            return False
+        mf = files[-1]
+        pos = mf.wrote
+        if queue_offset * CQ_UNIT_SIZE != mf.file_from_offset + pos:
+            return False  # not the queue's end
+        end = pos + CQ_UNIT_SIZE
+        if end > mf.file_size:
+            return self.put_tail(queue_offset, CQ_UNIT.pack(phys, size, tags_code))
+        if end > mf.allocated:
+            mf.reserve_blocks(end)  # (as MappedFile.append: OSError before anything is written)
+        CQ_UNIT.pack_into(mf.view, pos, phys, size, tags_code)
+        mf.wrote = end
+        return True
+
     def put_tail(self, queue_offset: int, units: Buffer) -> bool:
         """Append consecutive ``units`` (packed) for logical offsets from ``queue_offset``.
 

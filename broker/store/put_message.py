@@ -197,6 +197,19 @@ class PreparedPut(NamedTuple):
 
 _PHYS = struct.Struct(">q")
 
+# store host -> the offset msgId's host part (what precedes the 16 hex digits of the offset):
+# one store host per broker, so this is computed once instead of once per put
+_ID_PREFIXES: dict[tuple[str, int], str] = {}
+
+
+def _id_prefix(store_host: tuple[str, int]) -> str:
+    prefix = _ID_PREFIXES.get(store_host)
+    if prefix is None:
+        if len(_ID_PREFIXES) >= 64:
+            _ID_PREFIXES.clear()
+        prefix = _ID_PREFIXES[store_host] = create_offset_msg_id(store_host, 0)[:-16]
+    return prefix
+
 
 class PutSteps:
     """The put steps both stores share (module docstring), as a mixin.
@@ -232,8 +245,8 @@ class PutSteps:
         if self.shutdown:
             return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is shut down")
         config = self.config
-        if not batch and msgs:
-            apply_delay(msgs[0], config)
+        if not batch and msgs and MessageConst.DELAY in msgs[0].properties:
+            apply_delay(msgs[0], config)  # (without DELAY it changes nothing)
         bad = validate_put(msgs, config, batch=batch, role=self.broker_role)
         if bad is not None:
             return self._fail(*bad)
@@ -253,6 +266,9 @@ class PutSteps:
     ) -> str:
         """Write each record's PHYSICALOFFSET into ``put.buf``; the (comma-joined) msgId."""
         buf = put.buf
+        if len(msgs) == 1:  # a single send: no list, no join
+            _PHYS.pack_into(buf, PHYSICAL_OFFSET_POSITION, first)
+            return f"{_id_prefix(msgs[0].store_host)}{first:016X}"
         phys = first
         host_id = None
         id_prefix = ""
@@ -263,7 +279,7 @@ class PutSteps:
             pack_phys(buf, pos + PHYSICAL_OFFSET_POSITION, phys)
             if m.store_host is not host_id:
                 host_id = m.store_host
-                id_prefix = create_offset_msg_id(host_id, 0)[:-16]
+                id_prefix = _id_prefix(host_id)
             ids.append(f"{id_prefix}{phys:016X}")
             phys += size
             pos += size

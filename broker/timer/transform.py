@@ -21,6 +21,7 @@ _TIMER_KEYS = (
     MessageConst.TIMER_DELAY_SEC,
     MessageConst.TIMER_DELAY_MS,
 )
+_TIMER_KEY_SET = frozenset(_TIMER_KEYS)  # has_timer_property: one C-level test per send
 
 
 class TimerVerdict(enum.Enum):
@@ -54,7 +55,7 @@ def not_enabled_remark(settings: TimerSettings) -> str:
 
 
 def has_timer_property(props: dict[str, str]) -> bool:
-    return any(k in props for k in _TIMER_KEYS)
+    return not _TIMER_KEY_SET.isdisjoint(props)
 
 
 def out_ms(deliver_ms: int, precision_ms: int) -> int:

@@ -1,9 +1,11 @@
 import collections
 
 from broker.broker_stats_manager import (
+    BROKER_PUT_NUMS,
     GROUP_GET_NUMS,
     SNDBCK_PUT_NUMS,
     TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
     BrokerStatsManager,
     StatsItemSet,
 )
@@ -76,3 +78,24 @@ def test_increments_within_a_second_reach_the_rings_once() -> None:
     stats.inc_topic_put("T", 1, 10, now=51.0)
     assert list(item.minute.buckets) == [[50, 1001, 1001]]
     assert item.snapshot("minute", 51.5).sum == 1002
+
+
+def test_inc_put_counts_as_inc_topic_put_and_inc_broker_do() -> None:
+    # the send path's one-call form (same-second branch inlined) against the general calls,
+    # over new seconds, new keys and evictions of the least recently updated key
+    fast, slow = BrokerStatsManager(max_keys=3), BrokerStatsManager(max_keys=3)
+    steps = [("T", 100.1), ("T", 100.9), ("U", 100.9), ("T", 101.0), ("V", 101.5), ("W", 102.0)]
+    steps += [("T", 102.2), ("U", 102.3), ("U", 163.0), ("T", 3700.0), ("T", 3700.5)]
+    for i, (topic, now) in enumerate(steps):
+        fast.inc_put(topic, "C", i + 1, 100 * (i + 1), now)
+        slow.inc_topic_put(topic, i + 1, 100 * (i + 1), now)
+        slow.inc_broker(BROKER_PUT_NUMS, "C", i + 1, now)
+    for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BROKER_PUT_NUMS):
+        assert list(fast.sets[name]._items) == list(slow.sets[name]._items)
+        for key in slow.sets[name]._items:
+            a, b = fast.get(name, key), slow.get(name, key)
+            assert a is not None and b is not None
+            for window in ("minute", "hour", "day"):
+                assert a.snapshot(window, 3701.0) == b.snapshot(window, 3701.0)
+    item = fast.get(BROKER_PUT_NUMS, "C")
+    assert item is not None and item.snapshot("day", 3701.0).sum == sum(range(1, 12))
