@@ -45,13 +45,16 @@ def test_gzip_and_deflate_inflate_back() -> None:
 @pytest.mark.parametrize(
     ("payload", "encoding", "code"),
     [
-        (gzip.compress(b"x" * 501), "gzip", StatusCode.RESOURCE_EXHAUSTED),
-        (gzip.compress(b"x" * 300)[:-12], "gzip", StatusCode.INTERNAL),  # truncated
+        # (mtime=0: the gzip header's time would make the test ids differ between the
+        # collections of pytest-xdist's workers)
+        (gzip.compress(b"x" * 501, mtime=0), "gzip", StatusCode.RESOURCE_EXHAUSTED),
+        (gzip.compress(b"x" * 300, mtime=0)[:-12], "gzip", StatusCode.INTERNAL),  # truncated
         (b"not gzip at all", "gzip", StatusCode.INTERNAL),
         (zlib.compress(b"abc") + b"tail", "deflate", StatusCode.INTERNAL),
-        (gzip.compress(b"abc"), "deflate", StatusCode.INTERNAL),  # wrong format
+        (gzip.compress(b"abc", mtime=0), "deflate", StatusCode.INTERNAL),  # wrong format
         (b"", "gzip", StatusCode.INTERNAL),
     ],
+    ids=["oversized", "truncated", "not-gzip", "deflate-tail", "gzip-as-deflate", "empty"],
 )
 def test_bad_or_oversized_compressed_messages_are_errors(
     payload: bytes, encoding: str, code: StatusCode
