@@ -48,6 +48,15 @@ from typing import Any
 _emit_lock = threading.Lock()
 
 
+def error_code(exc: BaseException) -> int | None:
+    """The RocketMQ status code a client exception carries (its ``code`` attribute), if any.
+
+    grpc's own errors have a ``code()`` method instead: those carry no RocketMQ code.
+    """
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) else None
+
+
 def emit(**event: object) -> None:
     line = json.dumps(event) + "\n"
     with _emit_lock:
@@ -177,7 +186,7 @@ def produce(args: argparse.Namespace) -> int:
                         time.sleep(0.2)
                         continue
                     failures += 1
-                    emit(event="send_error", i=i, error=repr(exc), code=getattr(exc, "code", None))
+                    emit(event="send_error", i=i, error=repr(exc), code=error_code(exc))
                     receipt = None
                     break
             if receipt is not None:
@@ -256,7 +265,7 @@ def simple_consume(args: argparse.Namespace) -> int:
                 messages = consumer.receive(args.batch, args.invisible)
             except Exception as exc:
                 errors += 1
-                emit(event="receive_error", error=repr(exc), code=getattr(exc, "code", None))
+                emit(event="receive_error", error=repr(exc), code=error_code(exc))
                 time.sleep(0.5)
                 continue
             for msg in messages:
@@ -295,7 +304,7 @@ def simple_consume(args: argparse.Namespace) -> int:
             try:
                 messages = consumer.receive(args.batch, args.invisible)
             except Exception as exc:
-                emit(event="receive_error", error=repr(exc), code=getattr(exc, "code", None))
+                emit(event="receive_error", error=repr(exc), code=error_code(exc))
                 time.sleep(0.5)
                 continue
             for msg in messages:
