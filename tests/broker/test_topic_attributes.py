@@ -11,20 +11,7 @@ from common.remoting.client import open_remoting_client
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from tests.broker.grpc.support import grpc_broker
-
-
-def _fields(topic: str, **extra: object) -> dict[str, object]:
-    return {
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "readQueueNums": 2,
-        "writeQueueNums": 2,
-        "perm": 6,
-        "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": 0,
-        "order": False,
-        **extra,
-    }
+from tests.support.wire import topic_fields
 
 
 async def test_attributes_set_kept_on_update_and_refused_when_malformed(tmp_path: Path) -> None:
@@ -32,7 +19,7 @@ async def test_attributes_set_kept_on_update_and_refused_when_malformed(tmp_path
 
         async def create(**extra: object) -> RemotingCommand:
             cmd = RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC, _fields("A", **extra)
+                RequestCode.UPDATE_AND_CREATE_TOPIC, topic_fields("A", **extra)
             )
             return await client.invoke(b.addr, cmd)
 

@@ -22,6 +22,7 @@ from common.remoting.command import RemotingCommand
 from common.session_credentials import SessionCredentials
 from tests.broker.grpc.support import grpc_broker
 from tests.interop.py5_harness import run_py5
+from tests.support.wire import topic_fields
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
@@ -46,19 +47,7 @@ accounts:
 
 
 async def _create_topic(addr: str, topic: str) -> None:
-    cmd = RemotingCommand.request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": 2,
-            "writeQueueNums": 2,
-            "perm": 6,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": False,
-        },
-    )
+    cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, topic_fields(topic))
     SessionCredentials("admin-key", "admin-secret").sign(cmd)
     async with open_remoting_client() as client:
         answer = await client.invoke(addr, cmd)

@@ -1,5 +1,5 @@
 """For tests that speak the wire to a broker process themselves: :func:`send_v2` builds a plain
-SEND_MESSAGE_V2, :func:`wait_serving` waits for a broker process to serve
+SEND_MESSAGE_V2, :func:`topic_fields` an UPDATE_AND_CREATE_TOPIC header, :func:`wait_serving` waits for a broker process to serve
 (:func:`wait_node_serving` for one started as a ``tests.conftest.Node``)."""
 
 from __future__ import annotations
@@ -29,6 +29,22 @@ def send_v2(
         | {"f": 0, "g": 0, "h": 0, "i": ""},
         body,
     )
+
+
+def topic_fields(topic: str, **extra: object) -> dict[str, object]:
+    """The UPDATE_AND_CREATE_TOPIC header mqadmin sends for ``topic``: 2 read and 2 write
+    queues, read-write; ``extra`` adds or overrides fields (``attributes``, ``perm``...)."""
+    return {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": 2,
+        "writeQueueNums": 2,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+        **extra,
+    }
 
 
 async def wait_serving(
