@@ -15,9 +15,7 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
-from broker.dledger.raft.core import Action, CoreConfig, RaftCore
-from broker.dledger.raft.log import RaftLog
-from broker.dledger.raft.member_state import HardState
+from broker.dledger.raft.core import Action, RaftCore
 from broker.dledger.raft.messages import (
     DLedgerResponseCode,
     Entry,
@@ -27,9 +25,8 @@ from broker.dledger.raft.messages import (
     VoteResult,
 )
 from tests.broker.dledger.sim_disk import DiskLog
-from tests.broker.dledger.sim_planted import NoCurrentTermRule, NoLease
+from tests.broker.dledger.sim_planted import NoCurrentTermRule, NoLease, factory_of
 from tests.broker.dledger.simulator import (
-    CoreFactory,
     SimulationFailure,
     nodes_for,
     run_seed,
@@ -100,20 +97,6 @@ class Forgetful(RaftCore):
         actions, response = super().handle_request(request, now)
         self._state.voted_for = None
         return actions, response
-
-
-def factory_of(cls: type[RaftCore]) -> CoreFactory:
-    def make(
-        config: CoreConfig,
-        log: RaftLog,
-        state: HardState,
-        rng: random.Random,
-        now: float,
-        committed: int,
-    ) -> RaftCore:
-        return cls(config, log, state, rng=rng, now=now, committed_index=committed)
-
-    return make
 
 
 def first_failure(cls: type[RaftCore], limit: int, *, acks_before_flush: bool = False) -> str:
