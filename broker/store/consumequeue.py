@@ -227,13 +227,14 @@ class ConsumeQueue:
         self._min = lo
 
     def truncate_dirty(self, phy_end: int, dropped: list[MappedFile] | None = None) -> int:
-        """Drop trailing units whose record ends after ``phy_end``; returns how many.  Segments
-        left empty are destroyed, or appended to ``dropped`` for the caller to unlink."""
+        """Drop trailing units whose record ends after ``phy_end``, and units that point at no
+        record (a hole a power cut left: zero size); returns how many.  Segments left empty
+        are destroyed, or appended to ``dropped`` for the caller to unlink."""
         end = self.max_offset
         start = self.min_offset
         while end > start:
             u = self.unit(end - 1)
-            if u is not None and u[0] + u[1] <= phy_end:
+            if u is not None and u[1] > 0 and u[0] >= 0 and u[0] + u[1] <= phy_end:
                 break
             end -= 1
         count = self.max_offset - end

@@ -59,6 +59,10 @@ async def truncate_dirty_files(store: DefaultMessageStore, offset: int) -> None:
         if cut is not None:
             # the zeroed tail must be on disk before a checkpoint that no longer covers it
             await trio.to_thread.run_sync(cut.sync)
+        # and the dropped units before the records written at the cut next: one a power cut
+        # brought back would point at one of those
+        queues = [cq.queue for cq in store.consume_queues.values()]
+        await trio.to_thread.run_sync(lambda: [q.sync_cuts() for q in queues])
         cp = store.checkpoint
         if flush is not None:
             flush.flushed = min(flush.flushed, offset)

@@ -58,6 +58,7 @@ class MappedFile:
         "_fd",
         "allocated",
         "chunk",
+        "cut_unsynced",
         "file_from_offset",
         "file_size",
         "flushed",
@@ -89,6 +90,10 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote = 0
         self.flushed = 0
+        # zero_from wrote zeros over bytes that may be on disk, and no fdatasync has covered
+        # them since: ``flushed`` cannot say so (it only ever covers [0, wrote)), yet until
+        # they are synced a power cut brings the old bytes back (flush_jobs takes such files)
+        self.cut_unsynced = False
         # release_behind: pages below this are dropped from our page tables (page aligned)
         self.released = 0
         # bytes [0, allocated) are known to have filesystem blocks (reserve_blocks)
@@ -154,16 +159,18 @@ class MappedFile:
     def flush_range(self, upto: int | None = None) -> int:
         """Blocking fdatasync covering [flushed, upto); run it in a worker thread. Returns new flushed."""
         end = self.wrote if upto is None else min(upto, self.wrote)
-        if end > self.flushed:
+        if end > self.flushed or self.cut_unsynced:
             # fdatasync writes back the pages dirtied through the mapping too (one page cache),
             # and unlike mmap.flush (msync) it releases the GIL while the disk works
+            self.cut_unsynced = False
             os.fdatasync(self._fd)
-            self.flushed = end
+            self.flushed = max(self.flushed, end)
         return self.flushed
 
     def sync(self) -> None:
         """Blocking fdatasync of whatever the map holds (after a cut zeroed bytes that were on
         disk: ``flushed`` does not cover those); for a worker thread."""
+        self.cut_unsynced = False
         os.fdatasync(self._fd)
 
     def release(self, upto: int | None = None) -> None:
@@ -189,6 +196,7 @@ class MappedFile:
 
         Holes are skipped with SEEK_DATA/SEEK_HOLE (which see pages dirtied through the map),
         so zeroing the tail of a 1 GiB segment costs what was written there, not 1 GiB of reads.
+        A file whose bytes were zeroed here is ``cut_unsynced`` until its next fdatasync.
         """
         end = self.file_size
         while pos < end:
@@ -209,6 +217,7 @@ class MappedFile:
             chunk = os.pread(self._fd, n, pos)
             if chunk.count(0) != len(chunk):
                 os.pwrite(self._fd, bytes(n), pos)
+                self.cut_unsynced = True
             pos += n
 
     def close(self) -> None:

@@ -167,5 +167,13 @@ class MappedFileQueue:
             mf.close()
 
     def flush_jobs(self) -> list[MappedFile]:
-        """Segments with unflushed bytes (for the flush thread)."""
-        return [mf for mf in self.files if mf.flushed < mf.wrote]
+        """Segments with unflushed bytes or an unsynced cut (for the flush thread)."""
+        return [mf for mf in self.files if mf.flushed < mf.wrote or mf.cut_unsynced]
+
+    def sync_cuts(self) -> int:
+        """Blocking: fdatasync every segment with an unsynced cut (for a worker thread, or
+        recovery's); returns how many."""
+        cut = [mf for mf in self.files if mf.cut_unsynced]
+        for mf in cut:
+            mf.sync()
+        return len(cut)

@@ -169,6 +169,7 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             file_size=cl.file_size,
         )
         check_crc = self.config.check_crc_on_recover or not self.last_exit_ok
+        crashed_at_checkpoint = not self.last_exit_ok and report.rule == "checkpoint"
         if not self.last_exit_ok and report.rule == "checkpoint":
             start = self._check_below_checkpoint(start, report)
         valid_end, report.bytes_scanned, report.files_scanned = cl.recover(
@@ -184,10 +185,15 @@ class DefaultMessageStore(PutSteps, StoreQueries):
             log.warning(
                 "store %s was not shut down cleanly; CommitLog valid to %d", self.root, valid_end
             )
+        # after a crash, only the units of the records below the checkpoint are known to be on
+        # disk as written (recovery.py): past it a power cut can have kept any subset of the
+        # pages written, a hole before a kept unit included, so those units are cut and
+        # written again by the re-dispatch below instead of being trusted
+        units_end = min(valid_end, start) if crashed_at_checkpoint else valid_end
         last_unit_end = cl.min_offset
         for cq in self.consume_queues.values():
             cq.recover(cl.min_offset)
-            report.cq_units_dropped += cq.truncate_dirty(valid_end)
+            report.cq_units_dropped += cq.truncate_dirty(units_end)
             last_unit_end = max(last_unit_end, cq.last_phys_end())
         cl.topic_queue_table = {k: cq.max_offset for k, cq in self.consume_queues.items()}
         if report.rule == "checkpoint":
@@ -201,6 +207,11 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         report.index_entries_dropped = self.index.recover(reput)
         self.reput.do_reput(limit=None)
         report.redispatched_bytes = self.reput_from - reput
+        # what recovery zeroed must be on disk before new records are: a unit it dropped that
+        # a power cut brought back would point at whatever record is written there next
+        report.files_synced = cl.queue.sync_cuts() + sum(
+            cq.queue.sync_cuts() for cq in self.consume_queues.values()
+        )
         if self.reput_from < valid_end:
             log.error(
                 "recovery could not dispatch past %d (valid end %d)", self.reput_from, valid_end

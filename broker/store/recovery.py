@@ -71,6 +71,21 @@ records, the index drops its entries from the cut, re-dispatch starts at the cut
 checkpoint is rewritten at once to name the cut; new sends then take the next queue offsets.
 Messages cut this way may have been acknowledged (the disk said they were flushed): the store
 logs an error naming the range it cut (docs/guarantees.md).
+
+ConsumeQueue units past the checkpoint, and making the cuts durable
+--------------------------------------------------------------------
+Units are written in order, but a power cut keeps whichever of the pages written since the
+last fdatasync the kernel happened to write back: a queue's tail past the checkpoint can hold a
+hole with units after it, or units of records the CommitLog no longer holds.  So after a crash
+the queues keep only the units of records below the checkpoint (flushed before it was written,
+the second invariant) and the re-dispatch writes the rest again from the CommitLog; after a
+clean stop they are cut at the CommitLog's valid end as before.
+
+A cut is zeros written over bytes that may be on disk.  Until an fdatasync covers them, a power
+cut brings the old bytes back, and a dropped unit that comes back points at whatever record the
+store writes at that offset next: served, and damaged.  So recovery fdatasyncs every segment it
+zeroed (``MappedFile.cut_unsynced``) before the store takes a write, and so does a cut of a
+running store (dirty_files.py).
 """
 
 from __future__ import annotations
@@ -101,6 +116,7 @@ class RecoveryReport:
     crc_seconds: float = 0.0
     crc_check: str = ""  # which check ran: "compiled" or "numpy" (commitlog_scan.check_records)
     cut_below_checkpoint: int = 0  # bytes of records below the checkpoint found damaged, cut
+    files_synced: int = 0  # segments whose zeroed tail recovery fdatasync'ed before serving
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -113,7 +129,7 @@ class RecoveryReport:
             f"{self.cut_below_checkpoint} B cut; re-dispatched "
             f"{self.redispatched_bytes} B from {self.redispatch_from}; dropped "
             f"{self.cq_units_dropped} ConsumeQueue unit(s), {self.index_entries_dropped} index "
-            f"entr(y/ies); {self.seconds:.3f} s"
+            f"entr(y/ies), synced {self.files_synced} cut segment(s); {self.seconds:.3f} s"
         )
 
 
