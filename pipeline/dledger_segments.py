@@ -18,8 +18,8 @@ PHYSICALOFFSET is the entry's position + 48.  The files (see
 
 :func:`dledger_layout` (on the driver) finds the member from the files and computes the
 committed position from the checkpoint and one index unit, without reading the data.  A data
-file is cut into byte ranges like a CommitLog segment; an entry belongs to the range its
-position lies in.  :func:`entry_record_starts` (on an executor) finds the first entry of a range
+file is cut into byte ranges like a CommitLog segment, up to the committed position only; an
+entry belongs to the range its position lies in.  :func:`entry_record_starts` (on an executor) finds the first entry of a range
 that does not start at byte 0 with ``commitlog_scan.resync`` looking for the record inside it
 (a record whose PHYSICALOFFSET equals its own offset is at an entry's pos + 48, and the entry
 header before it must say so), then walks the entries by their ``size`` until the range's end,
@@ -90,7 +90,13 @@ def dledger_layout(
     if data:
         # dividedCommitlogOffset: the classic CommitLog answers below it only
         classic = [f for f in classic if f[1] < data[0][1]]
-    return DLedgerLayout(classic, data, committed_position(paths))
+    committed = committed_position(paths)
+    # no range past the committed position: a data file is mapped at its full size (1 GiB
+    # by default) from its first entry on, and nothing past that position is a row
+    data = [
+        (p, start, min(size, committed - start)) for p, start, size in data if start < committed
+    ]
+    return DLedgerLayout(classic, data, committed)
 
 
 def _entry_before(buf: bytes | memoryview, file_from_offset: int, record_at: int) -> bool:

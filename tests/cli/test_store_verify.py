@@ -286,3 +286,21 @@ def test_a_classic_store_alone_and_a_mixed_pair_are_errors(tmp_path):
     for args in ((tmp_path / "a", tmp_path / "c"), (tmp_path / "c", tmp_path / "a")):
         r = run(*args)
         assert r.exit_code == 1 and "is not a DLedger store, the other one is" in r.output
+
+
+def test_units_of_deleted_files_are_expired_and_offset_zero_is_no_record(tmp_path):
+    store = dledger_store(tmp_path / "a", 20, classic=30)
+    first = sorted((tmp_path / "a" / "commitlog").iterdir())[0]
+    gone = [s for s in store.sent if s.offset < DL_FILE]
+    assert first.name == f"{0:020d}" and gone
+    first.unlink()  # retention deleted the head of the classic CommitLog
+    r = run(tmp_path / "a")
+    assert r.exit_code == 0, r.output
+    assert f", {len(gone)} expired queue units" in r.output
+    # in a store whose DLedger data start at 0, offset 0 is an entry's header, not a record
+    store = dledger_store(tmp_path / "b", 10)
+    _patch_unit(tmp_path / "b", "TopicA", 0, 1, 0, store.sent[0].size)
+    r = run(tmp_path / "b")
+    assert r.exit_code == 2
+    assert "  consumequeue TopicA/0 unit at queue offset 1 (offset 0, " in r.output
+    assert "points at no record" in r.output

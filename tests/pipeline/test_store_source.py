@@ -322,6 +322,10 @@ def test_dledger_store_ranges_read_each_committed_record_once(tmp_path, max_byte
     assert files > 4  # blanks closed files
     parts = plan_store(tmp_path / "broker-d", max_bytes)
     assert len(parts) >= files and (max_bytes == DL_FILE or len(parts) > files)
+    # no range starts at or past the committed position (the uncommitted tail's file or bytes)
+    end = committed[-1].offset + committed[-1].size
+    assert max(p.file_from_offset + p.lo for p in parts) < end
+    assert max(p.file_from_offset + p.hi for p in parts) == end
     # the member directory names the same store
     assert [_row(r) for r in read_store(tmp_path / "broker-d" / "dledger-n0", max_bytes)] == rows
 

@@ -290,11 +290,12 @@ class DLedgerCommitLogReader:
 
     @property
     def min_offset(self) -> int:
-        """The lowest CommitLog offset a file still holds: the first classic file's start, else
-        the first entry's record (retention deletes files from the head)."""
+        """The lowest CommitLog offset the files still hold: the first classic file's start, else
+        the first entry's position (retention deletes data files from the head); a ConsumeQueue
+        unit below it points at a deleted record."""
         if self._classic.files:
             return self._classic.files[0][0]
-        return self.entries[0].physical_offset if self.entries else self.divided_commitlog_offset
+        return self.entries[0].pos if self.entries else self.divided_commitlog_offset
 
     def committed_messages(self) -> Iterator[MessageExt]:
         """Every committed record in offset order: the classic CommitLog below
