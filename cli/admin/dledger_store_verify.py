@@ -47,6 +47,7 @@ from broker.dledger.broker.dledger_commitlog import (
     open_dledger_commitlog,
 )
 from broker.dledger.driver import entry_coder as ec
+from broker.dledger.driver.state_files import StateFileError
 from common.message import MessageExt, RecordDecodeError, decode_record
 
 __all__ = ["MemberCheck", "PairCheck", "check_member", "check_pair"]
@@ -226,6 +227,8 @@ def open_member(paths: DLedgerStorePaths, check: MemberCheck) -> DLedgerCommitLo
         return open_dledger_commitlog(paths)
     except DLedgerStoreError as exc:
         check.problem(f"DLedger log: {exc}")
+    except StateFileError as exc:  # currterm or checkpoint: not key=value lines
+        check.problem(f"DLedger state file: {exc}")
     except OSError as exc:
         check.problem(f"cannot read {exc.filename or paths.member_dir}: {exc.strerror or exc}")
     return None

@@ -304,3 +304,11 @@ def test_units_of_deleted_files_are_expired_and_offset_zero_is_no_record(tmp_pat
     assert r.exit_code == 2
     assert "  consumequeue TopicA/0 unit at queue offset 1 (offset 0, " in r.output
     assert "points at no record" in r.output
+
+
+def test_a_garbled_checkpoint_is_named(tmp_path):
+    dledger_store(tmp_path / "a", 5)
+    (tmp_path / "a" / "dledger-n0" / "checkpoint").write_text("committedIndex=four\n")
+    r = run(tmp_path / "a")
+    assert r.exit_code == 2
+    assert "  DLedger state file: " in r.output and "committedIndex='four'" in r.output
