@@ -23,6 +23,13 @@ files.
 
 Options: ``brokerName`` (default: the store directory's name, or its parent's when it is called
 ``store``; "unknown" when neither helps), ``maxBytesPerPartition``, ``batchSize``.
+
+A store in RocketMQ's DLedger layout (a ``dledger-<selfId>/`` member directory in it, told from
+the files: an Apache RocketMQ 4.9 DLedger store, a classic store switched to DLedger, ours) is
+read through ``pipeline.dledger_segments``: the classic CommitLog files below
+``dividedCommitlogOffset`` as above, then the records of the committed entries of the DLedger
+data files, cut into byte ranges the same way; the rows are the same.  Option
+``storePathDLedgerCommitLog``: where the data files are when not in ``dledger-<selfId>/data``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from pipeline.dledger_segments import dledger_layout, read_entry_range
 from pipeline.schema import SPARK_SCHEMA_DDL
 
 if TYPE_CHECKING:  # the driver lists files only; pyarrow is loaded where batches are made
@@ -65,7 +73,7 @@ def commitlog_dir(path: str | os.PathLike) -> Path:
 def default_broker_name(path: str | os.PathLike) -> str:
     """Name the rows after the store directory (its parent when it is called "store")."""
     root = Path(path).resolve()
-    if root.name == "commitlog":
+    if root.name == "commitlog" or root.name.startswith("dledger-"):
         root = root.parent
     for candidate in (root.name, root.parent.name):
         if candidate and candidate not in ("store", "commitlog"):
@@ -93,6 +101,14 @@ class StoreRange(InputPartition):
         self.file_from_offset = file_from_offset
         self.lo = lo
         self.hi = hi
+
+
+class DLedgerRange(StoreRange):
+    """Bytes ``[lo, hi)`` of one DLedger data file: the committed entries starting there."""
+
+    def __init__(self, path: str, file_from_offset: int, lo: int, hi: int, committed_pos: int):
+        super().__init__(path, file_from_offset, lo, hi)
+        self.committed_pos = committed_pos
 
 
 def _positive_int(options: Mapping[str, str], name: str, default: int) -> int:
@@ -150,15 +166,62 @@ def read_range(part: StoreRange, *, broker_name: str, batch_size: int) -> Iterat
             mm.close()
 
 
+def plan_store(
+    path: str | os.PathLike, max_bytes: int, *, store_path_dledger_commit_log: str | None = None
+) -> list[StoreRange]:
+    """The ranges of a store: its CommitLog segments, or, for a store in the DLedger layout, its
+    classic segments below ``dividedCommitlogOffset`` and its data files' committed entries."""
+    try:
+        layout = dledger_layout(path, store_path_dledger_commit_log=store_path_dledger_commit_log)
+    except ValueError as exc:  # DLedgerStoreError: files that cannot be a DLedger store
+        raise StoreSourceError(f"path {str(path)!r}: {exc}") from None
+    if layout is None:
+        return plan_ranges(list_segments(path), max_bytes)
+    parts = plan_ranges(layout.classic, max_bytes)
+    for r in plan_ranges(layout.data, max_bytes):
+        parts.append(DLedgerRange(r.path, r.file_from_offset, r.lo, r.hi, layout.committed_pos))
+    return parts
+
+
+def read_store_range(
+    part: StoreRange, *, broker_name: str, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of a range :func:`plan_store` made (runs on executors)."""
+    if isinstance(part, DLedgerRange):
+        yield from read_entry_range(
+            part.path,
+            part.file_from_offset,
+            lo=part.lo,
+            hi=part.hi,
+            committed_pos=part.committed_pos,
+            broker_name=broker_name,
+            batch_size=batch_size,
+        )
+    else:
+        yield from read_range(part, broker_name=broker_name, batch_size=batch_size)
+
+
 class RocketMQStoreReader(DataSourceReader):
-    def __init__(self, path: str, broker_name: str, max_bytes: int, batch_size: int):
+    def __init__(
+        self,
+        path: str,
+        broker_name: str,
+        max_bytes: int,
+        batch_size: int,
+        store_path_dledger_commit_log: str | None = None,
+    ):
         self.path = path
         self.broker_name = broker_name
         self.max_bytes = max_bytes
         self.batch_size = batch_size
+        self.store_path_dledger_commit_log = store_path_dledger_commit_log
 
     def partitions(self) -> list[StoreRange]:
-        parts = plan_ranges(list_segments(self.path), self.max_bytes)
+        parts = plan_store(
+            self.path,
+            self.max_bytes,
+            store_path_dledger_commit_log=self.store_path_dledger_commit_log,
+        )
         # Spark needs at least one partition; an empty range reads nothing
         return parts or [StoreRange("", 0, 0, 0)]
 
@@ -167,7 +230,9 @@ class RocketMQStoreReader(DataSourceReader):
             raise TypeError(f"not a rocketmq-store partition: {partition!r}")
         if not partition.path:
             return
-        yield from read_range(partition, broker_name=self.broker_name, batch_size=self.batch_size)
+        yield from read_store_range(
+            partition, broker_name=self.broker_name, batch_size=self.batch_size
+        )
 
 
 class RocketMQStoreDataSource(DataSource):
@@ -195,4 +260,5 @@ class RocketMQStoreDataSource(DataSource):
             broker,
             _positive_int(opts, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION),
             _positive_int(opts, "batchSize", DEFAULT_BATCH_SIZE),
+            opts.get("storePathDLedgerCommitLog") or None,
         )

@@ -11,5 +11,6 @@ tables or, with `--json`, one JSON document on stdout. One module per area, shar
 * `broker_ops.py`: `rmq broker config get|set`, `rmq broker perm wipe|add`;
 * `producer.py`: `rmq producer list`; `stats.py`: `rmq stats` (their output: `render_ops.py`);
 * `message.py`: `rmq message query`;
-* `store.py`: `rmq store verify`, offline, over `store_verify.py`.
+* `store.py`: `rmq store verify`, offline, over `store_verify.py` (and `dledger_store_verify.py`
+  for stores in RocketMQ's DLedger layout).
 """

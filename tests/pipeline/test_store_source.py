@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import sys
 import time
 from pathlib import Path
@@ -234,3 +235,189 @@ def test_store_reader_decodes_a_brokers_segments_into_the_live_rows(
     }
     assert torn == [r for r in live if (r[2], r[3]) not in lost]
     assert len(torn) == len(live) - 3
+
+
+# ------------------------------------------------------------------ RocketMQ's DLedger layout
+# Stores built byte by byte as Apache RocketMQ 4.9 writes them in DLedger mode
+# (tests/broker/dledger/apache_store_fixture.py), a classic store switched to DLedger, and the
+# broker's own Raft log: read by pipeline.dledger_segments without Spark, then once by Spark.
+
+DL_FILE = 8 * 1024
+DL_QUEUES = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0), ("TopicC", 3)]
+
+
+def dledger_store(root, n, *, classic=0, tail=0, data_dir=None):
+    from tests.broker.dledger.apache_store_fixture import ApacheDLedgerStore
+
+    store = ApacheDLedgerStore(root, file_size=DL_FILE, data_dir=data_dir)
+    for i in range(classic + n):
+        topic, qid = DL_QUEUES[i % len(DL_QUEUES)]
+        body = bytes([i % 251]) * (40 + (i * 97) % 900)
+        send = store.send_classic if i < classic else store.send
+        send(topic, qid, body, tags=f"t{i % 3}")
+        if i == classic + n // 2:
+            store.new_term()
+    for _ in range(tail):
+        store.send("TopicA", 0, b"uncommitted", commit=False)
+    store.close()
+    return store
+
+
+def read_store(root, max_bytes, **kw):
+    from pipeline.store_source import plan_store, read_store_range
+
+    batches = []
+    for part in plan_store(root, max_bytes, **kw):
+        batches += list(read_store_range(part, broker_name="b", batch_size=7))
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def _row(r):
+    return (r["topic"], r["queueId"], r["queueOffset"], r["body"], r["msgId"], r["tags"], r["keys"])
+
+
+def expected_rows(root, **kw):
+    """What the broker's reader serves by queue offset, in CommitLog order, as rows."""
+    from broker.dledger.broker.dledger_commitlog import find_dledger_store, open_dledger_commitlog
+
+    paths = find_dledger_store(root, **kw)
+    assert paths is not None
+    reader = open_dledger_commitlog(paths)
+    try:
+        out = []
+        for m in reader.committed_messages():
+            props = m.properties
+            got = reader.message(m.topic, m.queue_id, m.queue_offset)
+            assert got.commit_log_offset == m.commit_log_offset
+            out.append(
+                (
+                    m.topic,
+                    m.queue_id,
+                    m.queue_offset,
+                    m.body,
+                    props.get("UNIQ_KEY") or m.msg_id,
+                    props.get("TAGS"),
+                    props.get("KEYS"),
+                )
+            )
+        return out
+    finally:
+        reader.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("max_bytes", [DL_FILE, 1000, 333])
+def test_dledger_store_ranges_read_each_committed_record_once(tmp_path, max_bytes):
+    from pipeline.store_source import plan_store
+
+    store = dledger_store(tmp_path / "broker-d", 60, tail=3)
+    rows = [_row(r) for r in read_store(tmp_path / "broker-d", max_bytes)]
+    committed = store.committed()
+    assert len(rows) == len(committed) == 60
+    assert rows == expected_rows(tmp_path / "broker-d")
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        (s.topic, s.queue_id, s.queue_offset, s.body) for s in committed
+    ]
+    files = len(os.listdir(store.dledger_data_dir))
+    assert files > 4  # blanks closed files
+    parts = plan_store(tmp_path / "broker-d", max_bytes)
+    assert len(parts) >= files and (max_bytes == DL_FILE or len(parts) > files)
+    # no range starts at or past the committed position (the uncommitted tail's file or bytes)
+    end = committed[-1].offset + committed[-1].size
+    assert max(p.file_from_offset + p.lo for p in parts) < end
+    assert max(p.file_from_offset + p.hi for p in parts) == end
+    # the member directory names the same store
+    assert [_row(r) for r in read_store(tmp_path / "broker-d" / "dledger-n0", max_bytes)] == rows
+
+
+@pytest.mark.timeout(120)
+def test_a_switched_classic_store_reads_both_sides_and_never_above_the_division(tmp_path):
+    store = dledger_store(tmp_path / "s", 30, classic=25)
+    divided = store.divided_commitlog_offset
+    (tmp_path / "s" / "commitlog" / f"{divided:020d}").write_bytes(b"\xff" * DL_FILE)
+    for max_bytes in (DL_FILE, 700):
+        rows = [_row(r) for r in read_store(tmp_path / "s", max_bytes)]
+        assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+            (s.topic, s.queue_id, s.queue_offset, s.body) for s in store.sent
+        ]
+        assert rows == expected_rows(tmp_path / "s")
+    # the commitlog/ path of such a store is the store
+    assert len(read_store(tmp_path / "s" / "commitlog", DL_FILE)) == 55
+
+
+@pytest.mark.timeout(120)
+def test_store_path_dledger_commit_log_names_the_data_files(tmp_path):
+    data = tmp_path / "elsewhere"
+    dledger_store(tmp_path / "r", 20, data_dir=data)
+    rows = read_store(tmp_path / "r", 1000, store_path_dledger_commit_log=str(data))
+    assert [_row(r) for r in rows] == expected_rows(
+        tmp_path / "r", store_path_dledger_commit_log=str(data)
+    )
+    assert len(rows) == 20
+
+
+@pytest.mark.timeout(120)
+def test_a_torn_entry_ends_its_files_rows(tmp_path):
+    store = dledger_store(tmp_path / "t", 40)
+    last = sorted(os.listdir(store.dledger_data_dir))[-1]
+    in_last = [s for s in store.sent if s.offset - 48 >= int(last)]
+    assert len(in_last) >= 3
+    torn = in_last[1]
+    with open(store.dledger_data_dir / last, "r+b") as f:
+        f.seek(torn.offset - 48 - int(last) + 4)
+        f.write(struct.pack(">i", 7))  # its size: no longer 48 + its body length
+    rows = [_row(r)[3] for r in read_store(tmp_path / "t", DL_FILE)]
+    assert rows == [s.body for s in store.sent if s.offset < torn.offset]
+
+
+@pytest.mark.timeout(120)
+def test_our_own_log_reads_with_no_ops_skipped_and_offset_msg_ids(tmp_path):
+    """The broker's Raft log (FileLog with the append hook): no-op entries give no row, and a
+    message without UNIQ_KEY has the offset msgId of pos + 48."""
+    from broker.dledger.driver import entry_coder as ec
+    from broker.dledger.driver.mmap_file_store import open_file_log
+    from broker.dledger.driver.state_files import Checkpoint, save_checkpoint
+    from common.message_id import create_offset_msg_id
+
+    member = tmp_path / "ours" / "dledger-n1"
+    flog = open_file_log(
+        str(member), data_file_size=DL_FILE, index_file_size=32 * 64, patch_physical_offset=True
+    )
+    host = ("10.1.1.1", 10911)
+    want = []
+    flog.append(1, ec.NOOP_RECORD)
+    for i in range(25):
+        m = MessageExtBrokerInner(
+            topic="T", queue_id=i % 2, body=bytes([i]) * (100 + 31 * i), store_host=host
+        )
+        entry = flog.append(1 + i // 10, encode_record(m, i // 2, 0, 1_700_000_000_000 + i))
+        want.append((i % 2, i // 2, m.body, create_offset_msg_id(host, entry.pos + 48)))
+        if i in (9, 19):
+            flog.append(2 + i // 10, b"")  # an empty no-op, as the simulator's
+    flog.append(4, ec.NOOP_RECORD)
+    late = MessageExtBrokerInner(topic="T", queue_id=0, body=b"not yet", store_host=host)
+    flog.append(4, encode_record(late, 99, 0, 1))
+    flog.close()
+    save_checkpoint(str(member), Checkpoint(end_index=29, committed_index=28))
+    for max_bytes in (DL_FILE, 500):
+        rows = read_store(tmp_path / "ours", max_bytes)
+        assert [(r["queueId"], r["queueOffset"], r["body"], r["msgId"]) for r in rows] == want
+        assert {r["brokerName"] for r in rows} == {"b"}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_spark_reads_dledger_layout_stores_as_the_reading_layer_does(spark, tmp_path):
+    """One Spark read (each costs seconds of a shared 2-core CI box) of a classic store
+    switched to DLedger, in byte ranges: its classic segments and its DLedger data files give
+    the rows the broker's reader serves."""
+    store = dledger_store(tmp_path / "broker-s", 40, classic=25, tail=2)
+    df = (
+        spark.read.format("rocketmq-store")
+        .option("maxBytesPerPartition", "1000")
+        .load(str(tmp_path / "broker-s"))
+    )
+    assert df.rdd.getNumPartitions() > len(os.listdir(store.dledger_data_dir)) + 2
+    rows = df.toArrow().to_pylist()
+    assert [_row(r) for r in rows] == expected_rows(tmp_path / "broker-s")
+    assert len(rows) == 65 and {r["brokerName"] for r in rows} == {"broker-s"}

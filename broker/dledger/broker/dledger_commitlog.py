@@ -54,6 +54,8 @@ __all__ = [
     "DLedgerCommitLogReader",
     "DLedgerStoreError",
     "DLedgerStorePaths",
+    "committed_position",
+    "find_dledger_store",
     "open_dledger_commitlog",
 ]
 
@@ -273,6 +275,28 @@ class DLedgerCommitLogReader:
             )
         return msg
 
+    def classic_messages(self) -> Iterator[MessageExt]:
+        """The records of the classic CommitLog below ``dividedCommitlogOffset``, in offset
+        order, up to its first BLANK or zeros (what :meth:`committed_messages` starts with)."""
+        for start, mm in self._classic.files:
+            at = 0
+            while True:
+                kind = ec.classify(mm, at)
+                if kind is not ec.Kind.RECORD:
+                    break
+                msg = self.message_at(start + at)
+                yield msg
+                at += msg.store_size
+
+    @property
+    def min_offset(self) -> int:
+        """The lowest CommitLog offset the files still hold: the first classic file's start, else
+        the first entry's position (retention deletes data files from the head); a ConsumeQueue
+        unit below it points at a deleted record."""
+        if self._classic.files:
+            return self._classic.files[0][0]
+        return self.entries[0].pos if self.entries else self.divided_commitlog_offset
+
     def committed_messages(self) -> Iterator[MessageExt]:
         """Every committed record in offset order: the classic CommitLog below
         ``dividedCommitlogOffset``, then each committed entry's record."""
@@ -369,3 +393,85 @@ def open_dledger_commitlog(paths: DLedgerStorePaths) -> DLedgerCommitLogReader:
         committed_index=committed,
         term=hard.term,
     )
+
+
+# --- for the offline tools (rmq store verify, the Spark store source) -------------------------
+def find_dledger_store(
+    path: str | os.PathLike[str], *, store_path_dledger_commit_log: str | None = None
+) -> DLedgerStorePaths | None:
+    """The DLedger member whose store ``path`` is, told from the files, or None for a store
+    without one (a classic store).  ``path`` is a ``storePathRootDir`` holding one
+    ``dledger-<selfId>/`` (with ``index/``, ``data/`` or ``checkpoint``), that member directory
+    itself, or the root's ``commitlog/`` (a classic store switched to DLedger).  A root with
+    several members is refused (DLedgerStoreError): which one is meant is for the caller."""
+    p = os.fspath(path)
+
+    def is_member(d: str) -> bool:
+        return any(
+            os.path.exists(os.path.join(d, name)) for name in ("index", "data", "checkpoint")
+        )
+
+    name = os.path.basename(os.path.normpath(p))
+    if name.startswith("dledger-") and len(name) > 8 and is_member(p):
+        root = os.path.dirname(os.path.normpath(p))
+        return DLedgerStorePaths(root, name[8:], store_path_dledger_commit_log)
+    roots = [p]
+    if name == "commitlog":
+        roots.append(os.path.dirname(os.path.normpath(p)))
+    for root in roots:
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        members = [
+            n
+            for n in names
+            if n.startswith("dledger-") and len(n) > 8 and is_member(os.path.join(root, n))
+        ]
+        if len(members) > 1:
+            raise DLedgerStoreError(
+                f"{root}: several DLedger members ({', '.join(members)}): give one's directory"
+            )
+        if members:
+            return DLedgerStorePaths(root, members[0][8:], store_path_dledger_commit_log)
+    return None
+
+
+def committed_position(paths: DLedgerStorePaths) -> int:
+    """``committed_pos`` of :class:`DLedgerCommitLogReader` without walking the data files:
+    the end of the committed entry as its index unit says (checked against the entry's own
+    header).  When the unit or the entry cannot be read that way it opens the store and walks
+    it, so the answer is the reader's either way."""
+    checkpoint = load_checkpoint(paths.member_dir)
+    committed = checkpoint.committed_index if checkpoint is not None else -1
+    if checkpoint is not None:
+        committed = min(committed, checkpoint.end_index)
+    data = _Segments(paths.data_dir)
+    index = _Segments(paths.index_dir)
+    try:
+        if committed < 0:
+            return data.min_offset
+        found = index.find(committed * ec.INDEX_UNIT_SIZE)
+        if found is not None:
+            unit = ec.decode_index_unit(found[0], found[1])
+            held = data.find(unit.pos)
+            if unit.magic == ec.MAGIC_1 and unit.entry_index == committed and held is not None:
+                mm, at = held
+                try:
+                    header = ec.decode_entry_header(mm, at)
+                except ec.EntryFormatError:
+                    header = None
+                if (
+                    header is not None
+                    and ec.entry_problem(header, at=unit.pos) is None
+                    and (header.entry_index, header.size) == (committed, unit.size)
+                ):
+                    return int(unit.pos + unit.size)
+    finally:
+        data.close()
+        index.close()
+    reader = open_dledger_commitlog(paths)
+    try:
+        return reader.committed_pos
+    finally:
+        reader.close()

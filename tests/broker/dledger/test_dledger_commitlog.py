@@ -8,6 +8,7 @@ import os
 import struct
 from pathlib import Path
 
+import attrs
 import pytest
 
 from broker.dledger.broker.dledger_commitlog import (
@@ -207,5 +208,58 @@ def test_commitlog_files_at_or_above_the_division_are_never_read(tmp_path: Path)
     reader = open_dledger_commitlog(DLedgerStorePaths(str(tmp_path), "n0"))
     try:
         check_every_message(reader, store.sent)
+    finally:
+        reader.close()
+
+
+def test_the_offline_tools_find_the_member_from_the_files(tmp_path: Path) -> None:
+    from broker.dledger.broker.dledger_commitlog import find_dledger_store
+
+    store = ApacheDLedgerStore(tmp_path / "s", file_size=FILE)
+    fill(store, 5, classic=True)
+    fill(store, 5, start=5)
+    store.close()
+    want = DLedgerStorePaths(str(tmp_path / "s"), "n0")
+    assert find_dledger_store(tmp_path / "s") == want
+    assert find_dledger_store(tmp_path / "s" / "dledger-n0") == want
+    assert find_dledger_store(tmp_path / "s" / "commitlog") == want
+    assert find_dledger_store(tmp_path / "s", store_path_dledger_commit_log="/x") == attrs.evolve(
+        want, store_path_dledger_commit_log="/x"
+    )
+    (tmp_path / "classic" / "commitlog").mkdir(parents=True)
+    assert find_dledger_store(tmp_path / "classic") is None
+    assert find_dledger_store(tmp_path / "nope") is None
+    (tmp_path / "s" / "dledger-n1" / "index").mkdir(parents=True)
+    with pytest.raises(DLedgerStoreError, match="several DLedger members"):
+        find_dledger_store(tmp_path / "s")
+
+
+def test_committed_position_from_one_index_unit_is_the_walks(tmp_path: Path) -> None:
+    """The cheap committed position (checkpoint + one index unit) is the reader's, and the
+    reader's walk answers when the unit cannot be trusted."""
+    from broker.dledger.broker.dledger_commitlog import committed_position
+
+    store = ApacheDLedgerStore(tmp_path, file_size=FILE)
+    paths = DLedgerStorePaths(str(tmp_path), "n0")
+    fill(store, 3, classic=True)
+    fill(store, 1, start=3)
+    store.send("TopicA", 0, b"x" * 50, commit=False)
+    store.close()
+    # nothing committed in DLedger: the classic end, dividedCommitlogOffset
+    (tmp_path / "dledger-n0" / "checkpoint").write_text("committedIndex=-1\nendIndex=1\n")
+    assert committed_position(paths) == store.divided_commitlog_offset
+    fill(store, 30, start=4)
+    store.close()
+    reader = open_dledger_commitlog(paths)
+    try:
+        assert committed_position(paths) == reader.committed_pos
+        last = reader.entry(reader.committed_index)
+        assert last is not None and reader.committed_pos == last.pos + last.size
+        # the committed entry's index unit says another size: the walk answers
+        with open(tmp_path / "dledger-n0" / "index" / f"{0:020d}", "r+b") as f:
+            f.seek(reader.committed_index * 32 + 12)
+            f.write(struct.pack(">i", 9))
+        with pytest.raises(DLedgerStoreError, match="index unit of entry"):
+            committed_position(paths)
     finally:
         reader.close()
