@@ -6,8 +6,8 @@ Theory of operation
 (broker/dledger/driver/node.py, or the simulator) calls it when something happens -- a request or an
 answer arrived, a request failed, a client proposes, time passed -- with the current time, and gets
 back a list of actions (member_state.py) to execute strictly in order: sends, persistence of term
-and vote, commit advances, finished appends, role changes, finished transfers, log resets.  The only thing the
-core changes directly is the injected :class:`~broker.dledger.raft.log.RaftLog`.
+and vote, commit advances, finished appends, role changes, finished transfers, log resets.  The
+only thing the core changes directly is the injected :class:`~broker.dledger.raft.log.RaftLog`.
 ``next_deadline()`` says when ``tick`` must run next; nothing happens between calls.
 
 The work is split as in DLedger:

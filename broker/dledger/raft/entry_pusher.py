@@ -397,18 +397,19 @@ class EntryPusher:
     def _stranded(self, d: _Dispatcher, response: PushEntryResponse) -> None:
         """Log (once per begin index) a follower that refused the TRUNCATE at this log's first
         entry while it ends before that entry.  A follower resets its log there when it can
-        (entry_handler.py, "Reset"); it refuses while this leader's commit index is below its
-        first entry (a leader that just took over), or when its data files cannot begin at
-        that entry's position (another data file size): then the retries go on, and only the
-        second kind needs an operator."""
+        (entry_handler.py, "Reset"); it refuses while this leader's commit index is below that
+        entry, when its data files cannot begin at the entry's position (another data file
+        size), or when it does not take resets (``CoreConfig.log_reset``: a broker keeping a
+        copy of the log it cannot drop).  The retries go on; the last two need an operator."""
         begin = self.state.log.begin_index
         if response.code is Code.INCONSISTENT_STATE and response.end_index < begin:
             if d.stranded_at != begin:
                 d.stranded_at = begin
-                _log.warning(
+                _log.error(
                     "member %s ends at entry %d, before this log's first entry %d (the older "
-                    "files were deleted) and refused to reset its log there (commit index %d); "
-                    "retrying",
+                    "files were deleted) and refused to reset its log there (this leader's "
+                    "commit index %d); retrying.  A member that takes no resets needs a "
+                    "peer's store copied to it",
                     d.peer,
                     response.end_index,
                     begin,
