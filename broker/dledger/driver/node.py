@@ -248,17 +248,11 @@ class DLedgerNode:
     def rebuilding(self) -> bool:
         """The leader reset this member's log (it had fallen behind the leader's first entry)
         and the log's end has not reached the commit index the leader last sent."""
-        if self._reset_at is not None and self.log.end_index >= max(
-            self._reset_at, self._core.leader_commit_index
-        ):
-            log.info(
-                "%s: rebuilt from entry %d, caught up at %d",
-                self.config.self_id,
-                self._reset_at,
-                self.log.end_index,
-            )
-            self._reset_at = None
-        return self._reset_at is not None
+        return self._reset_at is not None and not self._caught_up()
+
+    def _caught_up(self) -> bool:
+        assert self._reset_at is not None
+        return self.log.end_index >= max(self._reset_at, self._core.leader_commit_index)
 
     def peer_watermarks(self) -> dict[str, int]:
         """Leader: every member's match index (its own end for itself); else empty."""
@@ -342,6 +336,14 @@ class DLedgerNode:
         if index <= self._committed:
             return
         self._committed = index
+        if self._reset_at is not None and self._caught_up():
+            log.warning(
+                "%s: rebuilt from entry %d: caught up with the leader at %d",
+                self.config.self_id,
+                self._reset_at,
+                self.log.end_index,
+            )
+            self._reset_at = None
         waiters = self._commit_waiters
         while waiters and waiters[0][0] <= index:
             heapq.heappop(waiters)[2].set()
