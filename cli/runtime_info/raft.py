@@ -4,8 +4,10 @@ Theory of operation: a broker in DLedger mode adds its member's Raft state to
 GET_BROKER_RUNTIME_INFO (strings, like every runtime-info value): `dledgerGroup`,
 `dledgerSelfId`, `dledgerRole` (LEADER / FOLLOWER / CANDIDATE), `dledgerTerm`,
 `dledgerLeaderId` (empty while it knows none), `dledgerLedgerEndIndex`,
-`dledgerCommittedIndex` and `dledgerPeers` (its dLegerPeers string). `parse_raft` reads them
-into a `RaftStatus` (None for a broker that is not a DLedger member).
+`dledgerCommittedIndex`, `dledgerPeers` (its dLegerPeers string) and `dledgerRebuilding`
+(`true` while a member whose log the leader reset, after retention left it behind the leader's
+first entry, catches up; broker/dledger/driver/node.py). `parse_raft` reads them into a
+`RaftStatus` (None for a broker that is not a DLedger member).
 
 A member knows its own log, not the others': how far a follower is behind is read across the
 group, from the leader's ledger end index minus the follower's (`with_lag`). The leader of a
@@ -39,6 +41,8 @@ class RaftStatus:
     # the group leader's ledger end index minus this member's (>= 0); None for the leader
     # itself or while the group has no known leader (`with_lag` fills it in)
     lag: int | None = None
+    # its log was reset to the leader's first entry and it is catching up (dledgerRebuilding)
+    rebuilding: bool = False
 
     @property
     def is_leader(self) -> bool:
@@ -69,6 +73,7 @@ def parse_raft(table: Mapping[str, str]) -> RaftStatus | None:
         ledger_end_index=_int(table.get("dledgerLedgerEndIndex")),
         committed_index=_int(table.get("dledgerCommittedIndex")),
         peers=table.get("dledgerPeers", ""),
+        rebuilding=table.get("dledgerRebuilding") == "true",
     )
 
 
@@ -104,6 +109,8 @@ def with_lags(members: Iterable[RaftStatus]) -> list[RaftStatus]:
 
 
 def raft_cell(raft: RaftStatus, leader: RaftStatus | None) -> str:
-    """`n1 LEADER *` (the group's current leader is marked), `n0 FOLLOWER`."""
+    """`n1 LEADER *` (the group's current leader is marked), `n0 FOLLOWER`, `n2 FOLLOWER
+    rebuilding` (reset to the leader's first entry and catching up)."""
     mark = " *" if leader is not None and leader.self_id == raft.self_id else ""
-    return f"{raft.self_id} {raft.role}{mark}"
+    rebuilding = " rebuilding" if raft.rebuilding else ""
+    return f"{raft.self_id} {raft.role}{mark}{rebuilding}"

@@ -143,6 +143,7 @@ def test_rmq_cluster_json_carries_the_raft_state_with_the_lag(capsys):
         "committed_index": 118,
         "peers": PEERS,
         "lag": None,
+        "rebuilding": False,
     }
 
 
@@ -262,3 +263,13 @@ async def test_top_collector_keeps_a_dead_members_id_and_names_the_new_leader(au
     out = text(snap, 200)
     assert out.splitlines()[1] == "DLedger leaders: broker-a n2 (term 5)"
     assert "n1 DOWN" in out and "n2 LEADER *" in out
+
+
+def test_a_member_rebuilding_after_a_reset_says_so():
+    member = parse_raft({**table("n2", "FOLLOWER", 4, 40, 40), "dledgerRebuilding": "true"})
+    leader = parse_raft(table("n1", "LEADER", 4, 120, 118))
+    assert member is not None and leader is not None and member.rebuilding
+    assert raft_cell(member, leader) == "n2 FOLLOWER rebuilding"
+    caught_up = parse_raft({**table("n2", "FOLLOWER", 4, 120, 118), "dledgerRebuilding": "false"})
+    assert caught_up is not None and not caught_up.rebuilding
+    assert raft_cell(caught_up, leader) == "n2 FOLLOWER"

@@ -33,13 +33,12 @@ log still needs.
 * **Followers.** A leader drops only what every member holds (its peers' match indexes from
   replication), except in a forced clean: a member that was down for a while catches up by
   replication instead of being stranded.  A member whose log ends before the leader's first
-  entry cannot catch up: the leader's TRUNCATE at its begin index is refused (a Raft log with
-  a gap would leave the member's classic store without those messages) and the leader logs it.
-  Followers delete by their own clock and bounds, so if one of them leads later, a member that
-  was down longer than the retention time can also find itself behind that leader's first
-  entry.
-  That member needs its store copied from a peer; DLedger instead restarts its log at the
-  leader's first entry, losing those messages on that member silently.
+  entry (a forced clean, or followers that deleted by their own clock and bounds and one of
+  them leads later) is reset by the leader: its log begins again at the leader's first entry,
+  as DLedger's TRUNCATE does it (raft/entry_handler.py, "Reset"), and the broker drops what it
+  built from the old entries (driver/node.py's ``on_log_reset`` hook).  On the write-once
+  layout that loses nothing the group still serves: the leader's dropped files held the only
+  copies it served of the messages below its first entry.
 """
 
 from __future__ import annotations

@@ -312,6 +312,9 @@ class DLedgerMessageStore(PutSteps):
                 "dledgerCommittedIndex": str(node.committed_index),
                 "dledgerAppliedIndex": str(self.applier.applied_index),
                 "dledgerPeers": node.config.peers,
+                # reset by the leader after retention left it behind, not caught up yet
+                # (driver/node.py; a fake node of the tests has no such state)
+                "dledgerRebuilding": str(bool(getattr(node, "rebuilding", False))).lower(),
             }
         )
         return info

@@ -38,6 +38,20 @@ files from the head, never the last one, and the index files wholly below what i
 finds it again (a data file always starts with an entry).  The new first entry must already be on
 disk, so a power cut cannot leave a log whose head is gone and whose first kept entry is torn.
 
+Reset (``reset``, a follower the leader's retention left behind: raft/entry_handler.py, "Reset";
+DLedger's ``truncate`` with ``rebuildWithPos``): every data and index file goes, and the log
+begins again with the leader's first entry, at its position ``P`` (a data file's start, where
+recovery looks for the begin index: a new data file named ``P``) and its index unit at
+``B * 32`` (in an index file whose units below ``B`` stay zero, sparse: recovery's search for the
+index end starts at the begin index).  A crash inside it must not leave a mix of old files and
+new ones, so a marker file ``index/resetting`` is written and synced first, the old files are
+unlinked newest first (the directories synced), the new entry and unit written and synced, and
+the marker removed last.  ``open_file_log`` finding the marker finishes the job the simple way:
+it deletes every data and index file and opens an empty log (entry_handler.py: an empty member
+is reset again by its leader; everything the old files held was below the leader's first entry).
+``reset`` is synchronous, syncs included: it is rare, and the answer to the leader must not leave
+before the new log is durable.
+
 Invariants: ``end_index + 1 == index bytes / 32``; ``write_pos`` == the data queue's end ==
 ``get(end_index).pos + size`` (0 when empty); every index unit matches its header; nothing
 but zeros after ``write_pos``.
@@ -107,6 +121,8 @@ RECENT_BYTES = 64 << 20
 DROP_FILES_MAX = 10
 # how long without writes counts as quiet: flush then releases pages, cache and heap
 QUIET_S = 0.5
+# in the index directory while a reset runs (module doc)
+RESET_MARKER = "resetting"
 
 
 @attrs.define(eq=False)
@@ -251,6 +267,58 @@ class FileLog:
             self.data.truncate_dirty(pos + size)
             self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
             self._end, self._end_term = index - 1, term
+
+    def reset(self, first: Entry) -> None:
+        """The log becomes ``first`` alone, at ``first.pos`` (module doc, "Reset"); durable when
+        it returns.  ValueError (nothing changed) unless ``first.pos`` starts a data file and
+        ``first`` fits one; OSError (a full disk) after the old files went leaves the log
+        empty."""
+        data, index = self.data, self.index
+        if first.pos % data.file_size:
+            raise ValueError(f"a log cannot begin at {first.pos}: not a data file's start")
+        place_entry(first.pos, first.size, data.file_size)  # ValueError when it cannot fit
+        marker = os.path.join(index.store_dir, RESET_MARKER)
+        self.drop_recent()
+        with self._files_lock:
+            self._cuts += 1
+            os.makedirs(index.store_dir, exist_ok=True)
+            os.makedirs(data.store_dir, exist_ok=True)
+            _write_synced(marker, f"{first.index} {first.pos}\n".encode())
+            for queue in (data, index):
+                for mf in reversed(queue.files):  # newest first: a crash leaves a cut log
+                    mf.destroy()
+                queue.files = []
+                _sync_dir(queue.store_dir)
+            self._begin, self._end, self._end_term = 0, -1, -1
+            unit_at = first.index * INDEX_UNIT_SIZE
+            created = [data.create(first.pos), index.create(unit_at - unit_at % index.file_size)]
+            imf = created[1]
+            imf.wrote = unit_at - imf.file_from_offset
+            imf.allocated = imf.wrote - imf.wrote % imf.chunk  # the zeros below stay sparse
+            imf.flushed = imf.released = imf.wrote
+            self._begin = first.index
+            try:
+                self._write(first)
+                for mf in created:
+                    os.fdatasync(mf.fileno())
+                    mf.flushed = mf.wrote
+                _sync_dir(data.store_dir)
+                _sync_dir(index.store_dir)
+            except OSError:
+                for queue in (data, index):
+                    for mf in queue.files:
+                        mf.destroy()
+                    queue.files = []
+                self.drop_recent()
+                self._begin, self._end, self._end_term = 0, -1, -1
+                raise
+            os.unlink(marker)
+            _sync_dir(index.store_dir)
+        log.warning(
+            "dledger log reset: it begins at entry %d (pos %d), all older files deleted",
+            first.index,
+            first.pos,
+        )
 
     # --- writing ----------------------------------------------------------------------------
     def _write(self, entry: Entry) -> None:
@@ -462,13 +530,47 @@ def _header_matches(data: MappedFileQueue, unit: tuple[int, int, int, int, int],
     return h[:5] == (ENTRY_MAGIC, size, i, term, pos) and h[8] == size - ENTRY_HEADER_SIZE
 
 
-def _units_written(index: MappedFileQueue) -> int:
-    """Units up to the first one whose magic is not 1 (binary search in the last file)."""
+def _write_synced(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(os.path.dirname(path))
+
+
+def _sync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _finish_reset(data_dir: str, index_dir: str) -> None:
+    """A reset was cut short (its marker is there): delete every data and index file, then the
+    marker (module doc, "Reset")."""
+    log.warning("dledger log: a log reset was interrupted; the log starts empty")
+    for directory in (index_dir, data_dir):
+        if os.path.isdir(directory):
+            for name in os.listdir(directory):
+                if name.isdigit() and len(name) == 20:
+                    os.unlink(os.path.join(directory, name))
+            _sync_dir(directory)
+    os.unlink(os.path.join(index_dir, RESET_MARKER))
+    _sync_dir(index_dir)
+
+
+def _units_written(index: MappedFileQueue, begin: int) -> int:
+    """Units up to the first one whose magic is not 1 (binary search in the last file, from the
+    begin index on: a reset log's first index file is zero below it)."""
     if not index.files:
         return 0
     last = index.files[-1]
     per_file = index.file_size // INDEX_UNIT_SIZE
-    lo, hi = 0, per_file  # the answer is in [lo, hi]
+    first_unit = last.file_from_offset // INDEX_UNIT_SIZE
+    lo, hi = min(max(0, begin - first_unit), per_file), per_file  # the answer is in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2
         (magic,) = struct.unpack_from(">i", last.view, mid * INDEX_UNIT_SIZE)
@@ -493,12 +595,14 @@ def open_file_log(
         raise ValueError(f"index file size {index_file_size} is not a multiple of 32")
     data = MappedFileQueue(data_dir or os.path.join(directory, "data"), data_file_size)
     index = MappedFileQueue(os.path.join(directory, "index"), index_file_size)
+    if os.path.exists(os.path.join(index.store_dir, RESET_MARKER)):
+        _finish_reset(data.store_dir, index.store_dir)
     data.load()
     index.load()
     flog = FileLog(data, index, patch_physical_offset=patch_physical_offset)
     if data.files:
         flog._begin = max(0, flog.first_index_of(data.files[0]))
-    n = _units_written(index)
+    n = _units_written(index, flog._begin)
     end = n - 1
     while end >= flog._begin:
         offset = end * INDEX_UNIT_SIZE

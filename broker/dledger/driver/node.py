@@ -26,6 +26,13 @@ request's actions and answers when the FIFO passes it (at once, or through an aw
 server awaits).  Listeners are called synchronously and must not block; one may call
 ``propose`` (its actions join the end of the FIFO, after the ones still queued).
 
+A ``LogReset`` (the leader reset this follower's log to begin at its first entry:
+raft/entry_handler.py, "Reset"; the log is already reset and durable when the action runs) calls
+the ``on_log_reset(begin_index, begin_pos)`` hook given to ``run_dledger_node``, synchronously,
+before the Committed that follows it: the broker drops what it built from the old entries
+(consume queues, index) before it applies the new ones.  From then until the log's end reaches
+the commit index the leader last sent, ``status().rebuilding`` is true (``rmq top`` shows it).
+
 An admin's LEADERSHIP_TRANSFER to the leader (transferId = the leader) is answered, as DLedger
 does, once the transfer has finished; METADATA is answered here (peers and leader).
 
@@ -60,6 +67,7 @@ from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
+    LogReset,
     PersistState,
     RaftCore,
     RoleChanged,
@@ -101,6 +109,9 @@ class NodeStatus:
     # leader: each member's match index (self: its end index); empty elsewhere
     watermarks: dict[str, int]
     peers: dict[str, str]
+    # the log was reset by the leader (a member retention left behind) and has not caught up
+    # with the leader's commit index yet
+    rebuilding: bool = False
 
 
 @attrs.define(eq=False)
@@ -159,6 +170,10 @@ class DLedgerNode:
     _transfers: list[_TransferWait] = attrs.field(factory=list)
     # the ticker's sleep, while it sleeps
     _tick_scope: trio.CancelScope | None = None
+    # the broker's hook for a LogReset: (begin_index, begin_pos)
+    _on_log_reset: Callable[[int, int], None] | None = None
+    # the begin index of the last LogReset while the log has not caught up since; else None
+    _reset_at: int | None = None
 
     # --- the public face -----------------------------------------------------------------------
 
@@ -229,6 +244,16 @@ class DLedgerNode:
         finally:
             self._transfers.remove(wait)
 
+    @property
+    def rebuilding(self) -> bool:
+        """The leader reset this member's log (it had fallen behind the leader's first entry)
+        and the log's end has not reached the commit index the leader last sent."""
+        return self._reset_at is not None and not self._caught_up()
+
+    def _caught_up(self) -> bool:
+        assert self._reset_at is not None
+        return self.log.end_index >= max(self._reset_at, self._core.leader_commit_index)
+
     def peer_watermarks(self) -> dict[str, int]:
         """Leader: every member's match index (its own end for itself); else empty."""
         return self._core.peer_watermarks()
@@ -245,6 +270,7 @@ class DLedgerNode:
             committed_index=self._committed,
             watermarks=core.peer_watermarks() if core.role is Role.LEADER else {},
             peers=self.config.peer_addresses(),
+            rebuilding=self.rebuilding,
         )
 
     # --- running actions in order --------------------------------------------------------------
@@ -285,6 +311,8 @@ class DLedgerNode:
             self._proposals.settle(item.first, item.last, item.code)
         elif isinstance(item, RoleChanged):
             self._role_change(item)
+        elif isinstance(item, LogReset):
+            self._log_reset(item)
         elif isinstance(item, TransferDone):
             for wait in self._transfers:
                 if wait.transferee == item.transferee and not wait.done.is_set():
@@ -308,9 +336,32 @@ class DLedgerNode:
         if index <= self._committed:
             return
         self._committed = index
+        if self._reset_at is not None and self._caught_up():
+            log.warning(
+                "%s: rebuilt from entry %d: caught up with the leader at %d",
+                self.config.self_id,
+                self._reset_at,
+                self.log.end_index,
+            )
+            self._reset_at = None
         waiters = self._commit_waiters
         while waiters and waiters[0][0] <= index:
             heapq.heappop(waiters)[2].set()
+
+    def _log_reset(self, reset: LogReset) -> None:
+        log.warning(
+            "%s: the leader reset this member's log (it ended before the leader's first entry): "
+            "it begins at entry %d, pos %d; rebuilding from there",
+            self.config.self_id,
+            reset.begin_index,
+            reset.begin_pos,
+        )
+        self._reset_at = reset.begin_index
+        if self._on_log_reset is not None:
+            try:
+                self._on_log_reset(reset.begin_index, reset.begin_pos)
+            except Exception:
+                log.exception("log reset hook %r failed", self._on_log_reset)
 
     def _role_change(self, change: RoleChanged) -> None:
         log.info(
@@ -435,13 +486,18 @@ async def run_dledger_node(
     log: RaftLog | None = None,
     storage: NodeStorage | None = None,
     rng: random.Random | None = None,
+    on_log_reset: Callable[[int, int], None] | None = None,
     task_status: trio.TaskStatus[DLedgerNode] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one member until cancelled; reports the :class:`DLedgerNode` once it serves.
 
     ``log``: the Raft log to use (default: the file log under ``config.store_dir``, opened and
     closed here).  ``storage``: where currterm/checkpoint live and how the log is flushed
-    (default: files in ``config.store_dir``).  ``rng``: the core's election jitter."""
+    (default: files in ``config.store_dir``).  ``rng``: the core's election jitter.
+    ``on_log_reset(begin_index, begin_pos)``: called when the leader reset this member's log
+    (module doc); synchronous, must not block.  Without it the member refuses resets (and
+    stays behind the leader's first entry, as before): only a caller that can drop what it
+    built from the old entries may let the leader reset its log."""
     store = storage if storage is not None else FileStorage(config.store_dir)
     owned = log is None
     raft_log = log if log is not None else await open_log(config)
@@ -455,7 +511,9 @@ async def run_dledger_node(
         # the applier's.
         committed = -1
         core = RaftCore(
-            config.core_config(),
+            # resets only where something can drop what it built from the old entries (a
+            # broker without the hook keeps a classic copy a reset would leave with a gap)
+            attrs.evolve(config.core_config(), log_reset=on_log_reset is not None),
             raft_log,
             hard_state,
             rng=rng if rng is not None else random.Random(),
@@ -463,7 +521,16 @@ async def run_dledger_node(
             committed_index=committed,
         )
         async with network.open_client(config.self_id) as client:
-            node = DLedgerNode(config, raft_log, core, store, client, committed=committed)
+            node = DLedgerNode(
+                config,
+                raft_log,
+                core,
+                store,
+                client,
+                # the core's: at least a log's first entry when that is not entry 0 (core.py)
+                committed=core.committed_index,
+                on_log_reset=on_log_reset,
+            )
             peers = config.peer_addresses()
             for peer, addr in peers.items():
                 if peer != config.self_id:

@@ -6,8 +6,8 @@ Theory of operation
 (broker/dledger/driver/node.py, or the simulator) calls it when something happens -- a request or an
 answer arrived, a request failed, a client proposes, time passed -- with the current time, and gets
 back a list of actions (member_state.py) to execute strictly in order: sends, persistence of term
-and vote, commit advances, finished appends, role changes, finished transfers.  The only thing the
-core changes directly is the injected :class:`~broker.dledger.raft.log.RaftLog`.
+and vote, commit advances, finished appends, role changes, finished transfers, log resets.  The
+only thing the core changes directly is the injected :class:`~broker.dledger.raft.log.RaftLog`.
 ``next_deadline()`` says when ``tick`` must run next; nothing happens between calls.
 
 The work is split as in DLedger:
@@ -49,6 +49,7 @@ from broker.dledger.raft.member_state import (
     Committed,
     CoreConfig,
     HardState,
+    LogReset,
     MemberState,
     PersistState,
     RoleChanged,
@@ -77,6 +78,7 @@ __all__ = [
     "Committed",
     "CoreConfig",
     "HardState",
+    "LogReset",
     "PersistState",
     "RaftCore",
     "RoleChanged",
@@ -121,7 +123,11 @@ class RaftCore:
             rng=rng,
             term=term,
             voted_for=voted_for,
-            committed_index=min(committed_index, log.end_index),
+            # a log's first entry, when it is not entry 0, is committed (log.py): a restarted
+            # leader's TRUNCATE at it then carries a commit index that lets a follower reset
+            committed_index=max(
+                min(committed_index, log.end_index), log.begin_index if log.begin_index > 0 else -1
+            ),
         )
         self._elector = LeaderElector(self._state, last_leader_heartbeat=now)
         if voted_for == config.self_id:
@@ -164,6 +170,11 @@ class RaftCore:
     @property
     def committed_index(self) -> int:
         return self._state.committed_index
+
+    @property
+    def leader_commit_index(self) -> int:
+        """Follower: the commit index the current leader's last push carried; -1 before any."""
+        return self._handler.leader_commit
 
     def lease_end(self) -> float:
         """Leader: when it steps down unless a majority answers a heartbeat round sent before

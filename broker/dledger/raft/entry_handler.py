@@ -13,7 +13,8 @@ order, and answers with its own log bounds (``begin_index``/``end_index``):
   send order, and an out-of-order one just costs a COMPARE.
 * COMPARE: SUCCESS when the local entry at that index equals the leader's, else
   INCONSISTENT_STATE.
-* TRUNCATE: drop every entry after the index and make the entry there the leader's.
+* TRUNCATE: drop every entry after the index and make the entry there the leader's; when the
+  entries before it cannot be kept (below, "Reset"), begin the log again at it.
 * COMMIT: only carries the leader's commit index.
 
 ``match_end`` is the last index known to agree with the current leader's log (reset when term
@@ -29,8 +30,54 @@ even against stale or repeated pushes, which TCP does not produce but a lossy mo
 * the committed index becomes ``min(leader's commitIndex, match_end)``, never more, and a COMMIT
   push that would need more is answered INCONSISTENT_STATE so the leader compares again.
 
+Reset (a follower the leader's retention left behind)
+----------------------------------------------------
+A leader whose retention dropped its head files (a forced clean on a full disk,
+broker/dledger/broker/log_retention.py) begins at ``B``, the first entry of its first data
+file, at ``P``, that file's start.  A follower that does not hold the leader's entry at ``B``
+and cannot show that its entry ``B - 1`` agrees (it ends before ``B - 1``, its log is empty, or
+it holds other entries there and knows nothing of them agreeing) can never be repaired by
+truncation: the leader has nothing below ``B`` to compare or send, and its dispatcher ends at
+TRUNCATE ``B`` (entry_pusher.py).  DLedger 0.3.1.2 answers that TRUNCATE by rebuilding its
+store at the entry's position (``DLedgerMmapFileStore.truncate``: ``rebuildWithPos``, then the
+entry appended); so does this handler (unless ``CoreConfig.log_reset`` is off: then it refuses
+as before), under three conditions, with ``RaftLog.reset``:
+
+1. the leader's ``commitIndex`` in the push is at least ``B``: entry ``B`` is committed, so
+   everything below it is too (log matching) -- a reset never starts at an entry that could
+   still be overwritten, and a TRUNCATE at any uncommitted index (a compare point) is refused;
+2. ``B`` is above what this member trusts (``match_end`` and its committed index): nothing it
+   acknowledged to this leader in this term, and nothing it holds committed, is dropped by the
+   reset *at or above* ``B``;
+3. ``P`` starts a data file (``reset`` raises ValueError otherwise: a log can only begin there).
+
+What it discards and why that is safe:
+
+* entries ``< B``: each is either committed, and then it is the group's entry there (state
+  machine safety) and the leader no longer holds it: retention only drops committed entries, and
+  on the write-once layout (consume queues pointing into the data files) the group no longer
+  serves those messages either, so this member loses nothing the group still has; or it is not
+  committed and Raft lets a follower drop it (no quorum counted it for anything that
+  committed);
+* entries ``>= B`` it may hold: its entry at ``B`` differs from the leader's, which is committed,
+  so its entry there is not committed, and no later entry of its is committed either (a
+  committed entry at ``j > B`` would be in the leader's log, and by log matching so would this
+  member's entry at ``B``).
+
+After it: ``match_end = B`` (its whole log is the leader's entry ``B``); the committed index
+becomes ``min(commitIndex, match_end) = B`` (it was below ``B``: it never exceeds the old end):
+everything before ``B`` is committed on the leader, and ``B`` itself.  Term, vote and role are
+untouched: the reset is a log operation within the leader's term.  The core emits
+``LogReset(B, P)`` before the push's ``Committed``, so the broker drops what it built from the
+old entries before it applies ``B``.  A stale TRUNCATE (sent before this member restarted and
+lost a tail, delivered after) could only pass 1-3 at an index the leader had committed and at a
+file start; the reset then drops committed entries the leader still serves, from this member
+only: the one case left open, since DLedger's wire has no field saying "this is my first entry"
+(our answers already say so: ``beginIndex``).
+
 Invariants
-* entries up to the committed index are never removed or changed;
+* entries up to the committed index are never removed or changed, except by a reset, which
+  removes only committed entries below the leader's first one;
 * the committed index never decreases and never exceeds ``match_end`` when it rises;
 * every answer that acknowledges entries (SUCCESS/REPEATED_PUSH to an APPEND) is sent only once
   they are in the log, equal to the leader's.
@@ -42,9 +89,10 @@ import logging
 
 import attrs
 
-from broker.dledger.raft.member_state import MemberState
+from broker.dledger.raft.member_state import LogReset, MemberState
 from broker.dledger.raft.messages import (
     DLedgerResponseCode,
+    Entry,
     PushEntryRequest,
     PushEntryResponse,
     PushType,
@@ -68,6 +116,8 @@ class EntryHandler:
     _match_of: tuple[int, str | None] = (-1, None)
     # last index known to equal the current leader's log; -1 when nothing is known
     _match_end: int = -1
+    # the commit index the last admitted push carried (-1 before any)
+    leader_commit: int = -1
 
     @property
     def match_end(self) -> int:
@@ -98,6 +148,7 @@ class EntryHandler:
 
     def handle_push(self, request: PushEntryRequest) -> PushEntryResponse:
         """Apply an admitted push (term and leader already checked)."""
+        self.leader_commit = request.commit_index
         if request.type is PushType.APPEND:
             code = self._append(request)
         elif request.type is PushType.COMPARE:
@@ -160,15 +211,14 @@ class EntryHandler:
             log.truncate(keep + 1)
             self._matched(keep)
             return Code.SUCCESS
-        if index <= trusted or index > log.end_index + 1:
-            return Code.INCONSISTENT_STATE  # never rewrite an agreed entry, never leave a gap
-        if 0 < log.begin_index and index <= log.begin_index:
-            # the entries before it are gone here (retention): nothing proves they agree, and
-            # the log cannot be cut at its own head; the leader logs the member as stranded
-            _log.debug("TRUNCATE at %d refused: this log begins at %d", index, log.begin_index)
-            return Code.INCONSISTENT_STATE
-        if index > log.begin_index and index - 1 > trusted:
-            return Code.INCONSISTENT_STATE  # the entries before it are not known to agree
+        if index <= trusted:
+            return Code.INCONSISTENT_STATE  # never rewrite an agreed or committed entry
+        if (
+            index > log.end_index + 1  # a gap: it ends before the leader's first entry
+            or (0 < log.begin_index and index <= log.begin_index)  # it cannot cut its own head
+            or (index > log.begin_index and index - 1 > trusted)  # what precedes is unknown
+        ):
+            return self._reset(request.commit_index, entry)
         log.truncate(index)
         try:
             if not log.append_entry(entry):
@@ -177,6 +227,33 @@ class EntryHandler:
             log_disk_error(exc, index)
             return Code.DISK_FULL
         self._matched(index)
+        return Code.SUCCESS
+
+    def _reset(self, leader_commit: int, entry: Entry) -> DLedgerResponseCode:
+        """Begin the log again at the leader's entry (module doc, "Reset")."""
+        log = self.state.log
+        if not self.state.config.log_reset:
+            return Code.INCONSISTENT_STATE  # this member cannot drop what it built (CoreConfig)
+        if leader_commit < entry.index:
+            return Code.INCONSISTENT_STATE  # not known committed: maybe not the leader's first
+        try:
+            log.reset(entry)
+        except ValueError as exc:
+            _log.debug("TRUNCATE at %d refused: %s", entry.index, exc)
+            return Code.INCONSISTENT_STATE
+        except OSError as exc:
+            log_disk_error(exc, entry.index)
+            return Code.DISK_FULL
+        _log.warning(
+            "%s: log reset by leader %s: it begins at entry %d (pos %d); the entries held "
+            "before were all below the leader's first one",
+            self.state.self_id,
+            self.state.leader_id,
+            entry.index,
+            entry.pos,
+        )
+        self._matched(entry.index)
+        self.state.out.append(LogReset(entry.index, entry.pos))
         return Code.SUCCESS
 
     def _commit_only(self, request: PushEntryRequest) -> DLedgerResponseCode:

@@ -12,7 +12,10 @@ it) and starts one
   the follower ending right there -> APPEND; SUCCESS with a longer follower -> TRUNCATE there.
   INCONSISTENT_STATE -> step back (to the follower's end when that is smaller, else one less);
   no overlap at all -> TRUNCATE at the leader's begin index.  One COMPARE at a time.
-* TRUNCATE: send the entry at the truncate index; SUCCESS -> APPEND after it.
+* TRUNCATE: send the entry at the truncate index; SUCCESS -> APPEND after it.  At this log's
+  first entry, to a follower that holds nothing it can keep, the TRUNCATE resets the follower's
+  log to begin there (entry_handler.py, "Reset"): DLedger's way of rebuilding a member that
+  retention left behind.
 * APPEND: push entries in order (``max_batch_push_entries`` per push with batch push, else one),
   at most ``max_in_flight_pushes`` unanswered per follower; the push at watermark+1 is sent again
   when unanswered for ``maxPushTimeOutMs``.  INCONSISTENT_STATE (to an APPEND or COMMIT) -> COMPARE.
@@ -315,9 +318,11 @@ class EntryPusher:
         cfg = self.state.config
         end = self.state.log.end_index
         batch = cfg.max_batch_push_entries if cfg.enable_batch_push else 1
-        if d.write_index < self.state.log.begin_index:
+        begin = self.state.log.begin_index
+        if d.write_index < begin or d.watermark + 1 < begin:
             # retention dropped what this follower still needed (a forced clean): COMPARE
-            # finds out where it stands
+            # finds out where it stands (the push at watermark+1 could not be sent again:
+            # its entries are gone)
             self._to_compare(d, now)
             return
         while d.write_index <= end and len(d.pending) < cfg.max_in_flight_pushes:
@@ -366,6 +371,12 @@ class EntryPusher:
             d.outstanding = None
             if request.type is PushType.TRUNCATE:
                 if code is Code.SUCCESS:
+                    if response.begin_index == request.entries[0].index > 0:
+                        _log.info(
+                            "member %s reset its log to begin at this log's entry %d",
+                            d.peer,
+                            response.begin_index,
+                        )
                     self._to_append(d, request.entries[0].index)
                 else:
                     self._stranded(d, response)
@@ -384,20 +395,25 @@ class EntryPusher:
             self._compare_later(d, now)
 
     def _stranded(self, d: _Dispatcher, response: PushEntryResponse) -> None:
-        """Log (once per begin index) a follower whose TRUNCATE at this log's first entry was
-        refused while it ends before that entry: it cannot catch up by replication, since
-        nothing here can show its older entries agree (broker/dledger/broker/log_retention.py)."""
+        """Log (once per begin index) a follower that refused the TRUNCATE at this log's first
+        entry while it ends before that entry.  A follower resets its log there when it can
+        (entry_handler.py, "Reset"); it refuses while this leader's commit index is below that
+        entry, when its data files cannot begin at the entry's position (another data file
+        size), or when it does not take resets (``CoreConfig.log_reset``: a broker keeping a
+        copy of the log it cannot drop).  The retries go on; the last two need an operator."""
         begin = self.state.log.begin_index
         if response.code is Code.INCONSISTENT_STATE and response.end_index < begin:
             if d.stranded_at != begin:
                 d.stranded_at = begin
                 _log.error(
                     "member %s ends at entry %d, before this log's first entry %d (the older "
-                    "files were deleted): it cannot catch up by replication; copy a peer's "
-                    "store to it",
+                    "files were deleted) and refused to reset its log there (this leader's "
+                    "commit index %d); retrying.  A member that takes no resets needs a "
+                    "peer's store copied to it",
                     d.peer,
                     response.end_index,
                     begin,
+                    self.state.committed_index,
                 )
 
     def _compare_later(self, d: _Dispatcher, now: float) -> None:

@@ -25,7 +25,15 @@ Invariants (both implementations)
 * terms never decrease along the log;
 * ``truncate(i)`` removes exactly the entries ``>= i`` and puts the write position back at the
   end of entry ``i - 1`` (entry ``i``'s ``pos`` unless entry ``i`` had opened a new file: that
-  blank is undone too, so the next ``pos`` depends on the kept entries only, as on the leader).
+  blank is undone too, so the next ``pos`` depends on the kept entries only, as on the leader);
+* ``reset(e)`` leaves exactly one entry, ``e``, at ``e.pos``: the log begins there.  Only at the
+  start of a data file (``e.pos % file_size == 0``; else ValueError and nothing changes),
+  because that is where a log that lost its head begins: retention drops whole data files, and
+  DLedger's store finds its first index in the first data file's first header;
+* when ``begin_index > 0`` the entry there is committed: retention drops files only up to the
+  committed index (broker/dledger/broker/log_retention.py), and a follower resets only to an
+  entry its leader reports committed (entry_handler.py).  The core counts on it: its committed
+  index starts at ``begin_index`` at least (core.py).
 """
 
 from __future__ import annotations
@@ -102,6 +110,14 @@ class RaftLog(Protocol):
         position goes back to the end of the last entry kept."""
         ...
 
+    def reset(self, first: Entry) -> None:
+        """Drop every entry and begin again with ``first`` alone, at ``first.pos`` (DLedger's
+        TRUNCATE of a follower that holds nothing the leader still has: its store rebuilt at
+        the entry's position).  ``first.pos`` must start a data file, else ValueError and the
+        log is unchanged.  Durable against power loss when it returns; a crash inside it
+        leaves either the old log cut somewhere or an empty log, never a mix."""
+        ...
+
 
 def _empty_entries() -> list[Entry]:
     return []
@@ -160,6 +176,26 @@ class MemoryLog:
         self._entries.append(entry)
         self._write_pos = entry.pos + entry.size
         return True
+
+    def reset(self, first: Entry) -> None:
+        if first.pos % self.file_size:
+            raise ValueError(f"a log cannot begin at {first.pos}: not a data file's start")
+        place_entry(first.pos, first.size, self.file_size)  # raises if it cannot fit a file
+        self._entries = [first]
+        self._write_pos = first.pos + first.size
+
+    def drop_head(self, upto: int) -> int:
+        """Retention's head drop for this log (the file log's ``drop_head``, without files and
+        their ages): the log begins at the last entry ``<= upto`` that starts a data file,
+        when that is above the current begin; returns the entries dropped."""
+        if not self._entries:
+            return 0
+        begin = self._entries[0].index
+        for entry in reversed(self._entries[: max(0, min(upto, self.end_index) - begin + 1)]):
+            if entry.index > begin and entry.pos % self.file_size == 0:
+                del self._entries[: entry.index - begin]
+                return entry.index - begin
+        return 0
 
     def truncate(self, index: int) -> None:
         entry = self.get(index)

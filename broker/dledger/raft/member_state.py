@@ -18,7 +18,8 @@ change at the moment it happens, inside the same call.
 
 Invariants
 * ``term`` never decreases; within one term ``voted_for`` goes at most from None to one id;
-* ``committed_index`` never decreases and never exceeds the log's end index;
+* ``committed_index`` never decreases and never exceeds the log's end index; when the log begins
+  above 0 it is at least ``begin_index`` (a log's first entry is committed: log.py);
 * ``role == LEADER`` iff ``leader_id == self_id``.
 """
 
@@ -38,6 +39,7 @@ __all__ = [
     "Committed",
     "CoreConfig",
     "HardState",
+    "LogReset",
     "MemberState",
     "PersistState",
     "RoleChanged",
@@ -77,6 +79,11 @@ class CoreConfig:
     # entries commit under the section 5.4.2 rule): empty unless the driver gives one; the
     # broker's is a record a Java member reads and dispatches nothing for (driver/entry_coder.py)
     noop_body: bytes = b""
+    # not DLedger's: a follower left behind the leader's first entry lets the leader reset its
+    # log there (entry_handler.py, "Reset"); off for a member whose state machine cannot drop
+    # what it built from the old entries (the driver turns it off without an on_log_reset
+    # hook: a broker keeping a classic CommitLog copy would be left with a gap)
+    log_reset: bool = True
 
     @property
     def quorum(self) -> int:
@@ -148,7 +155,19 @@ class TransferDone:
     code: DLedgerResponseCode
 
 
-Action = Send | PersistState | Committed | AppendDone | RoleChanged | TransferDone
+@attrs.frozen
+class LogReset:
+    """The follower's log was reset by the leader (entry_handler.py, "Reset"): every entry it
+    held is gone and the log now begins at ``begin_index``, whose header is at ``begin_pos``.
+    It is durable when the core returns.  The driver tells the broker, whose state built from
+    the old entries (consume queues, index) must go: nothing below ``begin_index`` is served
+    by this member any more.  Comes before the Committed action that the same push causes."""
+
+    begin_index: int
+    begin_pos: int
+
+
+Action = Send | PersistState | Committed | AppendDone | RoleChanged | TransferDone | LogReset
 
 RoleListener = Callable[[], None]
 

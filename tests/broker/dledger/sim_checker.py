@@ -12,7 +12,15 @@ Each check is incremental so it can run after every simulated step:
   members (``canon``), and a member never truncates below what it reported committed;
 * leader completeness: a member that becomes leader in term t holds every canon entry first
   committed in a term <= t;
-* acknowledged appends: an AppendDone SUCCESS names exactly entries that are in ``canon``.
+* acknowledged appends: an AppendDone SUCCESS names exactly entries that are in ``canon``;
+* retention and resets: a log loses its head only to committed entries (``drop_head`` up to
+  what its member reported committed), and the highest begin index retention produced is the
+  group's *horizon*: the entries below it are gone on purpose (on the write-once layout the
+  leader no longer serves them).  A reset (raft/entry_handler.py) may only begin a log at a
+  committed entry at or below the horizon, and never drops an entry its member reported
+  committed at or above the new begin; leader completeness and state machine safety hold for
+  every entry at or above a log's begin, and a log never begins above the horizon, so nothing
+  at or above the horizon is ever missing from a leader.
 """
 
 from __future__ import annotations
@@ -53,6 +61,17 @@ class CheckedLog(MemoryLog):
             self.checker.on_truncate(self, index)
         super().truncate(index)
 
+    def reset(self, first: Entry) -> None:
+        if self.checker is not None and first.pos % self.file_size == 0:
+            self.checker.on_reset(self, first)
+        super().reset(first)
+
+    def drop_head(self, upto: int) -> int:
+        dropped = super().drop_head(upto)
+        if dropped and self.checker is not None:
+            self.checker.on_drop_head(self, self.begin_index)
+        return dropped
+
 
 @attrs.define(eq=False)
 class Checker:
@@ -75,6 +94,9 @@ class Checker:
     proposals: dict[tuple[str, int, int], list[Entry]] = attrs.field(factory=dict)
     now: float = 0.0
     acked: int = 0
+    # the highest begin index retention gave any log: entries below it are gone on purpose
+    horizon: int = 0
+    resets: int = 0
 
     def fail(self, what: str) -> None:
         raise SimulationFailure(f"t={self.now:.4f}: {what}")
@@ -99,6 +121,26 @@ class Checker:
         reported = self.reported.get(log.owner, -1)
         if index <= min(reported, log.end_index):
             self.fail(f"{log.owner} truncates at {index} but reported {reported} committed")
+
+    def on_drop_head(self, log: CheckedLog, begin: int) -> None:
+        reported = self.reported.get(log.owner, -1)
+        if begin > reported:
+            self.fail(f"{log.owner}: retention dropped entries below {begin}, committed {reported}")
+        self.horizon = max(self.horizon, begin)
+
+    def on_reset(self, log: CheckedLog, first: Entry) -> None:
+        self.resets += 1
+        index = first.index
+        if index >= len(self.canon) or self.canon[index] != first:
+            self.fail(f"{log.owner} resets its log to {first}, not a committed entry")
+        if index > self.horizon:
+            self.fail(
+                f"{log.owner} resets its log to begin at {index}, above the horizon "
+                f"{self.horizon}: it drops committed entries the group still holds"
+            )
+        reported = self.reported.get(log.owner, -1)
+        if reported >= index:
+            self.fail(f"{log.owner} resets at {index} but reported {reported} committed")
 
     def on_persist(self, member: str, state: HardState) -> None:
         last = self.persisted.get(member)
@@ -125,6 +167,8 @@ class Checker:
         start = self.reported.get(member, -1) + 1
         for i in range(start, index + 1):
             entry = log.get(i)
+            if entry is None and i < log.begin_index and i < len(self.canon):
+                continue  # below its begin (retention or a reset): committed, gone on purpose
             if entry is None:
                 self.fail(f"{member} committed {index} but holds no entry {i}")
                 return
@@ -147,7 +191,14 @@ class Checker:
         if key in self.leader_checked:
             return
         self.leader_checked.add(key)
+        begin = max(0, log.begin_index)
+        if begin > self.horizon:
+            self.fail(
+                f"leader completeness: {member} leads term {term} from {begin}, above the horizon"
+            )
         for i, entry in enumerate(self.canon):
+            if i < begin:
+                continue
             if self.canon_term[i] <= term and log.get(i) != entry:
                 self.fail(
                     f"leader completeness: {member} leads term {term} without committed {entry}: {log.get(i)}"

@@ -7,8 +7,9 @@
                                      summary and every failing seed's replay command
 --planted NAME                       run a planted bug instead of the correct core
                                      (sim_planted.py: no-current-term-rule,
-                                     ack-before-flush); a long form of the suite's
-                                     proof that the checks catch it
+                                     ack-before-flush, no-lease, reset-at-newest-file); a
+                                     long form of the suite's proof that the checks
+                                     catch it
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     # a simulated leader steps down for want of a quorum thousands of times per run: its
     # warning (broker/dledger/raft/election.py) is for operators, not for this report
     logging.getLogger("broker.dledger.raft.election").setLevel(logging.ERROR)
+    # ... and so do the resets of members stranded by the simulated forced cleans
+    logging.getLogger("broker.dledger.raft.entry_handler").setLevel(logging.ERROR)
+    logging.getLogger("broker.dledger.raft.entry_pusher").setLevel(logging.ERROR)
     parser = argparse.ArgumentParser(prog="python -m tests.broker.dledger.sim_cli")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     failures: list[str] = []
     failed_seeds: list[int] = []
-    events = acked = leaders = 0
+    events = acked = leaders = resets = 0
     with multiprocessing.Pool(args.workers) as pool:
         for seed, _nodes, result, error in pool.imap_unordered(_one, jobs, chunksize=64):
             if result is None:
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 events += result.events
                 acked += result.acked
                 leaders += result.leaders
+                resets += result.resets
     elapsed = time.perf_counter() - started
     if args.planted is not None:
         # a planted bug is the other way round: every seed that catches it is a success
@@ -110,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if failed_seeds else 1
     print(
         f"{len(jobs)} seeds, {len(failures)} failed, {elapsed:.1f} s "
-        f"({events} events, {leaders} leader terms, {acked} acknowledged entries)"
+        f"({events} events, {leaders} leader terms, {acked} acknowledged entries, "
+        f"{resets} stranded members reset)"
     )
     return 1 if failures else 0
 

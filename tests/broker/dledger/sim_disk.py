@@ -7,6 +7,8 @@ the same two levels over the checked in-memory log:
 
 * ``append``/``append_entry`` put entries in the page cache (``flushed`` does not move);
 * ``flush`` makes everything written so far durable;
+* ``reset`` is durable at once (the file log syncs it before it returns);
+* ``drop_head`` (retention) keeps a flushed first entry;
 * ``truncate`` is taken as durable at once (a simplification: the real store zeroes the cut
   bytes in the map, and a power cut before the next flush could show the old tail again --
   entries the member held before, which Raft tolerates as long as acks name only flushed
@@ -49,6 +51,14 @@ class DiskLog(CheckedLog):
     def truncate(self, index: int) -> None:
         super().truncate(index)
         self.flushed = min(self.flushed, self.end_index)
+
+    def reset(self, first: Entry) -> None:
+        super().reset(first)
+        self.flushed = self.end_index  # FileLog.reset syncs before it returns
+
+    def drop_head(self, upto: int) -> int:
+        # the new first entry must be on disk (FileLog.drop_head)
+        return super().drop_head(min(upto, self.flushed))
 
     def power_cut(self, rng: random.Random) -> int:
         """Lose the unflushed tail but a random written-back prefix of it; returns how many

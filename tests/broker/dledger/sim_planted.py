@@ -13,6 +13,13 @@
 * :class:`NoLease`: a leader that never steps down for want of a heartbeat quorum (it leads
   until a newer term reaches it, which a cut-off leader never sees).  The simulator's lease
   check (no leader past ``RaftCore.lease_end()``, broker/dledger/raft/election.py) catches it.
+* :class:`ResetAtNewestFile`: a leader that resets a stranded follower at the first entry of
+  its newest committed data file instead of its first one (less to send, and the follower
+  "is rebuilt anyway").  The follower accepts (the entry is committed and starts a file) and
+  is left without committed entries the group still holds.  Only the seeds with forced cleans
+  strand anyone; the checker's **horizon** rule (no log begins above the highest begin that
+  retention produced, sim_checker.py) catches it, and **leader completeness** would once that
+  member leads.
 """
 
 from __future__ import annotations
@@ -21,12 +28,12 @@ import random
 
 from broker.dledger.raft.core import CoreConfig, RaftCore
 from broker.dledger.raft.election import LeaderElector
-from broker.dledger.raft.entry_pusher import EntryPusher
+from broker.dledger.raft.entry_pusher import EntryPusher, _Dispatcher
 from broker.dledger.raft.log import RaftLog
 from broker.dledger.raft.member_state import HardState
 from tests.broker.dledger.simulator import CoreFactory
 
-__all__ = ["PLANTED", "NoCurrentTermRule", "NoLease", "factory_of"]
+__all__ = ["PLANTED", "NoCurrentTermRule", "NoLease", "ResetAtNewestFile", "factory_of"]
 
 
 class _AnyTermPusher(EntryPusher):
@@ -83,6 +90,38 @@ class NoLease(RaftCore):
         self._elector = elector
 
 
+class _NewestFilePusher(EntryPusher):
+    def _send_truncate(self, d: _Dispatcher, index: int, now: float) -> None:
+        log = self.state.log
+        file_size = getattr(log, "file_size", 0)
+        if index == log.begin_index > 0 and file_size:
+            # the bug: the TRUNCATE at the first entry goes out at the newest committed file start
+            for i in range(index, self.state.committed_index + 1):
+                entry = log.get(i)
+                if entry is not None and entry.pos % file_size == 0:
+                    index = i
+        super()._send_truncate(d, index, now)
+
+
+class ResetAtNewestFile(RaftCore):
+    """Resets a stranded follower at its newest committed data file, not its first entry."""
+
+    def __init__(
+        self,
+        config: CoreConfig,
+        log: RaftLog,
+        state: HardState,
+        *,
+        rng: random.Random,
+        now: float,
+        committed_index: int = -1,
+    ) -> None:
+        super().__init__(config, log, state, rng=rng, now=now, committed_index=committed_index)
+        self._state.listeners.remove(self._pusher.on_role_change)
+        self._pusher = _NewestFilePusher(self._state)
+        self._state.listeners.append(self._pusher.on_role_change)
+
+
 def factory_of(cls: type[RaftCore]) -> CoreFactory:
     def make(
         config: CoreConfig,
@@ -102,4 +141,5 @@ PLANTED: dict[str, tuple[type[RaftCore], bool]] = {
     "no-current-term-rule": (NoCurrentTermRule, False),
     "ack-before-flush": (RaftCore, True),
     "no-lease": (NoLease, False),
+    "reset-at-newest-file": (ResetAtNewestFile, False),
 }

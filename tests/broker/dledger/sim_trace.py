@@ -6,6 +6,7 @@ from broker.dledger.raft.core import (
     Action,
     AppendDone,
     Committed,
+    LogReset,
     PersistState,
     RoleChanged,
     Send,
@@ -44,6 +45,8 @@ def describe(item: Action | Message) -> str:
         return f"ROLE {item.role.name} term={item.term} leader={item.leader_id}"
     if isinstance(item, TransferDone):
         return f"transfer to {item.transferee} done {item.code.name}"
+    if isinstance(item, LogReset):
+        return f"LOG RESET begins at {item.begin_index} pos={item.begin_pos}"
     head = f"{item.local_id}>{item.remote_id} t{item.term}"
     if isinstance(item, VoteRequest):
         return f"VOTE {head} end={item.ledger_end_index}@t{item.ledger_end_term}"

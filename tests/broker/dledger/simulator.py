@@ -19,6 +19,14 @@ leader's new entries wait for the periodic flush and a power cut can take them. 
 member, a majority, or everyone at once; some are timed right after a follower acknowledged a
 push, when an ack that ran ahead of the flush would be exposed.
 
+Forced cleans (``CLEAN``, in about 30% of the seeds, drawn from a random stream of their own so
+the other seeds run exactly as before): while a member is down or cut off, the leader's
+retention drops its head files up to its committed index, ignoring the followers (a forced
+clean on a full disk, broker/dledger/broker/log_retention.py).  Those seeds use 256-byte data
+files (a few entries each), so heads go often and a returning member is often stranded before
+the leader's first entry; the leader resets it (raft/entry_handler.py, "Reset") and it must
+converge like everyone else.
+
 Planted bugs the checks must catch live in test_simulation.py: cores (a double voter, a vote
 forgetter, an eager committer, a leader without Raft's section 5.4.2 current-term commit rule)
 and one driver bug, a follower that answers pushes before flushing (``acks_before_flush``).
@@ -44,6 +52,7 @@ from broker.dledger.raft.core import (
     AppendDone,
     Committed,
     CoreConfig,
+    LogReset,
     PersistState,
     RaftCore,
     RoleChanged,
@@ -83,7 +92,11 @@ RPC_TIMEOUT = 0.3  # DLedger's 3 s, scaled like the timings below
 FAULT_PHASE = 4.0
 QUIET_PHASE = 2.5
 
-TICK, REQUEST, RESPONSE, FAIL, CLIENT, FAULT, RESTART, HEAL, UNFULL, CALM, FLUSH, POWER = range(12)
+(TICK, REQUEST, RESPONSE, FAIL, CLIENT, FAULT, RESTART, HEAL, UNFULL, CALM, FLUSH, POWER, CLEAN) = (
+    range(13)
+)
+# the data file size of the seeds with forced cleans: a few entries a file
+CLEAN_FILE_SIZE = 256
 
 
 def default_factory(
@@ -143,6 +156,8 @@ class SimStats:
     lost_unflushed: int
     partitions: int
     transfers: int
+    cleans: int = 0
+    resets: int = 0
 
 
 class Simulation:
@@ -192,14 +207,27 @@ class Simulation:
         )
         # flushFileInterval (10 ms), and longer: the window a power cut can take
         self.flush_interval = rng.choice((0.001, 0.01, 0.05))
+        # forced cleans: a stream of their own, so seeds without them run as they always did
+        self.clean_rng = random.Random(f"clean/{seed}")
+        self.cleans = self.clean_rng.random() < 0.3
+        file_size = CLEAN_FILE_SIZE if self.cleans else 1 << 30
         self.checker = Checker()
-        self.nodes = {i: SimNode(i, DiskLog(owner=i, checker=self.checker)) for i in ids}
+        self.nodes = {
+            i: SimNode(i, DiskLog(file_size=file_size, owner=i, checker=self.checker)) for i in ids
+        }
         self.events: list[tuple[float, int, int, tuple[Any, ...]]] = []
         self.seq = self.rpc_seq = self.body_seq = 0
         self.rpcs: dict[int, _Rpc] = {}
         self.now = 0.0
         self.faulty = True
-        self.count = {"events": 0, "crashes": 0, "power": 0, "partitions": 0, "transfers": 0}
+        self.count = {
+            "events": 0,
+            "crashes": 0,
+            "power": 0,
+            "partitions": 0,
+            "transfers": 0,
+            "cleans": 0,
+        }
         self._stall = (0.0, 0)
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -219,6 +247,8 @@ class Simulation:
         self._at(self.rng.uniform(0.3, 0.6), CLIENT)
         self._at(self.rng.uniform(0.2, 0.6), FAULT)
         self._at(FAULT_PHASE, CALM)
+        if self.cleans:
+            self._at(self.clean_rng.uniform(0.5, 2.0), CLEAN)
         end = FAULT_PHASE + QUIET_PHASE
         handlers: list[Callable[..., None]] = [
             self._on_tick,
@@ -233,6 +263,7 @@ class Simulation:
             self._on_calm,
             self._on_flush,
             self._on_power,
+            self._on_clean,
         ]
         while self.events and self.events[0][0] <= end:
             at, _, kind, args = heapq.heappop(self.events)
@@ -252,6 +283,8 @@ class Simulation:
             lost_unflushed=sum(n.log.lost for n in self.nodes.values()),
             partitions=self.count["partitions"],
             transfers=self.count["transfers"],
+            cleans=self.count["cleans"],
+            resets=self.checker.resets,
         )
 
     # --- members -----------------------------------------------------------------------------
@@ -335,6 +368,14 @@ class Simulation:
         elif isinstance(action, TransferDone):
             if action.code is DLedgerResponseCode.SUCCESS:
                 self.count["transfers"] += 1
+        elif isinstance(action, LogReset):
+            first = node.log.get(action.begin_index)
+            if (
+                node.log.begin_index != action.begin_index
+                or first is None
+                or first.pos != action.begin_pos
+            ):
+                self.checker.fail(f"{node.id}: {action} does not name its log's first entry")
         elif not isinstance(action, RoleChanged):
             raise SimulationFailure(f"unknown action {action!r}")
 
@@ -592,6 +633,31 @@ class Simulation:
                 self._crash(node, power=True)
             else:
                 node.log.power_cut(self.rng)  # down already: its page cache goes too
+
+    def _on_clean(self) -> None:
+        """A forced clean on the leader while a member is away (module doc)."""
+        if not self.faulty:
+            return
+        self._at(self.now + self.clean_rng.uniform(0.1, 0.6), CLEAN)
+        leaders = sorted(
+            (n for n in self._leaders() if n.core is not None),
+            key=lambda n: n.core.term if n.core is not None else -1,
+        )
+        if not leaders:
+            return
+        leader = leaders[-1]
+        assert leader.core is not None
+        marks = leader.core.peer_watermarks()
+        upto = leader.core.committed_index
+        if min(marks.values(), default=upto) >= upto:
+            return  # everyone holds it: ordinary retention, nothing to strand
+        dropped = leader.log.drop_head(upto)
+        if dropped:
+            self.count["cleans"] += 1
+            self._log(
+                f"{leader.id} FORCED CLEAN: dropped {dropped} entries, begins at "
+                f"{leader.log.begin_index} (watermarks {marks})"
+            )
 
     def _on_flush(self, member: str) -> None:
         self.nodes[member].log.flush()

@@ -127,3 +127,24 @@ def test_truncate_at_an_entry_that_opened_a_file(raft_log: RaftLog) -> None:
     raft_log.truncate(1)
     assert raft_log.append_entry(opened)  # the old entry, had the leader kept it
     assert raft_log.get(1) == opened and raft_log.write_pos == DATA + opened.size
+
+
+def test_reset_begins_the_log_again_at_a_file_start(raft_log: RaftLog) -> None:
+    for i in range(12):
+        raft_log.append(1, body(i))
+    before = (raft_log.begin_index, raft_log.end_index, raft_log.write_pos)
+    with pytest.raises(ValueError):
+        raft_log.reset(Entry(40, 3, 5 * DATA + 48, body(40)))  # not a data file's start
+    assert (raft_log.begin_index, raft_log.end_index, raft_log.write_pos) == before
+    first = Entry(40, 3, 5 * DATA, body(40))
+    raft_log.reset(first)
+    assert (raft_log.begin_index, raft_log.end_index, raft_log.end_term) == (40, 40, 3)
+    assert raft_log.write_pos == 5 * DATA + first.size
+    assert raft_log.get(40) == first and raft_log.get(39) is None and raft_log.get(0) is None
+    assert raft_log.term_at(40) == 3 and raft_log.term_at(11) == -1
+    nxt = raft_log.append(4, body(41))
+    assert (nxt.index, nxt.pos) == (41, 5 * DATA + first.size)
+    follower_entry = Entry(42, 4, place_entry(raft_log.write_pos, 148, DATA), body(42))
+    assert raft_log.append_entry(follower_entry)
+    raft_log.truncate(42)
+    assert raft_log.end_index == 41 and raft_log.write_pos == nxt.pos + nxt.size

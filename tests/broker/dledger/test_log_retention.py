@@ -268,13 +268,9 @@ async def test_a_full_disk_deletes_no_unexpired_file_unless_the_clean_is_forced(
 # --- a follower behind the leader's first entry ------------------------------------------------
 
 
-def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The leader's TRUNCATE at its begin index would leave the follower a log with a gap (and
-    its classic store without those messages): the follower refuses it, the leader says why
-    once, keeps retrying at the COMPARE pace and never pushes entries it no longer has."""
-    lead_log = filled(tmp_path / "dl")
+def stranded_group(lead_log: FileLog, n2_log: MemoryLog) -> tuple[Cluster, dict[str, Any]]:
+    """n0 leads on a file log whose head files (entries 0-19) were dropped; n1 holds entries
+    0-39 too; n2 is away during the election, then joins with ``n2_log``."""
     twin = MemoryLog(file_size=DATA)
     for i in range(40):
         entry = lead_log.get(i)
@@ -284,7 +280,7 @@ def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
     cores = {
         "n0": core("n0", log=lead_log, state=HardState(term=4), committed=39),
         "n1": core("n1", log=twin, state=HardState(term=4), committed=39),
-        "n2": core("n2", log=MemoryLog(file_size=DATA), state=HardState(term=4)),
+        "n2": core("n2", log=n2_log, state=HardState(term=4)),
     }
     cluster = Cluster(cores, cut={frozenset(("n1", "n0")), frozenset(("n1", "n2"))})
     assert cluster.elect() == "n0"
@@ -293,9 +289,44 @@ def test_a_follower_behind_the_leaders_first_entry_is_refused_and_logged_once(
     cluster.propose("n0", b"new")
     cluster.advance(1.0)
     assert cores["n1"].log.end_index == cores["n0"].log.end_index  # the quorum goes on
+    return cluster, cores
+
+
+def test_a_follower_behind_the_leaders_first_entry_is_reset_there(tmp_path: Path) -> None:
+    """The leader's TRUNCATE at its begin index resets the follower's log there (DLedger's
+    rebuild; raft/entry_handler.py, "Reset"); it then takes APPENDs like any follower, and the
+    leader never pushes entries it no longer has."""
+    lead_log = filled(tmp_path / "dl")
+    cluster, cores = stranded_group(lead_log, MemoryLog(file_size=DATA))
+    n2 = cores["n2"].log
+    assert (n2.begin_index, n2.end_index) == (20, lead_log.end_index)
+    assert [n2.get(i) for i in range(20, lead_log.end_index + 1)] == [
+        lead_log.get(i) for i in range(20, lead_log.end_index + 1)
+    ]
+    assert cores["n2"].committed_index == cores["n0"].committed_index
+    pushed = [r for s, t, r in cluster.sent if (s, t) == ("n0", "n2")]
+    assert all(
+        r.entries
+        for r in pushed
+        if isinstance(r, PushEntryRequest) and r.type is not PushType.COMMIT
+    )
+    truncates = [
+        r for r in pushed if isinstance(r, PushEntryRequest) and r.type is PushType.TRUNCATE
+    ]
+    assert [r.entries[0].index for r in truncates] == [20]
+
+
+def test_a_follower_that_cannot_begin_there_is_refused_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A follower whose data files cannot begin at the leader's first entry (another data file
+    size) refuses the reset: the leader says so once and keeps retrying at the COMPARE pace."""
+    lead_log = filled(tmp_path / "dl")
+    first = lead_log.get(20)
+    assert first is not None and first.pos % (DATA + 100)
+    cluster, cores = stranded_group(lead_log, MemoryLog(file_size=DATA + 100))
     assert cores["n2"].log.end_index == -1
     pushed = [r for s, t, r in cluster.sent if (s, t) == ("n0", "n2")]
-    assert all(r.entries for r in pushed if isinstance(r, PushEntryRequest))
     truncates = [
         r for r in pushed if isinstance(r, PushEntryRequest) and r.type is PushType.TRUNCATE
     ]

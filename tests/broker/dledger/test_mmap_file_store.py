@@ -18,8 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
+from broker.dledger.driver import mmap_file_store
+from broker.dledger.driver.mmap_file_store import RESET_MARKER, FileLog, open_file_log
 from broker.dledger.raft.log import MemoryLog
+from broker.dledger.raft.messages import Entry
 
 DATA = 1024
 INDEX = 32 * 8
@@ -316,6 +318,7 @@ OPS = st.lists(
         st.tuples(st.just("append"), st.integers(0, 600)),
         st.tuples(st.just("truncate"), st.integers(0, 40)),
         st.tuples(st.just("reopen"), st.just(0)),
+        st.tuples(st.just("reset"), st.integers(0, 40)),
     ),
     max_size=40,
 )
@@ -336,8 +339,15 @@ def test_file_log_behaves_as_the_memory_log(
                 term += n % 2
                 assert flog.append(term, body(n, n)) == mlog.append(term, body(n, n))
             elif op == "truncate":
+                if 0 < mlog.begin_index and n <= mlog.begin_index:
+                    continue  # the core never cuts a log's head (entry_handler.py)
                 flog.truncate(n)
                 mlog.truncate(n)
+            elif op == "reset":
+                term += 1
+                first = Entry(mlog.end_index + 1 + n, term, DATA * (n % 9), body(n, n * 3))
+                flog.reset(first)
+                mlog.reset(first)
             else:
                 flog.close()
                 flog = open_log(d)
@@ -377,3 +387,110 @@ def test_recent_entries_cache_agrees_with_the_files(
     again = open_log(tmp_path)
     assert [again.get(i) for i in range(42)] == written
     again.close()
+
+
+# --- reset (a follower the leader's retention left behind) ---------------------------------
+
+
+def reset_entry(index: int = 100, file_no: int = 7) -> Entry:
+    return Entry(index, 5, DATA * file_no, b"R" * 300)
+
+
+def test_reset_leaves_only_the_new_files_and_reopens_the_same(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    for i in range(40):
+        flog.append(1 + i // 20, body(i, 200))
+    first = reset_entry()
+    flog.reset(first)
+    nxt = flog.append(6, body(1, 100))
+    flog.flush()
+    assert names(d / "data") == [f"{7 * DATA:020d}"]
+    assert names(d / "index") == [f"{100 * 32 - 100 * 32 % INDEX:020d}"]
+    flog.close()
+    flog = open_log(d)
+    try:
+        assert (flog.begin_index, flog.end_index, flog.end_term) == (100, 101, 6)
+        assert flog.get(100) == first and flog.get(101) == nxt and flog.get(99) is None
+        assert flog.write_pos == nxt.pos + nxt.size
+        assert flog.append(6, body(2, 10)).index == 102
+    finally:
+        flog.close()
+
+
+def test_a_reset_is_durable_when_it_returns(tmp_path: Path) -> None:
+    flog = open_log(tmp_path / "dl")
+    try:
+        flog.append(1, body(0, 10))
+        flog.reset(reset_entry())
+        assert flog.on_disk(100)
+        assert not (tmp_path / "dl" / "index" / RESET_MARKER).exists()
+    finally:
+        flog.close()
+
+
+class Crash(BaseException):
+    """The process dies here (nothing after it runs)."""
+
+
+@pytest.mark.parametrize("at_sync", range(1, 7))
+def test_a_crash_inside_a_reset_reopens_empty_or_reset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_sync: int
+) -> None:
+    """The reset syncs a directory six times: after the marker, after unlinking the data and
+    the index files, after creating the new ones, after removing the marker.  A crash before
+    the marker is gone reopens an empty log; after, the reset log."""
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    for i in range(40):
+        flog.append(1, body(i, 200))
+    flog.flush()
+    real = mmap_file_store._sync_dir
+    calls = []
+
+    def sync_dir(path: str) -> None:
+        calls.append(path)
+        if len(calls) == at_sync:
+            raise Crash
+        real(path)
+
+    monkeypatch.setattr(mmap_file_store, "_sync_dir", sync_dir)
+    with pytest.raises(Crash):
+        flog.reset(reset_entry())
+    monkeypatch.setattr(mmap_file_store, "_sync_dir", real)
+    reopened = open_log(d)
+    try:
+        if at_sync < 6:
+            assert (reopened.begin_index, reopened.end_index) == (-1, -1)
+            assert names(d / "data") == [] and names(d / "index") == []
+        else:
+            assert (reopened.begin_index, reopened.end_index) == (100, 100)
+            assert reopened.get(100) == reset_entry()
+        assert reopened.append(6, body(0, 10)).index == reopened.end_index
+    finally:
+        reopened.close()
+        flog.close()
+
+
+def test_truncate_and_drop_head_after_a_reset(tmp_path: Path) -> None:
+    d = tmp_path / "dl"
+    flog = open_log(d)
+    try:
+        flog.reset(reset_entry(file_no=2))
+        for i in range(20):
+            flog.append(6, body(i, 300))
+        flog.truncate(110)
+        assert flog.end_index == 109
+        with pytest.raises(ValueError):
+            flog.truncate(100)  # its head: the core never asks (entry_handler.py)
+        flog.flush()
+        dropped = flog.drop_head(105, lambda mf: True)
+        assert dropped and 100 < flog.begin_index <= 105
+        for mf in dropped:  # the caller unlinks them (log_retention.py)
+            os.unlink(mf.path)
+        begin = flog.begin_index
+        flog.close()
+        flog = open_log(d)
+        assert (flog.begin_index, flog.end_index) == (begin, 109)
+    finally:
+        flog.close()

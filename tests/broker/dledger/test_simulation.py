@@ -1,7 +1,8 @@
 """The seeded DLedger simulation (simulator.py): 2,000 seeds, 3 and 5 members, every safety
 check after every step; and proof that the checks fail on planted bugs: cores (a double voter,
 an eager committer, a vote forgetter, a leader without the section 5.4.2 current-term commit
-rule) and a driver whose follower acks before it flushes, with power cuts losing unflushed tails.
+rule, a leader that resets a stranded follower past its first entry) and a driver whose follower
+acks before it flushes, with power cuts losing unflushed tails.
 
 A failing seed prints the command that replays it with a trace.  The larger run (50,000 seeds)
 is ``.venv/bin/python -m tests.broker.dledger.sim_cli --seeds 0:50000 --workers 2``.
@@ -25,7 +26,12 @@ from broker.dledger.raft.messages import (
     VoteResult,
 )
 from tests.broker.dledger.sim_disk import DiskLog
-from tests.broker.dledger.sim_planted import NoCurrentTermRule, NoLease, factory_of
+from tests.broker.dledger.sim_planted import (
+    NoCurrentTermRule,
+    NoLease,
+    ResetAtNewestFile,
+    factory_of,
+)
 from tests.broker.dledger.simulator import (
     SimulationFailure,
     nodes_for,
@@ -124,6 +130,9 @@ def first_failure(cls: type[RaftCore], limit: int, *, acks_before_flush: bool = 
         (NoCurrentTermRule, ("leader completeness", "state machine safety")),
         # a leader cut off from its quorum keeps leading: past its lease end
         (NoLease, ("its lease ended",)),
+        # a stranded follower reset past the leader's first entry: it lacks committed entries
+        # the group still holds (first caught at seed 40)
+        (ResetAtNewestFile, ("above the horizon", "leader completeness")),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else "",
 )
@@ -189,3 +198,14 @@ def test_a_power_cut_keeps_the_flushed_prefix_and_maybe_a_torn_part_of_the_rest(
         assert log.flushed == log.end_index  # what survived is on disk now
         kept_tails.add(log.end_index - 4)
     assert 0 in kept_tails and len(kept_tails) > 2  # most lose it all, some keep a part
+
+
+def test_forced_cleans_strand_members_that_resets_rebuild() -> None:
+    """Some seeds drop the leader's head while a member is away; the member comes back behind
+    the leader's first entry, is reset there, and the group converges (run_seed checks it)."""
+    cleans = resets = 0
+    for seed in range(100):
+        stats = run_seed(seed, nodes_for(seed))
+        cleans += stats.cleans
+        resets += stats.resets
+    assert cleans > 5 and resets > 5, (cleans, resets)
