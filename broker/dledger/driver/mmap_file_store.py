@@ -27,9 +27,12 @@ Recovery (``open_file_log``): the index's end is found by binary search for the 
 whose magic is not 1 (units are written in order and files are zero beyond what was written).
 Walking back from there, the last unit whose fields agree with the data header at its
 ``pos`` (magic, size, index, term, pos) is the last whole entry: a unit is written after its
-entry's bytes, so an entry with a whole unit is whole.  Everything after it, in both queues,
-is zeroed and later files deleted (a torn entry or unit can never come back).  ``truncate``
-cuts the same way, after the last entry kept, so a truncated log and the same log reopened
+entry's bytes, so after a process crash an entry with a whole unit is whole.  A power cut can
+keep a header and its unit and tear the body, and DLedger's header has no body CRC: so in a
+broker's log (``patch_physical_offset``) the records of the entries in the last
+``TAIL_CHECK_BYTES`` are checked too (structure, PHYSICALOFFSET, body CRC), and the log ends
+before the first that fails.  Everything after the end, in both queues, is zeroed and later
+files deleted (a torn entry or unit can never come back).  ``truncate`` cuts the same way, after the last entry kept, so a truncated log and the same log reopened
 are byte for byte the same files.
 
 Retention (``drop_head``, driven by broker/dledger/broker/log_retention.py) removes whole data
@@ -91,6 +94,7 @@ import attrs
 from broker.dledger.driver.entry_coder import BLANK, ENTRY_HEADER, INDEX_UNIT, INDEX_UNIT_SIZE
 from broker.dledger.raft.log import BLANK_MAGIC_CODE, MIN_BLANK_LEN, place_entry
 from broker.dledger.raft.messages import ENTRY_HEADER_SIZE, ENTRY_MAGIC, Entry
+from broker.store.commitlog_scan import check_records
 from broker.store.heap import trim_heap
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -121,6 +125,10 @@ RECENT_BYTES = 64 << 20
 DROP_FILES_MAX = 10
 # how long without writes counts as quiet: flush then releases pages, cache and heap
 QUIET_S = 0.5
+# the log's last bytes whose records recovery checks (``_first_damaged_record``): a power cut
+# tears what was written since the last flush (``flushFileInterval``, 10 ms); 16 MiB of 1 KiB
+# entries is ~16k compiled checks, tens of milliseconds at start
+TAIL_CHECK_BYTES = 16 << 20
 # in the index directory while a reset runs (module doc)
 RESET_MARKER = "resetting"
 
@@ -562,6 +570,47 @@ def _finish_reset(data_dir: str, index_dir: str) -> None:
     _sync_dir(index_dir)
 
 
+def _first_damaged_record(
+    data: MappedFileQueue, index: MappedFileQueue, begin: int, end: int
+) -> tuple[int, str] | None:
+    """(index, why) of the first entry among those in the log's last ``TAIL_CHECK_BYTES``
+    whose body is not one intact CommitLog record (structure, PHYSICALOFFSET == pos + 48, body
+    CRC: commitlog_scan.check_records), or None.
+
+    A whole header and index unit do not make a whole entry: a power cut mid-write (or a disk
+    that lost a write) can keep both and tear the body, and DLedger 0.3.1.2 writes no body CRC
+    into the header.  On the write-once layout that body is the record readers are served, so
+    the log ends before it, like a torn entry; the leader refills the rest.  A legacy no-op
+    (no body) has nothing to check."""
+    last = _unit_at(index, end)
+    window_from = last[1] + last[2] - TAIL_CHECK_BYTES
+    first = end
+    while first > begin and _unit_at(index, first - 1)[1] >= window_from:
+        first -= 1
+    for i in range(first, end + 1):
+        _magic, pos, size, _index, _term = _unit_at(index, i)
+        if size == ENTRY_HEADER_SIZE:
+            continue
+        mf = data.find(pos)
+        if mf is None:
+            return i, "its data file is missing"
+        at = pos - mf.file_from_offset + ENTRY_HEADER_SIZE
+        stop = pos - mf.file_from_offset + size
+        where, why = check_records(mf.view, mf.file_from_offset, at, stop)
+        if why is not None:
+            return i, f"at {mf.file_from_offset + where}: {why}"
+        if where != stop:
+            return i, f"the record ends at {mf.file_from_offset + where}, not at the entry's end"
+    return None
+
+
+def _unit_at(index: MappedFileQueue, i: int) -> tuple[int, int, int, int, int]:
+    offset = i * INDEX_UNIT_SIZE
+    mf = index.find(offset)
+    assert mf is not None
+    return _UNIT.unpack_from(mf.view, offset - mf.file_from_offset)
+
+
 def _units_written(index: MappedFileQueue, begin: int) -> int:
     """Units up to the first one whose magic is not 1 (binary search in the last file, from the
     begin index on: a reset log's first index file is zero below it)."""
@@ -612,6 +661,12 @@ def open_file_log(
         if _header_matches(data, unit, end):
             break
         end -= 1
+    if patch_physical_offset and end >= flog._begin:
+        damaged = _first_damaged_record(data, index, flog._begin, end)
+        if damaged is not None:
+            bad, why = damaged
+            log.warning("dledger log recovery: entry %d holds a damaged record (%s)", bad, why)
+            end = bad - 1
     if end < n - 1:
         # an index unit is synced apart from its entry's bytes: a power cut can keep units of
         # entries whose data it lost, as many as one flush interval wrote
