@@ -61,8 +61,13 @@ class DLedgerConfig:
     max_wait_ack_time_ms: int = 2500
     max_push_time_out_ms: int = 1000
     max_in_flight_pushes: int = 1000
-    enable_batch_push: bool = False
+    # on unless said otherwise (DLedger's default is off): a DLedger 0.3.1.2 follower takes batch
+    # pushes whatever its own setting (broker/config.py says where this was checked)
+    enable_batch_push: bool = True
     max_batch_push_entries: int = 64
+    max_batch_push_bytes: int = 4 << 20
+    # a started member asks for votes after a vote pause, not a leak period (raft/election.py)
+    fast_first_vote: bool = True
     preferred_leader_id: str | None = None
     min_take_leadership_vote_interval_ms: int = 30
     max_take_leadership_vote_interval_ms: int = 100
