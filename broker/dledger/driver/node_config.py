@@ -157,6 +157,8 @@ class DLedgerConfig:
             max_in_flight_pushes=self.max_in_flight_pushes,
             enable_batch_push=self.enable_batch_push,
             max_batch_push_entries=self.max_batch_push_entries,
+            max_batch_push_bytes=self.max_batch_push_bytes,
+            fast_first_vote=self.fast_first_vote,
             preferred_leader_id=self.preferred_leader_id,
             min_take_leadership_vote_interval_ms=self.min_take_leadership_vote_interval_ms,
             max_take_leadership_vote_interval_ms=self.max_take_leadership_vote_interval_ms,
