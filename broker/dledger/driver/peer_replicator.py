@@ -119,12 +119,13 @@ class PeerReplicator:
             self._in_send = True
             try:
                 pending = self.client.post_nowait(self.addr, request, timeout=self.timeout)
-                if pending is not None and self._watch_inline(request, pending):
-                    return
+                posted = pending is not None and self._watch_inline(request, pending)
             finally:
                 self._in_send = False
             if self._deferred:
                 self._wake.set()
+            if posted:
+                return
         if len(self._pending) >= self.limit:
             self._overflow.append(request)
         else:

@@ -201,17 +201,20 @@ async def test_a_connected_peer_gets_each_push_from_send_itself(net, autojump_cl
 
 class _FailingOnSecondPost:
     """A client whose second inline post fails the first call at once (as a write that
-    closes the connection fails every call waiting on it) and posts nothing."""
+    closes the connection fails every call waiting on it), then posts nothing or, with
+    ``second_posts``, posts the second call (which is never answered)."""
 
-    def __init__(self) -> None:
+    def __init__(self, second_posts: bool = False) -> None:
         self.callbacks: list = []
+        self.second_posts = second_posts
 
     def post_nowait(self, addr, request, *, timeout):
-        if self.callbacks:
+        if len(self.callbacks) == 1:
             from broker.dledger.driver.transport import RpcUnreachable
 
             self.callbacks[0](RpcUnreachable("connection lost"))
-            return None
+            if not self.second_posts:
+                return None
         client = self
 
         class Pending:
@@ -230,7 +233,8 @@ class _FailingOnSecondPost:
         raise RpcUnreachable("connection lost")
 
 
-async def test_outcomes_set_off_inside_send_are_reported_by_the_task(autojump_clock):
+@pytest.mark.parametrize("second_posts", [False, True])
+async def test_outcomes_set_off_inside_send_are_reported_by_the_task(second_posts, autojump_clock):
     out = Outcomes()
     inside = False
 
@@ -238,7 +242,7 @@ async def test_outcomes_set_off_inside_send_are_reported_by_the_task(autojump_cl
         assert not inside, "on_failure ran inside send"
         out.on_failure(request)
 
-    client: Any = _FailingOnSecondPost()
+    client: Any = _FailingOnSecondPost(second_posts)
     rep = PeerReplicator("n1", "127.0.0.1:1", client, out.on_answer, on_failure, timeout=1.0)
     first, second = push(0), push(1)
     async with trio.open_nursery() as nursery:
@@ -246,9 +250,12 @@ async def test_outcomes_set_off_inside_send_are_reported_by_the_task(autojump_cl
         await trio.sleep(0.01)
         inside = True
         rep.send(first)  # posted inline
-        rep.send(second)  # fails the first while send runs, then is queued
+        rep.send(second)  # fails the first while send runs, then is queued (or posted)
         inside = False
         await trio.sleep(0.5)
+        if second_posts:
+            assert out.failures == [first]  # from the task, though send had nothing queued
+            await trio.sleep(1.0)  # the second was posted and never answered: the timeout
         nursery.cancel_scope.cancel()
     assert out.failures == [first, second]  # each once, from the task, in order
     assert out.answers == []
