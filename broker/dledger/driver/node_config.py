@@ -66,7 +66,8 @@ class DLedgerConfig:
     enable_batch_push: bool = True
     max_batch_push_entries: int = 64
     max_batch_push_bytes: int = 4 << 20
-    # a started member asks for votes after a vote pause, not a leak period (raft/election.py)
+    # a member started with no vote in its term (a fresh group) asks for votes after a vote
+    # pause, not a leak period (raft/election.py)
     fast_first_vote: bool = True
     preferred_leader_id: str | None = None
     min_take_leadership_vote_interval_ms: int = 30

@@ -6,15 +6,16 @@ Each role has one timer, checked by :meth:`LeaderElector.tick`:
 
 * FOLLOWER: no heartbeat from the leader for ``max(2, maxHeartBeatLeak) * heartBeatTimeInterval``
   -> CANDIDATE at the same term, voting at once.  With ``fast_first_vote`` (the driver's
-  default), a member just started (``first_vote_time``)
-  that has heard of no leader, granted no vote and met no newer term waits only a vote pause
-  (``minVoteInterval + rand(max - min)``) instead: DLedger's members start as CANDIDATE and ask
-  at once; the pause spreads out members started together, so one usually asks first and wins
-  (`rmq up --dledger 3` is ready about one leak period sooner).  Safety does not lean on the
-  wait (a vote per term, persisted first); a member restarted into a live group asks in its
-  stored term, where the leader's voters refuse it (REJECT_ALREADY_HAS_LEADER: it waits a leak
-  period more), unless it voted for itself there (``may_have_led``, term+1), as it would after
-  the leak period too.
+  default), a member started with no vote in its stored term (a group starting fresh:
+  ``first_vote_time``) that has heard of no leader, granted no vote and met no newer term waits
+  only a vote pause (``minVoteInterval + rand(max - min)``) instead: DLedger's members start as
+  CANDIDATE and ask at once; the pause spreads out members started together, so one usually
+  asks first and wins (`rmq up --dledger 3` is ready about one leak period sooner).  Safety does
+  not lean on the wait (a vote per term, persisted first).  A member that voted in its term
+  (restarted out of a running group, the old leader included) waits the leak period as before:
+  tried with every restart fast, a leader killed and restarted within a second asked at term+1
+  (``may_have_led``) before its followers had missed it, and once in three runs of
+  tests/integration/test_dledger_ride_through.py a send waited past its 3 s timeout.
 * CANDIDATE: at ``next_vote_time`` a vote round starts (at term+1 after VOTE_NEXT, else at the
   current term): the candidate votes for itself through the same rules as for anyone, then asks
   every peer.  One exception to the current term: a member restarted with its vote for itself

@@ -75,9 +75,9 @@ class CoreConfig:
     max_take_leadership_vote_interval_ms: int = 100
     leadership_transfer_wait_timeout_ms: int = 1000
     max_leadership_transfer_wait_index: int = 1000
-    # not DLedger's key: a started member asks for votes after a vote pause instead of a leak
-    # period (election.py, first_vote_time; DLedger's members start as candidates and ask at
-    # once).  Off here, so the simulator's seeds keep their schedules; the driver turns it on
+    # not DLedger's key: a member started with no vote in its term asks for votes after a vote
+    # pause instead of a leak period (election.py, first_vote_time; DLedger's members start as
+    # candidates and ask at once).  Off here, so the simulator's seeds keep their schedules; the driver turns it on
     fast_first_vote: bool = False
     # not DLedger's: an idle follower hears a new commit index this long after the last push
     # (entry_pusher.py; DLedger waits for its 1 s COMMIT push)

@@ -61,8 +61,9 @@ FAST_FIRST_VOTE_SEEDS = 500
     "first", range(0, FAST_FIRST_VOTE_SEEDS, CHUNK), ids=lambda s: f"seeds{s}-{s + CHUNK - 1}"
 )
 def test_seeds_with_the_drivers_fast_first_vote(first: int) -> None:
-    """The driver's start (CoreConfig.fast_first_vote: a started member, restarted ones
-    included, asks for votes after a vote pause instead of a leak period) keeps every check."""
+    """The driver's start (CoreConfig.fast_first_vote: a member started with no vote in its
+    term, a restarted one included, asks for votes after a vote pause instead of a leak
+    period) keeps every check."""
     failures = []
     for seed in range(first, first + CHUNK):
         try:
