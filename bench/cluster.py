@@ -153,8 +153,10 @@ def start_cluster(
     ready_timeout: float = 30.0,
     env: dict[str, str] | None = None,
     brokers: int = 2,
+    root: Path = ROOT,
 ) -> Iterator[Cluster]:
-    """`rmq up [args]` with `brokers` broker nodes in all (the default cluster has 2)."""
+    """`rmq up [args]` with `brokers` broker nodes in all (the default cluster has 2); `root`:
+    the checkout whose code runs (another one: a base to compare with, `bench.peers --base`)."""
     namesrv_port, broker_port = free_ports(brokers)
     cmd = [
         sys.executable,
@@ -177,8 +179,13 @@ def start_cluster(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        cwd=root,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            **({} if root == ROOT else {"PYTHONPATH": str(root)}),
+            **(env or {}),
+        },
     )
     cluster = Cluster(proc, data_dir, namesrv_port, broker_port)
     threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()

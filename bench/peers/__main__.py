@@ -41,7 +41,11 @@ REDIS, NATS_R1, NATS_R3 = "Redis primary+replica", "NATS JetStream R1", "NATS Je
 PEERS = {"Redis": REDIS, "NATS R3": NATS_R3}
 
 
-def systems() -> list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]]:
+def systems(
+    base: Path | None = None,
+) -> list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]]:
+    """Every system; with `base`, each trio-rmq setup is followed by the same setup run from
+    that checkout (`<name> (base)`), so base and this tree alternate within every run."""
     from bench.peers import nats_peer, redis_peer, rmq_peer
 
     out: list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]] = [
@@ -51,6 +55,13 @@ def systems() -> list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]]
     ]
     for name in rmq_peer.SETUPS:
         out.append((name, functools.partial(rmq_peer.start, name=name)))
+        if base is not None:
+            out.append(
+                (
+                    name + rmq_peer.BASE_SUFFIX,
+                    functools.partial(rmq_peer.start, name=name, base=base),
+                )
+            )
     return out
 
 
@@ -150,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/")
     ap.add_argument("--only", action="append", help="run only systems whose name contains this")
     ap.add_argument("--json", type=Path, help="also write the raw samples here")
+    ap.add_argument(
+        "--base",
+        type=Path,
+        help="a checkout to compare with: each trio-rmq setup also runs from it, alternating",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.count = 1, 1_000
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs must be >= 1 and --count >= 32")
     sizes = [int(s) for s in args.sizes.split(",")]
     ensure_installed()
-    chosen = [s for s in systems() if not args.only or any(o in s[0] for o in args.only)]
+    chosen = [s for s in systems(args.base) if not args.only or any(o in s[0] for o in args.only)]
     samples: list[dict[str, Any]] = []
     setups: list[dict[str, Any]] = []
     loads = [_loadavg()]

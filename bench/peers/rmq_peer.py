@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import Cluster, start_cluster
+from bench.cluster import ROOT, Cluster, start_cluster
 from bench.peers.measure import Meter, drive_trio, warmup_count
 
 SETUPS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
@@ -32,6 +32,23 @@ SETUPS: dict[str, tuple[tuple[str, ...], int, tuple[str, ...]]] = {
         ("async", "consume"),
     ),
 }
+# DLedger members as a user deploying them writes broker.conf: RocketMQ's DLedgerConfig timing
+# (a heartbeat every 2 s, a leader given up after 3, votes 300-1000 ms) and nothing about batch
+# push, so the member's default decides it (`rmq up --dledger` would set laptop timing)
+BROKER_CONF_DEFAULTS = "trio-rmq DLedger 3, broker.conf defaults"
+SETUPS[BROKER_CONF_DEFAULTS] = (("--dledger", "3"), 3, ("one", "inflight", "batch"))
+UP_BROKER_CONF: dict[str, dict[str, str]] = {
+    BROKER_CONF_DEFAULTS: {
+        "heartBeatTimeIntervalMs": "2000",
+        "maxHeartBeatLeak": "3",
+        "minVoteIntervalMs": "300",
+        "maxVoteIntervalMs": "1000",
+    }
+}
+# a base checkout (`--base`) of the tree before batch push became the default: its `rmq up`
+# sets isEnableBatchPush itself, so a plain broker.conf's (its default, off) is said here
+BASE_BROKER_CONF: dict[str, dict[str, str]] = {BROKER_CONF_DEFAULTS: {"isEnableBatchPush": "false"}}
+BASE_SUFFIX = " (base)"
 QUEUES = 8
 PULL = 32
 BATCH = 32
@@ -40,7 +57,7 @@ BATCH = 32
 class RmqSystem:
     def __init__(self, name: str, cluster: Cluster) -> None:
         self.name = name
-        self.scenarios = SETUPS[name][2]
+        self.scenarios = SETUPS[name.removesuffix(BASE_SUFFIX)][2]
         self.cluster = cluster
         self.topics: set[int] = set()
 
@@ -143,7 +160,16 @@ class RmqSystem:
 
 
 @contextlib.contextmanager
-def start(tmp: Path, name: str) -> Iterator[RmqSystem]:
+def start(tmp: Path, name: str, base: Path | None = None) -> Iterator[RmqSystem]:
+    """Setup `name` from this tree, or from the checkout `base` (named `name (base)`)."""
     args, brokers, _ = SETUPS[name]
-    with start_cluster(tmp / "rmq", *args, brokers=brokers, ready_timeout=60) as cluster:
-        yield RmqSystem(name, cluster)
+    conf = dict(UP_BROKER_CONF.get(name, {}))
+    if base is not None:
+        conf.update(BASE_BROKER_CONF.get(name, {}))
+    if conf:
+        toml = tmp / "up.toml"
+        toml.write_text("[broker_conf]\n" + "".join(f'{k} = "{v}"\n' for k, v in conf.items()))
+        args = (*args, "--config", str(toml))
+    root = ROOT if base is None else base
+    with start_cluster(tmp / "rmq", *args, brokers=brokers, ready_timeout=60, root=root) as cluster:
+        yield RmqSystem(name + (BASE_SUFFIX if base is not None else ""), cluster)

@@ -330,3 +330,8 @@ class _MemoryClient:
         self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
     ) -> AnyResponse:
         return await (await self.post(addr, request, timeout=timeout)).answer()
+
+    def post_nowait(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall | None:
+        return None  # answers have a flight time here: the replicator's task awaits them

@@ -396,6 +396,11 @@ class FileLog:
         self._recent_bytes = held
 
     # --- durability -------------------------------------------------------------------------
+    def has_unflushed(self) -> bool:
+        """Bytes were written that no flush has synced yet (loop thread: the flusher asks
+        before it hands ``flush`` to a worker thread, which costs more than an idle flush)."""
+        return bool(self.data.flush_jobs() or self.index.flush_jobs())
+
     def flush(self) -> None:
         """fdatasync what was written since the last flush; no system call when nothing was.
         Safe in a worker thread while the loop appends.  The lock is held to take and to record

@@ -61,8 +61,14 @@ class DLedgerConfig:
     max_wait_ack_time_ms: int = 2500
     max_push_time_out_ms: int = 1000
     max_in_flight_pushes: int = 1000
-    enable_batch_push: bool = False
+    # on unless said otherwise (DLedger's default is off): a DLedger 0.3.1.2 follower takes batch
+    # pushes whatever its own setting (broker/config.py says where this was checked)
+    enable_batch_push: bool = True
     max_batch_push_entries: int = 64
+    max_batch_push_bytes: int = 4 << 20
+    # a member started with no vote in its term (a fresh group) asks for votes after a vote
+    # pause, not a leak period (raft/election.py)
+    fast_first_vote: bool = True
     preferred_leader_id: str | None = None
     min_take_leadership_vote_interval_ms: int = 30
     max_take_leadership_vote_interval_ms: int = 100
@@ -152,6 +158,8 @@ class DLedgerConfig:
             max_in_flight_pushes=self.max_in_flight_pushes,
             enable_batch_push=self.enable_batch_push,
             max_batch_push_entries=self.max_batch_push_entries,
+            max_batch_push_bytes=self.max_batch_push_bytes,
+            fast_first_vote=self.fast_first_vote,
             preferred_leader_id=self.preferred_leader_id,
             min_take_leadership_vote_interval_ms=self.min_take_leadership_vote_interval_ms,
             max_take_leadership_vote_interval_ms=self.max_take_leadership_vote_interval_ms,

@@ -162,6 +162,15 @@ class DLedgerClient(Protocol):
         """``post`` then ``answer``."""
         ...
 
+    def post_nowait(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall | None:
+        """``post`` without waiting, from synchronous code: the call, its place on the
+        connection fixed, whose answer comes by ``when_answered`` only; or None (nothing sent)
+        when that cannot be done at once (no open connection, or a transport that cannot).
+        Never raises RpcError and never runs a callback of another call."""
+        ...
+
 
 class DLedgerNetwork(Protocol):
     async def serve(
@@ -285,6 +294,22 @@ class _RemotingClient:
         self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
     ) -> AnyResponse:
         return await (await self.post(addr, request, timeout=timeout)).answer()
+
+    def post_nowait(
+        self, addr: str, request: AnyRequest, *, timeout: float = RPC_TIMEOUT
+    ) -> PendingCall | None:
+        channel = self._channels.get(addr)
+        if channel is None or channel.closed:
+            return None
+        code = request_code(request)
+        cmd = RemotingCommand(code=int(code), body=encode_request(request))
+        try:
+            # the write is attempted at once; one that fails closes the channel and fails
+            # the calls waiting on it, whose callbacks then run here (the caller defers them)
+            pending = channel.request_nowait(cmd)
+        except RemotingError:
+            return None
+        return _RemotingPending(addr, code, pending, trio.current_time() + timeout)
 
 
 @attrs.frozen

@@ -130,6 +130,10 @@ class RaftCore:
             ),
         )
         self._elector = LeaderElector(self._state, last_leader_heartbeat=now)
+        if config.fast_first_vote and voted_for is None:
+            # a member that has not voted in its term (a group starting fresh) asks for votes
+            # after a vote pause, not a leak period (election.py)
+            self._elector.first_vote_time = now + self._elector.vote_delay()
         if voted_for == config.self_id:
             # it may have led this term, with log entries a power cut took (election.py)
             self._elector.may_have_led = term

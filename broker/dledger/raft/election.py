@@ -5,7 +5,17 @@ Theory of operation
 Each role has one timer, checked by :meth:`LeaderElector.tick`:
 
 * FOLLOWER: no heartbeat from the leader for ``max(2, maxHeartBeatLeak) * heartBeatTimeInterval``
-  -> CANDIDATE at the same term, voting at once.
+  -> CANDIDATE at the same term, voting at once.  With ``fast_first_vote`` (the driver's
+  default), a member started with no vote in its stored term (a group starting fresh:
+  ``first_vote_time``) that has heard of no leader, granted no vote and met no newer term waits
+  only a vote pause (``minVoteInterval + rand(max - min)``) instead: DLedger's members start as
+  CANDIDATE and ask at once; the pause spreads out members started together, so one usually
+  asks first and wins (`rmq up --dledger 3` is ready about one leak period sooner).  Safety does
+  not lean on the wait (a vote per term, persisted first).  A member that voted in its term
+  (restarted out of a running group, the old leader included) waits the leak period as before:
+  tried with every restart fast, a leader killed and restarted within a second asked at term+1
+  (``may_have_led``) before its followers had missed it, and once in three runs of
+  tests/integration/test_dledger_ride_through.py a send waited past its 3 s timeout.
 * CANDIDATE: at ``next_vote_time`` a vote round starts (at term+1 after VOTE_NEXT, else at the
   current term): the candidate votes for itself through the same rules as for anyone, then asks
   every peer.  One exception to the current term: a member restarted with its vote for itself
@@ -114,6 +124,9 @@ class LeaderElector:
     # the term this node voted for itself in before its restart (-1: none): no vote round runs
     # in it again (see the module doc)
     may_have_led: int = -1
+    # a member just started: when it becomes a candidate unless it hears of a leader, grants a
+    # vote or meets a newer term first (then inf: the usual timers); see the module doc
+    first_vote_time: float = math.inf
 
     # --- timing ----------------------------------------------------------------------------
 
@@ -137,7 +150,7 @@ class LeaderElector:
             and self.term_to_take_leadership == self.state.term
         )
 
-    def _vote_delay(self) -> float:
+    def vote_delay(self) -> float:
         cfg = self.state.config
         if self._taking_leadership():
             low = cfg.min_take_leadership_vote_interval_ms
@@ -149,8 +162,10 @@ class LeaderElector:
     def next_deadline(self) -> float:
         role = self.state.role
         if role is Role.FOLLOWER:
-            return self.last_leader_heartbeat + self._interval() * max(
-                2, self.state.config.max_heart_beat_leak
+            return min(
+                self.first_vote_time,
+                self.last_leader_heartbeat
+                + self._interval() * max(2, self.state.config.max_heart_beat_leak),
             )
         if role is Role.CANDIDATE:
             return self.vote_round.deadline if self.vote_round else self.next_vote_time
@@ -164,6 +179,7 @@ class LeaderElector:
         self.vote_round = self.beat_round = None
         self.vote_next_term = False
         self.last_leader_heartbeat = now
+        self.first_vote_time = math.inf
         self.term_to_take_leadership = -1
         self.state.change_role(Role.FOLLOWER, leader_id)
 
@@ -172,6 +188,7 @@ class LeaderElector:
         self.state.move_to_term(term)
         self.vote_round = self.beat_round = None
         self.vote_next_term = False
+        self.first_vote_time = math.inf
         self.next_vote_time = vote_at
         if self.state.term > self.term_to_take_leadership:
             self.term_to_take_leadership = -1
@@ -180,7 +197,7 @@ class LeaderElector:
     def step_up(self, term: int, now: float) -> None:
         """A larger term was seen: candidate there, voting after a random pause (the sender
         of the larger term gets to retry first)."""
-        self.become_candidate(term, now + self._vote_delay())
+        self.become_candidate(term, now + self.vote_delay())
 
     def _become_leader(self, now: float) -> None:
         self.vote_round = None
@@ -298,6 +315,9 @@ class LeaderElector:
     def record_vote(self, candidate: str) -> None:
         """The one place a vote is granted (persisted before the answer leaves)."""
         self.state.set_hard_state(self.state.term, candidate)
+        if candidate != self.state.self_id:
+            # that candidate is about to lead: give it the usual leak period
+            self.first_vote_time = math.inf
 
     def on_vote_response(self, request: VoteRequest, response: VoteResponse, now: float) -> None:
         vote = self.vote_round
@@ -328,14 +348,14 @@ class LeaderElector:
         decision = vote.decide(st.config.quorum)
         if decision is VoteDecision.LARGER_TERM:
             # DLedger moves to the larger term at its next round; we move now (persisted)
-            self.become_candidate(vote.known_max_term, now + self._vote_delay())
+            self.become_candidate(vote.known_max_term, now + self.vote_delay())
         elif decision is VoteDecision.HAS_LEADER:
-            self.next_vote_time = now + self._vote_delay() + self._leak()
+            self.next_vote_time = now + self.vote_delay() + self._leak()
         elif decision is VoteDecision.TOO_FEW_VALID:
-            self.next_vote_time = now + self._vote_delay()
+            self.next_vote_time = now + self.vote_delay()
         elif decision is VoteDecision.BIGGER_LEDGER:
             extra = st.config.max_vote_interval_ms / 1000.0
-            self.next_vote_time = now + self._vote_delay() + extra
+            self.next_vote_time = now + self.vote_delay() + extra
         elif decision is VoteDecision.PASSED:
             self._become_leader(now)
         elif decision is VoteDecision.REVOTE_IMMEDIATELY:
@@ -343,7 +363,7 @@ class LeaderElector:
             self.start_vote(now)
         else:
             self.vote_next_term = True
-            self.next_vote_time = now + self._vote_delay()
+            self.next_vote_time = now + self.vote_delay()
 
     # --- heartbeats ------------------------------------------------------------------------
 

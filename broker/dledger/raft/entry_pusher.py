@@ -16,8 +16,9 @@ it) and starts one
   first entry, to a follower that holds nothing it can keep, the TRUNCATE resets the follower's
   log to begin there (entry_handler.py, "Reset"): DLedger's way of rebuilding a member that
   retention left behind.
-* APPEND: push entries in order (``max_batch_push_entries`` per push with batch push, else one),
-  at most ``max_in_flight_pushes`` unanswered per follower; the push at watermark+1 is sent again
+* APPEND: push entries in order (``max_batch_push_entries`` per push with batch push, else one;
+  a batch also stops before ``max_batch_push_bytes``), at most ``max_in_flight_pushes``
+  unanswered per follower; the push at watermark+1 is sent again
   when unanswered for ``maxPushTimeOutMs``.  INCONSISTENT_STATE (to an APPEND or COMMIT) -> COMPARE.
 * COMMIT: when nothing is left to push, a COMMIT push carries the commit index every half
   heartbeat interval (DLedger's fixed 1 s at the default interval), and sooner when the commit
@@ -58,6 +59,7 @@ import attrs
 
 from broker.dledger.raft.member_state import AppendDone, MemberState, Send
 from broker.dledger.raft.messages import (
+    ENTRY_HEADER_SIZE,
     DLedgerResponseCode,
     Entry,
     PushEntryRequest,
@@ -272,12 +274,18 @@ class EntryPusher:
         d.told_commit = request.commit_index
         self.state.out.append(Send(d.peer, request))
 
-    def _entries(self, first: int, count: int) -> tuple[Entry, ...]:
+    def _entries(self, first: int, count: int, max_bytes: float = math.inf) -> tuple[Entry, ...]:
+        """Up to ``count`` entries from ``first``, stopping before their headers and bodies
+        pass ``max_bytes`` (the first always comes)."""
         log = self.state.log
-        found = []
+        found: list[Entry] = []
+        size = 0
         for index in range(first, first + count):
             entry = log.get(index)
             if entry is None:
+                break
+            size += ENTRY_HEADER_SIZE + len(entry.body)
+            if found and size > max_bytes:
                 break
             found.append(entry)
         return tuple(found)
@@ -326,7 +334,9 @@ class EntryPusher:
             self._to_compare(d, now)
             return
         while d.write_index <= end and len(d.pending) < cfg.max_in_flight_pushes:
-            entries = self._entries(d.write_index, min(batch, end - d.write_index + 1))
+            entries = self._entries(
+                d.write_index, min(batch, end - d.write_index + 1), cfg.max_batch_push_bytes
+            )
             d.pending[d.write_index] = (now, len(entries))
             self._send(d, self._request(d, PushType.APPEND, entries), now)
             d.write_index += len(entries)

@@ -67,11 +67,20 @@ class CoreConfig:
     max_in_flight_pushes: int = 1000
     enable_batch_push: bool = False
     max_batch_push_entries: int = 64
+    # not DLedger's key: a batch push also stops before its entries pass this many bytes (one
+    # entry always goes).  Base64 makes a push ~4/3 of it, well inside the 16 MiB frame a
+    # remoting peer reads (DLedger's Netty decoder, common/remoting/codec.py); DLedger cuts its
+    # batches at maxBatchPushSize (4 KiB), which would cost a push every 3-4 KiB here
+    max_batch_push_bytes: int = 4 << 20
     preferred_leader_id: str | None = None
     min_take_leadership_vote_interval_ms: int = 30
     max_take_leadership_vote_interval_ms: int = 100
     leadership_transfer_wait_timeout_ms: int = 1000
     max_leadership_transfer_wait_index: int = 1000
+    # not DLedger's key: a member started with no vote in its term asks for votes after a vote
+    # pause instead of a leak period (election.py, first_vote_time; DLedger's members start as
+    # candidates and ask at once).  Off here, so the simulator's seeds keep their schedules; the driver turns it on
+    fast_first_vote: bool = False
     # not DLedger's: an idle follower hears a new commit index this long after the last push
     # (entry_pusher.py; DLedger waits for its 1 s COMMIT push)
     commit_push_delay_ms: int = 20

@@ -33,20 +33,35 @@ from tests.broker.dledger.simulator import (
 
 
 def _run(
-    seed: int, nodes: int, planted: str | None, trace: Callable[[str], None] | None = None
+    seed: int,
+    nodes: int,
+    planted: str | None,
+    trace: Callable[[str], None] | None = None,
+    fast_first_vote: bool = False,
 ) -> SimStats:
     if planted is None:
-        return run_seed(seed, nodes, core_factory=default_factory, trace=trace)
+        return run_seed(
+            seed,
+            nodes,
+            core_factory=default_factory,
+            trace=trace,
+            fast_first_vote=fast_first_vote,
+        )
     cls, acks_before_flush = PLANTED[planted]
     return run_seed(
-        seed, nodes, core_factory=factory_of(cls), trace=trace, acks_before_flush=acks_before_flush
+        seed,
+        nodes,
+        core_factory=factory_of(cls),
+        trace=trace,
+        acks_before_flush=acks_before_flush,
+        fast_first_vote=fast_first_vote,
     )
 
 
-def _one(job: tuple[int, int, str | None]) -> tuple[int, int, SimStats | None, str]:
-    seed, nodes, planted = job
+def _one(job: tuple[int, int, str | None, bool]) -> tuple[int, int, SimStats | None, str]:
+    seed, nodes, planted, fast = job
     try:
-        return seed, nodes, _run(seed, nodes, planted), ""
+        return seed, nodes, _run(seed, nodes, planted, fast_first_vote=fast), ""
     except SimulationFailure as e:
         return seed, nodes, None, str(e)
 
@@ -71,17 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--planted", choices=sorted(PLANTED))
+    parser.add_argument(
+        "--fast-first-vote",
+        action="store_true",
+        help="started members ask for votes after a vote pause (the driver's default)",
+    )
     args = parser.parse_args(argv)
     if args.seed is not None:
         nodes = args.nodes or nodes_for(args.seed)
         trace = print if args.verbose else None
         try:
-            print(_run(args.seed, nodes, args.planted, trace))
+            print(_run(args.seed, nodes, args.planted, trace, args.fast_first_vote))
         except SimulationFailure as e:
             print(f"FAILED {e}")
             return 1
         return 0
-    jobs = [(s, args.nodes or nodes_for(s), args.planted) for s in args.seeds]
+    jobs = [(s, args.nodes or nodes_for(s), args.planted, args.fast_first_vote) for s in args.seeds]
     started = time.perf_counter()
     failures: list[str] = []
     failed_seeds: list[int] = []
@@ -109,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         if failed_seeds:
             first = failed_seeds[0]
             print(
-                f"replay: {replay_command(first, args.nodes or nodes_for(first))} "
+                "replay: "
+                f"{replay_command(first, args.nodes or nodes_for(first), fast_first_vote=args.fast_first_vote)} "
                 f"--planted {args.planted}"
             )
         return 0 if failed_seeds else 1

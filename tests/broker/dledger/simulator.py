@@ -110,8 +110,11 @@ def default_factory(
     return RaftCore(config, log, state, rng=rng, now=now, committed_index=committed)
 
 
-def replay_command(seed: int, nodes: int) -> str:
-    return f".venv/bin/python -m tests.broker.dledger.sim_cli --seed {seed} --nodes {nodes} -v"
+def replay_command(seed: int, nodes: int, *, fast_first_vote: bool = False) -> str:
+    fast = " --fast-first-vote" if fast_first_vote else ""
+    return (
+        f".venv/bin/python -m tests.broker.dledger.sim_cli --seed {seed} --nodes {nodes}{fast} -v"
+    )
 
 
 @attrs.define(eq=False)
@@ -169,6 +172,7 @@ class Simulation:
         core_factory: CoreFactory = default_factory,
         trace: Callable[[str], None] | None = None,
         acks_before_flush: bool = False,
+        fast_first_vote: bool = False,
     ) -> None:
         self.seed, self.rng = seed, random.Random(seed)
         self.factory, self.trace = core_factory, trace
@@ -194,6 +198,9 @@ class Simulation:
             min_take_leadership_vote_interval_ms=3,
             max_take_leadership_vote_interval_ms=10,
             leadership_transfer_wait_timeout_ms=100,
+            # the driver's start (a vote pause, not a leak period): a flag of the run, not a
+            # draw, so the seeds' schedules without it stay what they were
+            fast_first_vote=fast_first_vote,
         )
         fifo = rng.random() < 0.85
         self.network = SimNetwork(
@@ -716,17 +723,22 @@ def run_seed(
     core_factory: CoreFactory = default_factory,
     trace: Callable[[str], None] | None = None,
     acks_before_flush: bool = False,
+    fast_first_vote: bool = False,
 ) -> SimStats:
     """Run one seed; raises SimulationFailure (with the replay command) when a check fails."""
     try:
         simulation = Simulation(
-            seed, nodes, core_factory=core_factory, trace=trace, acks_before_flush=acks_before_flush
+            seed,
+            nodes,
+            core_factory=core_factory,
+            trace=trace,
+            acks_before_flush=acks_before_flush,
+            fast_first_vote=fast_first_vote,
         )
         return simulation.run()
     except SimulationFailure as e:
-        raise SimulationFailure(
-            f"seed {seed} ({nodes} nodes): {e}\nreplay: {replay_command(seed, nodes)}"
-        ) from e
+        replay = replay_command(seed, nodes, fast_first_vote=fast_first_vote)
+        raise SimulationFailure(f"seed {seed} ({nodes} nodes): {e}\nreplay: {replay}") from e
 
 
 def nodes_for(seed: int) -> int:

@@ -15,6 +15,7 @@ import trio
 from broker.config import BrokerConfig
 from broker.dledger.driver.memory_transport import MemoryDLedgerNetwork
 from broker.dledger.driver.node import DLedgerNode, run_dledger_node
+from broker.dledger.driver.node_config import DLedgerConfig
 from broker.dledger.driver.node_storage import MemoryStorage
 from broker.dledger.raft.log import MemoryLog
 from broker.dledger.raft.messages import Role
@@ -72,6 +73,17 @@ def test_dledger_keys_are_read_by_their_rocketmq_names():
     assert config.dledger_slave_sync_interval == 2.0
     # the role is the Raft role's, so brokerRole/brokerId rules are not applied
     assert config.broker_id == 7
+
+
+def test_batch_push_is_on_unless_broker_conf_says_otherwise():
+    """DLedger's default is off; a DLedger 0.3.1.2 follower takes batch pushes whatever its own
+    setting, so a plain broker.conf gets the fast one (broker/config.py)."""
+    plain = f"enableDLegerCommitLog=true\ndLegerPeers={PEERS}\ndLegerSelfId=n0\nbrokerName=b\n"
+    assert BrokerConfig.from_properties(plain).store.enable_batch_push
+    off = BrokerConfig.from_properties(plain + "isEnableBatchPush=false\n")
+    assert not off.store.enable_batch_push
+    member = DLedgerConfig.from_store_config(BrokerConfig.from_properties(plain).store, group="b")
+    assert member.core_config().enable_batch_push
 
 
 def test_dledger_defaults_are_dledgers():

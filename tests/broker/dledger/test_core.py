@@ -351,3 +351,16 @@ def test_take_leadership_checks() -> None:
     assert {s.to for s in sends} == {"n0", "n2"}
     first_send = next(i for i, a in enumerate(actions) if isinstance(a, Send))
     assert any(isinstance(a, PersistState) for a in actions[:first_send])
+
+
+def test_a_fresh_member_asks_for_votes_after_a_vote_pause_not_a_leak_period() -> None:
+    """fast_first_vote: a member with no vote in its term becomes a candidate within
+    maxVoteIntervalMs; one that voted (restarted out of a running group) waits the leak period,
+    as does every member without the flag (raft/election.py)."""
+    leak = 3 * 0.2  # max(2, maxHeartBeatLeak) * heartBeatTimeIntervalMs (the harness's 200 ms)
+    fresh = core(fast_first_vote=True, now=10.0)
+    assert 10.03 <= fresh.next_deadline() <= 10.1  # minVoteIntervalMs..maxVoteIntervalMs
+    assert fresh.tick(fresh.next_deadline()) and fresh.role is Role.CANDIDATE
+    voted = core(fast_first_vote=True, state=HardState(term=3, voted_for="n1"), now=10.0)
+    assert voted.next_deadline() == pytest.approx(10.0 + leak)
+    assert core(now=10.0).next_deadline() == pytest.approx(10.0 + leak)

@@ -270,6 +270,28 @@ def test_batch_push() -> None:
     assert cluster.cores[other].committed_index <= cluster.cores[lead].committed_index
 
 
+def test_a_batch_push_stops_before_its_byte_bound() -> None:
+    """max_batch_push_bytes cuts a batch (headers + bodies; one entry always goes), so a push
+    of large entries stays inside a remoting peer's 16 MiB frame whatever the entry count."""
+    cluster = Cluster.of(
+        3, enable_batch_push=True, max_batch_push_entries=64, max_batch_push_bytes=3 * 1048
+    )
+    lead = cluster.elect()
+    cluster.advance(0.05)
+    other = next(m for m in cluster.cores if m != lead)
+    mark = len(cluster.sent)
+    # 1000-byte bodies: 1048 bytes an entry, 3 fit; one of 5000 bytes goes alone
+    cluster.propose(lead, *[b"x" * 1000] * 7, b"y" * 5000, b"z" * 1000)
+    sizes = [
+        len(r.entries)
+        for s, t, r in cluster.sent[mark:]
+        if (s, t) == (lead, other) and isinstance(r, PushEntryRequest) and r.type is PushType.APPEND
+    ]
+    assert sizes == [3, 3, 1, 1, 1]
+    cluster.advance(0.2)
+    assert cluster.cores[other].log.end_index == cluster.cores[lead].log.end_index
+
+
 def test_idle_commit_push_carries_the_commit_index() -> None:
     cluster = Cluster.of(3)
     lead = cluster.elect()

@@ -8,6 +8,7 @@ channel's read loop and times calls out with the replicator's sweep.  Both under
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
 import trio
@@ -173,3 +174,88 @@ async def test_a_cancelled_replicator_reports_nothing_more(net, autojump_clock):
 async def _run_in(scope: trio.CancelScope, rep: PeerReplicator) -> None:
     with scope:
         await rep.run()
+
+
+@pytest.mark.parametrize("net", ["remoting"], indirect=True)
+async def test_a_connected_peer_gets_each_push_from_send_itself(net, autojump_clock):
+    """Once the connection is open, ``send`` posts the request itself: the replicator's task
+    is not woken per push (one task switch per push and follower), and the order stays."""
+    out = Outcomes()
+    async with trio.open_nursery() as nursery:
+        addr = await serve(nursery, net, answer)
+        async with net.open_client("n0") as client:
+            rep = replicator(client, addr, out)
+            nursery.start_soon(rep.run)
+            rep.send(push(0))  # no connection yet: the task connects and posts it
+            await trio.sleep(0.1)
+            assert len(out.answers) == 1
+            requests = [push(i) for i in range(1, 50)]
+            for i, r in enumerate(requests, start=2):
+                rep.send(r)
+                assert rep.calls == i and rep.queued == 0  # posted inside send
+            await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert out.failures == []
+    assert [r for r, _ in out.answers][1:] == requests
+
+
+class _FailingOnSecondPost:
+    """A client whose second inline post fails the first call at once (as a write that
+    closes the connection fails every call waiting on it), then posts nothing or, with
+    ``second_posts``, posts the second call (which is never answered)."""
+
+    def __init__(self, second_posts: bool = False) -> None:
+        self.callbacks: list = []
+        self.second_posts = second_posts
+
+    def post_nowait(self, addr, request, *, timeout):
+        if len(self.callbacks) == 1:
+            from broker.dledger.driver.transport import RpcUnreachable
+
+            self.callbacks[0](RpcUnreachable("connection lost"))
+            if not self.second_posts:
+                return None
+        client = self
+
+        class Pending:
+            def when_answered(self, fn):
+                client.callbacks.append(fn)
+                return True
+
+            def cancel(self):
+                pass
+
+        return Pending()
+
+    async def post(self, addr, request, *, timeout):
+        from broker.dledger.driver.transport import RpcUnreachable
+
+        raise RpcUnreachable("connection lost")
+
+
+@pytest.mark.parametrize("second_posts", [False, True])
+async def test_outcomes_set_off_inside_send_are_reported_by_the_task(second_posts, autojump_clock):
+    out = Outcomes()
+    inside = False
+
+    def on_failure(request):
+        assert not inside, "on_failure ran inside send"
+        out.on_failure(request)
+
+    client: Any = _FailingOnSecondPost(second_posts)
+    rep = PeerReplicator("n1", "127.0.0.1:1", client, out.on_answer, on_failure, timeout=1.0)
+    first, second = push(0), push(1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(rep.run)
+        await trio.sleep(0.01)
+        inside = True
+        rep.send(first)  # posted inline
+        rep.send(second)  # fails the first while send runs, then is queued (or posted)
+        inside = False
+        await trio.sleep(0.5)
+        if second_posts:
+            assert out.failures == [first]  # from the task, though send had nothing queued
+            await trio.sleep(1.0)  # the second was posted and never answered: the timeout
+        nursery.cancel_scope.cancel()
+    assert out.failures == [first, second]  # each once, from the task, in order
+    assert out.answers == []
