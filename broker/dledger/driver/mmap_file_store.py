@@ -523,7 +523,10 @@ def open_file_log(
         data.truncate_dirty(pos + size)
         flog._end, flog._end_term = end, term
     else:
-        data.truncate_dirty(0)
+        # an empty log keeps its first data file where it is: a classic store switched to
+        # DLedger starts its data at dividedCommitlogOffset (broker/dledger/broker/
+        # commitlog_view.start_after_classic), not at 0
+        data.truncate_dirty(data.min_offset)
     index.truncate_dirty((end + 1) * INDEX_UNIT_SIZE)
     for queue in (data, index):
         for f in queue.files:
