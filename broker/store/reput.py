@@ -380,6 +380,29 @@ class ReputService:
         self.reput_from = first + sum(sizes)
         self._notify(notes)
 
+    def dispatch_put_at(
+        self, msg: MessageExtBrokerInner, size: int, q: int, phys: int, end: int, store_ts: int
+    ) -> bool:
+        """A framed CommitLog's put path (a DLedger leader's own entry, whose record is at
+        ``phys`` and whose framing ends at ``end``): dispatched from the message as
+        ``dispatch_put`` does, when ``reput_from`` is where its framing starts (the caller
+        checked).  False on a failed queue write: ``reput_from`` stays and the task parses it
+        again.  Waiters are woken by :meth:`wake_waiters`, once per batch."""
+        try:
+            notes = self._dispatch_one(msg, size, q, phys, store_ts)
+        except OSError as exc:
+            log.error("dispatch failed at %d, the task retries: %s", phys, exc)
+            self.flags.logics_queue_error = True
+            self._wake.set()
+            return False
+        self.reput_from = end
+        self._notify(notes)
+        return True
+
+    def wake_waiters(self) -> None:
+        """``wait_dispatched`` callers look again (after ``dispatch_put_at``)."""
+        self._wake_progress()
+
     def _dispatch_one(
         self, m: MessageExtBrokerInner, size: int, q: int, phys: int, store_ts: int
     ) -> list[_Arrival]:

@@ -138,6 +138,10 @@ class FileLog:
     _recent: dict[int, Entry] = attrs.field(factory=dict)
     # the bodies' bytes in _recent
     _recent_bytes: int = 0
+    # called after every truncation with (first index cut, the data end after it), on the
+    # loop's thread: the store over these files (broker/dledger/broker/commitlog_view.py)
+    # stops serving what was cut before anything can be written in its place
+    truncate_listeners: list[Callable[[int, int], None]] = attrs.field(factory=list)
     # flush's quiet release: monotonic time of the last flush that had bytes to sync, and
     # whether everything flushed since then was released
     release_pages: bool = True
@@ -241,16 +245,19 @@ class FileLog:
         with self._files_lock:
             self._cuts += 1
             if index <= 0:
-                self.data.truncate_dirty(0)
+                # (the first data file stays where it is: dividedCommitlogOffset)
+                self.data.truncate_dirty(self.data.min_offset)
                 self.index.truncate_dirty(0)
                 self._end, self._end_term = -1, -1
-                return
-            unit = self._unit(index - 1)
-            assert unit is not None
-            _magic, pos, size, _index, term = unit
-            self.data.truncate_dirty(pos + size)
-            self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
-            self._end, self._end_term = index - 1, term
+            else:
+                unit = self._unit(index - 1)
+                assert unit is not None
+                _magic, pos, size, _index, term = unit
+                self.data.truncate_dirty(pos + size)
+                self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
+                self._end, self._end_term = index - 1, term
+        for listener in self.truncate_listeners:
+            listener(index, self.write_pos)
 
     # --- writing ----------------------------------------------------------------------------
     def _write(self, entry: Entry) -> None:
