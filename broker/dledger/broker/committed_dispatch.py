@@ -69,7 +69,10 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CommittedDispatch",
     "LegacyStoreError",
+    "entry_before",
+    "entry_ending_at",
     "open_dledger_backed_store",
+    "run_dledger_backed_store",
 ]
 
 # entries made visible before the apply task lets other tasks run
@@ -218,6 +221,25 @@ def entry_ending_at(log_: RaftLog, end: int) -> int:
         else:
             hi = mid - 1
     raise ApplyError(f"no entry of the log ends at {end} (the store's visible end)")
+
+
+def entry_before(log_: RaftLog, offset: int) -> int:
+    """The last entry of ``log_`` that ends at or before ``offset``; ``begin_index - 1`` when
+    none does (binary search by position)."""
+    begin, last, get = log_.begin_index, log_.end_index, log_.get
+    if last < 0 or begin < 0:
+        return -1
+    lo, hi = begin, last
+    found = begin - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        entry = get(mid)
+        assert entry is not None
+        if entry.pos + entry.size <= offset:
+            found, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return found
 
 
 class _ConsumeQueueFlush(FlushService):
