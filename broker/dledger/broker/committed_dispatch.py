@@ -60,6 +60,7 @@ from broker.dledger.driver.mmap_file_store import FileLog
 from broker.dledger.driver.state_files import load_checkpoint
 from broker.dledger.raft.log import RaftLog
 from broker.dledger.raft.messages import Entry
+from broker.store.clean_service import DISK_FULL_POLL, disk_used_ratio, judge
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.flush import FlushService
@@ -339,6 +340,25 @@ def open_dledger_backed_store(
     return store
 
 
+async def _run_disk_check(store: DLedgerBackedStore, directory: str) -> None:
+    """The classic store's disk judgement (clean_service.judge: puts refused over
+    ``diskSpaceWarningLevelRatio``, accepted again at or below ``diskSpaceCleanForciblyRatio``)
+    on the data files' filesystem, every ``cleanResourceInterval`` and every 100 ms while the
+    disk is full.  No deletion here: the data files are dropped by log_retention.py."""
+    config = store.config
+    flags = store.flags
+    while True:
+        ratio = await trio.to_thread.run_sync(disk_used_ratio, directory)
+        judge(flags, ratio, config)
+        if flags.disk_full:
+            await trio.sleep(DISK_FULL_POLL)
+            continue
+        if flags.disk_full_marked.is_set():
+            flags.disk_full_marked = trio.Event()  # cleared by a hand other than judge's
+        with trio.move_on_after(config.clean_resource_interval):
+            await flags.disk_full_marked.wait()
+
+
 async def run_dledger_backed_store(
     config: MessageStoreConfig,
     flog: FileLog,
@@ -355,6 +375,7 @@ async def run_dledger_backed_store(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.reput.run)
             nursery.start_soon(flush.run)
+            nursery.start_soon(_run_disk_check, store, flog.data.store_dir)
             task_status.started(store)
             await trio.sleep_forever()
     finally:

@@ -171,6 +171,11 @@ class DLedgerMessageStore(PutSteps):
     def _append(
         self, msgs: list[MessageExtBrokerInner], *, batch: bool
     ) -> PutMessageResult | DLedgerPut:
+        # a full disk or a failed queue write refuses puts as the classic store does
+        # (DefaultMessageStore._append; the reason is what `rmq top` shows)
+        flags = self.classic.flags
+        if flags.disk_full or flags.logics_queue_error:
+            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
         # (a SLAVE, or a store shutting down, is refused here like the classic store does)
         put = self._prepare_put(msgs, self._queue_table, batch=batch)
         if isinstance(put, PutMessageResult):
