@@ -7,13 +7,16 @@ switched, and over this broker's earlier two-copy layout.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import pytest
 import trio
 
+from broker.dledger.broker import log_retention
 from broker.dledger.broker.applier import PutHint
 from broker.dledger.broker.apply_resume import HINT_FILE
 from broker.dledger.broker.commitlog_view import DLedgerBackedStore
@@ -27,6 +30,7 @@ from broker.dledger.broker.committed_dispatch import (
 from broker.dledger.driver import entry_coder as ec
 from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
 from broker.dledger.driver.state_files import Checkpoint, save_checkpoint
+from broker.dledger.raft.messages import Role
 from broker.store.config import MessageStoreConfig
 from broker.store.results import GetMessageStatus
 from common.message import MessageExt, MessageExtBrokerInner, decode_record
@@ -366,4 +370,91 @@ async def test_the_run_function_serves_and_stops_cleanly(
     flog, node, store, applier = open_all(tmp_path, new_node)
     assert applier.applied_index == 24 and len(messages(store)) == 25
     assert store.recovery is not None and store.recovery.redispatched_bytes == 0
+    close_all(flog, node, store)
+
+
+def test_a_log_that_lost_its_tail_loses_its_queue_units(
+    tmp_path: Path, new_node: Callable[..., FakeNode]
+) -> None:
+    """A power cut took the log's tail but not the queues' (they are synced apart): on open the
+    units past the log go, and the entries written again in their place are dispatched."""
+    flog, node, store, applier = open_all(tmp_path, new_node)
+    writer = Writer()
+    propose(node, applier, writer, 12, hinted=True)
+    apply_committed(node, applier)
+    kept = [m for m in messages(store)]
+    close_all(flog, node, store)
+    flog = open_log(tmp_path)
+    cut = flog.get(7)
+    assert cut is not None
+    flog.truncate(7)  # what recovery keeps of a log whose tail the disk lost
+    flog.close()
+    save_checkpoint(member(tmp_path), Checkpoint(end_index=6, committed_index=6))
+    flog, node, store, applier = open_all(tmp_path, new_node)
+    assert applier.applied_index == 6
+    assert messages(store) == [m for m in kept if m[3] < cut.pos]
+    assert store.recovery is not None and store.recovery.cq_units_dropped == 5
+    writer.next_q.clear()
+    propose(node, applier, writer, 3, hinted=False)
+    apply_committed(node, applier)
+    assert len(messages(store)) == 10
+    check_in_place(store, flog)
+    close_all(flog, node, store)
+
+
+@attrs.define
+class RetNode:
+    """What retention reads of a follower (log_retention.RetentionNode)."""
+
+    log: FileLog
+    committed_index: int
+    role: Role = Role.FOLLOWER
+
+    def peer_watermarks(self) -> dict[str, int]:
+        return {}
+
+
+async def test_dropping_head_data_files_is_commitlog_retention(
+    tmp_path: Path, new_node: Callable[..., FakeNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queues follow the data files retention drops (their min offsets move to the first
+    unit still in the log, their wholly dropped files go), and nothing goes past the store
+    checkpoint's durable dispatch."""
+    flog, node, store, applier = open_all(tmp_path, new_node)
+    writer = Writer()
+    propose(node, applier, writer, 150, hinted=True)
+    apply_committed(node, applier)
+    sent = messages(store)
+    assert len(flog.data.files) > 8
+    flog.flush()  # a head goes only once the new first entry is on disk
+    now = time.time()
+    for mf in flog.data.files:
+        os.utime(mf.path, (now - 3 * 3600,) * 2)  # expired for fileReservedTime=1
+    monkeypatch.setattr(log_retention, "disk_used_ratio", lambda path: 0.8)  # over 75 %: due
+    store.config = attrs.evolve(
+        store.config,
+        file_reserved_time=1,
+        delete_when=f"{(time.localtime(now).tm_hour + 12) % 24:02d}",
+    )
+    ret = log_retention.retention_for(store, applier, RetNode(flog, node.committed_index))
+    assert isinstance(ret, log_retention.WriteOnceRetention)
+    # the durable dispatch is the bound: here the middle of the fourth file
+    bound_entry = flog.get(40)
+    assert bound_entry is not None
+    store.checkpoint.dispatched = bound_entry.pos + bound_entry.size
+    assert await ret.once() > 0
+    assert 0 < flog.begin_index <= 40
+    first = flog.get(flog.begin_index)
+    assert first is not None and store.get_min_phy_offset() == first.pos
+    left = messages(store)
+    assert left == [m for m in sent if m[3] > first.pos]
+    for topic, qid in QUEUES:
+        assert store.get_min_offset_in_queue(topic, qid) > 0
+    # the whole dispatch durable: everything but the last file may go
+    store.checkpoint.dispatched = store.reput_from
+    await ret.once()
+    assert flog.begin_index > 40
+    first = flog.get(flog.begin_index)
+    assert first is not None
+    assert messages(store) == [m for m in sent if m[3] > first.pos]
     close_all(flog, node, store)
