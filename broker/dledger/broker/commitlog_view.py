@@ -262,16 +262,14 @@ def start_after_classic(classic: CommitLog, data: MappedFileQueue) -> int:
     last = classic.queue.last()
     if last is None:
         return 0
-    start = last.file_from_offset
-    if last.wrote == 0:
-        divided = start
-    else:
-        remaining = last.file_size - last.wrote
-        if remaining >= 8:
-            last.append(_BLANK_HEAD.pack(remaining, BLANK_MAGIC_CODE))
-            last.wrote = last.file_size
-            last.flush_range()
-        divided = start + last.file_size
+    # (an empty last file is closed the same way: a BLANK over all of it, so no classic file
+    # is ever at or past the division, where only this broker's earlier copies are)
+    remaining = last.file_size - last.wrote
+    if remaining >= 8:
+        last.append(_BLANK_HEAD.pack(remaining, BLANK_MAGIC_CODE))
+        last.flush_range()
+    last.wrote = last.file_size
+    divided = last.file_from_offset + last.file_size
     data.create(divided)
     log.warning(
         "the classic CommitLog (%s) ends at %d: DLedger's data starts at %d "
