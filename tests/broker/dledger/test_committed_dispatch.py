@@ -27,14 +27,16 @@ from broker.dledger.broker.committed_dispatch import (
     open_dledger_backed_store,
     run_dledger_backed_store,
 )
+from broker.dledger.broker.message_store import run_dledger_store
 from broker.dledger.driver import entry_coder as ec
 from broker.dledger.driver.mmap_file_store import FileLog, open_file_log
 from broker.dledger.driver.state_files import Checkpoint, save_checkpoint
 from broker.dledger.raft.messages import Role
 from broker.store.config import MessageStoreConfig
-from broker.store.results import GetMessageStatus
+from broker.store.results import GetMessageStatus, PutMessageStatus
 from common.message import MessageExt, MessageExtBrokerInner, decode_record
 from common.message_encoder import encode_record
+from common.message_id import decode_offset_msg_id
 from tests.broker.dledger.apache_store_fixture import ApacheDLedgerStore
 
 if TYPE_CHECKING:
@@ -458,3 +460,48 @@ async def test_dropping_head_data_files_is_commitlog_retention(
     assert first is not None
     assert messages(store) == [m for m in sent if m[3] > first.pos]
     close_all(flog, node, store)
+
+
+async def test_puts_answer_entry_positions_and_truncations_reach_the_store(
+    tmp_path: Path,
+    new_node: Callable[..., FakeNode],
+    mk: Callable[..., MessageExtBrokerInner],
+) -> None:
+    """DLedgerMessageStore over the write-once store: a put's offsets and msgIds are its
+    entries' pos + 48, read back by queue offset and msgId; run_dledger_store hooks the log's
+    truncations to the apply (and unhooks it when it stops)."""
+    flog = open_log(tmp_path)
+    node = new_node(log=flog)
+    try:
+        async with trio.open_nursery() as nursery:
+            store = await nursery.start(
+                run_dledger_backed_store, cfg(tmp_path), flog, member(tmp_path)
+            )
+            dledger = await nursery.start(run_dledger_store, store, node)
+            assert isinstance(dledger.applier, CommittedDispatch)
+            assert flog.truncate_listeners == [dledger.applier.on_truncate]
+            dledger.become_master(node.term)
+            dledger.broker_role = "SYNC_MASTER"
+            with trio.fail_after(10):
+                one = await dledger.put_message(mk("A", 0, b"one"))
+                batch = await dledger.put_messages([mk("A", 1, b"b%d" % i) for i in range(3)])
+            for result, first in ((one, 0), (batch, 1)):
+                assert result.status is PutMessageStatus.PUT_OK and result.append is not None
+                ids = result.append.msg_id.split(",")
+                for k, msg_id in enumerate(ids):
+                    entry = flog.get(first + k)
+                    assert entry is not None
+                    _host, offset = decode_offset_msg_id(msg_id)
+                    assert offset == entry.pos + ec.BODY_OFFSET
+                    assert dledger.look_message_by_offset(offset) is not None
+                assert result.append.wrote_offset == decode_offset_msg_id(ids[0])[1]
+            got = dledger.get_message("g", "A", 1, 0, 8)
+            assert [decode_record(bytes(b)).body for b in got.buffers] == [b"b0", b"b1", b"b2"]
+            # an (unconfirmed) applied entry cut by the log: the store follows at once
+            flog.truncate(2)
+            assert dledger.applier.applied_index == 1
+            assert dledger.get_max_offset_in_queue("A", 1) == 1
+            nursery.cancel_scope.cancel()
+        assert flog.truncate_listeners == []
+    finally:
+        flog.close()
