@@ -5,9 +5,13 @@ Theory of operation
 ``run_broker(config)`` is one Trio task tree (DESIGN habit 2):
 
 1. the store starts first (file store by default; tests inject a store or a store factory) and
-   is the last thing to stop.  In DLedger mode (``enableDLegerCommitLog``) that store is the
-   state machine: the DLedger node starts next (its own port, from ``dLegerPeers``), then the
-   DLedger store (``broker/dledger/broker/message_store.py``) over both, which the broker uses;
+   is the last thing to stop.  In DLedger mode (``enableDLegerCommitLog``) the member's Raft
+   log is opened first and the store's CommitLog is its data files (``run_dledger_member``:
+   written once, broker/dledger/broker/committed_dispatch.py); the DLedger node starts on the
+   same log (its own port, from ``dLegerPeers``), then the DLedger store
+   (``broker/dledger/broker/message_store.py``) over both, which the broker uses.  With an
+   injected store or node (tests) the store is a separate state machine the node's committed
+   entries are copied into (broker/dledger/broker/applier.py);
 2. ``BrokerController`` loads ``config/topics.json``, ``subscriptionGroup.json``,
    ``consumerOffset.json`` and ``delayOffset.json`` from the store root;
 3. the remoting server binds ``listenPort`` and the VIP port ``listenPort-2`` (both ephemeral
@@ -45,12 +49,15 @@ import trio
 from broker.acl.validator import PlainAccessValidator, run_acl_watch
 from broker.config import DEFAULT_GRPC_PORT, BrokerConfig
 from broker.controller import BrokerController
+from broker.dledger.broker.commitlog_view import DLedgerBackedStore
+from broker.dledger.broker.committed_dispatch import run_dledger_backed_store
 from broker.dledger.broker.log_retention import retention_for, run_log_retention
 from broker.dledger.broker.message_store import DLedgerMessageStore, run_dledger_store
 from broker.dledger.broker.roles import DLedgerRoleChangeHandler, RoleNode
 from broker.dledger.broker.store_layout import move_legacy_layout
-from broker.dledger.driver.node import run_dledger_node
+from broker.dledger.driver.node import DLedgerNode, run_dledger_node
 from broker.dledger.driver.node_config import DLedgerConfig
+from broker.dledger.driver.node_storage import open_log
 from broker.dledger.driver.transport import RemotingDLedgerNetwork
 from broker.grpc.service import GrpcServerHandle, run_grpc_service
 from broker.ha.service import run_ha_service
@@ -135,6 +142,9 @@ async def run_broker(
         ha_factory = run_ha_service
     dledger: DLedgerMessageStore | None = None
     async with trio.open_nursery() as outer:
+        if config.dledger and store is None and store_factory is None and dledger_node is None:
+            # write once: the store's CommitLog is the member's Raft log (RocketMQ's layout)
+            store, dledger_node = await outer.start(run_dledger_member, config, network)
         if store is None:
             if store_factory is None:
                 from broker.store import run_message_store
@@ -324,6 +334,33 @@ def address_in_use(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(address_in_use(e) for e in exc.exceptions)
     return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+
+
+async def run_dledger_member(
+    config: BrokerConfig,
+    network: Network,
+    *,
+    task_status: trio.TaskStatus[tuple[DLedgerBackedStore, DLedgerNode]] = (
+        trio.TASK_STATUS_IGNORED
+    ),
+) -> None:
+    """A DLedger member writing once (broker/dledger/broker/committed_dispatch.py): its Raft
+    log opened here, the store over the log's data files, then the node on the same log;
+    the log is closed once both stopped."""
+    node_config = dledger_node_config(config)
+    flog = await open_log(node_config)
+    try:
+        async with trio.open_nursery() as nursery:
+            store = await nursery.start(
+                run_dledger_backed_store, config.store, flog, node_config.store_dir
+            )
+            node = await nursery.start(
+                partial(run_dledger_node, node_config, RemotingDLedgerNetwork(network), log=flog)
+            )
+            task_status.started((store, node))
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(flog.close)
 
 
 def dledger_node_config(config: BrokerConfig) -> DLedgerConfig:

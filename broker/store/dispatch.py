@@ -164,6 +164,16 @@ class NotARecord(enum.Enum):
 PARTIAL: Final = NotARecord.PARTIAL
 BLANK: Final = NotARecord.BLANK
 
+
+class Framing(enum.Enum):
+    """What a CommitLog with its own framing finds besides records (``ReputService.parse_at``)."""
+
+    # an entry with nothing to dispatch (a DLedger no-op): continue after its size
+    SKIP = "skip"
+
+
+SKIP: Final = Framing.SKIP
+
 _HEAD2 = struct.Struct(">ii")
 _HEAD9 = struct.Struct(">iiiiiqqiq")
 _BORN_V6 = MessageSysFlag.BORNHOST_V6
@@ -296,7 +306,9 @@ def dispatch_put(
 __all__ = [
     "BLANK",
     "PARTIAL",
+    "SKIP",
     "DispatchRequest",
+    "Framing",
     "NotARecord",
     "UnitRun",
     "delay_level_of",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -39,7 +39,10 @@ from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
 from broker.store.dispatch import (
     BLANK,
     PARTIAL,
+    SKIP,
     DispatchRequest,
+    Framing,
+    NotARecord,
     UnitRun,
     dispatch_put,
     dispatch_tags_code,
@@ -62,6 +65,8 @@ log = logging.getLogger(__name__)
 _REPUT_BATCH = 64
 # seconds between tries of a dispatch round that failed on the filesystem
 _RETRY_S = 1.0
+# a CommitLog's own framing (ReputService.parse_at)
+ParseAt = Callable[[int], tuple[DispatchRequest | NotARecord | Framing, int]]
 # an arrival listener's arguments: (topic, queueId, offset + 1, tagsCode)
 _Arrival = tuple[str, int, int, int]
 
@@ -91,6 +96,11 @@ class ReputService:
         self.listeners: list[ArrivalListener] = []
         # shared with the store: a failed queue write refuses puts until a round gets through
         self.flags = RunningFlags()
+        # the CommitLog's own framing, when it is not records back to back: a DLedger
+        # member's records sit inside Raft entries (broker/dledger/broker/commitlog_view.py);
+        # pos -> (request | BLANK | SKIP | PARTIAL, bytes to the next boundary), the request's
+        # offset checked by it.  None: the classic framing below.
+        self.parse_at: ParseAt | None = None
 
     @property
     def caught_up(self) -> bool:
@@ -189,6 +199,22 @@ class ReputService:
             if pending and pending[0].commit_log_offset == pos:
                 req = pending.popleft()
                 size = req.msg_size
+            elif self.parse_at is not None:
+                try:
+                    parsed, size = self.parse_at(pos)
+                except RecordDecodeError as exc:
+                    log.error("reput stopped at %d: %s", pos, exc)
+                    break
+                if parsed is PARTIAL:
+                    break
+                if parsed is BLANK:
+                    pos = cl.roll_next_file(pos)
+                    continue
+                if parsed is SKIP:
+                    pos += size
+                    continue
+                assert isinstance(parsed, DispatchRequest)
+                req = parsed
             else:
                 mf = cl.queue.find(pos)
                 if mf is None:
@@ -353,6 +379,29 @@ class ReputService:
             return
         self.reput_from = first + sum(sizes)
         self._notify(notes)
+
+    def dispatch_put_at(
+        self, msg: MessageExtBrokerInner, size: int, q: int, phys: int, end: int, store_ts: int
+    ) -> bool:
+        """A framed CommitLog's put path (a DLedger leader's own entry, whose record is at
+        ``phys`` and whose framing ends at ``end``): dispatched from the message as
+        ``dispatch_put`` does, when ``reput_from`` is where its framing starts (the caller
+        checked).  False on a failed queue write: ``reput_from`` stays and the task parses it
+        again.  Waiters are woken by :meth:`wake_waiters`, once per batch."""
+        try:
+            notes = self._dispatch_one(msg, size, q, phys, store_ts)
+        except OSError as exc:
+            log.error("dispatch failed at %d, the task retries: %s", phys, exc)
+            self.flags.logics_queue_error = True
+            self._wake.set()
+            return False
+        self.reput_from = end
+        self._notify(notes)
+        return True
+
+    def wake_waiters(self) -> None:
+        """``wait_dispatched`` callers look again (after ``dispatch_put_at``)."""
+        self._wake_progress()
 
     def _dispatch_one(
         self, m: MessageExtBrokerInner, size: int, q: int, phys: int, store_ts: int

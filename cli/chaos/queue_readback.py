@@ -23,6 +23,7 @@ async def pull_queue(
     group: str = "check",
     ends: Collection[int] | None = None,
     skip: Collection[int] = (),
+    start: int = 0,
 ) -> list[MessageExt]:
     """Every record of one queue from offset 0 on, by plain PULLs (no suspend, no commit):
     how a test or the chaos harness reads back what a broker holds.
@@ -30,9 +31,10 @@ async def pull_queue(
     By default any answer but SUCCESS ends the read quietly.  With ``ends``, the read may end
     only on one of those codes: any other, or a SUCCESS whose nextBeginOffset does not move on,
     fails it (AssertionError).  An answer with a code in ``skip`` (PULL_RETRY_IMMEDIATELY: the
-    records there were removed under the read) moves the read on to its nextBeginOffset."""
+    records there were removed under the read) moves the read on to its nextBeginOffset.  ``start``: the first queue offset read (a queue's
+    min offset, once retention moved it)."""
     out: list[MessageExt] = []
-    offset = 0
+    offset = start
     while True:
         r = await client.invoke(
             addr,

@@ -5,7 +5,9 @@ Three real members take messages, stop, and each member's files are then opened 
 place: ``<storePathRootDir>/dledger-<id>/{data,index,currterm,checkpoint}``; every committed
 entry is either a no-op (the ROLLBACK record a Java member dispatches nothing for) or one
 message whose PHYSICALOFFSET is its entry's ``pos + 48``; each message sent is there once; and
-the members' committed entries are the same bytes.
+the members' committed entries are the same bytes; the messages are written once (no classic
+CommitLog) and the ConsumeQueues point at entry ``pos + 48``, so the reader finds each by its
+queue offset.
 """
 
 from __future__ import annotations
@@ -82,6 +84,15 @@ async def test_each_members_store_reads_in_rocketmqs_layout(dledger_factory, raf
                 if msg.topic == TOPIC:
                     found.append(msg.keys or "")
             assert sorted(found) == keys
+            # written once: no classic CommitLog copy, and the ConsumeQueues point into the
+            # data files at entry pos + 48 (what a Java member's reads follow)
+            assert not (root / "commitlog").exists()
+            by_queue = [
+                reader.message(TOPIC, qid, offset).keys or ""
+                for qid in range(4)
+                for offset in range(reader.max_queue_offset(TOPIC, qid))
+            ]
+            assert sorted(by_queue) == keys
             assert sum(ec.is_noop_body(b) for b in bodies) >= 1  # the first leader's, at least
             committed[node] = bodies
         finally:

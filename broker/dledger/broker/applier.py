@@ -1,4 +1,9 @@
-"""The DLedger state machine: committed log entries applied to the classic store, in index order.
+"""The copying DLedger state machine: committed log entries applied to a separate store, in index
+order.
+
+Used only where the store is not the Raft log's data files: the in-memory stores and logs of
+tests.  The broker writes once (committed_dispatch.py, commitlog_view.py): this copy is what it
+did before issue 27, kept so the in-memory groups of the tests keep running.
 
 Theory of operation
 -------------------

@@ -1,5 +1,10 @@
 """Where the DLedger apply resumes after a restart, and what of it a new leader can take back.
 
+This is the copying apply's (applier.py: the in-memory stores of tests).  The broker writes once
+(committed_dispatch.py): there the store's own recovery finds the resume point (the visible end)
+and a truncation of the log calls the store back, so no hint files and no pairing walk are
+needed; the theory of the unconfirmed prefix below is the same.
+
 Theory of operation
 -------------------
 **The resume point** (:func:`find_resume_point`).  The hint file ``dledger_applied`` in the

@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-In DLedger mode a message is stored twice: in the Raft log (``mmap_file_store.FileLog``) and,
-once committed, in the classic CommitLog the applier writes (applier.py).  The classic store's
-own retention (broker/store/clean_service.py) cleans the classic files; this service cleans the
-Raft log's, with DLedger's rules as RocketMQ configures them from the broker's store config
+In DLedger mode a message is stored once, in the Raft log (``mmap_file_store.FileLog``), whose
+data files are the store's CommitLog (commitlog_view.py): this service cleans them, and
+(``WriteOnceRetention``) the ConsumeQueue and index files below the new first file with them,
+each queue's min offset following (RocketMQ's ``correctMinOffset``).  With the copying apply of
+the in-memory tests (applier.py) it cleans the Raft log's files only.  DLedger's rules as RocketMQ configures them from the broker's store config
 (``DLedgerCommitLog``): every ``cleanResourceInterval`` the data files go from the oldest on,
 never the last one, when
 
@@ -22,7 +23,10 @@ the files it deleted had not expired.
 What no rule may drop (the bound ``upto`` handed to ``FileLog.drop_head``): an entry the
 log still needs.
 
-* **Restart.** The applier resumes from a hint and pairs the classic records after it with
+* **Restart.** Written once, a restart re-dispatches from the store checkpoint's
+  ``dispatched`` (written, fsynced, after the queues' flush): the entries from there must stay,
+  so the bound is the last entry ending at or below it (``WriteOnceRetention``).  With the
+  copying apply, the applier resumes from a hint and pairs the classic records after it with
   their entries (applier.py), so the entries after the hint must stay.  The bound is the
   *durable* hint: an (index, offset) pair taken a round earlier whose classic bytes and whose
   Raft entry the flushes have since put on disk, written with fsync before anything below it
@@ -53,6 +57,8 @@ import trio
 
 from broker.dledger.broker.applier import Applier
 from broker.dledger.broker.apply_resume import Hint
+from broker.dledger.broker.commitlog_view import DLedgerBackedStore
+from broker.dledger.broker.committed_dispatch import CommittedDispatch, entry_before
 from broker.dledger.driver.mmap_file_store import DROP_FILES_MAX, FileLog
 from broker.dledger.raft.messages import Role
 from broker.store.api import MessageStore
@@ -68,7 +74,14 @@ from broker.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AppliedProgress", "LogRetention", "RetentionNode", "retention_for", "run_log_retention"]
+__all__ = [
+    "AppliedProgress",
+    "LogRetention",
+    "RetentionNode",
+    "WriteOnceRetention",
+    "retention_for",
+    "run_log_retention",
+]
 
 
 @runtime_checkable
@@ -209,15 +222,87 @@ async def run_log_retention(
             log.error("dledger retention round failed: %s", exc)
 
 
-def retention_for(classic: MessageStore, applier: Applier, node: object) -> LogRetention | None:
+@attrs.define(eq=False)
+class _WriteOnceProgress:
+    """The write-once apply seen as retention's ``AppliedProgress``: no hint files, the store
+    checkpoint's ``dispatched`` is the durable point (WriteOnceRetention)."""
+
+    dispatch: CommittedDispatch
+
+    @property
+    def applied_index(self) -> int:
+        return self.dispatch.applied_index
+
+    @property
+    def applied_offset(self) -> int:
+        return self.dispatch.view.visible_end
+
+    @property
+    def cuts(self) -> int:
+        return self.dispatch.cuts
+
+    def write_durable_hint(self, hint: Hint) -> None:
+        pass  # nothing to write: the store checkpoint is written by the store's flush
+
+
+@attrs.define(eq=False)
+class WriteOnceRetention(LogRetention):
+    """Retention when the Raft log's data files are the store's CommitLog (committed_dispatch.py):
+    dropping head data files is CommitLog retention, so the ConsumeQueue files and index files
+    wholly below the new first file go with them and each queue's min offset moves to its first
+    unit that still points into the log (RocketMQ's ``deleteExpiredFile`` +
+    ``correctMinOffset``, clean_service.take_expired_segments).
+
+    The bound changes meaning: nothing needs the entries again after a restart but the
+    re-dispatch of units a power cut took, which starts at the store checkpoint's ``dispatched``
+    (written after the queues' flush, fsynced): only entries ending at or below it go."""
+
+    store: DLedgerBackedStore | None = None
+
+    async def _advance_durable_hint(self) -> None:
+        store = self.store
+        assert store is not None
+        index = entry_before(self.flog, store.checkpoint.dispatched)
+        self.durable = Hint(index, store.checkpoint.dispatched, None)
+
+    async def once(self) -> int:
+        dropped = await super().once()
+        store = self.store
+        if dropped and store is not None:
+            cl_min = store.commit_log.min_offset
+            taken: list[MappedFile] = []
+            for cq in store.consume_queues.values():
+                taken.extend(cq.take_expired(cl_min))
+            taken.extend(f.mf for f in store.index.take_expired(cl_min))
+            if taken:
+                await unlink_segments(taken)
+        return dropped
+
+
+def retention_for(
+    classic: MessageStore, applier: Applier | CommittedDispatch, node: object
+) -> LogRetention | None:
     """The retention of a member whose log is on files and whose classic store is the file
-    store; None otherwise (the in-memory logs and stores of tests keep everything)."""
+    store (or, written once, the store over the log); None otherwise (the in-memory logs and
+    stores of tests keep everything)."""
     flog = getattr(node, "log", None)
     if not (
         isinstance(flog, FileLog)
         and isinstance(classic, DefaultMessageStore)
         and isinstance(node, RetentionNode)
     ):
+        return None
+    if isinstance(classic, DLedgerBackedStore) and isinstance(applier, CommittedDispatch):
+        view = classic.view
+        return WriteOnceRetention(
+            flog,
+            node,
+            _WriteOnceProgress(applier),
+            classic.config,
+            lambda: view.visible_end,
+            store=classic,
+        )
+    if not isinstance(applier, Applier):
         return None
 
     def classic_flushed() -> int:

@@ -4,9 +4,13 @@ Theory of operation
 -------------------
 The store keeps the :class:`broker.store.api.MessageStore` surface the processors, the schedule
 service and the slave sync already use.  Everything read-side (pulls, queue offsets, lookups,
-queries, arrival listeners, runtime numbers) is the wrapped classic store's, which the
-:class:`broker.dledger.broker.applier.Applier` fills with committed entries only.  The put path is
-replaced:
+queries, arrival listeners, runtime numbers) is the wrapped store's.  In the broker that store
+is a :class:`~broker.dledger.broker.commitlog_view.DLedgerBackedStore`, whose CommitLog is the
+Raft log's data files (written once): :class:`~broker.dledger.broker.committed_dispatch.
+CommittedDispatch` makes committed entries visible and dispatches them in place, and a record's
+offset is its entry's ``pos + 48``.  Over any other store (the in-memory ones of tests) the
+:class:`broker.dledger.broker.applier.Applier` copies committed entries into it.  Either way only
+committed entries are read.  The put path is replaced:
 
 1. ``append_message(s)`` runs synchronously, like the classic one, so the order of calls is the
    order of the Raft log.  It answers SERVICE_NOT_AVAILABLE unless this member is the leader
@@ -51,6 +55,10 @@ from broker.dledger.broker.applier import (
     ProposalView,
     PutHint,
 )
+from broker.dledger.broker.commitlog_view import DLedgerBackedStore
+from broker.dledger.broker.committed_dispatch import CommittedDispatch
+from broker.dledger.driver.entry_coder import BODY_OFFSET
+from broker.dledger.driver.mmap_file_store import FileLog
 from broker.dledger.raft.messages import Role
 from broker.store.api import ArrivalListener, MessageStore
 from broker.store.config import MessageStoreConfig
@@ -89,7 +97,9 @@ def put_status(code: DLedgerResponseCode) -> PutMessageStatus:
 class DLedgerMessageStore(PutSteps):
     classic: MessageStore
     node: DLedgerNodeView
-    applier: Applier = attrs.field(init=False)
+    # write once (the store over the Raft log's data files): CommittedDispatch; the in-memory
+    # stores of tests: the copying Applier
+    applier: Applier | CommittedDispatch = attrs.field(init=False)
     # the classic store's (one frozen config for both)
     config: MessageStoreConfig = attrs.field(init=False)
     # (topic, queueId) -> next queue offset the leader hands out; valid only in _table_term
@@ -103,8 +113,12 @@ class DLedgerMessageStore(PutSteps):
     _stats: StoreStats = attrs.field(factory=StoreStats, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.applier = Applier(self.classic, self.node)
-        self.config = self.classic.config
+        classic = self.classic
+        if isinstance(classic, DLedgerBackedStore):
+            self.applier = CommittedDispatch(classic, self.node)
+        else:
+            self.applier = Applier(classic, self.node)
+        self.config = classic.config
 
     @property
     def broker_role(self) -> str:
@@ -157,6 +171,11 @@ class DLedgerMessageStore(PutSteps):
     def _append(
         self, msgs: list[MessageExtBrokerInner], *, batch: bool
     ) -> PutMessageResult | DLedgerPut:
+        # a full disk or a failed queue write refuses puts as the classic store does
+        # (DefaultMessageStore._append; the reason is what `rmq top` shows)
+        flags = self.classic.flags
+        if flags.disk_full or flags.logics_queue_error:
+            return self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
         # (a SLAVE, or a store shutting down, is refused here like the classic store does)
         put = self._prepare_put(msgs, self._queue_table, batch=batch)
         if isinstance(put, PutMessageResult):
@@ -177,11 +196,14 @@ class DLedgerMessageStore(PutSteps):
         if proposal.code is not DLedgerResponseCode.SUCCESS:
             return self._fail(put_status(proposal.code), f"DLedger append: {proposal.code.name}")
         self._queue_table.update(put.next_q)
-        landed, hints = self.applier.landed, self.applier.hints
+        applier = self.applier
+        landed = applier.landed if isinstance(applier, Applier) else None
+        hints = applier.hints
         for entry, msg, size, qoff in zip(
             proposal.entries, msgs, put.sizes, put.qoffs, strict=True
         ):
-            landed[entry.index] = -1
+            if landed is not None:
+                landed[entry.index] = -1
             hints[entry.index] = PutHint(entry.term, msg, size, qoff, put.store_ts)
         return DLedgerPut(self, proposal, put, [m.store_host for m in msgs])
 
@@ -340,16 +362,25 @@ class DLedgerPut:
     async def wait(self) -> PutMessageResult:
         store = self._store
         entries = self._proposal.entries
-        landed = store.applier.landed
-        try:
+        applier = store.applier
+        if isinstance(applier, CommittedDispatch):
+            # written once: each record is where its entry is, at pos + 48
             code = await self._proposal.wait()
             if code is not DLedgerResponseCode.SUCCESS:
                 return store._fail(put_status(code), f"DLedger append: {code.name}")
-            await store.applier.wait_applied(entries[-1].index)
-            offsets = [landed[e.index] for e in entries]
-        finally:
-            for e in entries:
-                landed.pop(e.index, None)
+            await applier.wait_applied(entries[-1].index)
+            offsets = [e.pos + BODY_OFFSET for e in entries]
+        else:
+            landed = applier.landed
+            try:
+                code = await self._proposal.wait()
+                if code is not DLedgerResponseCode.SUCCESS:
+                    return store._fail(put_status(code), f"DLedger append: {code.name}")
+                await applier.wait_applied(entries[-1].index)
+                offsets = [landed[e.index] for e in entries]
+            finally:
+                for e in entries:
+                    landed.pop(e.index, None)
         put = self._prepared
         await store.classic.wait_dispatched(offsets[-1] + put.sizes[-1])
         ids = ",".join(
@@ -383,19 +414,34 @@ async def run_dledger_store(
     """Resume the apply (applier.py) and run it until cancelled; the classic store and the
     node are started (and stopped) by the caller, around this."""
     store = DLedgerMessageStore(classic, node)
-    report = store.applier.resume()
+    applier = store.applier
+    if isinstance(applier, CommittedDispatch):
+        applier.resume()
+        flog = node.log
+        if isinstance(flog, FileLog):
+            flog.truncate_listeners.append(applier.on_truncate)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(applier.run)
+                task_status.started(store)
+        finally:
+            store.shutdown = True
+            if isinstance(flog, FileLog):
+                flog.truncate_listeners.remove(applier.on_truncate)
+        return
+    report = applier.resume()
     if report.cut_from is not None:
         if not isinstance(classic, DefaultMessageStore):
             raise ApplyError(f"the classic store holds records past the log at {report.cut_from}")
         await truncate_dirty_files(classic, report.cut_from)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.applier.run, hint_interval)
+            nursery.start_soon(applier.run, hint_interval)
             task_status.started(store)
     finally:
         store.shutdown = True
         try:
-            store.applier.write_hint()
+            applier.write_hint()
         except OSError as exc:
             log.error("could not write the DLedger apply hint: %s", exc)
 

@@ -162,6 +162,10 @@ class FileLog:
     _recent: dict[int, Entry] = attrs.field(factory=dict)
     # the bodies' bytes in _recent
     _recent_bytes: int = 0
+    # called after every truncation with (first index cut, the data end after it), on the
+    # loop's thread: the store over these files (broker/dledger/broker/commitlog_view.py)
+    # stops serving what was cut before anything can be written in its place
+    truncate_listeners: list[Callable[[int, int], None]] = attrs.field(factory=list)
     # flush's quiet release: monotonic time of the last flush that had bytes to sync, and
     # whether everything flushed since then was released
     release_pages: bool = True
@@ -265,16 +269,19 @@ class FileLog:
         with self._files_lock:
             self._cuts += 1
             if index <= 0:
-                self.data.truncate_dirty(0)
+                # (the first data file stays where it is: dividedCommitlogOffset)
+                self.data.truncate_dirty(self.data.min_offset)
                 self.index.truncate_dirty(0)
                 self._end, self._end_term = -1, -1
-                return
-            unit = self._unit(index - 1)
-            assert unit is not None
-            _magic, pos, size, _index, term = unit
-            self.data.truncate_dirty(pos + size)
-            self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
-            self._end, self._end_term = index - 1, term
+            else:
+                unit = self._unit(index - 1)
+                assert unit is not None
+                _magic, pos, size, _index, term = unit
+                self.data.truncate_dirty(pos + size)
+                self.index.truncate_dirty(index * INDEX_UNIT_SIZE)
+                self._end, self._end_term = index - 1, term
+        for listener in self.truncate_listeners:
+            listener(index, self.write_pos)
 
     def reset(self, first: Entry) -> None:
         """The log becomes ``first`` alone, at ``first.pos`` (module doc, "Reset"); durable when
@@ -687,7 +694,10 @@ def open_file_log(
         data.truncate_dirty(pos + size)
         flog._end, flog._end_term = end, term
     else:
-        data.truncate_dirty(0)
+        # an empty log keeps its first data file where it is: a classic store switched to
+        # DLedger starts its data at dividedCommitlogOffset (broker/dledger/broker/
+        # commitlog_view.start_after_classic), not at 0
+        data.truncate_dirty(data.min_offset)
     index.truncate_dirty((end + 1) * INDEX_UNIT_SIZE)
     for queue in (data, index):
         for f in queue.files:
