@@ -274,12 +274,12 @@ class BrokerConfig:
             store = attrs.evolve(store_over, **store_kw) if store_kw else store_over
         else:
             store_kw.setdefault("store_path_root_dir", "store")
-            # DLedger's batch push on unless broker.conf says otherwise (DLedger's own default
-            # is off: one entry per push, 2-3x slower here).  It stays wire-compatible: a
-            # DLedger 0.3.1.2 follower takes a batch push whatever its own isEnableBatchPush
-            # (DLedgerEntryPusher.EntryHandler.handlePush checks request.isBatch()), and the
-            # leader's pushes stay within a Java member's frame (raft/entry_pusher.py)
-            store_kw.setdefault("enable_batch_push", True)
+            # DLedger's batch push is on unless broker.conf says otherwise (MessageStoreConfig's
+            # default; DLedger's own is off: one entry per push, 2-3x slower here).  It stays
+            # wire-compatible: a DLedger 0.3.1.2 follower takes a batch push whatever its own
+            # isEnableBatchPush (DLedgerEntryPusher.EntryHandler.handlePush checks
+            # request.isBatch()), and the leader's pushes stay within a Java member's frame
+            # (raft/entry_pusher.py)
             store = MessageStoreConfig(**store_kw)
         broker_kw.update(overrides)
         return cls(store=store, **broker_kw).validated()

@@ -355,7 +355,14 @@ async def run_dledger_member(
                 run_dledger_backed_store, config.store, flog, node_config.store_dir
             )
             node = await nursery.start(
-                partial(run_dledger_node, node_config, RemotingDLedgerNetwork(network), log=flog)
+                partial(
+                    run_dledger_node,
+                    node_config,
+                    RemotingDLedgerNetwork(network),
+                    log=flog,
+                    # a stranded member's log reset by its leader (raft/entry_handler.py)
+                    on_log_reset=store.log_reset,
+                )
             )
             task_status.started((store, node))
     finally:

@@ -136,7 +136,9 @@ class MessageStoreConfig:
     # of the DLedger data files alone; None -> <storePathRootDir>/dledger-<selfId>/data.  The
     # member's index/, currterm and checkpoint are always in <storePathRootDir>/dledger-<selfId>/
     store_path_dledger_commit_log: str | None = None
-    enable_batch_push: bool = False
+    # on unless broker.conf says otherwise, unlike DLedger's own default (broker/config.py says
+    # why it stays wire-compatible)
+    enable_batch_push: bool = True
     # DLedgerConfig.java timings (openmessaging/dledger) in ms, by its names, with its defaults
     heart_beat_time_interval_ms: int = 2000
     max_heart_beat_leak: int = 3

@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections.abc import Callable
 
 from broker.dledger.driver import entry_coder as ec
 from broker.store.checkpoint import StoreCheckpoint
@@ -293,6 +294,17 @@ class DLedgerBackedStore(DefaultMessageStore):
         self.commit_log = view
         self.reput.commit_log = view
         self.reput.parse_at = view.parse_at
+        # who hears of a log reset once the apply runs (CommittedDispatch.on_log_reset); before
+        # that, :meth:`log_reset` resets the store alone and the apply's resume starts there
+        self.log_reset_hook: Callable[[int, int], None] | None = None
+
+    def log_reset(self, begin_index: int, begin_pos: int) -> None:
+        """The node's ``on_log_reset`` hook (driver/node.py): the leader reset this member's log
+        to begin at entry ``begin_index`` at ``begin_pos``."""
+        if self.log_reset_hook is not None:
+            self.log_reset_hook(begin_index, begin_pos)
+        else:
+            self.on_log_reset(begin_pos)
 
     @property
     def view(self) -> DLedgerCommitLogView:
@@ -306,11 +318,17 @@ class DLedgerBackedStore(DefaultMessageStore):
         report = RecoveryReport(clean=self.last_exit_ok, checkpoint_valid=cp.valid)
         report.rule = "dledger"
         data_end = view.queue.max_offset
-        # units past the log's end point at entries it lost (a power cut): they go
+        # units past the log's end point at entries it lost (a power cut): they go; after a
+        # crash so do the units past the checkpoint, which a power cut may have kept in part
+        # (a hole before a kept unit: broker/store/recovery.py); the re-dispatch below and the
+        # apply write them again
+        units_end = data_end
+        if not self.last_exit_ok and cp.valid and view.min_offset <= cp.dispatched <= data_end:
+            units_end = cp.dispatched
         newest = (0, 0)
         for cq in self.consume_queues.values():
             cq.recover(view.min_offset)
-            report.cq_units_dropped += cq.truncate_dirty(data_end)
+            report.cq_units_dropped += cq.truncate_dirty(units_end)
             if cq.max_offset > cq.min_offset:
                 unit = cq.unit(cq.max_offset - 1)
                 if unit is not None and unit[0] + unit[1] > sum(newest):
@@ -341,6 +359,9 @@ class DLedgerBackedStore(DefaultMessageStore):
             log.error(
                 "recovery could not dispatch past %d (visible end %d)", self.reput_from, valid_end
             )
+        # a dropped unit must not come back with a power cut before new entries land where it
+        # pointed (broker/store/recovery.py)
+        report.files_synced = sum(cq.queue.sync_cuts() for cq in self.consume_queues.values())
         report.seconds = time.monotonic() - t0
         return report
 

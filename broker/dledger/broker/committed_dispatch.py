@@ -96,6 +96,9 @@ class CommittedDispatch:
     cuts: int = 0
     _progress: trio.Event = attrs.field(factory=trio.Event)
 
+    def __attrs_post_init__(self) -> None:
+        self.store.log_reset_hook = self.on_log_reset
+
     @property
     def view(self) -> DLedgerCommitLogView:
         return self.store.view
