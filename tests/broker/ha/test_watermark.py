@@ -169,3 +169,26 @@ async def test_many_released_watches_leave_bounded_state(autojump_clock):
         await trio.sleep(10)
         assert len(w._deadlines) == 0 and len(w._heap) == 0
         n.cancel_scope.cancel()
+
+
+async def test_released_watches_leave_no_deadline_behind(autojump_clock):
+    # a send leaves nothing behind it once a slave acked it: the deadline entries of the
+    # waiters an ack releases go with the ack, not when the expiry task next wakes
+    w = ReplicaWatermark(connections=1)
+    told: list[object] = []
+    async with trio.open_nursery() as n:
+        await n.start(w.run_expiry)
+        for i in range(1, 33):
+            assert w.watch(i * 100, 3.0, told.append) is None
+        assert len(w._deadlines) == 32
+        w.advance(1600)
+        assert told == [OK] * 16 and len(w._deadlines) == 16
+        w.advance(3200)
+        assert told == [OK] * 32 and len(w._deadlines) == 0 and w.waiting == 0
+        # the expiry task still times out the next watch, on time
+        assert w.watch(3300, 3.0, told.append) is None
+        await trio.sleep(2.9)
+        assert len(told) == 32
+        await trio.sleep(0.2)
+        assert told[32:] == [PutMessageStatus.FLUSH_SLAVE_TIMEOUT]
+        n.cancel_scope.cancel()
