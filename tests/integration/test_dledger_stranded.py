@@ -98,7 +98,7 @@ async def test_a_member_stranded_by_a_forced_clean_rebuilds_itself_and_serves(
     took = trio.current_time() - started
     assert int(mine["dledgerLedgerBeginIndex"]) >= begin
     assert want and set(want) <= set(first + second)
-    assert set(second[-100:]) <= set(want)  # the newest messages are all there
+    assert second[-1] in want  # the newest message is there (the last file is never cleaned)
     print(f"stranded member {down} rebuilt and serving {took:.1f} s after its start")
 
     # and it goes on following: the same messages as the leader (the forced clean goes on
