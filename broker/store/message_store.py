@@ -556,12 +556,18 @@ async def run_message_store(
             task_status.started(store)
             await trio.sleep_forever()
     finally:
-        store.shutdown = True
-        with trio.CancelScope(shield=True), trio.move_on_after(30):
-            try:
-                store.reput.do_reput(limit=None)
-                await flush.flush_all()
-            except OSError:
-                log.exception("final flush failed")
-            else:
-                store.close_files()
+        await close_store(store, flush)
+
+
+async def close_store(store: DefaultMessageStore, flush: FlushService) -> None:
+    """A running store's end: puts refused, the last records dispatched and everything
+    flushed (shielded, at most 30 s), then the files closed cleanly (no ``abort`` left)."""
+    store.shutdown = True
+    with trio.CancelScope(shield=True), trio.move_on_after(30):
+        try:
+            store.reput.do_reput(limit=None)
+            await flush.flush_all()
+        except OSError:
+            log.exception("final flush failed")
+        else:
+            store.close_files()

@@ -435,12 +435,7 @@ class Applier:
             await trio.lowlevel.checkpoint()
 
     def _committed(self, first: int, last: int) -> Iterator[Entry]:
-        log_ = self.node.log
-        for index in range(first, last + 1):
-            entry = log_.get(index)
-            if entry is None:
-                raise ApplyError(f"committed entry {index} is not in the log")
-            yield entry
+        return committed_entries(self.node.log, first, last)
 
     async def wait_applied(self, index: int) -> None:
         while self.applied_index < index:
@@ -460,3 +455,12 @@ __all__ = [
     "PutHint",
     "ResumeReport",
 ]
+
+
+def committed_entries(log_: RaftLog, first: int, last: int) -> Iterator[Entry]:
+    """Entries ``first..last`` of ``log_``, committed ones: ApplyError if one is missing."""
+    for index in range(first, last + 1):
+        entry = log_.get(index)
+        if entry is None:
+            raise ApplyError(f"committed entry {index} is not in the log")
+        yield entry

@@ -52,7 +52,12 @@ from collections.abc import Iterable, Iterator
 import attrs
 import trio
 
-from broker.dledger.broker.applier import ApplyError, DLedgerNodeView, PutHint
+from broker.dledger.broker.applier import (
+    ApplyError,
+    DLedgerNodeView,
+    PutHint,
+    committed_entries,
+)
 from broker.dledger.broker.apply_resume import HINT_FILE
 from broker.dledger.broker.commitlog_view import DLedgerBackedStore, DLedgerCommitLogView
 from broker.dledger.driver import entry_coder as ec
@@ -64,6 +69,7 @@ from broker.store.clean_service import DISK_FULL_POLL, disk_used_ratio, judge
 from broker.store.commitlog import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.flush import FlushService
+from broker.store.message_store import close_store
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +182,7 @@ class CommittedDispatch:
         store.dispatch_appended()
 
     def _committed(self, first: int, last: int) -> Iterator[Entry]:
-        log_ = self.node.log
-        for index in range(first, last + 1):
-            entry = log_.get(index)
-            if entry is None:
-                raise ApplyError(f"committed entry {index} is not in the log")
-            yield entry
+        return committed_entries(self.node.log, first, last)
 
     async def run(self) -> None:
         node = self.node
@@ -382,12 +383,4 @@ async def run_dledger_backed_store(
             task_status.started(store)
             await trio.sleep_forever()
     finally:
-        store.shutdown = True
-        with trio.CancelScope(shield=True), trio.move_on_after(30):
-            try:
-                store.reput.do_reput(limit=None)
-                await flush.flush_all()
-            except OSError:
-                log.exception("final flush failed")
-            else:
-                store.close_files()
+        await close_store(store, flush)

@@ -47,8 +47,10 @@ class _AnyTermPusher(EntryPusher):
         self._finish_committed()
 
 
-class NoCurrentTermRule(RaftCore):
-    """Commits an entry of an older term as soon as a quorum holds it."""
+class _PlantedPusher(RaftCore):
+    """A core whose entry pusher is ``pusher_class`` (a bug planted in the pusher)."""
+
+    pusher_class: type[EntryPusher]
 
     def __init__(
         self,
@@ -62,8 +64,14 @@ class NoCurrentTermRule(RaftCore):
     ) -> None:
         super().__init__(config, log, state, rng=rng, now=now, committed_index=committed_index)
         self._state.listeners.remove(self._pusher.on_role_change)
-        self._pusher = _AnyTermPusher(self._state)
+        self._pusher = self.pusher_class(self._state)
         self._state.listeners.append(self._pusher.on_role_change)
+
+
+class NoCurrentTermRule(_PlantedPusher):
+    """Commits an entry of an older term as soon as a quorum holds it."""
+
+    pusher_class = _AnyTermPusher
 
 
 class _NoLeaseElector(LeaderElector):
@@ -103,23 +111,10 @@ class _NewestFilePusher(EntryPusher):
         super()._send_truncate(d, index, now)
 
 
-class ResetAtNewestFile(RaftCore):
+class ResetAtNewestFile(_PlantedPusher):
     """Resets a stranded follower at its newest committed data file, not its first entry."""
 
-    def __init__(
-        self,
-        config: CoreConfig,
-        log: RaftLog,
-        state: HardState,
-        *,
-        rng: random.Random,
-        now: float,
-        committed_index: int = -1,
-    ) -> None:
-        super().__init__(config, log, state, rng=rng, now=now, committed_index=committed_index)
-        self._state.listeners.remove(self._pusher.on_role_change)
-        self._pusher = _NewestFilePusher(self._state)
-        self._state.listeners.append(self._pusher.on_role_change)
+    pusher_class = _NewestFilePusher
 
 
 def factory_of(cls: type[RaftCore]) -> CoreFactory:
