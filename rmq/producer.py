@@ -594,18 +594,24 @@ class Producer(ClientBase):
                 if mq is None:
                     if info is None or refetch:
                         info = self._cached_publish_info(topic) or await self.publish_info(topic)
-                    faulty = {
-                        name
-                        for name in info.broker_names()
-                        if client.cached_master_addr(name) in failed_addrs
-                    }
-                    avoid = faulty | ({last_broker} if last_broker is not None else set())
-                    mq = info.select_queue_avoiding(avoid)
-                    if mq is None and not faulty:
-                        mq = info.select_queue(last_broker)  # one broker: the same one again
-                    if mq is None:
-                        wait = True  # every master refused it: ask the nameserver again soon
-                        continue
+                    if not failed_addrs and last_broker is None:
+                        # nothing to avoid (every first attempt): the plain round robin, what
+                        # select_queue_avoiding(set()) picks, without the sorted broker names
+                        # and the sets on every send (a send's client CPU, issue 28)
+                        mq = info.select_queue()
+                    else:
+                        faulty = {
+                            name
+                            for name in info.broker_names()
+                            if client.cached_master_addr(name) in failed_addrs
+                        }
+                        avoid = faulty | ({last_broker} if last_broker is not None else set())
+                        mq = info.select_queue_avoiding(avoid)
+                        if mq is None and not faulty:
+                            mq = info.select_queue(last_broker)  # one broker: the same again
+                        if mq is None:
+                            wait = True  # every master refused it: ask the nameserver soon
+                            continue
                 elif refetch:
                     await client.fetch_route(topic)
                 refetch = False
