@@ -104,6 +104,7 @@ from rmq.message import (
     check_record_size,
     default_generator,
     encode_batch_body,
+    record_size_bound,
     stored_batch_record_size,
     stored_record_size,
 )
@@ -498,11 +499,14 @@ class Producer(ClientBase):
             msg.keys = _keys_str(msg.keys)
         msg.validate()
         props, uniq = msg.wire_properties_string(uniq or default_generator().create())
-        if check_size:
-            # the record the broker stores, not the body, is what maxMessageSize limits; the
-            # broker's cluster name is added in send() when the message is near the limit
+        # the record the broker stores, not the body, is what maxMessageSize limits; the
+        # broker's cluster name is added in send() when the message is near the limit. The
+        # exact size only when the bound from the lengths alone is over the limit: not for the
+        # usual message, which saves its encoding on every send (issue 28)
+        body_len = len(msg.body)
+        if check_size and record_size_bound(msg.topic, body_len, props) > self.max_message_size:
             check_record_size(
-                stored_record_size(msg.topic, len(msg.body), props, ""), self.max_message_size
+                stored_record_size(msg.topic, body_len, props, ""), self.max_message_size
             )
         return msg.body, props, uniq
 
