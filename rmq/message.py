@@ -258,6 +258,15 @@ def stored_record_size(topic: str, body_len: int, wire_props: str, cluster: str)
     return RECORD_FIXED_BYTES + body_len + top + props
 
 
+def record_size_bound(topic: str, body_len: int, wire_props: str) -> int:
+    """A bound, never below `stored_record_size(topic, body_len, wire_props, "")`, from the
+    lengths alone: at most 4 UTF-8 bytes a character, WAIT only ever left out, CLUSTER's key
+    and separators 9. A message under it needs no exact size (the send path, issue 28)."""
+    return (
+        RECORD_FIXED_BYTES + body_len + 4 * (len(topic) + len(wire_props)) + len(_CLUSTER_NAME) + 1
+    )
+
+
 def stored_batch_record_size(
     topic: str, body_len: int, wire_props: str, batch_props: str, cluster: str
 ) -> int:

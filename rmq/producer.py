@@ -104,6 +104,7 @@ from rmq.message import (
     check_record_size,
     default_generator,
     encode_batch_body,
+    record_size_bound,
     stored_batch_record_size,
     stored_record_size,
 )
@@ -498,11 +499,14 @@ class Producer(ClientBase):
             msg.keys = _keys_str(msg.keys)
         msg.validate()
         props, uniq = msg.wire_properties_string(uniq or default_generator().create())
-        if check_size:
-            # the record the broker stores, not the body, is what maxMessageSize limits; the
-            # broker's cluster name is added in send() when the message is near the limit
+        # the record the broker stores, not the body, is what maxMessageSize limits; the
+        # broker's cluster name is added in send() when the message is near the limit. The
+        # exact size only when the bound from the lengths alone is over the limit: not for the
+        # usual message, which saves its encoding on every send (issue 28)
+        body_len = len(msg.body)
+        if check_size and record_size_bound(msg.topic, body_len, props) > self.max_message_size:
             check_record_size(
-                stored_record_size(msg.topic, len(msg.body), props, ""), self.max_message_size
+                stored_record_size(msg.topic, body_len, props, ""), self.max_message_size
             )
         return msg.body, props, uniq
 
@@ -594,18 +598,24 @@ class Producer(ClientBase):
                 if mq is None:
                     if info is None or refetch:
                         info = self._cached_publish_info(topic) or await self.publish_info(topic)
-                    faulty = {
-                        name
-                        for name in info.broker_names()
-                        if client.cached_master_addr(name) in failed_addrs
-                    }
-                    avoid = faulty | ({last_broker} if last_broker is not None else set())
-                    mq = info.select_queue_avoiding(avoid)
-                    if mq is None and not faulty:
-                        mq = info.select_queue(last_broker)  # one broker: the same one again
-                    if mq is None:
-                        wait = True  # every master refused it: ask the nameserver again soon
-                        continue
+                    if not failed_addrs and last_broker is None:
+                        # nothing to avoid (every first attempt): the plain round robin, what
+                        # select_queue_avoiding(set()) picks, without the sorted broker names
+                        # and the sets on every send (a send's client CPU, issue 28)
+                        mq = info.select_queue()
+                    else:
+                        faulty = {
+                            name
+                            for name in info.broker_names()
+                            if client.cached_master_addr(name) in failed_addrs
+                        }
+                        avoid = faulty | ({last_broker} if last_broker is not None else set())
+                        mq = info.select_queue_avoiding(avoid)
+                        if mq is None and not faulty:
+                            mq = info.select_queue(last_broker)  # one broker: the same again
+                        if mq is None:
+                            wait = True  # every master refused it: ask the nameserver soon
+                            continue
                 elif refetch:
                     await client.fetch_route(topic)
                 refetch = False

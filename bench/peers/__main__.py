@@ -46,12 +46,13 @@ def systems(
 ) -> list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]]:
     """Every system; with `base`, each trio-rmq setup is followed by the same setup run from
     that checkout (`<name> (base)`), so base and this tree alternate within every run."""
-    from bench.peers import nats_peer, redis_peer, rmq_peer
+    from bench.peers import floor_peer, nats_peer, redis_peer, rmq_peer
 
     out: list[tuple[str, Callable[[Path], AbstractContextManager[Any]]]] = [
         (REDIS, redis_peer.start),
         (NATS_R1, functools.partial(nats_peer.start, replicas=1)),
         (NATS_R3, functools.partial(nats_peer.start, replicas=3)),
+        (floor_peer.NAME, floor_peer.start),  # the ceiling of this design (issue 28)
     ]
     for name in rmq_peer.SETUPS:
         out.append((name, functools.partial(rmq_peer.start, name=name)))
@@ -134,6 +135,10 @@ NOTES = [
     "no slave runs at all, an upper bound); `Producer.send` / `send_batch` (32 a batch, one "
     "batch in flight) in Trio tasks; consume = `PullConsumer.pull` over the 8 queues from "
     "offset 0, one task per queue, 32 a pull (the broker's per-pull limit, as in RocketMQ).",
+    "* Trio floor chain: `bench/run_floor_chain.py`'s bare chain (client, master, slave; "
+    "length + body forwarded, an 8-byte ack, a 100-byte answer; no store, no codec), the "
+    "ceiling of trio-rmq's design; one at a time = one task writing and reading its socket, "
+    "32 in flight = one writer task with 32 frames outstanding and one reader task.",
     "* Consuming reads everything the system stored for that body size (every send scenario "
     "and its warm-up), so the message counts differ between systems; rates are per message.",
     "* No system fsyncs per message here (Redis: no persistence; JetStream: its default "

@@ -118,7 +118,11 @@ class RemotingClient:
         # move_on_after, not fail_after: the same outcome without fail_after's generator context
         # manager, a few microseconds of every request (a send's client CPU, issue 28)
         with trio.move_on_after(timeout):
-            channel = await self.get_channel(addr)
+            # the live channel without a coroutine of get_channel's (the common case: one
+            # frame less to create per request); connecting, or a closed client, goes through it
+            channel = self._channels.get(addr)
+            if channel is None or channel.closed or self._closed:
+                channel = await self.get_channel(addr)
             return await channel.request(cmd)
         # only the deadline ends the scope without a return: a timeout
         raise RemotingTimeoutError(f"no response from {addr} within {timeout}s (code {cmd.code})")

@@ -21,6 +21,8 @@ from rmq.message import (
     UniqueIdGenerator,
     encode_batch_body,
     parse_unique_id,
+    record_size_bound,
+    stored_record_size,
 )
 
 
@@ -165,3 +167,23 @@ def test_create_many_equals_creates_within_one_millisecond():
     b = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=4321, loader_hash=7)
     now_ms = 1_700_000_000_123
     assert a.create_many(70_000, now_ms) == [b.create(now_ms) for _ in range(70_000)]
+
+
+# no surrogates: a message with one is refused before any size is taken (not UTF-8)
+_chars = st.characters(exclude_categories=["Cs"], exclude_characters="\x01\x02")
+_prop_text = st.text(_chars, max_size=12)
+
+
+@pytest.mark.timeout(60)
+@given(
+    topic=st.text(_chars, min_size=1, max_size=20),
+    body_len=st.integers(0, 1 << 22),
+    props=st.dictionaries(_prop_text, _prop_text, max_size=5),
+    wait=st.sampled_from([None, "true", "false"]),
+)
+def test_record_size_bound_is_never_below_the_stored_size(topic, body_len, props, wait):
+    # the producer skips the exact size under this bound: it must hold for any text, WAIT or not
+    if wait is not None:
+        props = {**props, "WAIT": wait}
+    wire = "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+    assert record_size_bound(topic, body_len, wire) >= stored_record_size(topic, body_len, wire, "")
