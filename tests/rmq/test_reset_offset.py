@@ -65,9 +65,12 @@ async def test_running_consumer_consumes_again_from_the_reset_time(cluster, auto
     first = [f"a{i}" for i in range(10)]
     later = [f"b{i}" for i in range(10)]
     await produce(cluster, first)
-    # store times are wall-clock milliseconds (the autojump clock does not move them): wait
-    # a few real ones so the b* are stored strictly later
-    await trio.to_thread.run_sync(time.sleep, 0.01)
+    # store times are wall-clock milliseconds (the autojump clock does not move them): the b*
+    # must be stored later, and by far more than the b* are apart from each other, since a
+    # lookup by time between two messages takes the closer one (ConsumeQueue.
+    # getOffsetInQueueByTime): with 10 ms, a loaded host's spread of the first b* across the
+    # queues made a queue's last a* the closer one
+    await trio.to_thread.run_sync(time.sleep, 0.5)
     await produce(cluster, later)
     # per queue, the store time of its first b* message: everything from there comes again
     b_times = [
