@@ -169,9 +169,13 @@ class EntryPusher:
             for body in bodies:
                 entries.append(st.log.append(st.term, bytes(body)))
         except OSError as exc:
-            # the filesystem could not back the entry (log.py: nothing of it was stored).
-            # Entries of this batch already appended stay and replicate unanswered; the
-            # client hears DISK_FULL and may send them again (docs/guarantees.md: duplicates)
+            # the filesystem could not back the entry (log.py: nothing of it was stored).  The
+            # entries of this batch appended before it go too: nobody saw them (pushes and the
+            # commit come after this call), so the log is as if the batch never came, and the
+            # refusal means what it says: nothing of it is stored.  Left in the log they would
+            # commit, and the broker, told DISK_FULL, would hand their queue offsets out again
+            if entries:
+                st.log.truncate(entries[0].index)
             _log.error("leader cannot append: %s; refusing appends until the disk check", exc)
             self.disk_full = True
             return Code.DISK_FULL, []

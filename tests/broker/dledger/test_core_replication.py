@@ -3,6 +3,7 @@ commit (current-term rule), and pending appends (full, timeout, term change)."""
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from broker.dledger.raft.core import Action, AppendDone, Committed, PersistState, RaftCore, Send
@@ -404,3 +405,39 @@ def test_restart_never_lowers_what_the_log_says() -> None:
     # the log holds a term-4 entry whose PersistState never ran before a crash
     c = core("n1", log=log_of(1, 4), state=HardState(term=2, voted_for="n0"), committed=9)
     assert (c.term, c.voted_for, c.committed_index) == (4, None, 1)
+
+
+class _FullAfter(MemoryLog):
+    """A log whose filesystem runs out of room after ``room`` more appends."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def append(self, term: int, body: bytes) -> Entry:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= 1
+        return super().append(term, body)
+
+
+def test_a_batch_the_disk_cannot_hold_is_not_stored_at_all() -> None:
+    # a batch refused with DISK_FULL leaves nothing in the log: the broker, told so, hands
+    # the batch's queue offsets out again, and an entry of it left behind would commit
+    log = _FullAfter(room=100)
+    c, _ = leader(log)
+    end = c.log.end_index
+    log.room = 2
+    code, entries, actions = c.propose([b"a", b"b", b"c"], 1.0)
+    assert (code, entries) == (Code.DISK_FULL, [])
+    assert c.log.end_index == end
+    pushed = [
+        a.request
+        for a in actions
+        if isinstance(a, Send) and isinstance(a.request, PushEntryRequest)
+    ]
+    assert not [e for r in pushed for e in r.entries if e.index > end]
+    log.room = 100
+    c.set_disk_full(False)
+    code, entries, _ = c.propose([b"d"], 1.1)
+    assert code is Code.SUCCESS and [e.index for e in entries] == [end + 1]
