@@ -55,7 +55,7 @@ from cli.local.up import (
     log_tail,
     node_command,
     probe_cluster,
-    run_separator,
+    with_separator,
     write_node_config,
 )
 from common.errors import RmqError, unwrapping_groups
@@ -206,18 +206,21 @@ class Supervisor:
         log_fd = os.open(ns.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             log_start = os.fstat(log_fd).st_size
+            # the separator line is the child's own first write (up.with_separator): it
+            # names the pid and precedes the node's output; the tail of this run reads from
+            # `log_start`
             process = await trio.lowlevel.open_process(
-                self.command_for(ns.node, self.plan, self.data_dir),
+                with_separator(
+                    self.command_for(ns.node, self.plan, self.data_dir),
+                    ns.node.name,
+                    ns.restarts,
+                ),
                 stdin=subprocess.PIPE,
                 stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-            # Written after the spawn so it can name the pid: the child is still starting
-            # its interpreter. The tail of this run reads from `log_start`, so even a line
-            # of the child's that came first would count as this run's.
-            os.write(log_fd, run_separator(ns.node.name, process.pid, ns.restarts).encode())
         finally:
             os.close(log_fd)  # the child holds its own copy
         ns.log_start = log_start

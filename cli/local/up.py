@@ -391,11 +391,26 @@ def log_tail(path: Path, lines: int = 15, *, start: int = 0) -> str:
 
 def run_separator(name: str, pid: int, restarts: int = 0) -> str:
     """The line written into a node's (or the supervisor's) log at each start of it."""
+    head, tail = _separator_parts(name, restarts)
+    return f"{head}{pid}{tail}\n"
+
+
+def _separator_parts(name: str, restarts: int) -> tuple[str, str]:
     from datetime import datetime
 
     now = datetime.now().astimezone().isoformat(timespec="milliseconds")
     again = f" (restart {restarts})" if restarts else ""
-    return f"==== {now} rmq up: starting {name} pid {pid}{again} ====\n"
+    return f"==== {now} rmq up: starting {name} pid ", f"{again} ===="
+
+
+def with_separator(command: list[str], name: str, restarts: int = 0) -> list[str]:
+    """``command`` started through ``/bin/sh``, which writes the run's separator line to
+    standard output (the node's log) and then execs it: the separator names the pid the node
+    keeps (exec does not change it) and comes before anything the node writes.  Written by the
+    parent after the spawn instead, a node quick to print could get its first line in first."""
+    head, tail = _separator_parts(name, restarts)
+    script = 'printf "%s%s%s\\n" "$1" "$$" "$2"; shift 2; exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", head, tail, *command]
 
 
 def registered_at(cluster_info: object, node: NodeSpec) -> bool:
