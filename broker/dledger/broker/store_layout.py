@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 
+from broker.dledger.driver.mmap_file_store import sync_dir
 from broker.store.config import MessageStoreConfig
 
 __all__ = ["LayoutError", "legacy_member_dir", "move_legacy_layout"]
@@ -47,14 +48,6 @@ def _segments(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
     return sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def move_legacy_layout(store: MessageStoreConfig) -> bool:
@@ -83,7 +76,7 @@ def move_legacy_layout(store: MessageStoreConfig) -> bool:
             if not os.path.exists(target):
                 shutil.move(os.path.join(old_data, name), target)
                 moved = True
-        _fsync_dir(new_data)
+        sync_dir(new_data)
     for name in _MEMBER_FILES:
         src, dst = os.path.join(old, name), os.path.join(new, name)
         if not os.path.exists(src):
@@ -93,7 +86,7 @@ def move_legacy_layout(store: MessageStoreConfig) -> bool:
             moved = True
         else:
             raise LayoutError(f"both {src} and {dst} exist: remove the stale one")
-    _fsync_dir(new)
+    sync_dir(new)
     for directory in (old_data, os.path.join(old, "index")):
         if os.path.isdir(directory) and not os.listdir(directory):
             os.rmdir(directory)

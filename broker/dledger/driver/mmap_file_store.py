@@ -303,7 +303,7 @@ class FileLog:
                 for mf in reversed(queue.files):  # newest first: a crash leaves a cut log
                     mf.destroy()
                 queue.files = []
-                _sync_dir(queue.store_dir)
+                sync_dir(queue.store_dir)
             self._begin, self._end, self._end_term = 0, -1, -1
             unit_at = first.index * INDEX_UNIT_SIZE
             created = [data.create(first.pos), index.create(unit_at - unit_at % index.file_size)]
@@ -317,8 +317,8 @@ class FileLog:
                 for mf in created:
                     os.fdatasync(mf.fileno())
                     mf.flushed = mf.wrote
-                _sync_dir(data.store_dir)
-                _sync_dir(index.store_dir)
+                sync_dir(data.store_dir)
+                sync_dir(index.store_dir)
             except OSError:
                 for queue in (data, index):
                     for mf in queue.files:
@@ -328,7 +328,7 @@ class FileLog:
                 self._begin, self._end, self._end_term = 0, -1, -1
                 raise
             os.unlink(marker)
-            _sync_dir(index.store_dir)
+            sync_dir(index.store_dir)
         log.warning(
             "dledger log reset: it begins at entry %d (pos %d), all older files deleted",
             first.index,
@@ -557,10 +557,11 @@ def _write_synced(path: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_dir(os.path.dirname(path))
+    sync_dir(os.path.dirname(path))
 
 
-def _sync_dir(path: str) -> None:
+def sync_dir(path: str) -> None:
+    """fsync a directory: the renames, creations and unlinks in it are durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -577,9 +578,9 @@ def _finish_reset(data_dir: str, index_dir: str) -> None:
             for name in os.listdir(directory):
                 if name.isdigit() and len(name) == 20:
                     os.unlink(os.path.join(directory, name))
-            _sync_dir(directory)
+            sync_dir(directory)
     os.unlink(os.path.join(index_dir, RESET_MARKER))
-    _sync_dir(index_dir)
+    sync_dir(index_dir)
 
 
 def _first_damaged_record(

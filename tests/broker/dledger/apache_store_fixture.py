@@ -296,3 +296,19 @@ class ApacheDLedgerStore:
 
 def data_files(directory: Path) -> list[str]:
     return sorted(os.listdir(directory))
+
+
+# the queues the tests spread messages over, and a spread of body sizes
+TOPICS = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0), ("TopicC", 3)]
+
+
+def fill(store: ApacheDLedgerStore, n: int, *, classic: bool = False, start: int = 0) -> None:
+    """``n`` messages round the TOPICS queues, in DLedger entries or (``classic``) in the
+    classic CommitLog of a store about to be switched."""
+    for i in range(start, start + n):
+        topic, qid = TOPICS[i % len(TOPICS)]
+        body = bytes([i % 251]) * (40 + (i * 97) % 900)
+        if classic:
+            store.send_classic(topic, qid, body, tags=f"t{i % 3}")
+        else:
+            store.send(topic, qid, body, tags=f"t{i % 3}")

@@ -26,8 +26,10 @@ from common.message_encoder import encode_record
 from common.message_id import decode_offset_msg_id
 from tests.broker.dledger.apache_store_fixture import (
     INDEX_FILE_SIZE,
+    TOPICS,
     ApacheDLedgerStore,
     Sent,
+    fill,
     offset_msg_id,
 )
 
@@ -35,18 +37,7 @@ pytestmark = pytest.mark.timeout(60)
 
 FILE = 8 * 1024
 CQ_FILE = 20 * 1000
-TOPICS = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0), ("TopicC", 3)]
 HOST = ("10.0.0.7", 10911)
-
-
-def fill(store: ApacheDLedgerStore, n: int, *, classic: bool = False, start: int = 0) -> None:
-    for i in range(start, start + n):
-        topic, qid = TOPICS[i % len(TOPICS)]
-        body = bytes([i % 251]) * (40 + (i * 97) % 900)
-        if classic:
-            store.send_classic(topic, qid, body, tags=f"t{i % 3}")
-        else:
-            store.send(topic, qid, body, tags=f"t{i % 3}")
 
 
 def config(root: Path) -> MessageStoreConfig:

@@ -20,25 +20,16 @@ from broker.dledger.broker.dledger_commitlog import (
 from broker.dledger.driver import entry_coder as ec
 from tests.broker.dledger.apache_store_fixture import (
     INDEX_FILE_SIZE,
+    TOPICS,
     ApacheDLedgerStore,
     Sent,
     data_files,
+    fill,
 )
 
 pytestmark = pytest.mark.timeout(60)
 
 FILE = 8 * 1024
-TOPICS = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0), ("TopicC", 3)]
-
-
-def fill(store: ApacheDLedgerStore, n: int, *, classic: bool = False, start: int = 0) -> None:
-    for i in range(start, start + n):
-        topic, qid = TOPICS[i % len(TOPICS)]
-        body = bytes([i % 251]) * (40 + (i * 97) % 900)
-        if classic:
-            store.send_classic(topic, qid, body, tags=f"t{i % 3}")
-        else:
-            store.send(topic, qid, body, tags=f"t{i % 3}")
 
 
 def check_every_message(reader: DLedgerCommitLogReader, sent: list[Sent]) -> None:

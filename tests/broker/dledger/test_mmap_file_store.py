@@ -447,7 +447,7 @@ def test_a_crash_inside_a_reset_reopens_empty_or_reset(
     for i in range(40):
         flog.append(1, body(i, 200))
     flog.flush()
-    real = mmap_file_store._sync_dir
+    real = mmap_file_store.sync_dir
     calls = []
 
     def sync_dir(path: str) -> None:
@@ -456,10 +456,10 @@ def test_a_crash_inside_a_reset_reopens_empty_or_reset(
             raise Crash
         real(path)
 
-    monkeypatch.setattr(mmap_file_store, "_sync_dir", sync_dir)
+    monkeypatch.setattr(mmap_file_store, "sync_dir", sync_dir)
     with pytest.raises(Crash):
         flog.reset(reset_entry())
-    monkeypatch.setattr(mmap_file_store, "_sync_dir", real)
+    monkeypatch.setattr(mmap_file_store, "sync_dir", real)
     reopened = open_log(d)
     try:
         if at_sync < 6:
