@@ -5,14 +5,18 @@ The group runs with 64 KiB files, a clean round every 300 ms, ``diskMaxUsedSpace
 round is always due) and ``fileReservedTime=1`` (Raft files kept 2 h, classic files 1 h).  The
 test ages the Raft data files by their mtime, as three hours passing would.
 
-* With a follower down, the leader deletes only files that follower already holds: restarted,
-  it catches up by replication.
-* Then every member deletes its own old files (its log's first entry moves past 0).
+* With a follower down, the leader (all but its newest three files aged) deletes only files
+  that follower already holds: restarted, it catches up by replication.
+* Then every member deletes its own old files (its log's first entry moves past 0): all but
+  its newest three are aged, and the test waits until exactly those are gone, so no file is
+  left for a later round to delete.
 * A SIGKILL of the whole group and a restart: each member's apply resumes although its log no
   longer starts at 0, and every member serves every message its log still holds.  The log's
   data files are the store's CommitLog (written once): the messages of the dropped files are
   gone, as RocketMQ's CommitLog retention drops them, so what a member serves is a suffix of
-  what was sent (each queue read from its min offset), and not all of it.
+  what was sent (each queue read from its min offset), and not all of it.  The reads see one
+  state of the log: had a round still been deleting files while the four queues were read one
+  after another, a queue read later would start later, and the union would be no suffix.
 """
 
 from __future__ import annotations
@@ -47,10 +51,26 @@ def raft_data(group: DLedgerGroupProcs, node: str) -> Path:
     return data_dir / f"dledger-{node}" / "data"
 
 
-def age_raft_files(group: DLedgerGroupProcs, node: str, hours: float = 3.0) -> None:
+def age_raft_files(
+    group: DLedgerGroupProcs, node: str, hours: float = 3.0, *, keep_newest: int = 0
+) -> set[str]:
+    """Age a member's data files as ``hours`` passing would, all but the newest ``keep_newest``
+    (their mtime set to now: a file aged before is young again); returns the kept names."""
+    names = sorted(os.listdir(raft_data(group, node)))  # named by offset, zero-padded
+    cut = len(names) - keep_newest
     old = time.time() - hours * 3600
-    for name in os.listdir(raft_data(group, node)):
+    for name in names[:cut]:
         os.utime(raft_data(group, node) / name, (old, old))
+    for name in names[cut:]:
+        os.utime(raft_data(group, node) / name, None)
+    return set(names[cut:])
+
+
+async def wait_files(group: DLedgerGroupProcs, node: str, names: set[str]) -> None:
+    """Until retention has deleted every file of a member but ``names``."""
+    with trio.fail_after(30):
+        while set(os.listdir(raft_data(group, node))) != names:  # noqa: ASYNC110 - another process
+            await trio.sleep(0.2)
 
 
 async def send_keys(namesrv: str, keys: list[str]) -> None:
@@ -130,7 +150,7 @@ async def test_old_raft_files_go_and_the_group_stays_whole(dledger_factory, raft
     await send_keys(group.namesrv_addr, second)
     files_before = len(os.listdir(raft_data(group, leader)))
     assert files_before >= 6
-    age_raft_files(group, leader)
+    age_raft_files(group, leader, keep_newest=3)
     begin = await wait_begin_above(group, raft_client, leader, 0)
     await trio.sleep(1.0)  # more rounds: the bound holds, it is not just slow
     begin = int((await info(group, raft_client, leader))["dledgerLedgerBeginIndex"])
@@ -141,11 +161,12 @@ async def test_old_raft_files_go_and_the_group_stays_whole(dledger_factory, raft
     end = int((await info(group, raft_client, leader))["dledgerLedgerEndIndex"])
     await wait_caught_up(group, raft_client, down, end)
 
-    # every member cleans its own files
+    # every member cleans its own files, all but its newest three, and is done with it (the
+    # leader's own were aged above: with its follower back it went on past that follower's end)
+    kept = {node: age_raft_files(group, node, keep_newest=3) for node in group.ids}
     for node in group.ids:
-        age_raft_files(group, node)
-    for node in group.ids:
-        await wait_begin_above(group, raft_client, node, 0 if node != leader else begin)
+        await wait_files(group, node, kept[node])
+        assert int((await info(group, raft_client, node))["dledgerLedgerBeginIndex"]) > 0, node
 
     # the whole group is SIGKILLed: the applies resume on logs that do not start at 0
     for node in group.ids:
@@ -157,8 +178,12 @@ async def test_old_raft_files_go_and_the_group_stays_whole(dledger_factory, raft
     sent = first + second
     for node in group.ids:
         await wait_caught_up(group, raft_client, node, end)
-        assert int((await info(group, raft_client, node))["dledgerLedgerBeginIndex"]) > 0
+        first_kept = int((await info(group, raft_client, node))["dledgerLedgerBeginIndex"])
+        assert first_kept > 0
         served = await served_keys(group, raft_client, node)
+        # (a new term's first entry may open a file: nothing kept went)
+        assert kept[node] <= set(os.listdir(raft_data(group, node))), node
+        assert int((await info(group, raft_client, node))["dledgerLedgerBeginIndex"]) == first_kept
         # everything from the first message still in the log on, nothing before it
         assert 0 < len(served) < len(sent), node
         assert served == sorted(sent[len(sent) - len(served) :]), node
