@@ -146,7 +146,11 @@ class DLedgerMessageStore(PutSteps):
 
     def become_master(self, term: int) -> None:
         """Rebuild the leader-side queue table from the applied state; puts are taken in
-        ``term`` only."""
+        ``term`` only.  Once per term: a second call in the term this member already serves
+        as master changes nothing, for the live table is ahead of the applied state by every
+        put still in flight, and rebuilding it would hand their queue offsets out again."""
+        if self._table_term == term:
+            return
         classic = self.classic
         self._queue_table = {
             (topic, qid): classic.get_max_offset_in_queue(topic, qid)
@@ -157,6 +161,10 @@ class DLedgerMessageStore(PutSteps):
 
     def step_down(self) -> None:
         self._table_term = None
+
+    def is_master_of(self, term: int) -> bool:
+        """This member already serves as master in ``term`` (its queue table is that term's)."""
+        return self._table_term == term and self.is_master
 
     @property
     def is_master(self) -> bool:

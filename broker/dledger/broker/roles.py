@@ -130,7 +130,9 @@ class DLedgerRoleChangeHandler:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         node = self.node
         # the role the node already has, then every change (no checkpoint in between: none is
-        # missed, none seen twice)
+        # missed).  One change can come twice: the node takes a role at once but tells its
+        # listeners only after the term's vote is persisted, so a handler started in between
+        # seeds the role and then hears of it (handle() takes the second as a no-op)
         if node.role is Role.LEADER or (node.role is Role.FOLLOWER and node.leader_id):
             self._send.send_nowait(_Seed(node.role, node.term, node.leader_id))
         node.add_role_listener(self.on_role_change)
@@ -166,6 +168,10 @@ class DLedgerRoleChangeHandler:
                     event.term,
                     c.broker_id,
                 )
+        elif self.store.is_master_of(event.term):
+            # the role the node had when this handler started, and then the node's own event
+            # for it (delivered once the term's vote was persisted): one change, seen twice
+            log.info("DLedger %s: master already in term %d", self.node.config.self_id, event.term)
         elif await self._wait_caught_up(event.term):
             await self.change_to_master(event.term)
 
@@ -193,7 +199,11 @@ class DLedgerRoleChangeHandler:
     async def change_to_master(self, term: int) -> None:
         c = self.controller
         await self._stop_services()
-        # (no await between the table rebuild and the role: the first put sees both)
+        # entries may have committed while the services stopped: caught up is judged again,
+        # and from that judgement to the table rebuild and the role there is no await (the
+        # first put sees all three)
+        if not await self._wait_caught_up(term):
+            return
         self.store.become_master(term)
         c.set_role(MASTER_ID, MASTER_ROLE)
         await self._start_services(slave=False)

@@ -171,6 +171,25 @@ async def test_not_master_is_refused_like_a_slave(open_dledger, autojump_clock, 
         assert (await store.put_message(mk())).ok
 
 
+async def test_becoming_master_again_in_the_same_term_keeps_the_live_table(
+    open_dledger, autojump_clock, new_node, mk
+):
+    """The role handler can hear of one leadership twice (the role the node had at its start,
+    then the node's own event for it): the second rebuild, made while a put was in flight,
+    must not hand that put's queue offset out again."""
+    node = new_node(auto_commit=False)
+    async with open_dledger(node) as store:
+        first = store.append_message(mk(body=b"first"))  # proposed, not yet committed
+        assert not isinstance(first, PutMessageResult)
+        store.become_master(node.term)
+        second = store.append_message(mk(body=b"second"))
+        assert not isinstance(second, PutMessageResult)
+        node.commit(node.log.end_index)
+        done = [await first.wait(), await second.wait()]
+        assert [r.append.logics_offset for r in done if r.append is not None] == [0, 1]
+        assert store.get_max_offset_in_queue("T", 0) == 2
+
+
 @pytest.mark.parametrize(
     ("code", "status"),
     [

@@ -18,7 +18,12 @@ from broker.config import BrokerConfig
 from broker.dledger.broker.roles import slave_broker_id
 from broker.dledger.raft.messages import Role
 from broker.service import run_broker
-from broker.store import MessageStoreConfig, PutMessageStatus, run_memory_store
+from broker.store import (
+    MessageStoreConfig,
+    PutMessageResult,
+    PutMessageStatus,
+    run_memory_store,
+)
 from common import serde
 from common.model import KVTable
 from common.remoting.client import open_remoting_client
@@ -149,6 +154,34 @@ async def test_a_one_member_group_is_master_at_start(world, new_node, mk, autoju
     await trio.sleep(0.5)
     assert broker.controller.broker_id == 0 and addrs(ns) == {0: broker.addr}
     assert (await broker.store.put_message(mk())).ok
+
+
+async def test_the_node_telling_of_the_role_it_had_at_start_changes_nothing(
+    world, new_node, mk, autojump_clock, caplog
+):
+    """The node takes a role at once but tells its listeners only after the term's vote is
+    persisted: a handler started in between seeds the role, then hears of it.  The second is
+    a no-op; a put in flight keeps its queue offset and the next one gets the next."""
+    caplog.set_level(logging.INFO, logger="broker.dledger.broker.roles")
+    _, ns, start = world
+    node = new_node(auto_commit=False)
+    broker = await start(node)
+    await trio.sleep(0.5)
+    assert broker.controller.broker_id == 0
+    in_flight = broker.store.append_message(mk(body=b"in flight"))
+    node.change_role(Role.LEADER, term=1, leader_id="n0")
+    await trio.sleep(0.5)
+    assert "master already in term 1" in caplog.text
+    assert broker.controller.broker_id == 0 and addrs(ns) == {0: broker.addr}
+    next_put = broker.store.append_message(mk(body=b"next"))
+    node.commit(node.log.end_index)
+    offsets = []
+    for put in (in_flight, next_put):
+        assert not isinstance(put, PutMessageResult)
+        r = await put.wait()
+        assert r.ok and r.append is not None
+        offsets.append(r.append.logics_offset)
+    assert offsets == [0, 1]
 
 
 async def test_runtime_info_has_the_raft_state(world, new_node, autojump_clock):
