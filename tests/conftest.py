@@ -242,12 +242,14 @@ class ProcessGroup:
 
     def broker(self, name: str, port: int | None = None, **props: object) -> Node:
         """A broker from broker.conf properties (RocketMQ names); storePathRootDir defaults
-        to a directory of its own and listenPort to a free block."""
+        to a directory of its own, listenPort to a free block and grpcServerPort to a port of
+        that block (not RocketMQ's 8081, which brokers of other tests would contend for)."""
         port = port or free_port_block(4)
         data = Path(str(props.pop("storePathRootDir", self.root / name)))
         conf = {
             "brokerName": "broker-a",
             "listenPort": str(port),
+            "grpcServerPort": str(port + 2),
             "storePathRootDir": str(data),
             **{k: str(v) for k, v in props.items()},
         }
