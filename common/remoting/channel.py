@@ -29,6 +29,30 @@ moved past its frame. The read loop never waits for its answers to be written, e
 than :data:`OUTBOX_HIGH_WATER` bytes are queued: a peer that sends requests but does not read the
 answers stops being read.
 
+Deadlines. :meth:`Channel.invoke_at` (behind :meth:`Channel.invoke` and
+``RemotingClient.invoke``) does not wrap its wait in a cancel scope: entering and leaving one cost
+7-11 us of a send's client CPU (issue 28). The request's waiter carries its deadline instead, and
+one sweeper task per channel, started with its first timed request, fails the waiters whose
+deadline passed with RemotingTimeoutError (on Trio's clock, as a cancel scope would) and sleeps
+until the earliest deadline left. Nearly every request of a channel has the same timeout, so the
+deadlines arrive in order: they are a FIFO of waiters (``_deadlines``), O(1) to add and to drop.
+A deadline earlier than the FIFO's last one (a shorter timeout after a longer one) goes to a heap
+(``_late``) instead, O(log n). A request that ends (answered, failed, timed out, or cancelled by
+its caller's own scope) marks its waiter done; it drops the done entries at the front of the FIFO
+and the heap, so a channel answering in order keeps one entry per request in flight, not one per
+request of the last ``timeout`` seconds (the lesson of broker/ha/watermark.py's replica
+deadlines). Entries answered out of order wait behind a live front until it ends, or are dropped
+in bulk once the FIFO or the heap holds more than twice the channel's waiters. The sweeper wakes
+at the front's deadline; under a steady load that front has been answered by then, so it wakes
+about once per timeout, not once per request. Until ``run()`` has started (a new connection's
+first request) there is no nursery for the sweeper, and the request keeps its own cancel scope.
+
+Invariants: ``_deadlines`` is in nondecreasing deadline order; every live waiter of
+``invoke_at`` has exactly one entry, in ``_deadlines`` or ``_late``; ``_sweep_at`` is never later
+than the earliest live deadline while the sweeper runs (adding an earlier one wakes it); the
+entries number at most about twice the channel's waiters plus 64; a waiter is settled once
+(response, connection error or timeout, whichever comes first).
+
 When the peer closes (EOF), waiters of our requests fail at once with RemotingConnectError; request
 tasks already running get a short grace period to finish (a oneway request followed by a close must
 still take effect), then are cancelled. An undecodable or oversized frame, a failed write, or
@@ -40,8 +64,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import itertools
 import logging
+import math
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -101,7 +127,24 @@ CLOSE_TIMEOUT = 1.0
 class _Waiter:
     """One of our requests waiting for its response."""
 
-    __slots__ = ("callback", "error", "event", "response")
+    __slots__ = (
+        "callback",
+        "code",
+        "deadline",
+        "done",
+        "error",
+        "event",
+        "opaque",
+        "response",
+        "timeout",
+    )
+
+    # Set by Channel.invoke_at only, for the deadline sweeper (unset on other waiters): the key in
+    # Channel._waiters, when it times out (Trio's clock), and what the timeout error says
+    opaque: int
+    deadline: float
+    timeout: float
+    code: int
 
     def __init__(self) -> None:
         self.event = trio.Event()
@@ -109,6 +152,8 @@ class _Waiter:
         self.error: BaseException | None = None
         # called (by the read loop, or by whoever fails the channel) instead of a task waking
         self.callback: Callable[[RemotingCommand | BaseException], None] | None = None
+        # settled, or given up by its caller: the deadline sweeper skips and drops it
+        self.done = False
 
     def outcome(self) -> RemotingCommand | BaseException:
         if self.error is not None:
@@ -118,6 +163,7 @@ class _Waiter:
 
     def settle(self) -> None:
         """The response or error is in: wake the waiting task, or run the callback."""
+        self.done = True
         self.event.set()
         callback, self.callback = self.callback, None
         if callback is not None:
@@ -259,6 +305,15 @@ class Channel:
         # True while a flush of deferred answers is scheduled (flush_soon) and not yet run:
         # the answers one wake-up releases leave in one writev
         self._flush_scheduled = False
+        # The deadline sweeper's entries (module doc, "Deadlines"): the waiters of invoke_at in
+        # nondecreasing deadline order, and (deadline, opaque, waiter) of those that came out of
+        # that order. Both may hold done waiters, at most about as many as there are live ones.
+        self._deadlines: deque[_Waiter] = deque()
+        self._late: list[tuple[float, int, _Waiter]] = []
+        # When the sweeper wakes next (inf: asleep until a deadline is added, or not started).
+        self._sweep_at = math.inf
+        # Set to wake the sleeping sweeper early; None until the sweeper task starts.
+        self._sweep_wake: trio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<Channel {self.remote_addr}{' closed' if self._closed else ''}>"
@@ -266,6 +321,11 @@ class Channel:
     @property
     def closed(self) -> bool:
         return self._closed or self._eof
+
+    @property
+    def deadlines_held(self) -> int:
+        """Entries the deadline sweeper holds, done ones included (bounded: module doc)."""
+        return len(self._deadlines) + len(self._late)
 
     @property
     def idle(self) -> bool:
@@ -481,11 +541,133 @@ class Channel:
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Request/response with a time limit on Trio's clock."""
-        with trio.move_on_after(timeout):  # (not fail_after: see RemotingClient.invoke)
-            return await self.request(cmd)
-        raise RemotingTimeoutError(
-            f"no response from {self.remote_addr} within {timeout}s (code {cmd.code})"
+        return await self.invoke_at(cmd, trio.current_time() + timeout, timeout)
+
+    def _timeout_error(self, timeout: float, code: int) -> RemotingTimeoutError:
+        return RemotingTimeoutError(
+            f"no response from {self.remote_addr} within {timeout}s (code {code})"
         )
+
+    async def invoke_at(
+        self, cmd: RemotingCommand, deadline: float, timeout: float
+    ) -> RemotingCommand:
+        """Send ``cmd`` and return its response; RemotingTimeoutError at ``deadline`` (Trio's
+        clock), saying ``timeout``, the time limit the caller was given.
+
+        The deadline is kept by the channel's sweeper task, not by a cancel scope of this task
+        (module doc, "Deadlines"); a cancel scope of the caller's still cancels the request.
+        """
+        if self._closed or self._eof:
+            raise RemotingConnectError(f"channel to {self.remote_addr} is closed")
+        nursery = self._nursery
+        if nursery is None:
+            # run() has not started yet (the first request of a new connection): no task of the
+            # channel's can keep the deadline, this one does
+            with trio.move_on_at(deadline):
+                return await self.request(cmd)
+            raise self._timeout_error(timeout, cmd.code)
+        opaque = cmd.opaque = self._next_opaque()
+        cmd.flag &= ~(RESPONSE_FLAG | ONEWAY_FLAG)
+        waiter = _Waiter()
+        waiter.opaque = opaque
+        waiter.deadline = deadline
+        waiter.timeout = timeout
+        waiter.code = cmd.code
+        self._waiters[opaque] = waiter
+        fifo = self._deadlines
+        while fifo and fifo[-1].done:
+            fifo.pop()  # a request given up behind the live ones (it may be far in the future)
+        if not fifo or fifo[-1].deadline <= deadline:
+            fifo.append(waiter)
+        else:
+            heapq.heappush(self._late, (deadline, opaque, waiter))
+        if deadline < self._sweep_at:
+            self._sweep_at = deadline
+            if self._sweep_wake is None:
+                self._sweep_wake = trio.Event()
+                nursery.start_soon(self._sweep)
+            else:
+                self._sweep_wake.set()
+        try:
+            end = self._enqueue(cmd)
+            self._kick()
+            # Channel.send's wait, which also ends when the sweeper timed the request out
+            while self._sent < end:
+                if self._closed:
+                    raise RemotingSendError(f"channel to {self.remote_addr} is closed")
+                if waiter.done:
+                    break
+                self._progress_waiters += 1
+                try:
+                    await self._progress.wait()
+                finally:
+                    self._progress_waiters -= 1
+            await waiter.event.wait()
+        finally:
+            waiter.done = True
+            self._waiters.pop(opaque, None)
+            # this request's entry is done: drop the done ones from the front now, so answered
+            # requests leave nothing behind them; the rest goes when the front is done, or in
+            # bulk (_compact_deadlines)
+            while fifo and fifo[0].done:
+                fifo.popleft()
+            if len(fifo) > 64 and len(fifo) > 2 * len(self._waiters):
+                self._compact_deadlines()
+            late = self._late
+            if late:
+                while late and late[0][2].done:
+                    heapq.heappop(late)
+                if len(late) > 64 and len(late) > 2 * len(self._waiters):
+                    self._compact_deadlines()
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.response is not None
+        return waiter.response
+
+    def _compact_deadlines(self) -> None:
+        """Drop the sweeper's entries of done requests in bulk (they outnumber the live ones)."""
+        live = [w for w in self._deadlines if not w.done]
+        self._deadlines.clear()
+        self._deadlines.extend(live)
+        self._late = [e for e in self._late if not e[2].done]
+        heapq.heapify(self._late)
+
+    async def _sweep(self) -> None:
+        """The deadline sweeper: fail the requests of invoke_at whose deadline passed, sleep
+        until the earliest deadline left (module doc, "Deadlines"). Ends with the channel."""
+        fifo = self._deadlines
+        while not (self._closed or self._eof):
+            now = trio.current_time()
+            expired = False
+            while fifo and (fifo[0].done or fifo[0].deadline <= now):
+                waiter = fifo.popleft()
+                if not waiter.done:
+                    self._expire(waiter)
+                    expired = True
+            late = self._late
+            while late and (late[0][2].done or late[0][0] <= now):
+                waiter = heapq.heappop(late)[2]
+                if not waiter.done:
+                    self._expire(waiter)
+                    expired = True
+            if expired:
+                self._wake_progress()  # a request still waiting to write its frame gives up
+            wake_at = fifo[0].deadline if fifo else math.inf
+            if late and late[0][0] < wake_at:
+                wake_at = late[0][0]
+            self._sweep_at = wake_at
+            self._sweep_wake = wake = trio.Event()
+            # one cancel scope per wake-up, not per request: under a steady load the front
+            # entry is answered before its deadline, so this wakes about once per timeout
+            with trio.move_on_at(wake_at):
+                await wake.wait()
+
+    def _expire(self, waiter: _Waiter) -> None:
+        """Time ``waiter`` out; a late response to it is then ignored (unknown opaque)."""
+        if self._waiters.get(waiter.opaque) is waiter:
+            del self._waiters[waiter.opaque]
+        waiter.error = self._timeout_error(waiter.timeout, waiter.code)
+        waiter.settle()
 
     async def send_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = self._next_opaque()
@@ -497,6 +679,11 @@ class Channel:
         for waiter in waiters.values():
             waiter.error = error
             waiter.settle()
+        # every waiter is done: the sweeper has nothing left, and ends (the channel is closed)
+        self._deadlines.clear()
+        self._late.clear()
+        if self._sweep_wake is not None:
+            self._sweep_wake.set()
 
     # --- reading and dispatch ------------------------------------------------------------------
 

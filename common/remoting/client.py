@@ -4,7 +4,8 @@ Theory of operation. :func:`open_remoting_client` opens a nursery that owns ever
 client makes; leaving the ``async with`` closes them all. :meth:`RemotingClient.invoke` finds (or
 opens, under a per-address lock so concurrent callers share one connect) the
 :class:`~common.remoting.channel.Channel` for an address, sends the request with a fresh opaque, and
-waits for the response with that opaque, all under one ``fail_after(timeout)`` on Trio's clock.
+waits for the response with that opaque, failing with RemotingTimeoutError ``timeout`` seconds
+(Trio's clock) after the call, connecting included.
 Many requests can be in flight on one connection; responses may come back in any order.
 
 A connection that drops fails its waiting requests with :class:`RemotingConnectError`, and is
@@ -115,17 +116,22 @@ class RemotingClient:
         """
         if self._sign is not None:
             self._sign(cmd)
-        # move_on_after, not fail_after: the same outcome without fail_after's generator context
-        # manager, a few microseconds of every request (a send's client CPU, issue 28)
-        with trio.move_on_after(timeout):
-            # the live channel without a coroutine of get_channel's (the common case: one
-            # frame less to create per request); connecting, or a closed client, goes through it
-            channel = self._channels.get(addr)
-            if channel is None or channel.closed or self._closed:
+        deadline = trio.current_time() + timeout
+        # the live channel without a coroutine of get_channel's (the common case: one frame
+        # less to create per request); connecting, or a closed client, goes through it
+        channel = self._channels.get(addr)
+        if channel is None or channel.closed or self._closed:
+            # connecting has its own limit too (connect_timeout); the shorter one wins
+            with trio.move_on_at(deadline):
                 channel = await self.get_channel(addr)
-            return await channel.request(cmd)
-        # only the deadline ends the scope without a return: a timeout
-        raise RemotingTimeoutError(f"no response from {addr} within {timeout}s (code {cmd.code})")
+            if channel is None or channel.closed:
+                raise RemotingTimeoutError(
+                    f"no response from {addr} within {timeout}s (code {cmd.code})"
+                )
+        # The wait for the response has no cancel scope of its own: the channel's sweeper keeps
+        # its deadline (channel.py, "Deadlines"). A cancel scope per request was 7-11 us of a
+        # send's client CPU (issue 28, docs/benchmarks.md).
+        return await channel.invoke_at(cmd, deadline, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         if self._sign is not None:
