@@ -52,6 +52,9 @@ class ReceiptRenewal:
     renew_ahead_ms: int = RENEW_AHEAD_MS
     renew_invisible_ms: int = RENEW_INVISIBLE_MS
     max_renew_ms: int = MAX_RENEW_MS
+    # seconds between scans: a record is renewed between renew_ahead_ms and renew_ahead_ms
+    # minus this before its invisible time ends
+    scan_interval: float = SCAN_INTERVAL
 
     def add(
         self,
@@ -100,7 +103,7 @@ class ReceiptRenewal:
 
     async def run(self) -> None:
         while True:
-            await trio.sleep(SCAN_INTERVAL)
+            await trio.sleep(self.scan_interval)
             try:
                 await self.renew_due()
             except Exception:

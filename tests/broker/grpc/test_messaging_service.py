@@ -373,7 +373,10 @@ async def test_auto_renew_keeps_a_held_message_invisible_and_the_first_handle_ac
         consumer = ConsumerActivity(local, GrpcClientManager(local))
         assert consumer.renewal is not None
         consumer.default_invisible_ms = 2000
-        consumer.renewal.renew_ahead_ms = 1500  # scans are 1 s apart: 0.5 s of margin
+        # renewed 1.5-1.4 s before the invisible time ends (scans 0.1 s apart): a loaded host
+        # may stall the renewal that long before the message shows again (the store's clock)
+        consumer.renewal.renew_ahead_ms = 1500
+        consumer.renewal.scan_interval = 0.1
         consumer.renewal.renew_invisible_ms = 2000
         ctx = CallContext(path="", metadata={"x-mq-client-id": "push@1"}, peer="p", connection_id=1)
         receive = _receive_request(
