@@ -10,6 +10,10 @@ in a temporary directory, called directly:
   path: `encode_header_and_prefix`), for a 1 KiB message to a cached queue;
 * `master put`: decode the request frame (`FrameDecoder.feed`), `SendMessageProcessor.send_inline`
   on a SYNC_MASTER whose replica wait is answered at once (a fake HA), encode the answer frame;
+* `master put /8`: the same over a run of 8 request frames decoded from one chunk (what one read
+  delivers at 32 in flight), `send_inline` per frame; `master put x8`: that run through
+  `SendMessageProcessor.send_run`, as the read loop now serves it (one CommitLog write for the
+  run); both printed per send (the master stages run twice, alternated);
 * `client result`: decode the answer frame, `send_response` + the SendResult;
 * `slave append`: `append_to_commit_log` of the master's record bytes, then the slave's reput
   (`do_reput`) over them.
