@@ -9,7 +9,10 @@ A send is validated (``msg_check``: broker/topic permissions, topic name, auto-c
 with the store's synchronous ``append_message(s)``.  The SEND codes are registered *inline*: the
 connection's read loop calls :meth:`SendMessageProcessor.send_inline` itself, in arrival order,
 with no task in between (Trio may start a batch of new tasks in any order), so the CommitLog
-order of one producer's pipelined sends is the order in which they arrived.  When the store's
+order of one producer's pipelined sends is the order in which they arrived.  The SEND requests
+that one read delivers in a row come to :meth:`SendMessageProcessor.send_run` together: each is
+checked alone, and the plain single sends among them go to the file store as one group
+(``append_message_group``: one CommitLog write, the same records and offsets).  When the store's
 answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
 is an ``AwaitablePut`` (SYNC_FLUSH flush, reput behind; in DLedger mode the quorum commit) the
 read loop gets an awaitable for the rest, which a task awaits while the read loop goes on
