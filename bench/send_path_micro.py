@@ -10,6 +10,10 @@ in a temporary directory, called directly:
   path: `encode_header_and_prefix`), for a 1 KiB message to a cached queue;
 * `master put`: decode the request frame (`FrameDecoder.feed`), `SendMessageProcessor.send_inline`
   on a SYNC_MASTER whose replica wait is answered at once (a fake HA), encode the answer frame;
+* `master put /8`: the same over a run of 8 request frames decoded from one chunk (what one read
+  delivers at 32 in flight), `send_inline` per frame; `master put x8`: that run through
+  `SendMessageProcessor.send_run`, as the read loop now serves it (one CommitLog write for the
+  run); both printed per send (the master stages run twice, alternated);
 * `client result`: decode the answer frame, `send_response` + the SendResult;
 * `slave append`: `append_to_commit_log` of the master's record bytes, then the slave's reput
   (`do_reput`) over them.
@@ -62,6 +66,9 @@ class _HA:
 
     def watch_replica(self, end: int, on_done: Callable[[PutMessageStatus], None]) -> Any:
         return PutMessageStatus.PUT_OK
+
+
+RUN = 8
 
 
 def _time(fn: Callable[[], object], count: int, runs: int) -> list[float]:
@@ -146,9 +153,31 @@ async def main(count: int, runs: int, profile: bool) -> None:
             before = cl.max_offset
             master_put()
             size = cl.max_offset - before
+
+            # A run of RUN frames that one socket read delivers (32 in flight): the per-frame
+            # path over it (send_inline each), and send_run (issue 28: one CommitLog
+            # reservation and write for the run)
+            frame_run = b"".join(client_build() for _ in range(RUN))
+
+            def master_put_run() -> None:
+                for req in dec.feed(frame_run):
+                    resp = sp.send_inline(req, channel)
+                    assert isinstance(resp, RemotingCommand), resp
+                    answers.append(encode(resp))
+
+            def master_put_group() -> None:
+                for resp in sp.send_run(dec.feed(frame_run), channel):
+                    assert isinstance(resp, RemotingCommand), resp
+                    answers.append(encode(resp))
+
             stages: dict[str, Callable[[], object]] = {
                 "client build": client_build,
                 "master put": master_put,
+                f"master put /{RUN}": master_put_run,
+                f"master put x{RUN}": master_put_group,
+                "master put ": master_put,
+                f"master put /{RUN} ": master_put_run,
+                f"master put x{RUN} ": master_put_group,
                 "client result": client_result,
                 "slave append": slave_append,
             }
@@ -156,9 +185,10 @@ async def main(count: int, runs: int, profile: bool) -> None:
                 f"CPU us per send, {runs} runs of {count} (best / median), Python calls per send:"
             )
             for name, fn in stages.items():
+                per = RUN if name.strip().endswith(f"{RUN}") else 1  # sends per call
                 prof = cProfile.Profile()
                 prof.enable()
-                for _ in range(1000):
+                for _ in range(1000 // per):
                     fn()
                 prof.disable()
                 stats = pstats.Stats(prof)
@@ -166,7 +196,7 @@ async def main(count: int, runs: int, profile: bool) -> None:
                 if profile:
                     print(f"--- {name}")
                     stats.sort_stats(os.environ.get("MICRO_SORT", "tottime")).print_stats(40)
-                ts = _time(fn, count, runs)
+                ts = [t / per for t in _time(fn, count // per, runs)]
                 answers.clear()
                 print(
                     f"{name:14s} {min(ts):7.1f} {statistics.median(ts):7.1f} {calls:6.0f}",

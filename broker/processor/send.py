@@ -9,7 +9,10 @@ A send is validated (``msg_check``: broker/topic permissions, topic name, auto-c
 with the store's synchronous ``append_message(s)``.  The SEND codes are registered *inline*: the
 connection's read loop calls :meth:`SendMessageProcessor.send_inline` itself, in arrival order,
 with no task in between (Trio may start a batch of new tasks in any order), so the CommitLog
-order of one producer's pipelined sends is the order in which they arrived.  When the store's
+order of one producer's pipelined sends is the order in which they arrived.  The SEND requests
+that one read delivers in a row come to :meth:`SendMessageProcessor.send_run` together: each is
+checked alone, and the plain single sends among them go to the file store as one group
+(``append_message_group``: one CommitLog write, the same records and offsets).  When the store's
 answer is final (ASYNC_FLUSH, dispatched on the spot) the response is built right there; when it
 is an ``AwaitablePut`` (SYNC_FLUSH flush, reput behind; in DLedger mode the quorum commit) the
 read loop gets an awaitable for the rest, which a task awaits while the read loop goes on
@@ -36,7 +39,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import cast
 
 import trio
 
@@ -83,6 +87,9 @@ log = logging.getLogger(__name__)
 # watermark sets (a SYNC_MASTER send: no task waits); or an awaitable of it (flush, DLedger
 # commit or config wait) that a task awaits
 SendAnswer = RemotingCommand | DeferredAnswer | Awaitable[RemotingCommand]
+
+# A store's append_message_group (the file store's; DLedger and the memory store have none)
+GroupAppend = Callable[[list[MessageExtBrokerInner]], list[PutMessageResult | AwaitablePut]]
 
 _PUT_CODES = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -172,6 +179,10 @@ class SendMessageProcessor:
             RequestCode.SEND_BATCH_MESSAGE,
         ):
             dispatcher.register(code, self.send_inline, inline=True)
+        dispatcher.register_run(
+            (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE),
+            self.send_run,
+        )
         dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process_send_back)
 
     # --- checks -----------------------------------------------------------------------------
@@ -287,6 +298,86 @@ class SendMessageProcessor:
 
     def send_inline(self, req: RemotingCommand, channel: Channel) -> SendAnswer:
         """Validate and append now; the response, or an awaitable of it (see module doc)."""
+        put = self._checked_send(req, channel, whole=True)
+        if isinstance(put, tuple):
+            msg, queue_id = put
+            appended = self.broker.store.append_message(msg)
+            # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue
+            # the store moved a delayed message to
+            return self._answer_append(req, appended, queue_id, self._replica_to_wait(msg))
+        assert put is not None
+        return put
+
+    def send_run(
+        self, reqs: list[RemotingCommand], channel: Channel
+    ) -> list[SendAnswer | Exception]:
+        """The SEND requests one read delivered in a row (issue 28): the answer of each, as
+        :meth:`send_inline` would give it, or the exception it raised (answered alone).
+
+        Each request's header, checks and message are its own; the plain single sends among
+        them (no batch, transaction, timer or retry topic) go to the store together
+        (``append_message_group``: one CommitLog reservation and write).  Any other request
+        first appends the plain ones before it, then takes :meth:`send_inline`, so the CommitLog
+        order is the arrival order.  A request refused before the store appends nothing and is
+        answered alone.  Each answer then waits for what its own send waits for (its flush,
+        its replica ack) as a single send's does.  A store without groups (DLedger, memory)
+        gets one ``send_inline`` per request.
+        """
+        store = self.broker.store
+        group: GroupAppend | None = getattr(store, "append_message_group", None)
+        out: list[SendAnswer | Exception | None] = [None] * len(reqs)
+        msgs: list[MessageExtBrokerInner] = []
+        where: list[tuple[int, int]] = []  # (index in reqs, queue id to answer)
+        for i, req in enumerate(reqs):
+            try:
+                put = self._checked_send(req, channel, whole=False) if group else None
+                if isinstance(put, tuple):
+                    msgs.append(put[0])
+                    where.append((i, put[1]))
+                    continue
+                if put is None:  # not a plain single send: the ones before it go first
+                    if msgs:
+                        assert group is not None
+                        self._append_group(group, reqs, msgs, where, out)
+                        msgs, where = [], []
+                    put = self.send_inline(req, channel)
+                out[i] = put
+            except Exception as exc:
+                out[i] = exc
+        if msgs:
+            assert group is not None
+            self._append_group(group, reqs, msgs, where, out)
+        return cast(list[SendAnswer | Exception], out)
+
+    def _append_group(
+        self,
+        group: GroupAppend,
+        reqs: list[RemotingCommand],
+        msgs: list[MessageExtBrokerInner],
+        where: list[tuple[int, int]],
+        out: list[SendAnswer | Exception | None],
+    ) -> None:
+        try:
+            results = group(msgs)
+        except Exception as exc:  # (what append_message would have raised for each)
+            for i, _ in where:
+                out[i] = exc
+            return
+        for appended, msg, (i, queue_id) in zip(results, msgs, where, strict=True):
+            try:
+                out[i] = self._answer_append(
+                    reqs[i], appended, queue_id, self._replica_to_wait(msg)
+                )
+            except Exception as exc:
+                out[i] = exc
+
+    def _checked_send(
+        self, req: RemotingCommand, channel: Channel, *, whole: bool
+    ) -> SendAnswer | tuple[MessageExtBrokerInner, int] | None:
+        """A SEND request checked and turned into what to store: the single message and the
+        queue id to answer, or the answer itself (refused; with ``whole``, also a batch, a
+        transaction half, a timer or retry-topic message, stored by this call); None (only
+        without ``whole``) for those, which the caller then sends with :meth:`send_inline`."""
         b = self.broker
         h = send_header(req)
         topic = h.get("topic")
@@ -304,6 +395,8 @@ class SendMessageProcessor:
                 f"the message body size {len(body)} is over max {b.config.store.max_message_size}",
             )
         if header_bool(h, "batch"):
+            if not whole:
+                return None
             return self._send_batch(req, h, channel, topic, queue_id, body)
         raw_props = h.get("properties") or ""
         props = decode_properties(raw_props)
@@ -319,10 +412,14 @@ class SendMessageProcessor:
                 return self._response(
                     req, ResponseCode.MESSAGE_ILLEGAL, "transaction messages cannot be timed"
                 )
+            if not whole:
+                return None
             return self._send_half(req, h, channel, topic, queue_id, body, props)
         stored = None
         store_topic, store_qid = topic, queue_id
         if has_timer_property(props):
+            if not whole:
+                return None
             # a timer message (broker/timer): stored in rmq_sys_wheel_timer until it is due
             timers = b.timer_service
             verdict = transform_timer_message(
@@ -340,6 +437,8 @@ class SendMessageProcessor:
                 store_topic, store_qid = TIMER_TOPIC, TIMER_QUEUE_ID
         elif not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # (may be diverted to the DLQ)
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
+        if not whole and (stored is None or b.config.chaos_ack_before_store):
+            return None
         msg = self._inner(h, channel, store_topic, store_qid, body, props, header_int(h, "flag", 0))
         if stored is None:
             handle_retry_and_dlq(b, req, h, msg)
@@ -352,10 +451,7 @@ class SendMessageProcessor:
                 fake = req.response(ResponseCode.SUCCESS)
                 fake.ext_fields = {"queueId": str(queue_id), "queueOffset": "-1", "msgId": ""}
                 return fake
-        appended = b.store.append_message(msg)
-        # Java answers the queue the request chose (queueIdInt), not the SCHEDULE_TOPIC queue the
-        # store moved a delayed message to
-        return self._answer_append(req, appended, queue_id, self._replica_to_wait(msg))
+        return msg, queue_id
 
     def _send_half(
         self,

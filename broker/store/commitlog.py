@@ -85,6 +85,11 @@ class CommitLog:
         mf.reserve_blocks(mf.wrote + length)
         return mf.end_offset
 
+    def fits(self, length: int) -> bool:
+        """``reserve(length)`` would start no new segment (and write no BLANK filler)."""
+        mf = self.queue.last()
+        return mf is not None and length + _BLANK_FILL <= mf.remaining
+
     def write(self, data: Buffer) -> None:
         """Append ``data`` at the end; the caller reserved room with ``reserve``."""
         self.queue.files[-1].append(data)

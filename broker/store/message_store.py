@@ -64,7 +64,7 @@ from broker.store.flush import FlushService
 from broker.store.get_message import no_units, same_offset, select_messages
 from broker.store.index import IndexService
 from broker.store.page_warmer import run_page_warmer
-from broker.store.put_message import PutSteps
+from broker.store.put_message import PutSteps, encode_for_put, validate_put
 from broker.store.queries import StoreQueries
 from broker.store.recovery import RecoveryReport, commit_log_start, crc_check_from
 from broker.store.reput import ReputService
@@ -344,6 +344,72 @@ class DefaultMessageStore(PutSteps, StoreQueries):
         result = self._append(msgs, batch=True)
         wait = bool(msgs) and msgs[0].properties.get(MessageConst.WAIT) != "false"
         return self._finish(result, wait)
+
+    def append_message_group(
+        self, msgs: Sequence[MessageExtBrokerInner]
+    ) -> list[PutMessageResult | PendingPut]:
+        """Several single sends, in order: ``[self.append_message(m) for m in msgs]``, with the
+        same records, offsets and results, in one CommitLog reservation and write.
+
+        The records of one socket read (issue 28): the per-put steps that do not depend on the
+        message (the store's state checks, the timestamp, the reservation, the copy, the
+        dispatch call, the counters) run once for the group; each message keeps its own record,
+        queue offset, msgId and result.  A group that any single put would treat specially
+        takes the per-message path, so the bytes on disk are those of single puts: a message
+        with DELAY (rewritten to SCHEDULE_TOPIC), one the store's checks refuse (answered
+        alone), one over ``maxMessageSize``, or a group that does not fit in the current
+        segment (each record then rolls or fills the segment as its own put would).  The
+        records share one store timestamp, which single puts within the same millisecond get
+        as well.
+        """
+        n = len(msgs)
+        config = self.config
+        flags = self.flags
+        if (
+            n < 2
+            or self.shutdown
+            or flags.disk_full
+            or flags.logics_queue_error
+            or any(MessageConst.DELAY in m.properties for m in msgs)
+            or validate_put(list(msgs), config, batch=False, role=self.broker_role) is not None
+        ):
+            return [self.append_message(m) for m in msgs]
+        cl = self.commit_log
+        store_ts = self._now_ms()
+        buf, sizes, qoffs, next_q = encode_for_put(msgs, cl.topic_queue_table, store_ts)
+        total = len(buf)
+        if max(sizes) > config.max_message_size or not cl.fits(total):
+            return [self.append_message(m) for m in msgs]
+        reput = self.reput
+        caught_up = reput.caught_up
+        try:
+            first = cl.reserve(total)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                refuse_puts(flags, config, f"a CommitLog write found no space: {exc}")
+                return [
+                    self._fail(PutMessageStatus.SERVICE_NOT_AVAILABLE, flags.refusal())
+                    for _ in msgs
+                ]
+            log.exception("cannot create a CommitLog segment")
+            return [self._fail(PutMessageStatus.CREATE_MAPEDFILE_FAILED, str(exc)) for _ in msgs]
+        results = self._stamp_group(buf, msgs, sizes, qoffs, first, store_ts)
+        cl.write(buf)
+        if caught_up:
+            reput.dispatch_put(msgs, sizes, qoffs, first, store_ts)
+        else:
+            reput.queue_put(msgs, sizes, qoffs, first, store_ts)
+        cl.topic_queue_table.update(next_q)
+        self._stats.on_put(n, total)
+        flush = self.flush
+        if (flush is not None and flush.sync) or self.reput_from < first + total:
+            # a flush or the reput task to wait for: each put's own PendingPut, as single puts
+            wait = MessageConst.WAIT
+            return [
+                self._finish(r, m.properties.get(wait) != "false")
+                for r, m in zip(results, msgs, strict=True)
+            ]
+        return list(results)
 
     async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         r = self.append_message(msg)

@@ -26,7 +26,7 @@ the mixin both stores inherit for 1-3 and 4-5; the copy itself (step 4) is each 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from broker.store.config import MessageStoreConfig
@@ -143,7 +143,7 @@ def apply_delay(msg: MessageExtBrokerInner, config: MessageStoreConfig) -> None:
 
 
 def assign_queue_offsets(
-    msgs: list[MessageExtBrokerInner], table: QueueOffsetTable
+    msgs: Sequence[MessageExtBrokerInner], table: QueueOffsetTable
 ) -> tuple[list[int], QueueOffsetTable]:
     """Queue offsets the messages get, and the table updates (``table`` is not modified).
 
@@ -170,7 +170,7 @@ def assign_queue_offsets(
 
 
 def encode_for_put(
-    msgs: list[MessageExtBrokerInner], table: QueueOffsetTable, store_ts: int
+    msgs: Sequence[MessageExtBrokerInner], table: QueueOffsetTable, store_ts: int
 ) -> tuple[bytearray, list[int], list[int], QueueOffsetTable]:
     """Encode records with the queue offsets they will get (PHYSICALOFFSET still 0).
 
@@ -284,6 +284,37 @@ class PutSteps:
             phys += size
             pos += size
         return ",".join(ids)
+
+    @staticmethod
+    def _stamp_group(
+        buf: bytearray,
+        msgs: Sequence[MessageExtBrokerInner],
+        sizes: Sequence[int],
+        qoffs: Sequence[int],
+        first: int,
+        store_ts: int,
+    ) -> list[PutMessageResult]:
+        """A group of single puts encoded in ``buf`` at ``first``: each record's PHYSICALOFFSET
+        written, and each put's own PUT_OK result (its offset, size, msgId and queue offset)."""
+        results: list[PutMessageResult] = []
+        add = results.append
+        pack_phys = _PHYS.pack_into
+        ok = PutMessageStatus.PUT_OK
+        phys = first
+        prefix = ""
+        host = None
+        for m, size, q in zip(msgs, sizes, qoffs, strict=True):
+            pack_phys(buf, phys - first + PHYSICAL_OFFSET_POSITION, phys)
+            if m.store_host is not host:
+                host = m.store_host
+                prefix = _id_prefix(host)
+            add(
+                PutMessageResult(
+                    ok, AppendMessageResult(phys, size, f"{prefix}{phys:016X}", store_ts, q)
+                )
+            )
+            phys += size
+        return results
 
     def _put_ok(self, put: PreparedPut, n: int, first: int, msg_id: str) -> PutMessageResult:
         """Count the put and answer PUT_OK."""

@@ -11,7 +11,10 @@ Theory of operation. A connection carries requests and responses in both directi
   inline: go on as below) or an awaitable for the rest of the work (e.g. a SYNC_FLUSH send that
   was appended in arrival order and now waits for its flush), which a task awaits to get the
   answer. Trio may start a batch of new tasks in any order, so anything order-sensitive (pipelined
-  SEND requests reaching the store in arrival order) must happen inline.
+  SEND requests reaching the store in arrival order) must happen inline. Requests of
+  ``run_codes`` that one chunk delivers in a row go to ``inline_run`` together (the SEND codes:
+  one store write for the run), before any later request of the chunk; each still gets its own
+  answer, or its own error.
 * otherwise starts a task running ``handler``, so a slow handler (a long-polling PULL) never
   delays the next request on the same connection.
 
@@ -107,6 +110,10 @@ NOT_INLINE: Any = _NotInline()
 #: ``(request, channel) -> answer | None | NOT_INLINE | Awaitable[answer | None]``, called by the
 #: read loop itself; it must not block.
 InlineHandler = Callable[[RemotingCommand, "Channel"], Any]
+
+#: ``(requests, channel) -> [what the inline handler would answer, or the exception it raised,
+#: per request]``: a run of requests one read delivered in a row, handled together in order.
+InlineRunHandler = Callable[[list[RemotingCommand], "Channel"], list[Any]]
 
 RECEIVE_SIZE = 64 * 1024
 # On non-socket streams, small pieces are joined into one send_all; larger ones (mapped-file
@@ -693,6 +700,8 @@ class Channel:
         on_close: Callable[[Channel], None] | None = None,
         *,
         inline: InlineHandler | None = None,
+        inline_run: InlineRunHandler | None = None,
+        run_codes: frozenset[int] = frozenset(),
     ) -> None:
         """Serve this connection until EOF, a bad frame, :meth:`close` or cancellation.
 
@@ -705,7 +714,9 @@ class Channel:
                 if self._closed:
                     nursery.cancel_scope.cancel()
                 self._kick()  # frames queued before run() started
-                await self._read_loop(nursery, handler, inline)
+                await self._read_loop(
+                    nursery, handler, inline, inline_run if inline is not None else None, run_codes
+                )
         except Exception:  # a bug of ours; keep the server alive
             log.exception("connection %s failed", self.remote_addr)
         finally:
@@ -732,7 +743,12 @@ class Channel:
                     log.debug("closing %s failed", self.remote_addr, exc_info=True)
 
     async def _read_loop(
-        self, nursery: trio.Nursery, handler: Handler, inline: InlineHandler | None
+        self,
+        nursery: trio.Nursery,
+        handler: Handler,
+        inline: InlineHandler | None,
+        inline_run: InlineRunHandler | None = None,
+        run_codes: frozenset[int] = frozenset(),
     ) -> None:
         decoder = FrameDecoder(self._max_frame_length)
         receive = self._stream.receive_some
@@ -791,6 +807,9 @@ class Channel:
                 # one flush batch per run of requests: what they ask to flush (answers set at
                 # once, the HA master's transfer of their bytes) happens once, at the end
                 with flush_batch() if inline is not None else _NO_BATCH:
+                    # requests of run_codes in a row, served together (inline_run) before the
+                    # next other request or the end of the run: arrival order is kept
+                    grouped: list[RemotingCommand] = []
                     while i < run_end:
                         cmd = commands[i]
                         i += 1
@@ -802,17 +821,28 @@ class Channel:
                             else:
                                 log.debug("response with unknown opaque %d ignored", cmd.opaque)
                             continue
-                        if self._held >= self._load.limits.max_requests_held or (
-                            self._load.requests_held >= self._load.limits.max_requests_held_total
-                            and self._held >= self._load.limits.fair_share
+                        held = self._held + len(grouped)
+                        if held >= self._load.limits.max_requests_held or (
+                            self._load.requests_held + len(grouped)
+                            >= self._load.limits.max_requests_held_total
+                            and held >= self._load.limits.fair_share
                         ):
                             self._refuse(cmd)
                         elif inline is None:
                             self._start_request(nursery, cmd, handler, None)
+                        elif inline_run is not None and cmd.code in run_codes:
+                            grouped.append(cmd)
+                            continue  # answered with its run
                         else:
+                            if grouped and inline_run is not None:
+                                self._serve_run(nursery, grouped, handler, inline, inline_run)
+                                grouped = []
                             self._serve_inline(nursery, cmd, handler, inline)
                         if self._out_bytes and self._backed_up():
                             break  # not one more answer until the peer reads some
+                    if grouped:
+                        assert inline is not None and inline_run is not None
+                        self._serve_run(nursery, grouped, handler, inline, inline_run)
                 if self._outbox:
                     self._kick()  # every answer of this run in one write
                 while self._out_bytes and self._backed_up() and not self._closed:
@@ -875,6 +905,34 @@ class Channel:
             result = inline(cmd, self)
         except Exception as raw:
             result = _error_response(cmd, raw, self.remote_addr)
+        self._serve_result(nursery, cmd, handler, result)
+
+    def _serve_run(
+        self,
+        nursery: trio.Nursery,
+        cmds: list[RemotingCommand],
+        handler: Handler,
+        inline: InlineHandler,
+        inline_run: InlineRunHandler,
+    ) -> None:
+        """Requests of the run codes that arrived in a row: one call of ``inline_run`` for
+        them (a lone one goes to ``inline``), then each its own answer."""
+        if len(cmds) == 1:
+            self._serve_inline(nursery, cmds[0], handler, inline)
+            return
+        try:
+            results = inline_run(cmds, self)
+        except Exception as raw:  # (a bug: the handler answers its own requests' errors)
+            results = [raw] * len(cmds)
+        for cmd, result in zip(cmds, results, strict=True):
+            if isinstance(result, Exception):
+                result = _error_response(cmd, result, self.remote_addr)
+            self._serve_result(nursery, cmd, handler, result)
+
+    def _serve_result(
+        self, nursery: trio.Nursery, cmd: RemotingCommand, handler: Handler, result: Any
+    ) -> None:
+        """What an inline handler gave for ``cmd``: answered, held or left to a task."""
         if result is NOT_INLINE:
             self._start_request(nursery, cmd, handler, None)
         elif result is None or isinstance(result, RemotingCommand):

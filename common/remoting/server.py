@@ -11,6 +11,10 @@ Requests are routed by code through a :class:`RequestDispatcher`:
   in arrival order; it answers with a command or ``None``, or returns an awaitable for the rest of
   the work (run in a task, its result is the answer). Order-sensitive requests (SEND) and quick
   ones that never wait (no task to spawn, no scheduling: the cheapest path) go this way;
+* codes registered with :meth:`RequestDispatcher.register_run` (they also have an inline handler)
+  are handed to the run handler together when one read delivers several in a row (the SEND
+  codes: one store write for the run); it returns one inline answer per request, in order, or
+  the exception that request's handling raised, which answers that request alone;
 * a handler raising :class:`common.errors.RequestError` answers with its code and remark;
 * any other exception answers SYSTEM_ERROR (1) with ``str(exc)`` and is logged;
 * an unknown code goes to the default handler, else REQUEST_CODE_NOT_SUPPORTED (3) with remark
@@ -26,13 +30,13 @@ requests held, unread answers, idle connections (closed by a sweep task here).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
 import trio
 
-from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler
+from common.remoting.channel import NOT_INLINE, Channel, Handler, InlineHandler, InlineRunHandler
 from common.remoting.codec import MAX_FRAME_LENGTH
 from common.remoting.codes import ResponseCode
 from common.remoting.command import RemotingCommand
@@ -46,6 +50,7 @@ __all__ = [
     "NOT_INLINE",
     "Handler",
     "InlineHandler",
+    "InlineRunHandler",
     "RemotingServerHandle",
     "RequestDispatcher",
     "handle_stream",
@@ -62,6 +67,9 @@ class RequestDispatcher:
         # code -> inline handler (called by the read loop); a code is in one of the two maps.
         self._inline: dict[int, InlineHandler] = {}
         self._default: Handler | None = None
+        # the handler of runs of requests whose codes are in run_codes (register_run)
+        self._run: InlineRunHandler | None = None
+        self.run_codes: frozenset[int] = frozenset()
         self._close_listeners: list[Callable[[Channel], None]] = []
         self.unknown_code_policy: Literal["reply", "ignore"] = "reply"
         # run before any handler sees a request (RocketMQ's RPCHook.doBeforeRequest, e.g. the
@@ -73,12 +81,25 @@ class RequestDispatcher:
     ) -> None:
         """Route ``code`` to ``handler``; ``inline=True``: a plain function (see module doc)."""
         code = int(code)
+        self.run_codes = self.run_codes - {code}  # a new handler: not the run handler's
         if inline:
             self._inline[code] = handler
             self._handlers.pop(code, None)
         else:
             self._handlers[code] = handler
             self._inline.pop(code, None)
+
+    def register_run(self, codes: Iterable[int], handler: InlineRunHandler) -> None:
+        """Hand runs of requests with ``codes`` (in one read, in a row) to ``handler`` together:
+        ``handler(requests, channel)`` returns, per request and in order, what the code's
+        inline handler would (registered first, it still serves single requests and
+        :meth:`dispatch`), or the exception that request raised."""
+        codes = frozenset(int(c) for c in codes)
+        missing = codes - self._inline.keys()
+        if missing:
+            raise ValueError(f"codes {sorted(missing)} have no inline handler")
+        self._run = handler
+        self.run_codes = codes
 
     def set_default(self, handler: Handler | None) -> None:
         self._default = handler
@@ -95,6 +116,29 @@ class RequestDispatcher:
         if handler is None:
             return NOT_INLINE
         return handler(cmd, channel)
+
+    def dispatch_inline_run(self, cmds: list[RemotingCommand], channel: Channel) -> list[Any]:
+        """The read loop's entry for a run of ``run_codes`` requests: the guard per request (one
+        it refuses gets the exception, and the run handler does not see it), then the run
+        handler over the others, in order."""
+        run = self._run
+        assert run is not None
+        guard = self.guard
+        if guard is None:
+            return run(cmds, channel)
+        out: list[Any] = [None] * len(cmds)
+        passed: list[int] = []
+        for i, cmd in enumerate(cmds):
+            try:
+                guard(cmd, channel)
+            except Exception as exc:
+                out[i] = exc
+            else:
+                passed.append(i)
+        if passed:
+            for i, result in zip(passed, run([cmds[i] for i in passed], channel), strict=True):
+                out[i] = result
+        return out
 
     async def dispatch(self, cmd: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """Answer ``cmd`` whatever kind its handler is (also used by tests and clients)."""
@@ -162,6 +206,8 @@ async def handle_stream(
             dispatcher.dispatch_guarded,
             on_close=dispatcher.notify_closed,
             inline=dispatcher.dispatch_inline,
+            inline_run=dispatcher.dispatch_inline_run if dispatcher.run_codes else None,
+            run_codes=dispatcher.run_codes,
         )
     finally:
         load.channels.discard(channel)
