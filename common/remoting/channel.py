@@ -121,6 +121,8 @@ RECEIVE_SIZE = 64 * 1024
 JOIN_LIMIT = 64 * 1024
 # At most this many pieces per writev (Linux IOV_MAX is 1024).
 WRITEV_MAX = 512
+# A bytes body up to this size is queued joined to its header: a frame is then one piece
+JOIN_MAX = 16 * 1024
 # The read loop stops reading while more than this many bytes wait to be written.
 OUTBOX_HIGH_WATER = 4 * 1024 * 1024
 # How long request tasks may keep running after the peer closed its side.
@@ -378,9 +380,13 @@ class Channel:
         if type(body) is bytes:
             body_len = len(body)
             head = encode_header_and_prefix(cmd, body_len)
-            out.append(head)
-            if body_len:
+            if body_len > JOIN_MAX:
+                out.append(head)
                 out.append(body)
+            else:
+                # one piece: os.write rather than writev of a list, one piece to account for
+                # when it is written (a send's client CPU, issue 28); the copy is small
+                out.append(head + body if body_len else head)
         else:
             parts = body if isinstance(body, list | tuple) else (body,)
             sizes = [_nbytes(p) for p in parts]
