@@ -4,6 +4,8 @@
   `decode_json_header_general`, on headers of every shape: the same command, or the same error.
 * A channel's frame with a small bytes body, queued as one piece (header and body joined), is
   byte for byte `encode(cmd)`, as the frame of a larger body, queued as two pieces, is.
+* The request flusher (channel.py, "The request flusher"): requests in flight leave in fewer
+  writes, each gets its own answer, and a failed deferred write says RemotingSendError.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,3 +152,102 @@ async def test_channel_writes_the_frame_encode_gives(body: Any) -> None:
         channel.close()
         await stream.aclose()
         peer.close()
+
+
+async def _no_requests(cmd: RemotingCommand, channel: Channel) -> None:
+    raise AssertionError("the peer sends no requests")
+
+
+async def _answering_peer(peer: Any, answered: list[int]) -> None:
+    """Answer the requests read on ``peer`` (a SocketStream), the opaque as the remark."""
+    dec = FrameDecoder()
+    while data := await peer.receive_some(1 << 16):
+        out = []
+        for req in dec.feed(data):
+            answered.append(req.opaque)
+            out.append(
+                encode(RemotingCommand(code=0, opaque=req.opaque, flag=1, remark=str(req.opaque)))
+            )
+        await peer.send_all(b"".join(out))  # what one read brought, answered in one write
+
+
+async def test_requests_in_flight_leave_in_fewer_writes_and_each_gets_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With requests in flight, invoke_at leaves its frame to the request flusher, which writes
+    what the tasks of one batch queued in one go (module doc of channel.py, "Writing")."""
+    import os
+
+    writes = [0]
+    real_write, real_writev = os.write, os.writev
+
+    def write(fd: int, data: Any) -> int:
+        writes[0] += 1
+        return real_write(fd, data)
+
+    def writev(fd: int, bufs: Any) -> int:
+        writes[0] += 1
+        return real_writev(fd, bufs)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "writev", writev)
+    a, b = socket.socketpair()
+    answered: list[int] = []
+    got: dict[int, str | None] = {}
+    with trio.fail_after(20):
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        channel = Channel(stream, "peer:1")
+        peer = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.run, _no_requests)
+            nursery.start_soon(_answering_peer, peer, answered)
+
+            async def one(i: int) -> None:
+                for j in range(20):
+                    cmd = RemotingCommand(code=1, ext_fields={"i": f"{i}.{j}"}, body=b"x" * 100)
+                    resp = await channel.invoke(cmd, 10.0)
+                    got[cmd.opaque] = resp.remark
+
+            async with trio.open_nursery() as senders:
+                for i in range(32):
+                    senders.start_soon(one, i)
+            channel.close()
+            nursery.cancel_scope.cancel()
+        await peer.aclose()
+        await stream.aclose()
+    assert len(got) == 32 * 20
+    assert all(remark == str(opaque) for opaque, remark in got.items())
+    assert sorted(answered) == sorted(got)
+    assert writes[0] < len(got) / 2  # coalesced: each write carried several frames
+
+
+async def test_a_deferred_request_whose_write_fails_says_send_error() -> None:
+    """The request flusher's failed write fails the deferred request with RemotingSendError,
+    as the request's own wait for its write does."""
+    from common.errors import RemotingSendError
+
+    a, b = socket.socketpair()
+    with trio.fail_after(20):
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        channel = Channel(stream, "peer:1")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.run, _no_requests)
+            errors: list[BaseException] = []
+
+            async def invoke() -> None:
+                try:
+                    await channel.invoke(RemotingCommand(code=1), 10.0)
+                except Exception as exc:
+                    errors.append(exc)
+
+            # two unanswered requests: the second starts the flusher, which then parks
+            nursery.start_soon(invoke)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(invoke)
+            await trio.testing.wait_all_tasks_blocked()
+            assert channel._flusher is not None
+            b.close()  # the peer is gone: the next write fails (EPIPE or ECONNRESET)
+            await invoke()  # deferred to the flusher, without a checkpoint in between
+            assert isinstance(errors[-1], RemotingSendError)
+            nursery.cancel_scope.cancel()
+        await stream.aclose()
