@@ -263,6 +263,41 @@ def _load_json(data: bytes | memoryview) -> Any:
 
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    # The usual header (what Java and we write: int code/version/opaque/flag, str language and
+    # remark, extFields of strings) read once and checked field by field in one place, without
+    # the general path's second look at every field: every response and request comes through
+    # here (a send's client CPU, issue 28). Anything else takes the general path below, which
+    # gives the same command for these headers.
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if type(obj) is dict:
+            get = obj.get
+            code, version, opaque, flag = get("code"), get("version"), get("opaque"), get("flag")
+            language, remark, ext = get("language", "JAVA"), get("remark"), get("extFields")
+            if (
+                type(code) is int
+                and type(version) is int
+                and type(opaque) is int
+                and type(flag) is int
+                and type(language) is str
+                and (remark is None or type(remark) is str)
+            ):
+                if ext is None:
+                    ext = {}
+                elif type(ext) is not dict or not _all_str(ext):
+                    ext = None
+                if ext is not None:
+                    return RemotingCommand(
+                        code, language, version, opaque, flag, remark, ext, b"", SerializeType.JSON
+                    )
+    return decode_json_header_general(data)
+
+
+def decode_json_header_general(data: bytes | memoryview) -> RemotingCommand:
+    """`decode_json_header` of any header it accepts (the fast path's checks left out)."""
     obj = _load_json(data)
     if not isinstance(obj, dict):
         raise FrameDecodeError("JSON header is not an object")
