@@ -30,7 +30,11 @@ group); bodies are `<prefix>body-<i>`. A consumer's `recv` event reports the del
 reached within the timeout).
 
 `--retry-for S` (failover tests): a send that fails is retried, the same message, every 0.2 s
-for up to S seconds from its first attempt, each retry a `failover_retry` event.
+for up to S seconds from its first attempt, each retry a `failover_retry` event. `--ack-retry`
+(simple-consume, failover tests): a failed ack is retried every 0.2 s while the message is still
+invisible (until a second before its invisible time ends), each failure an `ack_error` event;
+a retry refused as an invalid handle within that time is an `ack_stored` event (an earlier try
+was stored and its answer lost).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ from pathlib import Path
 from typing import Any
 
 _emit_lock = threading.Lock()
+
+
+# apache/rocketmq-apis definition.proto, Code: the handle is expired or not valid
+INVALID_RECEIPT_HANDLE = 40013
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -268,6 +276,7 @@ def simple_consume(args: argparse.Namespace) -> int:
                 emit(event="receive_error", error=repr(exc), code=error_code(exc))
                 time.sleep(0.5)
                 continue
+            received = time.monotonic()
             for msg in messages:
                 tally.delivered()
                 ev = _msg_event(msg)
@@ -291,12 +300,32 @@ def simple_consume(args: argparse.Namespace) -> int:
                     except Exception as exc:
                         emit(event="change_error", body=ev["body"], error=repr(exc))
                         continue
-                try:
-                    consumer.ack(msg)
-                    emit(event="ack", body=ev["body"], msg_id=msg.message_id, seq=seq)
-                    tally.ack(str(ev["body"]))
-                except Exception as exc:
-                    emit(event="ack_error", body=ev["body"], error=repr(exc))
+                # With --ack-retry a failed ack is retried, the same handle, while the message
+                # stays invisible: a failover can store an ack and lose its answer, and a
+                # message acked that way never comes back.  A retry answered
+                # INVALID_RECEIPT_HANDLE inside the invisible time means an earlier try was
+                # stored (the handle is not yet expired, and nothing else acks it): reported
+                # as `ack_stored`, counted as acked.
+                ack_until = received + args.invisible - 1 if args.ack_retry else 0.0
+                tries = 0
+                while True:
+                    tries += 1
+                    try:
+                        consumer.ack(msg)
+                    except Exception as exc:
+                        code = error_code(exc)
+                        emit(event="ack_error", body=ev["body"], error=repr(exc), code=code)
+                        within = time.monotonic() < ack_until
+                        if tries > 1 and within and code == INVALID_RECEIPT_HANDLE:
+                            emit(event="ack_stored", body=ev["body"], seq=seq)
+                            tally.ack(str(ev["body"]))
+                        elif within:
+                            time.sleep(0.2)
+                            continue
+                    else:
+                        emit(event="ack", body=ev["body"], msg_id=msg.message_id, seq=seq)
+                        tally.ack(str(ev["body"]))
+                    break
         complete = tally.done.is_set()
         # keep receiving a while: anything acked that comes again is a duplicate
         linger_end = time.monotonic() + args.linger
@@ -518,6 +547,7 @@ def parser() -> argparse.ArgumentParser:
         "--change-invisible", type=int, default=0, help="first delivery: seconds, then ack"
     )
     s.add_argument("--withhold-invisible", type=int, default=0, help="unacked ones: seconds")
+    s.add_argument("--ack-retry", action="store_true", help="retry a failed ack while invisible")
     c = sub.add_parser("push-consume")
     _common(c)
     _consumer_args(c)
