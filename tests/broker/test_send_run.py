@@ -20,10 +20,11 @@ from broker.store import MessageStoreConfig, PutMessageStatus, run_message_store
 from common.batch_body import encode_batch_body
 from common.message import decode_records
 from common.message_properties import encode_properties
-from common.remoting.codec import FrameDecoder, encode
+from common.remoting.codec import encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.server import RequestDispatcher, handle_stream
+from tests.support.wire import read_answers
 
 TOPIC = "RunTopic"
 
@@ -99,17 +100,6 @@ async def serve(nursery: trio.Nursery, b: BrokerController) -> tuple[trio.abc.St
     client, server = trio.testing.memory_stream_pair()
     nursery.start_soon(lambda: handle_stream(server, d))
     return client, groups
-
-
-async def read_answers(stream: trio.abc.Stream, count: int) -> dict[int, RemotingCommand]:
-    decoder = FrameDecoder()
-    got: dict[int, RemotingCommand] = {}
-    while len(got) < count:
-        data = await stream.receive_some(65536)
-        assert data, "EOF"
-        for cmd in decoder.feed(data):
-            got[cmd.opaque] = cmd
-    return got
 
 
 @pytest.mark.timeout(30)

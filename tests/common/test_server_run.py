@@ -10,9 +10,10 @@ import trio
 import trio.testing
 
 from common.errors import RequestError
-from common.remoting.codec import FrameDecoder, encode
+from common.remoting.codec import encode
 from common.remoting.command import RemotingCommand
 from common.remoting.server import Channel, RequestDispatcher, handle_stream
+from tests.support.wire import read_answers
 
 RUN_CODE = 1020
 OTHER_CODE = 1021
@@ -22,17 +23,6 @@ def request(code: int, i: int) -> bytes:
     cmd = RemotingCommand.request(code, {"i": i})
     cmd.opaque = i + 1
     return encode(cmd)
-
-
-async def answers(stream: trio.abc.Stream, count: int) -> dict[int, RemotingCommand]:
-    decoder = FrameDecoder()
-    got: dict[int, RemotingCommand] = {}
-    while len(got) < count:
-        data = await stream.receive_some(65536)
-        assert data, "EOF"
-        for cmd in decoder.feed(data):
-            got[cmd.opaque] = cmd
-    return got
 
 
 @pytest.mark.timeout(30)
@@ -74,7 +64,7 @@ async def test_runs_keep_order_and_answer_each_request_alone(autojump_clock: Any
         # one write: the server reads all twelve requests in one chunk
         await client.send_all(b"".join(request(code, i) for i, code in enumerate(codes)))
         with trio.fail_after(10):
-            got = await answers(client, len(codes))
+            got = await read_answers(client, len(codes))
         await client.aclose()
     # runs of the run code in a row go together; the guard's refusal (5) never reaches it; a
     # lone one between two others (7) goes to the single handler

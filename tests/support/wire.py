@@ -1,6 +1,7 @@
 """For tests that speak the wire to a broker process themselves: :func:`send_v2` builds a plain
 SEND_MESSAGE_V2, :func:`topic_fields` an UPDATE_AND_CREATE_TOPIC header, :func:`wait_serving` waits for a broker process to serve
-(:func:`wait_node_serving` for one started as a ``tests.conftest.Node``)."""
+(:func:`wait_node_serving` for one started as a ``tests.conftest.Node``), :func:`read_answers`
+reads answers off a raw stream by opaque."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from common.remoting.client import RemotingClient
+from common.remoting.codec import FrameDecoder
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 
@@ -82,3 +84,15 @@ async def wait_node_serving(client: RemotingClient, node: Node, *, timeout: floa
         timeout=timeout,
         exited=lambda: f"{node.name} exited:\n{node.log_tail()}",
     )
+
+
+async def read_answers(stream: trio.abc.Stream, count: int) -> dict[int, RemotingCommand]:
+    """``count`` frames read off ``stream``, by opaque (a raw client's view of its answers)."""
+    decoder = FrameDecoder()
+    got: dict[int, RemotingCommand] = {}
+    while len(got) < count:
+        data = await stream.receive_some(65536)
+        assert data, "EOF"
+        for cmd in decoder.feed(data):
+            got[cmd.opaque] = cmd
+    return got
