@@ -7,7 +7,7 @@ import socket
 import trio
 import trio.testing
 
-from broker.ha.receive import Receiver
+from broker.ha.receive import SMALL_READ, Receiver
 
 
 def _pair() -> tuple[trio.SocketStream, socket.socket]:
@@ -27,6 +27,34 @@ async def test_reads_what_arrived_then_eof() -> None:
         assert await r.receive() == b"89"
         peer.close()
         assert await r.receive() == b""
+    await stream.aclose()
+
+
+async def test_a_backlog_is_read_in_growing_sizes_and_a_pause_shrinks_them() -> None:
+    stream, peer = _pair()
+    r = Receiver(stream, 16 * SMALL_READ)
+    backlog = bytes(range(256)) * (5 * SMALL_READ // 256)
+    sizes: list[int] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as n:
+
+            async def send() -> None:
+                await trio.to_thread.run_sync(peer.sendall, backlog)
+
+            n.start_soon(send)
+            got = bytearray()
+            while len(got) < len(backlog):
+                data = await r.receive()
+                sizes.append(len(data))
+                got += data
+        assert got == backlog
+        # the first read fills SMALL_READ and the next may ask for four times as much
+        assert sizes[0] == SMALL_READ and max(sizes) > SMALL_READ
+        peer.sendall(b"x")
+        assert await r.receive() == b"x"
+        peer.sendall(b"y" * (2 * SMALL_READ))
+        assert len(await r.receive()) == SMALL_READ  # back to the small size after a pause
+    peer.close()
     await stream.aclose()
 
 
