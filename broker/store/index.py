@@ -26,7 +26,11 @@ entries are zeroed (invariant: entries past the count are zero, except those wri
 last header flush).  The re-dispatch then appends them again and every chain stays whole.  This
 reads the entries written since the checkpoint only; RocketMQ instead deletes index files
 newer than its checkpoint's index timestamp.
-Index pages are released from RSS after each flush like the CommitLog's (mapped_file.py).
+Index pages are released from RSS after each flush like the CommitLog's (mapped_file.py),
+except the slot table of the file being written: every put reads and writes one slot at random,
+so a released table faulted back one page per put (issue 28).  It is at most
+``max_hash_slot_num * 4`` bytes (20 MB by default) and goes with the next flush once the file is
+full.
 """
 
 from __future__ import annotations
@@ -83,6 +87,13 @@ class IndexFile:
         if self.count <= 0:
             self.count = 1
         self.dirty = False
+        # every put reads and writes a slot at random: the table of the file being written
+        # stays mapped across flushes (one page fault per put otherwise); a full file's goes
+        self._pin_slots()
+
+    def _pin_slots(self) -> None:
+        full = self.count >= self.index_num
+        self.mf.pinned = 0 if full else HEADER_SIZE + self.slot_num * SLOT.size
 
     @property
     def path(self) -> str:
@@ -131,6 +142,8 @@ class IndexFile:
         if prev == 0:
             self.slot_count += 1
         self.count += 1
+        if self.count >= self.index_num:
+            self._pin_slots()
         self.end_phy = phy
         self.end_ts = store_ts
         # the header is written when flushed (flush_jobs) and closed; a crash loses at most
@@ -176,6 +189,8 @@ class IndexFile:
             self.slot_count += new_slots
             self.end_ts = store_ts
             self.dirty = True
+            if count >= limit:
+                self._pin_slots()
         return i
 
     def entry(self, i: int) -> tuple[int, int, int, int]:

@@ -64,6 +64,7 @@ class MappedFile:
         "flushed",
         "mm",
         "path",
+        "pinned",
         "released",
         "view",
         "wrote",
@@ -96,6 +97,9 @@ class MappedFile:
         self.cut_unsynced = False
         # release_behind: pages below this are dropped from our page tables (page aligned)
         self.released = 0
+        # release keeps the pages below this mapped: a region written at random places on
+        # every put (an index file's slot table), where a page dropped would fault again at once
+        self.pinned = 0
         # bytes [0, allocated) are known to have filesystem blocks (reserve_blocks)
         self.allocated = 0
         # reserved per step: 1/256 of the file in pages, at most ALLOCATION_CHUNK (a consume
@@ -177,8 +181,9 @@ class MappedFile:
         """Drop flushed pages below ``upto`` from our page tables (they stay in page cache)."""
         end = self.flushed if upto is None else min(upto, self.flushed)
         end -= end % PAGE_SIZE
-        if end > 0 and hasattr(mmap, "MADV_DONTNEED"):
-            self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
+        start = self.pinned + (-self.pinned % PAGE_SIZE)
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def release_behind(self, upto: int) -> int:
         """Drop the flushed pages in [released, upto) for a file written front to back; returns

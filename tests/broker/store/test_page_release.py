@@ -16,6 +16,7 @@ from broker.dledger.driver import mmap_file_store
 from broker.dledger.driver.entry_json import entry_json
 from broker.dledger.driver.mmap_file_store import open_file_log
 from broker.store import MessageStoreConfig, run_message_store
+from broker.store.index import HEADER_SIZE, IndexService
 from broker.store.mapped_file import PAGE_SIZE, MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
 from common.message import MessageExtBrokerInner
@@ -204,3 +205,27 @@ def test_trim_heap_reaches_glibc() -> None:
 
     assert _resolve() is not None
     assert trim_heap() in (True, False)
+
+
+def test_an_index_file_keeps_its_slot_table_mapped_until_it_is_full(tmp_path: Path) -> None:
+    # every put reads and writes a slot at random: a released table would fault back at once
+    slots, entries = PAGE_SIZE, 2_000  # a 16 KiB slot table, 40 KB of entries
+    index = IndexService(str(tmp_path), slots, entries)
+    table_kib = (HEADER_SIZE + slots * 4) // 1024
+
+    def logic_flush() -> None:  # what the flush service does with the index (flush.py)
+        for mf in index.flush_jobs():
+            mf.flush_range(None)
+            mf.release()
+
+    try:
+        index.put_entries([((i * 7919) % slots, i * 100) for i in range(entries - 100)], 1_000)
+        (first,) = index.files
+        logic_flush()
+        assert table_kib <= resident_kib(first.path) <= table_kib + 8  # the entries went
+        index.put_entries([(i, 1) for i in range(200)], 2_000)  # fills it, starts the next
+        assert first.is_full and len(index.files) == 2
+        logic_flush()
+        assert resident_kib(first.path) <= 4  # a full file's table goes with its entries
+    finally:
+        index.close()
