@@ -35,6 +35,13 @@ kernel does not take becomes the connection's ``unsent`` tail and the writer is 
 it before anything else.  Streams without a socket (tests' in-memory ones) always go through
 the writer.
 
+Send before dispatch: the store calls :meth:`HAMaster.notify_written` (its write listener) as
+soon as a put's bytes are in the CommitLog, before it writes their ConsumeQueue and index
+units.  That transfers them inline at once, so the slave receives, appends and acknowledges
+while the master dispatches, and the dispatch leaves a one-at-a-time SYNC_MASTER send's
+critical path (issue 28).  A chunk of pipelined sends is one grouped put (``send_run``), so it
+still leaves as one transfer; the arrival listener's batched call then finds nothing new.
+
 Invariants: ``next_transfer`` only grows and every byte below it was handed to the stream in
 order (by the writer's ``send_all`` or by an inline write, never both at once: inline writes
 happen only while the writer is parked with ``unsent`` empty); a connection counts in
@@ -131,10 +138,18 @@ class HAMaster:
         else:
             self._send_new_data()
 
+    def notify_written(self) -> None:
+        """A put's bytes are in the CommitLog: send them inline now, not at the end of the
+        flush batch (see "Send before dispatch")."""
+        if len(self._lot):
+            self._transfer_now()
+
     def _send_new_data(self) -> None:
         self._send_due = False
-        if not len(self._lot):
-            return
+        if len(self._lot):
+            self._transfer_now()
+
+    def _transfer_now(self) -> None:
         try:
             self._send_or_wake()
         except Exception:  # a flush-batch callback must not raise; the writers still poll

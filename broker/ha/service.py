@@ -216,6 +216,7 @@ async def run_ha_service(
     bound = await network.listen(config.listen_host, config.ha_port)
     ha.port = bound.port
     store.add_arrival_listener(ha.master.notify_data)
+    store.add_write_listener(ha.master.notify_written)
     controller.ha = ha
 
     async def handle(stream: trio.abc.Stream) -> None:

@@ -70,6 +70,9 @@ class MessageStore(Protocol):
 
     def add_arrival_listener(self, fn: ArrivalListener) -> None: ...
 
+    def add_write_listener(self, fn: Callable[[], None]) -> None:
+        """``fn()`` right after a put's bytes are in the CommitLog, before their dispatch."""
+
     def delete_topics(self, topics: Iterable[str]) -> None: ...
 
     # --- reads ------------------------------------------------------------------------------

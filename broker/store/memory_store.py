@@ -84,6 +84,7 @@ class MemoryMessageStore(PutSteps, StoreQueries):
     # physical offset up to which records were dispatched (<= max_phy_offset)
     _reput_from: int = 0
     _listeners: list[ArrivalListener] = attrs.Factory(list)
+    _write_listeners: list[Callable[[], None]] = attrs.Factory(list)
     _stats: StoreStats = attrs.Factory(StoreStats)
     # highest store timestamp handed out (store timestamps never go backwards)
     last_store_timestamp: int = attrs.field(default=0, init=False)
@@ -169,6 +170,8 @@ class MemoryMessageStore(PutSteps, StoreQueries):
         first = self._reserve(len(put.buf))
         msg_id = self._stamp_physical_offsets(put, msgs, first)
         self._files[-1] += put.buf
+        for fn in self._write_listeners:
+            fn()
         table.update(put.next_q)
         result = self._put_ok(put, len(msgs), first, msg_id)
         self._dispatch_new()
@@ -230,6 +233,9 @@ class MemoryMessageStore(PutSteps, StoreQueries):
 
     def add_arrival_listener(self, fn: ArrivalListener) -> None:
         self._listeners.append(fn)
+
+    def add_write_listener(self, fn: Callable[[], None]) -> None:
+        self._write_listeners.append(fn)
 
     # ------------------------------------------------------------------ get path
 

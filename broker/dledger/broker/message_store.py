@@ -250,6 +250,10 @@ class DLedgerMessageStore(PutSteps):
     def add_arrival_listener(self, fn: ArrivalListener) -> None:
         self.classic.add_arrival_listener(fn)
 
+    def add_write_listener(self, fn: Callable[[], None]) -> None:
+        """Keeps no listener: a DLedger group replicates its entries through Raft, not through
+        an HA master that would send the bytes it wrote."""
+
     def delete_topics(self, topics: Iterable[str]) -> None:
         names = set(topics)
         self.classic.delete_topics(names)

@@ -284,6 +284,27 @@ async def test_sync_append_is_final_and_visible_at_once(open_store):
         assert store.get_max_offset_in_queue("T", 1) == 4
 
 
+async def test_a_write_listener_hears_of_each_put_before_its_dispatch(open_store):
+    # the HA master sends a put's bytes to its slaves from here, before the master dispatches
+    async with open_store() as store:
+        heard: list[tuple[str, int, int]] = []
+        store.add_write_listener(
+            lambda: heard.append(("write", store.get_max_phy_offset(), store.dispatch_behind_bytes))
+        )
+        store.add_arrival_listener(lambda *a: heard.append(("arrival", 0, 0)))
+        r = store.append_message(mk(qid=1, body=b"one", KEYS="k1"))
+        assert r.append is not None
+        end = r.append.wrote_offset + r.append.wrote_bytes
+        # the bytes are in the CommitLog, not yet in a queue
+        assert heard == [("write", end, r.append.wrote_bytes), ("arrival", 0, 0)]
+        heard.clear()
+        r = store.append_messages([mk(qid=1, body=b"b%d" % i) for i in range(3)])
+        assert r.append is not None
+        end = r.append.wrote_offset + r.append.wrote_bytes
+        assert heard[0] == ("write", end, r.append.wrote_bytes)
+        assert [h[0] for h in heard] == ["write", "arrival", "arrival", "arrival"]
+
+
 async def test_batch_put_rolls_over_as_a_whole(open_store):
     async with open_store(mapped_file_size_commit_log=2048) as store:
         await store.put_message(mk(body=b"a" * 1200))

@@ -138,3 +138,19 @@ async def test_group_under_sync_flush_waits_like_single_puts(tmp_path: Path) -> 
             done = [await r.wait() if isinstance(r, PendingPut) else r for r in out]
         assert all(r.ok for r in done)
         assert [r.append.logics_offset for r in done if r.append] == [0, 0, 1, 1]
+
+
+async def test_a_group_is_one_write_heard_before_its_dispatch(tmp_path: Path) -> None:
+    # one transfer to the slaves for the group, sent before the master dispatches it (issue 28)
+    async with opened(tmp_path, mapped_file_size_commit_log=1 << 20) as store:
+        final(store.append_message(mk()))  # the first segment (a group starts none)
+        heard: list[tuple[int, int]] = []
+        store.add_write_listener(
+            lambda: heard.append((store.get_max_phy_offset(), store.dispatch_behind_bytes))
+        )
+        results = [final(r) for r in store.append_message_group([mk(qid=i % 2) for i in range(5)])]
+        first, last = results[0].append, results[-1].append
+        assert first is not None and last is not None
+        end = last.wrote_offset + last.wrote_bytes
+        assert heard == [(end, end - first.wrote_offset)]
+        assert store.dispatch_behind_bytes == 0
