@@ -568,15 +568,18 @@ class SendMessageProcessor:
         watermark calls back when an ack raises it, or at slaveTimeout)."""
         append = result.append
         assert append is not None
+        # Made now, while the slave works, not on the path from its ack to the client.  Its
+        # counts are the put's whatever the slave does: Java counts a send whose replica wait
+        # failed too (sendOK for FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE)
+        ok = self._answer_put(req, result, queue_id)
 
         def answer(status: PutMessageStatus) -> RemotingCommand:
+            if status is PutMessageStatus.PUT_OK:
+                return ok
             # Java: a failed replica wait overrides the flush outcome; the message stays stored
-            final = (
-                result if status is PutMessageStatus.PUT_OK else PutMessageResult(status, append)
-            )
-            return self._answer_put(req, final, queue_id)
+            return self._answer_put(req, PutMessageResult(status, append), queue_id, count=False)
 
-        deferred = DeferredAnswer()
+        deferred = DeferredAnswer(likely=ok)
         status = replica.watch_replica(
             append.wrote_offset + append.wrote_bytes, lambda st: deferred.set(answer(st))
         )
@@ -615,8 +618,14 @@ class SendMessageProcessor:
         return self._answer_put(req, result, queue_id)
 
     def _answer_put(
-        self, req: RemotingCommand, result: PutMessageResult, queue_id_hint: int
+        self,
+        req: RemotingCommand,
+        result: PutMessageResult,
+        queue_id_hint: int,
+        *,
+        count: bool = True,
     ) -> RemotingCommand:
+        """The answer to a put; ``count``: add it to the stats and metrics (once per put)."""
         b = self.broker
         code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"))
         if result.remark and code != ResponseCode.SUCCESS:
@@ -634,10 +643,11 @@ class SendMessageProcessor:
             ext["msgId"] = str(append.msg_id)
             ext["queueId"] = str(queue_id_hint)
             ext["queueOffset"] = str(append.logics_offset)
-            b.stats.put_count += append.msg_num
+            if count:
+                b.stats.put_count += append.msg_num
             # the topic as the header names it (SEND_MESSAGE_V2 shortens it to "b")
             topic = req.ext_fields.get("b") or req.ext_fields.get("topic")
-            if topic:
+            if topic and count:
                 now = trio.current_time()
                 stats = b.stats.manager
                 stats.inc_put(

@@ -414,6 +414,14 @@ class Channel:
         self._queued += size
         return self._queued
 
+    def _enqueue_frame(self, frame: bytes) -> None:
+        """Queue a frame encoded beforehand (``_likely_frame``)."""
+        self._outbox.append(frame)
+        size = len(frame)
+        self._out_bytes += size
+        self._load.outbox_bytes += size
+        self._queued += size
+
     def _kick(self) -> None:
         """Write the outbox now as far as possible; leave the rest to a writer task."""
         if self._writer_running or not self._outbox:
@@ -1000,18 +1008,49 @@ class Channel:
         elif isinstance(result, DeferredAnswer):
             self._held += 1
             self._load.requests_held += 1
-            result.subscribe(functools.partial(self._answer_deferred, cmd, self.last_active))
+            likely = result.likely
+            frame = None
+            if likely is not None and not result.done:
+                frame = self._likely_frame(cmd, likely)
+            result.subscribe(
+                functools.partial(self._answer_deferred, cmd, self.last_active, likely, frame)
+            )
         else:
             self._start_request(nursery, cmd, None, result)
 
+    def _likely_frame(self, cmd: RemotingCommand, likely: RemotingCommand) -> bytes | None:
+        """The frame of a DeferredAnswer's likely response to ``cmd``, made now; None when it
+        is not one piece of bytes (then it is encoded when set, as any answer)."""
+        body = likely.body
+        if cmd.flag & ONEWAY_FLAG or type(body) is not bytes or len(body) > JOIN_MAX:
+            return None
+        likely.flag |= RESPONSE_FLAG
+        likely.opaque = cmd.opaque
+        try:
+            head = encode_header_and_prefix(likely, len(body))
+        except Exception:
+            return None  # encoded again when set, which answers what cannot be encoded
+        return head + body if body else head
+
     def _answer_deferred(
-        self, cmd: RemotingCommand, read_at: float, response: RemotingCommand
+        self,
+        cmd: RemotingCommand,
+        read_at: float,
+        likely: RemotingCommand | None,
+        frame: bytes | None,
+        response: RemotingCommand,
     ) -> None:
         """A DeferredAnswer was set: queue it, and flush once for all set in this wake-up."""
         if self._held > 0:  # else the channel ended and gave its count back already
             self._held -= 1
             self._load.requests_held -= 1
-        self._queue_answer(cmd, response, read_at)
+        if frame is not None and response is likely and not self._closed:
+            self._enqueue_frame(frame)
+            observe = self._load.rpc_observer
+            if observe is not None:
+                observe(cmd.code, response.code, trio.current_time() - read_at)
+        else:
+            self._queue_answer(cmd, response, read_at)
         if self._outbox and not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True
             flush_soon(self._flush_deferred)

@@ -23,6 +23,12 @@ chunk's proposals).
 Callers outside a read loop (tests, a handler that still has to await something else) use
 :meth:`DeferredAnswer.wait`.
 
+The likely answer.  A handler that knows what it will answer unless something goes wrong (a
+SYNC_MASTER send: its SEND_OK, unless the slave's ack times out) passes it as ``likely``.  The
+channel encodes that frame while the outcome is pending, when the process would otherwise wait
+idle for the slave, and when ``set`` is given that same object it queues the bytes it made: the
+answer's build and encode leave the path from the slave's ack to the client (issue 28).
+
 Invariants: ``set`` is effective once (later calls are ignored); a subscriber is called exactly
 once, with the response, whether it subscribed before or after ``set``.
 """
@@ -100,9 +106,12 @@ class flush_batch:  # lower case: used like a function, ``with flush_batch():``
 
 
 class DeferredAnswer:
-    __slots__ = ("_event", "_response", "_subscriber")
+    __slots__ = ("_event", "_response", "_subscriber", "likely")
 
-    def __init__(self) -> None:
+    def __init__(self, likely: RemotingCommand | None = None) -> None:
+        # the response ``set`` will most likely be given (see "The likely answer"); nobody may
+        # change it once it is handed over
+        self.likely = likely
         self._response: RemotingCommand | None = None
         self._subscriber: Callable[[RemotingCommand], None] | None = None
         self._event: trio.Event | None = None

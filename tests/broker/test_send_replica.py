@@ -108,6 +108,10 @@ async def test_sync_master_answer_waits_for_the_replica(autojump_clock, tmp_path
         # whatever the replica did, the message is stored and the answer says where
         assert resp.ext_fields["queueOffset"] == "0" and len(resp.ext_fields["msgId"]) == 32
         assert fake_ha.asked == [b.store.get_max_phy_offset()]
+        # the put counts once, whatever the replica did (Java: sendOK for these statuses)
+        assert b.stats.put_count == 1 and b.stats.put_failed == 0
+        # the answer made while the slave works is the one given when it acknowledges
+        assert (resp is pending.likely) == (status is PutMessageStatus.PUT_OK)
         n.cancel_scope.cancel()
 
 

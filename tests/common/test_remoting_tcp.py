@@ -104,15 +104,17 @@ async def test_tcp_answers_larger_than_the_socket_buffer_to_a_slow_reader(monkey
 
 @contextlib.asynccontextmanager
 async def parked_requests(
-    n: int,
+    n: int, *, likely: bool = False
 ) -> AsyncIterator[tuple[trio.SocketStream, list[tuple[RemotingCommand, DeferredAnswer]]]]:
     """A server whose inline handler parks a DeferredAnswer per request, and a client stream
-    that sent it ``n`` requests (opaque i + 1, extField i); yields (stream, parked)."""
+    that sent it ``n`` requests (opaque i + 1, extField i); yields (stream, parked).  With
+    ``likely``, each DeferredAnswer's likely response is ``cmd.response(ext_fields={"i": i})``."""
     d = RequestDispatcher()
     parked: list[tuple[RemotingCommand, DeferredAnswer]] = []
 
     def park(cmd, channel):
-        answer = DeferredAnswer()
+        guess = cmd.response(ext_fields={"i": cmd.ext_fields["i"]}) if likely else None
+        answer = DeferredAnswer(likely=guess)
         parked.append((cmd, answer))
         return answer
 
@@ -205,6 +207,35 @@ async def test_answers_set_in_a_flush_batch_leave_when_it_ends():
                 type(token).run_sync_soon = real_soon  # type: ignore[method-assign]
             got = await read_frames(stream, 4)
             assert sorted(c.opaque for c in got) == [1, 2, 3, 4]
+
+
+async def test_a_likely_answer_is_encoded_before_it_is_set(monkeypatch):
+    """The likely response leaves as the bytes made when the request was parked (no encode
+    when it is set); any other response is encoded when set.  Both decode to what was set."""
+    from common.remoting import channel as channel_module
+
+    with trio.fail_after(30):
+        async with parked_requests(4, likely=True) as (stream, parked):
+            encodes = []
+            real = channel_module.encode_header_and_prefix
+
+            def counting(cmd, body_len):
+                encodes.append(cmd.opaque)
+                return real(cmd, body_len)
+
+            monkeypatch.setattr(channel_module, "encode_header_and_prefix", counting)
+            for _cmd, answer in parked[:2]:
+                assert answer.likely is not None
+                answer.set(answer.likely)
+            for cmd, answer in parked[2:]:
+                answer.set(cmd.response(17, "not the likely one"))
+            got = {c.opaque: c for c in await read_frames(stream, 4)}
+            assert encodes == [3, 4]  # the two likely ones were made before
+            for i in (1, 2):
+                assert got[i].code == 0 and got[i].ext_fields == {"i": str(i - 1)}
+            for i in (3, 4):
+                assert got[i].code == 17 and got[i].remark == "not the likely one"
+            assert all(c.flag & 1 for c in got.values())  # responses
 
 
 def test_a_failing_flush_does_not_skip_the_ones_after_it(caplog):
