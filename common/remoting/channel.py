@@ -823,6 +823,10 @@ class Channel:
         fd = self._fd
         # True when this task was scheduled since the last chunk it processed.
         waited = True
+        # True after a read that did not fill RECEIVE_SIZE: the peer has paused, so the next
+        # read would find nothing; wait for readability first and save that read's syscall
+        # (the answer a client waits for is read and handed over one syscall sooner)
+        short = False
         while True:
             if fd is None:
                 try:
@@ -834,22 +838,32 @@ class Channel:
                 # A request that arrives while we wait is served without the extra scheduling
                 # pass trio's receive_some makes after every read; when data is already there
                 # we still yield once per chunk, so a busy connection cannot starve the others.
-                try:
-                    data = os.read(fd, RECEIVE_SIZE)
-                except BlockingIOError:
+                data = None
+                if short:
+                    short = False
+                    waited = True
                     try:
                         await trio.lowlevel.wait_readable(fd)
                     except trio.ClosedResourceError:
+                        data = b""  # (the descriptor may be another socket's by now)
+                if data is None:
+                    try:
+                        data = os.read(fd, RECEIVE_SIZE)
+                    except BlockingIOError:
+                        try:
+                            await trio.lowlevel.wait_readable(fd)
+                        except trio.ClosedResourceError:
+                            data = b""
+                        else:
+                            waited = True
+                            continue
+                    except OSError:
                         data = b""
                     else:
-                        waited = True
-                        continue
-                except OSError:
-                    data = b""
-                else:
-                    if not waited:
-                        await trio.lowlevel.checkpoint()
-                    waited = False
+                        if not waited:
+                            await trio.lowlevel.checkpoint()
+                        waited = False
+                        short = len(data) < RECEIVE_SIZE
             self.last_active = trio.current_time()
             if not data:
                 # EOF: nothing will answer our requests any more; let the peer's requests finish.
