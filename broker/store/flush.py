@@ -17,10 +17,11 @@ is flushed past it before the checkpoint is written (``dispatched <= commit_log_
 
 RSS: after each flush, flushed pages are released from the process's page tables
 (``MappedFile.release``) to keep RSS flat; the logic flush also drops the CommitLog pages that
-pulls faulted back in.  When the store goes quiet (the first wake that finds the CommitLog end
+pulls faulted back in.  The slot table of the index file being written stays mapped while
+puts come (index.py).  When the store goes quiet (the first wake that finds the CommitLog end
 where the previous wake left it) the logic flush runs at once instead of at its next interval,
-and freed heap goes back to the OS (broker/store/heap.py): an idle broker holds what it needs
-to serve, not the peak of the burst that just ended.
+releases that slot table too, and freed heap goes back to the OS (broker/store/heap.py): an
+idle broker holds what it needs to serve, not the peak of the burst that just ended.
 
 ``flush_all`` is the shutdown path (the store runs it shielded and bounded).
 """
@@ -83,11 +84,11 @@ def _flush_files(jobs: Iterable[tuple[MappedFile, int | None]], release: bool) -
             continue
 
 
-def _release_files(files: Iterable[MappedFile]) -> None:
+def _release_files(files: Iterable[MappedFile], keep_pinned: bool = True) -> None:
     """Worker thread: drop pages that readers faulted back in (older segments) from RSS."""
     for mf in files:
         try:
-            mf.release()
+            mf.release(keep_pinned=keep_pinned)
         except ValueError:
             continue
 
@@ -140,7 +141,10 @@ class FlushService:
         ev, self._progress = self._progress, trio.Event()
         ev.set()
 
-    async def flush_logics(self) -> None:
+    async def flush_logics(self, *, quiet: bool = False) -> None:
+        """Flush the ConsumeQueues and the index, then write the checkpoint; ``quiet``: the
+        store has stopped taking writes, so the index slot table kept mapped for the puts
+        (index.py) is released too."""
         async with self._lock:
             store = self.store
             # a record boundary: everything below it has its units and entries written now
@@ -157,6 +161,9 @@ class FlushService:
                 await trio.to_thread.run_sync(_flush_files, jobs, self.release)
             if self.release:
                 await trio.to_thread.run_sync(_release_files, list(store.commit_log.queue.files))
+                if quiet:
+                    slots = [f.mf for f in store.index.files]
+                    await trio.to_thread.run_sync(_release_files, slots, False)
             cp = store.checkpoint
             cp.commit_log_flushed = self.flushed
             cp.dispatched = dispatched
@@ -188,7 +195,7 @@ class FlushService:
                     seen, settled = end, False
                 if quiet or now - last_logic >= self.logic_interval:
                     last_logic = now
-                    await self.flush_logics()
+                    await self.flush_logics(quiet=quiet)
                 if quiet:
                     settled = True
                     if self.release:

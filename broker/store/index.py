@@ -29,8 +29,8 @@ newer than its checkpoint's index timestamp.
 Index pages are released from RSS after each flush like the CommitLog's (mapped_file.py),
 except the slot table of the file being written: every put reads and writes one slot at random,
 so a released table faulted back one page per put (issue 28).  It is at most
-``max_hash_slot_num * 4`` bytes (20 MB by default) and goes with the next flush once the file is
-full.
+``max_hash_slot_num * 4`` bytes (20 MB by default); it goes with the next flush once the file is
+full, and when the store goes quiet (flush.py).
 """
 
 from __future__ import annotations

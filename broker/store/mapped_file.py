@@ -177,11 +177,12 @@ class MappedFile:
         self.cut_unsynced = False
         os.fdatasync(self._fd)
 
-    def release(self, upto: int | None = None) -> None:
-        """Drop flushed pages below ``upto`` from our page tables (they stay in page cache)."""
+    def release(self, upto: int | None = None, *, keep_pinned: bool = True) -> None:
+        """Drop flushed pages below ``upto`` from our page tables (they stay in page cache);
+        those below ``pinned`` too unless ``keep_pinned``."""
         end = self.flushed if upto is None else min(upto, self.flushed)
         end -= end % PAGE_SIZE
-        start = self.pinned + (-self.pinned % PAGE_SIZE)
+        start = self.pinned + (-self.pinned % PAGE_SIZE) if keep_pinned else 0
         if end > start and hasattr(mmap, "MADV_DONTNEED"):
             self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 

@@ -165,7 +165,8 @@ async def test_flush_service_releases_and_trims_once_when_the_store_goes_quiet(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the logic flush's interval far away, the quiet wake alone flushes the queues and
-    the index (the checkpoint moves) and trims the heap, once per quiet spell."""
+    the index (the checkpoint moves), releases the index's slot table, kept mapped while puts
+    come, and trims the heap, once per quiet spell."""
     from broker.store import flush
 
     trims: list[bool] = []
@@ -180,7 +181,12 @@ async def test_flush_service_releases_and_trims_once_when_the_store_goes_quiet(
 
     def msg(body: bytes) -> MessageExtBrokerInner:
         return MessageExtBrokerInner(
-            topic="T", queue_id=0, body=body, born_host=("10.0.0.1", 1), store_host=("127.0.0.1", 1)
+            topic="T",
+            queue_id=0,
+            body=body,
+            properties={"KEYS": body.decode()},  # an index entry: a slot page touched
+            born_host=("10.0.0.1", 1),
+            store_host=("127.0.0.1", 1),
         )
 
     async def settle(count: int, end: int) -> None:
@@ -193,7 +199,10 @@ async def test_flush_service_releases_and_trims_once_when_the_store_goes_quiet(
     async with trio.open_nursery() as nursery:
         store = await nursery.start(run_message_store, cfg)
         r = await store.put_message(msg(b"one"))
+        (index,) = store.index.files
+        assert index.mf.pinned > 0 and resident_kib(index.path) >= 4
         await settle(1, r.append.wrote_offset + r.append.wrote_bytes)
+        assert resident_kib(index.path) == 0
         r = await store.put_message(msg(b"two"))
         await settle(2, r.append.wrote_offset + r.append.wrote_bytes)
         nursery.cancel_scope.cancel()
