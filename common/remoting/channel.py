@@ -143,17 +143,22 @@ CLOSE_TIMEOUT = 1.0
 
 
 class _Waiter:
-    """One of our requests waiting for its response."""
+    """One of our requests waiting for its response.
+
+    The waiting task parks with ``wait_task_rescheduled`` and ``settle`` reschedules it: what
+    ``trio.Event`` does, without its ParkingLot (an attrs object and an OrderedDict per request,
+    and their calls on the way from the answer to the sender; issue 28)."""
 
     __slots__ = (
+        "_task",
         "callback",
         "code",
         "deadline",
         "done",
         "error",
-        "event",
         "opaque",
         "response",
+        "settled",
         "timeout",
     )
 
@@ -165,7 +170,10 @@ class _Waiter:
     code: int
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        # the task parked in wait(), until settle() reschedules it or its wait is cancelled
+        self._task: trio.lowlevel.Task | None = None
+        # the response or error is in
+        self.settled = False
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
         # called (by the read loop, or by whoever fails the channel) instead of a task waking
@@ -179,10 +187,26 @@ class _Waiter:
         assert self.response is not None
         return self.response
 
+    async def wait(self) -> None:
+        """Until settled; a checkpoint in any case, as ``trio.Event.wait``."""
+        if self.settled:
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            self._task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
     def settle(self) -> None:
         """The response or error is in: wake the waiting task, or run the callback."""
         self.done = True
-        self.event.set()
+        self.settled = True
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
         callback, self.callback = self.callback, None
         if callback is not None:
             try:
@@ -205,7 +229,7 @@ class PendingResponse:
         """The response (no time limit: callers use a cancel scope); RemotingConnectError
         when the connection ends first."""
         try:
-            await self._waiter.event.wait()
+            await self._waiter.wait()
         finally:
             self._waiters.pop(self._opaque, None)
         if self._waiter.error is not None:
@@ -218,7 +242,7 @@ class PendingResponse:
         the channel's read loop (or at once if it is in already), with no task waiting: for
         callers with many requests in flight, who bound each one's time themselves."""
         waiter = self._waiter
-        if waiter.event.is_set():
+        if waiter.settled:
             fn(waiter.outcome())
         else:
             waiter.callback = fn
@@ -566,7 +590,7 @@ class Channel:
         self._waiters[cmd.opaque] = waiter
         try:
             await self.send(cmd)
-            await waiter.event.wait()
+            await waiter.wait()
         finally:
             self._waiters.pop(cmd.opaque, None)
         if waiter.error is not None:
@@ -641,7 +665,7 @@ class Channel:
                     await self._progress.wait()
                 finally:
                     self._progress_waiters -= 1
-            await waiter.event.wait()
+            await waiter.wait()
             if deferred and self._sent < end and self._closed:
                 # what the wait for the write above says when the channel closed first
                 raise RemotingSendError(f"channel to {self.remote_addr} is closed")

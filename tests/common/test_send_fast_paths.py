@@ -251,3 +251,26 @@ async def test_a_deferred_request_whose_write_fails_says_send_error() -> None:
             assert isinstance(errors[-1], RemotingSendError)
             nursery.cancel_scope.cancel()
         await stream.aclose()
+
+
+async def test_a_waiter_wakes_its_task_once_and_forgets_a_cancelled_one() -> None:
+    from common.remoting.channel import _Waiter
+
+    settled = _Waiter()
+    settled.settle()
+    with trio.testing.assert_checkpoints():
+        await settled.wait()  # already in: returns at once, after a checkpoint
+
+    woken = _Waiter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(woken.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        woken.settle()
+        woken.settle()  # a second settle (the channel failing late) wakes nothing twice
+
+    gone = _Waiter()
+    with trio.move_on_after(0.01) as scope:
+        await gone.wait()
+    assert scope.cancelled_caught
+    gone.settle()  # the cancelled task is not rescheduled
+    await trio.testing.wait_all_tasks_blocked()
