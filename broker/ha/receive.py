@@ -10,16 +10,16 @@ call.  :class:`Receiver` reads the socket's descriptor directly and waits with
 Theory of operation: ``receive()`` returns what the kernel has, up to ``max_bytes``, and
 ``b""`` at EOF, like ``receive_some``.  After a short read (the peer has paused) it waits for
 readability first, saving the read that would fail; after a full one it reads first (a
-backlog).
+backlog).  Errors from the socket become ``trio.BrokenResourceError`` as ``SocketStream``'s do.
+A stream that is not a socket (tests' memory streams) is read through ``receive_some``.  The
+caller owns the connection: it closes the stream; the descriptor is never closed here.
 
 Read size: ``os.read(fd, n)`` allocates ``n`` bytes before it knows how many came.  Above
 glibc's mmap threshold (128 KiB) that is an mmap, a page fault and an munmap per read: 19 us
 of a 4 MiB read that brought one 1 KiB transfer, on the slave's path to its ack (issue 28).
 So a read asks for ``SMALL_READ`` bytes, and each read that fills its size asks for four
 times more the next time, up to ``max_bytes``; a short read goes back to ``SMALL_READ``.  A
-catch-up backlog reaches ``max_bytes`` within a few reads.  Errors from the socket become ``trio.BrokenResourceError`` as ``SocketStream``'s do.
-A stream that is not a socket (tests' memory streams) is read through ``receive_some``.  The
-caller owns the connection: it closes the stream; the descriptor is never closed here.
+catch-up backlog reaches ``max_bytes`` within a few reads.
 """
 
 from __future__ import annotations

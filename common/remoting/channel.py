@@ -432,19 +432,19 @@ class Channel:
             head = encode_header_and_prefix(cmd, body_len)
             out.append(head)
             out.extend(p for p, n in zip(parts, sizes, strict=True) if n)
-        size = len(head) + body_len
-        self._out_bytes += size
-        self._load.outbox_bytes += size
-        self._queued += size
-        return self._queued
+        return self._count_queued(len(head) + body_len)
 
     def _enqueue_frame(self, frame: bytes) -> None:
         """Queue a frame encoded beforehand (``_likely_frame``)."""
         self._outbox.append(frame)
-        size = len(frame)
+        self._count_queued(len(frame))
+
+    def _count_queued(self, size: int) -> int:
+        """Account for ``size`` bytes just queued; the byte count at which they end."""
         self._out_bytes += size
         self._load.outbox_bytes += size
         self._queued += size
+        return self._queued
 
     def _kick(self) -> None:
         """Write the outbox now as far as possible; leave the rest to a writer task."""
