@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import FrameDecodeError
-from common.remoting.channel import JOIN_MAX, Channel
+from common.remoting.channel import FLUSH_AFTER, JOIN_MAX, Channel
 from common.remoting.codec import (
     FrameDecoder,
     decode_json_header,
@@ -175,18 +175,28 @@ async def test_requests_in_flight_leave_in_fewer_writes_and_each_gets_its_answer
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With requests in flight, invoke_at leaves its frame to the request flusher, which writes
-    what the tasks of one batch queued in one go (module doc of channel.py, "Writing")."""
+    what the tasks of one batch queued in one go, or FLUSH_AFTER of them at a time (module doc
+    of channel.py, "The request flusher")."""
     import os
 
     writes = [0]
+    most = [0]  # the most frames one write carried (each write here holds whole frames)
     real_write, real_writev = os.write, os.writev
 
-    def write(fd: int, data: Any) -> int:
+    def count(data: bytes) -> None:
         writes[0] += 1
+        pos = frames = 0
+        while pos + 4 <= len(data):
+            pos += 4 + int.from_bytes(data[pos : pos + 4], "big")
+            frames += 1
+        most[0] = max(most[0], frames)
+
+    def write(fd: int, data: Any) -> int:
+        count(bytes(data))
         return real_write(fd, data)
 
     def writev(fd: int, bufs: Any) -> int:
-        writes[0] += 1
+        count(b"".join(bytes(b) for b in bufs))
         return real_writev(fd, bufs)
 
     monkeypatch.setattr(os, "write", write)
@@ -219,6 +229,7 @@ async def test_requests_in_flight_leave_in_fewer_writes_and_each_gets_its_answer
     assert all(remark == str(opaque) for opaque, remark in got.items())
     assert sorted(answered) == sorted(got)
     assert writes[0] < len(got) / 2  # coalesced: each write carried several frames
+    assert 1 < most[0] <= FLUSH_AFTER  # and none more than FLUSH_AFTER of them
 
 
 async def test_a_deferred_request_whose_write_fails_says_send_error() -> None:
