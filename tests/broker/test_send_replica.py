@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -19,6 +18,7 @@ from common.remoting.channel import Channel
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.deferred_answer import DeferredAnswer
+from tests.support.replica import FakeHA
 
 
 class FakeChannel:
@@ -30,33 +30,6 @@ class FakeChannel:
 def fake_channel() -> Channel:
     """A FakeChannel where the processors take a Channel: they read only what it has."""
     return cast(Channel, FakeChannel())
-
-
-class FakeHA:
-    """Decides every watch 3 s later (``later``), or at once (``now``), with ``status``."""
-
-    def __init__(
-        self, status: PutMessageStatus, nursery: trio.Nursery | None = None, *, now: bool = False
-    ) -> None:
-        self.status = status
-        self.nursery = nursery
-        self.now = now
-        self.asked: list[int] = []
-
-    def watch_replica(
-        self, end_offset: int, on_done: Callable[[PutMessageStatus], None]
-    ) -> PutMessageStatus | None:
-        self.asked.append(end_offset)
-        if self.now:
-            return self.status
-
-        async def later():
-            await trio.sleep(3)
-            on_done(self.status)
-
-        assert self.nursery is not None
-        self.nursery.start_soon(later)
-        return None
 
 
 async def make_broker(nursery: trio.Nursery, tmp_path: Path, role: str) -> BrokerController:

@@ -4,7 +4,6 @@ a run is answered alone, and a SYNC_MASTER answer still waits for its own replic
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,30 +23,10 @@ from common.remoting.codec import encode
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
 from common.remoting.server import RequestDispatcher, handle_stream
+from tests.support.replica import FakeHA
 from tests.support.wire import read_answers
 
 TOPIC = "RunTopic"
-
-
-class FakeHA:
-    """Decides every watch 3 s later with ``status``; records the offsets it was asked for."""
-
-    def __init__(self, status: PutMessageStatus, nursery: trio.Nursery) -> None:
-        self.status = status
-        self.nursery = nursery
-        self.asked: list[int] = []
-
-    def watch_replica(
-        self, end_offset: int, on_done: Callable[[PutMessageStatus], None]
-    ) -> PutMessageStatus | None:
-        self.asked.append(end_offset)
-
-        async def later() -> None:
-            await trio.sleep(3)
-            on_done(self.status)
-
-        self.nursery.start_soon(later)
-        return None
 
 
 async def make_broker(nursery: trio.Nursery, tmp_path: Path, role: str) -> BrokerController:
