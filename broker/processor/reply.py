@@ -77,7 +77,7 @@ class ReplyMessageProcessor(SendMessageProcessor):
         flag = header_int(h, "flag")
         sys_flag = header_int(h, "sysFlag")
         reconsume_times = header_int(h, "reconsumeTimes", 0)
-        tc = self.msg_check(req, h, topic, queue_id)
+        tc = self.msg_check(req, topic, queue_id)
         if queue_id < 0:
             queue_id = random.randrange(99999999) % max(tc.writeQueueNums, 1)
         body = req.body_bytes()

@@ -48,7 +48,7 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.ha.service import HAService
 from broker.processor.send_back import consumer_send_msg_back, handle_retry_and_dlq
-from broker.processor.send_header import header_bool, header_int, send_header
+from broker.processor.send_header import header_bool, header_int, plain_send_v2, send_header
 from broker.store.results import AwaitablePut, PutMessageResult, PutMessageStatus
 from broker.timer.transform import (
     TIMER_QUEUE_ID,
@@ -191,9 +191,7 @@ class SendMessageProcessor:
     ) -> RemotingCommand:
         return req.response(code, remark)
 
-    def msg_check(
-        self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int
-    ) -> TopicConfig:
+    def msg_check(self, req: RemotingCommand, topic: str, queue_id: int) -> TopicConfig:
         """AbstractSendMessageProcessor.msgCheck: returns the TopicConfig or raises RequestError."""
         b = self.broker
         cfg = b.config
@@ -217,6 +215,7 @@ class SendMessageProcessor:
         tc = tcm.select_topic_config(topic)
         if tc is None:
             sys_flag = 0
+            h = send_header(req)
             tc = tcm.create_topic_in_send_message_method(
                 topic,
                 h.get("defaultTopic") or AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -237,37 +236,49 @@ class SendMessageProcessor:
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
         if queue_id >= max(tc.writeQueueNums, tc.readQueueNums):
+            group = req.ext_fields.get("producerGroup") or send_header(req).get("producerGroup")
             raise RequestError(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, topic:{topic} "
                 f"writeQueueNums:{tc.writeQueueNums} readQueueNums:{tc.readQueueNums} "
-                f"Producer:{req.ext_fields.get('producerGroup') or h.get('producerGroup')}",
+                f"Producer:{group}",
             )
         return tc
 
+    @staticmethod
+    def _header_numbers(h: dict[str, str], flag: int | None = None) -> tuple[int, int, int, int]:
+        """(flag, sysFlag, bornTimestamp, reconsumeTimes) of the long-name header, in the
+        order they are read; ``flag`` when the message's own (a batch's) replaces the header's."""
+        return (
+            header_int(h, "flag", 0) if flag is None else flag,
+            header_int(h, "sysFlag", 0),
+            header_int(h, "bornTimestamp", 0, long=True),
+            header_int(h, "reconsumeTimes", 0),
+        )
+
     def _inner(
         self,
-        h: dict[str, str],
         channel: Channel,
         topic: str,
         queue_id: int,
         body: bytes,
         props: dict[str, str],
-        flag: int,
+        numbers: tuple[int, int, int, int],
     ) -> MessageExtBrokerInner:
         b = self.broker
         props[MessageConst.CLUSTER] = b.config.broker_cluster_name
+        flag, sys_flag, born_timestamp, reconsume_times = numbers
         return MessageExtBrokerInner(
             topic=topic,
             queue_id=queue_id,
             flag=flag,
             body=body,
             properties=props,
-            sys_flag=header_int(h, "sysFlag", 0),
-            born_timestamp=header_int(h, "bornTimestamp", 0, long=True),
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
             born_host=self._born_host(channel),
             store_host=b.store_host,
-            reconsume_times=header_int(h, "reconsumeTimes", 0),
+            reconsume_times=reconsume_times,
         )
 
     def _born_host(self, channel: Channel) -> tuple[str, int]:
@@ -379,12 +390,22 @@ class SendMessageProcessor:
         transaction half, a timer or retry-topic message, stored by this call); None (only
         without ``whole``) for those, which the caller then sends with :meth:`send_inline`."""
         b = self.broker
-        h = send_header(req)
-        topic = h.get("topic")
-        if not topic:
-            raise RequestError(ResponseCode.SYSTEM_ERROR, "the custom field <topic> is null")
-        queue_id = header_int(h, "queueId")
-        tc = self.msg_check(req, h, topic, queue_id)
+        # the usual send's fields at once; any other header is read field by field, each where
+        # the checks below first need it, so its errors come in the order they always have
+        plain = plain_send_v2(req)
+        h: dict[str, str] | None = None
+        numbers: tuple[int, int, int, int] | None = None
+        if plain is None:
+            h = send_header(req)
+            topic = h.get("topic")
+            if not topic:
+                raise RequestError(ResponseCode.SYSTEM_ERROR, "the custom field <topic> is null")
+            queue_id = header_int(h, "queueId")
+            raw_props = ""
+        else:
+            topic, queue_id, raw_props = plain[0], plain[1], plain[2]
+            numbers = plain[3:]
+        tc = self.msg_check(req, topic, queue_id)
         if queue_id < 0:
             queue_id = random.randrange(99999999) % max(tc.writeQueueNums, 1)
         body = req.body_bytes()
@@ -394,11 +415,12 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(body)} is over max {b.config.store.max_message_size}",
             )
-        if header_bool(h, "batch"):
-            if not whole:
-                return None
-            return self._send_batch(req, h, channel, topic, queue_id, body)
-        raw_props = h.get("properties") or ""
+        if h is not None:
+            if header_bool(h, "batch"):
+                if not whole:
+                    return None
+                return self._send_batch(req, h, channel, topic, queue_id, body)
+            raw_props = h.get("properties") or ""
         props = decode_properties(raw_props)
         if props.get(MessageConst.TRAN_MSG, "").lower() == "true":
             if b.config.reject_transaction_message:
@@ -414,7 +436,8 @@ class SendMessageProcessor:
                 )
             if not whole:
                 return None
-            return self._send_half(req, h, channel, topic, queue_id, body, props)
+            header = h if h is not None else send_header(req)
+            return self._send_half(req, header, channel, topic, queue_id, body, props)
         stored = None
         store_topic, store_qid = topic, queue_id
         if has_timer_property(props):
@@ -439,9 +462,12 @@ class SendMessageProcessor:
             stored = _stored_properties(raw_props, props, b.config.broker_cluster_name)
         if not whole and (stored is None or b.config.chaos_ack_before_store):
             return None
-        msg = self._inner(h, channel, store_topic, store_qid, body, props, header_int(h, "flag", 0))
+        if h is not None:
+            numbers = self._header_numbers(h)
+        assert numbers is not None
+        msg = self._inner(channel, store_topic, store_qid, body, props, numbers)
         if stored is None:
-            handle_retry_and_dlq(b, req, h, msg)
+            handle_retry_and_dlq(b, req, h if h is not None else send_header(req), msg)
             self._strip_wait(msg)
         else:
             msg.properties_string = stored
@@ -466,7 +492,7 @@ class SendMessageProcessor:
         """TRAN_MSG=true: stored as a half message (broker/transaction), answered like a send
         (the producer's END_TRANSACTION names the offsets of this answer)."""
         b = self.broker
-        msg = self._inner(h, channel, topic, queue_id, body, props, header_int(h, "flag", 0))
+        msg = self._inner(channel, topic, queue_id, body, props, self._header_numbers(h))
         half = b.transaction_service.prepare_message(msg)
         appended = b.store.append_message(half)
         return self._answer_append(req, appended, queue_id, self._replica_to_wait(half))
@@ -515,7 +541,7 @@ class SendMessageProcessor:
                 return self._response(
                     req, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be timed"
                 )
-            m = self._inner(h, channel, topic, queue_id, mbody, props, flag)
+            m = self._inner(channel, topic, queue_id, mbody, props, self._header_numbers(h, flag))
             if raw and not raw.endswith(PROPERTY_SEPARATOR):
                 raw += PROPERTY_SEPARATOR
             m.properties_string = raw + batch_str

@@ -9,6 +9,8 @@ header decoding answers (SYSTEM_ERROR, "the custom field <x> is null").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from common.errors import RequestError
 from common.remoting.codes import RequestCode, ResponseCode
 from common.remoting.command import RemotingCommand
@@ -94,4 +96,68 @@ def header_bool(h: dict[str, str], name: str) -> bool:
     return v is not None and v.lower() in ("true", "1")
 
 
-__all__ = ["V2_NAMES", "header_bool", "header_int", "send_header"]
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+
+# What plain_send_v2 gives: topic, queueId, properties, flag, sysFlag, bornTimestamp,
+# reconsumeTimes
+PlainSend = tuple[str, int, str, int, int, int, int]
+
+
+def _java_int(get: Callable[[str], str | None], short: str, name: str, bound: int) -> int:
+    """``header_int(send_header(req), name, 0)`` (``bound``: the Java type's) of a V2 request
+    whose ext fields' ``get`` is given; ValueError where ``header_int`` raises."""
+    v = get(short)
+    if v is None:
+        v = get(name)  # send_header keeps a long name the request sent without its short one
+    if not v:
+        return 0
+    n = int(v)
+    if not -bound <= n < bound:
+        raise ValueError(v)
+    return n
+
+
+def plain_send_v2(req: RemotingCommand) -> PlainSend | None:
+    """The fields a single (not batch) SEND_MESSAGE_V2 is stored with, read from its one-letter
+    names in one step; None for anything else, and for any field ``header_int`` would refuse.
+
+    Every send comes through here (issue 28): the general reading, ``send_header``'s dict under
+    the long names then one ``header_int`` per field, is ~2 us of a send's ~30 on the master.
+    When this gives a tuple, the general reading gives the same values and raises nothing; when
+    it gives None, the general reading runs and answers what it answers, in its own order.
+    """
+    if req.code != _SEND_V2:
+        return None
+    get = req.ext_fields.get
+    topic = get("b")
+    queue_id = get("e")
+    batch = get("m")
+    if batch is None:
+        batch = get("batch")
+    if not topic or not queue_id or (batch is not None and batch.lower() in ("true", "1")):
+        return None
+    props = get("i")
+    if props is None:
+        props = get("properties")
+    try:
+        return (
+            topic,
+            _java_int(get, "e", "queueId", _INT32),
+            props or "",
+            _java_int(get, "h", "flag", _INT32),
+            _java_int(get, "f", "sysFlag", _INT32),
+            _java_int(get, "g", "bornTimestamp", _INT64),
+            _java_int(get, "j", "reconsumeTimes", _INT32),
+        )
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "V2_NAMES",
+    "PlainSend",
+    "header_bool",
+    "header_int",
+    "plain_send_v2",
+    "send_header",
+]
