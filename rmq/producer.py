@@ -693,7 +693,10 @@ class Producer(ClientBase):
             status=_STATUS_BY_CODE[code],
             msg_id=uniq,
             offset_msg_id=offset_msg_id,
-            message_queue=MessageQueue(mq.topic, mq.brokerName, queue_id),
+            # the queue sent to, which the broker names again (a frozen object: shared)
+            message_queue=mq
+            if queue_id == mq.queueId
+            else MessageQueue(mq.topic, mq.brokerName, queue_id),
             queue_offset=queue_offset,
             region_id=region_id,
             transaction_id=transaction_id,
