@@ -3,8 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # what `pip install -e` builds from: a change to any of these reinstalls (setup.py compiles the
-# record check in place, broker/store/_record_check.c)
-BUILD_INPUTS := pyproject.toml setup.py broker/store/_record_check.c
+# record check and the JSON header codec in place)
+BUILD_INPUTS := pyproject.toml setup.py broker/store/_record_check.c common/remoting/_json_header.c
 STAMP := $(VENV)/.installed-$(shell cat $(BUILD_INPUTS) | cksum | cut -d' ' -f1)
 
 .PHONY: up test lint install clean
@@ -36,4 +36,5 @@ test: lint
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .rmq .pytest_cache build broker/store/_record_check.*.so
+	rm -rf $(VENV) .rmq .pytest_cache build broker/store/_record_check.*.so \
+		common/remoting/_json_header.*.so

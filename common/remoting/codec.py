@@ -18,8 +18,12 @@ limit applies to the whole frame including the length field. After an error the 
 (the connection is out of sync): every later ``feed`` raises the same error, but frames completed
 before the bad one in the same ``feed`` are still returned, so they can be answered first.
 
-JSON headers are parsed with the C ``json`` module first and only fall back to the tolerant parser
-of ``common/serde.py`` when that fails. extFields values are stringified here (the C++ client sends
+JSON headers of the usual shape are read and written by ``_json_header.c`` in one call when it is
+built (setup.py; it is optional), else by orjson and a few checks here. The C module only ever
+gives what the Python path gives, or declines (None) and leaves the input to it: the conformance
+tests in ``tests/common/test_json_header_c.py`` hold it to that. Other JSON headers are parsed
+with orjson or the C ``json`` module and only fall back to the tolerant parser of
+``common/serde.py`` when both fail. extFields values are stringified here (the C++ client sends
 ints and booleans) so that every later consumer sees ``dict[str, str]``.
 
 Encoding accepts bodies as bytes, memoryview, or a list/tuple of such parts.
@@ -39,6 +43,13 @@ from common import serde
 from common.errors import FrameDecodeError, FrameTooLarge, ProtocolError
 from common.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from common.remoting.command import RemotingCommand, stringify
+
+try:
+    from common.remoting import _json_header
+except ImportError:  # not built (no compiler at install): the Python path does it all
+    _json_header = None  # type: ignore[assignment]
+else:
+    _json_header.configure(RemotingCommand, SerializeType.JSON)
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
@@ -170,6 +181,15 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 def encode_header_and_prefix(cmd: RemotingCommand, body_len: int) -> bytes:
     """The frame without its body: length, headerLenAndType, header."""
+    if _json_header is not None:
+        head = _json_header.encode_prefixed(cmd, body_len)
+        if head is not None:
+            return head
+    return _encode_header_and_prefix(cmd, body_len)
+
+
+def _encode_header_and_prefix(cmd: RemotingCommand, body_len: int) -> bytes:
+    """``encode_header_and_prefix`` without the C module (its reference)."""
     header = encode_header(cmd)
     if len(header) > 0xFFFFFF:
         raise ValueError("header longer than 16 MiB")
@@ -381,6 +401,15 @@ def decode_binary_header(data: bytes) -> RemotingCommand:
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     """Decode one frame *without* its 4-byte length prefix."""
+    if _json_header is not None:
+        cmd = _json_header.decode_frame(frame)
+        if cmd is not None:
+            return cmd
+    return _decode_frame(frame)
+
+
+def _decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """``decode_frame`` without the C module (its reference)."""
     frame = memoryview(frame)
     if len(frame) < 4:
         raise FrameDecodeError("frame shorter than its header-length field")

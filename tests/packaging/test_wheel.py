@@ -57,7 +57,7 @@ SHIPPED = frozenset({"common", "namesrv", "broker", "rmq", "cli", "pipeline"})
 DATA_SUFFIXES = (".c", ".pyi", ".yml")
 # setup.py's extension modules: the wheel holds each one compiled for the interpreter that built
 # it (this one); they are optional for an install, not for the wheel the product ships
-COMPILED = ("broker.store._record_check",)
+COMPILED = ("broker.store._record_check", "common.remoting._json_header")
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 BODIES = [f"packaged-{i}" for i in range(5)]
 
@@ -289,6 +289,15 @@ def test_the_installed_wheel_runs_the_compiled_record_check(built: dict[str, Any
     venv = built["venv_w"]
     done = _run([str(venv / "bin" / "python"), "-I", "-c", probe], built["base"])
     assert done.stdout.strip() == "compiled"
+
+
+def test_the_installed_wheel_runs_the_compiled_header_codec(built: dict[str, Any]) -> None:
+    # every remoting frame's JSON header (common/remoting/_json_header.c), not the Python path
+    # an install without a compiler gets
+    probe = "from common.remoting import codec; print(codec._json_header is not None)"
+    venv = built["venv_w"]
+    done = _run([str(venv / "bin" / "python"), "-I", "-c", probe], built["base"])
+    assert done.stdout.strip() == "True"
 
 
 @pytest.fixture(scope="module")
