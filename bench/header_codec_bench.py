@@ -4,6 +4,10 @@
 
 A SendMessageRequestHeaderV2 as the Java client sends it, and a send response; microseconds
 per call, median of 3 timeit runs of 50,000 calls. msgspec is measured when installed (not a dependency).
+
+The last rows are what the channel calls per frame: `codec.encode_header_and_prefix` and
+`codec.decode_frame` (header and a 1 KiB body), through the compiled header codec
+(common/remoting/_json_header.c) and through the Python path it stands in for.
 """
 
 import json
@@ -14,9 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
+from common.remoting import codec
 from common.remoting.codec import (
+    _decode_frame,
+    _encode_header_and_prefix,
     _load_json,
     decode_json_header,
+    encode,
     encode_json_header,
     header_dict,
 )
@@ -92,3 +100,25 @@ try:
     t("  msgspec.json decode alone", lambda: dec.decode(rh))
 except ImportError:
     print("msgspec not installed")
+
+print("per frame (the channel's calls):")
+body = b"x" * 1024
+req.body = body
+req_frame = encode(req)[4:]
+resp_frame = encode(resp)[4:]
+fast = codec._json_header
+
+
+def per_frame(name: str, cmd: RemotingCommand, frame: bytes, size: int) -> None:
+    t(f"encode {name} length+header (Python path)", lambda: _encode_header_and_prefix(cmd, size))
+    if fast is not None:
+        t(f"encode {name} length+header (compiled)", lambda: fast.encode_prefixed(cmd, size))
+    t(f"decode {name} frame (Python path)", lambda: _decode_frame(frame))
+    if fast is not None:
+        t(f"decode {name} frame (compiled)", lambda: fast.decode_frame(frame))
+
+
+per_frame("request", req, req_frame, len(body))
+per_frame("response", resp, resp_frame, 0)
+if fast is None:
+    print("common.remoting._json_header is not built")

@@ -32,6 +32,8 @@ with py-spy (`bench/profile_summary.py`) during their one-at-a-time and 32-in-fl
 the first round and prints the summaries. `--syscalls DIR` runs `--one` sends of each system
 one at a time under `strace -c -f` on each process instead and prints the syscalls per send
 (epoll_wait counts the event loop's passes: a number the host's load does not move).
+`--placement ROUNDS` instead runs `--one` sends one at a time with the three processes pinned in
+each way they can share two CPUs (and once left to the kernel), and prints each way's p50.
 """
 
 from __future__ import annotations
@@ -501,6 +503,13 @@ def main() -> None:
         help="instead of the rounds: strace -c each system's processes for --one sends one "
         "at a time, print syscalls per send (needs strace)",
     )
+    ap.add_argument(
+        "--placement",
+        type=int,
+        metavar="ROUNDS",
+        help="instead of the rounds: --one sends one at a time under each CPU placement of the "
+        "three processes (sched_setaffinity), ROUNDS times, print each placement's p50",
+    )
     ap.add_argument("--serve", choices=("master", "slave"), help=argparse.SUPPRESS)
     ap.add_argument("--kind", choices=("floor", "codec"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -548,6 +557,9 @@ def main() -> None:
                         flush=True,
                     )
             return
+        if args.placement is not None:
+            _placements(targets, args.one, args.placement)
+            return
         parts = [(s, m) for m in ("one", "inflight32") for s in targets]
         for i in range(args.rounds):
             k = i % len(parts)
@@ -566,6 +578,47 @@ def main() -> None:
                     flush=True,
                 )
     _report(results, args.rounds)
+
+
+# CPU sets of (master, slave, client) on a 2-CPU host; "free" leaves the kernel to place them
+PLACEMENTS: dict[str, tuple[set[int], set[int], set[int]] | None] = {
+    "free": None,
+    "master 0, slave 1, client 1": ({0}, {1}, {1}),
+    "master 0, slave 1, client 0": ({0}, {1}, {0}),
+    "master 0, slave 0, client 1": ({0}, {0}, {1}),
+}
+
+
+def _placements(
+    targets: dict[str, tuple[Callable[[int, int], dict], dict[str, int]]], count: int, rounds: int
+) -> None:
+    """One-at-a-time p50 of each system under each placement: how much of a one-at-a-time send's
+    time is where the kernel runs the three processes, not what they do (three processes share
+    two CPUs here; a master and its slave on one CPU cannot overlap their work)."""
+    every = set(range(os.cpu_count() or 1))
+    if not every >= {0, 1}:
+        print("placement needs two CPUs")
+        return
+    p50s: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for system, (run, pids) in targets.items():
+            for name, cpus in PLACEMENTS.items():
+                master, slave, client = cpus if cpus is not None else (every, every, every)
+                os.sched_setaffinity(pids["master"], master)
+                os.sched_setaffinity(pids["slave"], slave)
+                os.sched_setaffinity(0, client)
+                try:
+                    m = run(count, 1)
+                finally:
+                    for pid in (pids["master"], pids["slave"], 0):
+                        os.sched_setaffinity(pid, every)
+                p50s.setdefault((system, name), []).append(m["p50_us"])
+                print(f"{system:5s} {name:28s}: p50 {m['p50_us']:.0f} us", flush=True)
+    print("\n| placement | " + " | ".join(f"{s} p50 us" for s in targets) + " |")
+    print("|---|" + "---:|" * len(targets))
+    for name in PLACEMENTS:
+        row = " | ".join(f"{statistics.median(p50s[(s, name)]):.0f}" for s in targets)
+        print(f"| {name} | {row} |")
 
 
 def _report(results: dict[tuple[str, str], list[dict]], rounds: int) -> None:
