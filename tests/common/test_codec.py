@@ -1,5 +1,6 @@
 import json
 import struct
+from collections.abc import Iterator
 
 import attrs
 import orjson
@@ -12,6 +13,20 @@ from common.remoting import codec
 from common.remoting.codec import MAX_FRAME_LENGTH, FrameDecoder, encode
 from common.remoting.codes import RequestCode, ResponseCode, SerializeType
 from common.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "python"])
+def header_codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test twice: through the compiled JSON header codec (common/remoting/_json_header.c,
+    built by `make install`) and through the Python path an install without a compiler runs."""
+    saved = codec._json_header
+    if request.param == "python":
+        codec._json_header = None  # type: ignore[assignment]  # (as without a compiler)
+    try:
+        yield request.param
+    finally:
+        codec._json_header = saved
+
 
 int32 = st.integers(-(2**31), 2**31 - 1)
 short = st.integers(-(2**15), 2**15 - 1)
