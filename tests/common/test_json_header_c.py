@@ -26,6 +26,7 @@ from common.remoting import codec
 from common.remoting.codec import _decode_frame, _encode_header_and_prefix, encode
 from common.remoting.codes import RequestCode, ResponseCode, SerializeType
 from common.remoting.command import RemotingCommand
+from tests.support.wire import command_fields
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,22 +36,6 @@ fast = codec._json_header
 def test_the_checkout_runs_the_compiled_codec() -> None:
     # `make install` (pip install -e) builds it in place; without it every frame is slower
     assert fast is not None, "common.remoting._json_header is not built"
-
-
-def fields(cmd: RemotingCommand) -> tuple[Any, ...]:
-    values = (
-        cmd.code,
-        cmd.language,
-        cmd.version,
-        cmd.opaque,
-        cmd.flag,
-        cmd.remark,
-        cmd.ext_fields,
-        cmd.body,
-        cmd.serialize_type,
-    )
-    # the types too: a bool is an int that compares equal to one
-    return values + tuple(type(v) for v in values)
 
 
 def python_decode(frame: bytes) -> RemotingCommand | None:
@@ -66,12 +51,12 @@ def check_decode(frame: bytes) -> RemotingCommand | None:
     got = fast.decode_frame(frame)
     if got is not None:
         want = python_decode(frame)
-        assert want is not None, (frame, fields(got))
-        assert fields(got) == fields(want), frame
+        assert want is not None, (frame, command_fields(got))
+        assert command_fields(got) == command_fields(want), frame
         # what FrameDecoder hands it: a memoryview into a larger buffer
         view = memoryview(b"xx" + frame + b"yy")[2 : 2 + len(frame)]
         again = fast.decode_frame(view)
-        assert again is not None and fields(again) == fields(want)
+        assert again is not None and command_fields(again) == command_fields(want)
     return got
 
 

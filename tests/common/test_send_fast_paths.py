@@ -29,6 +29,7 @@ from common.remoting.codec import (
     encode,
 )
 from common.remoting.command import RemotingCommand
+from tests.support.wire import command_fields
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,25 +70,9 @@ def headers(draw: st.DrawFn) -> dict[str, Any]:
     return out
 
 
-def _fields(cmd: RemotingCommand) -> tuple[Any, ...]:
-    """Every field with its type (RemotingCommand compares by identity)."""
-    values = (
-        cmd.code,
-        cmd.language,
-        cmd.version,
-        cmd.opaque,
-        cmd.flag,
-        cmd.remark,
-        cmd.ext_fields,
-        cmd.body,
-        cmd.serialize_type,
-    )
-    return tuple((type(v), v) for v in values)
-
-
 def _decoded(data: bytes, decode: Any) -> tuple[Any, ...] | str:
     try:
-        return _fields(decode(data))
+        return command_fields(decode(data))
     except FrameDecodeError:
         return "FrameDecodeError"
 
@@ -106,7 +91,7 @@ def test_fast_decode_of_a_send_answer() -> None:
         b'"language":"JAVA","opaque":42,"serializeTypeCurrentRPC":"JSON","version":395}'
     )
     cmd = decode_json_header(data)
-    assert _fields(cmd) == _fields(decode_json_header_general(data))
+    assert command_fields(cmd) == command_fields(decode_json_header_general(data))
     assert (cmd.code, cmd.opaque, cmd.flag, cmd.version, cmd.language) == (0, 42, 1, 395, "JAVA")
     assert cmd.ext_fields == {"msgId": "7F00", "queueId": "3", "queueOffset": "12"}
 

@@ -1,13 +1,13 @@
 """For tests that speak the wire to a broker process themselves: :func:`send_v2` builds a plain
 SEND_MESSAGE_V2, :func:`topic_fields` an UPDATE_AND_CREATE_TOPIC header, :func:`wait_serving` waits for a broker process to serve
 (:func:`wait_node_serving` for one started as a ``tests.conftest.Node``), :func:`read_answers`
-reads answers off a raw stream by opaque."""
+reads answers off a raw stream by opaque; :func:`command_fields` compares decoded commands."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -18,6 +18,23 @@ from common.remoting.command import RemotingCommand
 
 if TYPE_CHECKING:
     from tests.conftest import Node
+
+
+def command_fields(cmd: RemotingCommand) -> tuple[Any, ...]:
+    """Every field of ``cmd`` with its type, for comparing two commands (RemotingCommand
+    compares by identity; a bool is an int that compares equal to one)."""
+    values = (
+        cmd.code,
+        cmd.language,
+        cmd.version,
+        cmd.opaque,
+        cmd.flag,
+        cmd.remark,
+        cmd.ext_fields,
+        cmd.body,
+        cmd.serialize_type,
+    )
+    return tuple((type(v), v) for v in values)
 
 
 def send_v2(
